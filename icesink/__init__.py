@@ -1,0 +1,49 @@
+"""icesink: exactly-once streaming writes from PySpark into Apache Iceberg tables.
+
+``import icesink`` is cheap: Spark, pyiceberg and SQLAlchemy are imported
+only when a function that needs them is called.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from icesink.errors import (
+    CheckpointRewindError,
+    ConfigError,
+    IcesinkError,
+    SchemaMismatchError,
+    TableNotFoundError,
+    TerminalError,
+    TransientError,
+)
+
+if TYPE_CHECKING:
+    from icesink.catalog.config import CatalogConfig
+    from icesink.sink.stream import stream
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CatalogConfig",
+    "CheckpointRewindError",
+    "ConfigError",
+    "IcesinkError",
+    "SchemaMismatchError",
+    "TableNotFoundError",
+    "TerminalError",
+    "TransientError",
+    "stream",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "stream":
+        from icesink.sink.stream import stream
+
+        return stream
+    if name == "CatalogConfig":
+        from icesink.catalog.config import CatalogConfig
+
+        return CatalogConfig
+    raise AttributeError(f"module 'icesink' has no attribute {name!r}")

@@ -1,0 +1,131 @@
+"""Typed catalog configuration, resolved the way pyiceberg users already configure catalogs.
+
+Order of precedence (highest first): arguments, ``PYICEBERG_CATALOG__<NAME>__*``
+environment variables, ``.pyiceberg.yaml`` (``$PYICEBERG_HOME``, ``~``, the
+working directory). With nothing configured, the embedded default is used:
+SQLite at ``./warehouse/catalog.db`` and a ``file://`` warehouse under
+``./warehouse``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from icesink.errors import ConfigError
+
+DEFAULT_CATALOG_NAME = "default"
+CATALOG_NAME_ENV = "ICESINK_CATALOG"
+EMBEDDED_DIRECTORY = "warehouse"
+
+_SECRET_MARKERS = ("secret", "password", "token", "credential", "session")
+
+
+def _embedded_uri(root: Path) -> str:
+    return f"sqlite:///{root / 'catalog.db'}"
+
+
+def redact_uri(uri: str) -> str:
+    """The URI with any password hidden, safe for logs and error messages."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(uri).render_as_string(hide_password=True)
+    except Exception:  # an unparsable URI has no password we can find
+        return uri.split("@")[-1] if "@" in uri else uri
+
+
+def redact_properties(properties: Mapping[str, str]) -> dict[str, str]:
+    return {k: ("***" if any(m in k.lower() for m in _SECRET_MARKERS) else v) for k, v in properties.items()}
+
+
+@dataclass(frozen=True)
+class CatalogConfig:
+    """Where the catalog database and the warehouse are.
+
+    Attributes:
+        name: the catalog name; rows in ``iceberg_tables`` are keyed by it.
+        uri: SQLAlchemy URL of the catalog database (``sqlite:///…``, ``postgresql+psycopg2://…``).
+        warehouse: root location of new tables (``file:///…`` or ``s3://bucket/prefix``).
+        properties: any further pyiceberg catalog/FileIO properties (``s3.endpoint``, …).
+        embedded: true for icesink's own SQLite default, which is created and migrated on first use.
+    """
+
+    name: str
+    uri: str
+    warehouse: str
+    properties: Mapping[str, str] = field(default_factory=dict)
+    embedded: bool = False
+
+    @classmethod
+    def embedded(cls, root: str | os.PathLike[str] = EMBEDDED_DIRECTORY, name: str = DEFAULT_CATALOG_NAME) -> CatalogConfig:
+        path = Path(root).absolute()
+        return cls(name=name, uri=_embedded_uri(path), warehouse=path.as_uri(), embedded=True)
+
+    @classmethod
+    def resolve(
+        cls,
+        name: str | None = None,
+        uri: str | None = None,
+        warehouse: str | None = None,
+        properties: Mapping[str, str] | None = None,
+    ) -> CatalogConfig:
+        """Merge arguments with the pyiceberg configuration of catalog ``name``."""
+        from pyiceberg.utils.config import Config
+
+        name = name or os.environ.get(CATALOG_NAME_ENV) or DEFAULT_CATALOG_NAME
+        configured = {k: str(v) for k, v in (Config().get_catalog_config(name) or {}).items()}
+        merged = {**configured, **(properties or {})}
+        if uri:
+            merged["uri"] = uri
+        if warehouse:
+            merged["warehouse"] = warehouse
+        kind = merged.pop("type", "sql")
+        if kind != "sql":
+            raise ConfigError(
+                f"catalog {name!r} is configured with type {kind!r}; icesink commits through a SQL catalog "
+                "(type: sql) because its exactly-once protocol relies on the database's compare-and-swap"
+            )
+        if "uri" not in merged:
+            if "warehouse" in merged:
+                raise ConfigError(f"catalog {name!r} has a warehouse but no uri; set the catalog database URI")
+            return cls.embedded(name=name)
+        resolved_uri = merged.pop("uri")
+        if "warehouse" not in merged:
+            if resolved_uri.startswith("sqlite:///"):
+                merged["warehouse"] = Path(resolved_uri.removeprefix("sqlite:///")).absolute().parent.as_uri()
+            else:
+                raise ConfigError(
+                    f"catalog {name!r} ({redact_uri(resolved_uri)}) has no warehouse; set "
+                    f"PYICEBERG_CATALOG__{name.upper()}__WAREHOUSE or pass warehouse="
+                )
+        resolved_warehouse = merged.pop("warehouse")
+        _validate_uri(name, resolved_uri)
+        return cls(name=name, uri=resolved_uri, warehouse=resolved_warehouse, properties=merged)
+
+    def pyiceberg_properties(self) -> dict[str, str]:
+        """Properties for pyiceberg's ``SqlCatalog``; the schema belongs to icesink's migrations."""
+        return {
+            **self.properties,
+            "uri": self.uri,
+            "warehouse": self.warehouse,
+            "init_catalog_tables": "false",
+        }
+
+    def describe(self) -> str:
+        return f"catalog {self.name!r} at {redact_uri(self.uri)}"
+
+
+def _validate_uri(name: str, uri: str) -> None:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        make_url(uri)
+    except ArgumentError as e:
+        raise ConfigError(
+            f"catalog {name!r}: {redact_uri(uri)!r} is not a database URL; expected e.g. "
+            "sqlite:///warehouse/catalog.db or postgresql+psycopg2://user@host:5432/db"
+        ) from e

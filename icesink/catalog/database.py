@@ -1,0 +1,97 @@
+"""The catalog database: engines, the migration check, and translation of driver errors.
+
+This is the one place where SQLAlchemy exceptions become icesink errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from icesink.catalog.config import CatalogConfig, redact_uri
+from icesink.errors import CatalogNotMigratedError, CatalogUnavailableError, ConfigError
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+_engines: dict[str, Engine] = {}
+_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def database_errors(config: CatalogConfig) -> Iterator[None]:
+    """Translate driver errors: lost connections are transient, the rest pass through."""
+    from sqlalchemy import exc
+
+    try:
+        yield
+    except (exc.OperationalError, exc.InterfaceError, exc.DisconnectionError, exc.TimeoutError) as e:
+        raise CatalogUnavailableError(
+            f"{config.describe()} is unreachable or dropped the connection: {_first_line(e)}"
+        ) from e
+    except exc.NoSuchModuleError as e:
+        raise ConfigError(f"{config.describe()}: no database driver for this URL ({_first_line(e)})") from e
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(getattr(error, "orig", None) or error)
+    return text.strip().splitlines()[0] if text.strip() else type(error).__name__
+
+
+def engine(config: CatalogConfig) -> Engine:
+    """One pooled engine per database URL and process."""
+    from sqlalchemy import create_engine
+
+    with _lock:
+        existing = _engines.get(config.uri)
+        if existing is not None:
+            return existing
+        if config.uri.startswith("sqlite:///"):
+            Path(config.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        with database_errors(config):
+            created = create_engine(config.uri, pool_pre_ping=True, **_engine_options(config.uri))
+        _engines[config.uri] = created
+        return created
+
+
+def _engine_options(uri: str) -> dict[str, object]:
+    if uri.startswith("sqlite"):
+        # Writers, the committer and the CLI may share one SQLite file; wait for locks
+        # rather than failing at once.
+        return {"connect_args": {"timeout": 30}}
+    return {}
+
+
+def dispose_engines() -> None:
+    """Close pooled connections (tests, and processes that fork)."""
+    with _lock:
+        for created in _engines.values():
+            created.dispose()
+        _engines.clear()
+
+
+def upgrade(config: CatalogConfig) -> None:
+    """Apply icesink's migrations (``icesink db upgrade``)."""
+    from icesink import migrations
+
+    with database_errors(config):
+        migrations.upgrade(engine(config))
+
+
+def ensure_migrated(config: CatalogConfig) -> None:
+    """Fail with instructions unless the database is at icesink's latest migration."""
+    from icesink import migrations
+
+    with database_errors(config):
+        current = migrations.current_revision(engine(config))
+    head = migrations.head_revision()
+    if current == head:
+        return
+    state = "has no icesink schema" if current is None else f"is at schema revision {current}, not {head}"
+    raise CatalogNotMigratedError(
+        f"{config.describe()} {state}; run `icesink db upgrade` "
+        f"(with the same catalog settings, e.g. --uri {redact_uri(config.uri)!r}) and start again"
+    )

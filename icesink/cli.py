@@ -1,0 +1,230 @@
+"""The ``icesink`` command line: catalog database, tables, snapshots, checkpoints and the committer."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from icesink.errors import IcesinkError
+
+
+class Context:
+    def __init__(self, name: str | None, uri: str | None, warehouse: str | None) -> None:
+        self._args = (name, uri, warehouse)
+        self._config: Any = None
+
+    @property
+    def config(self) -> Any:
+        if self._config is None:
+            from icesink.catalog.config import CatalogConfig
+
+            name, uri, warehouse = self._args
+            self._config = CatalogConfig.resolve(name=name, uri=uri, warehouse=warehouse)
+        return self._config
+
+    def catalog(self) -> Any:
+        from icesink.catalog.loader import open_catalog
+
+        return open_catalog(self.config)
+
+    def table(self, identifier: str) -> Any:
+        from icesink.catalog.loader import load_table
+
+        return load_table(self.catalog(), self.config, identifier)
+
+
+def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
+    cells = [[("" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))
+    body = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join([line, "  ".join("-" * w for w in widths), *body])
+
+
+def _emit(as_json: bool, data: Any, text: str) -> None:
+    click.echo(json.dumps(data, indent=2, default=str) if as_json else text)
+
+
+class IcesinkGroup(click.Group):
+    """Shows icesink errors as one clear line and exit code 2, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except IcesinkError as e:
+            click.echo(f"error: {e}", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=IcesinkGroup)
+@click.option("--catalog", "name", envvar="ICESINK_CATALOG", help="Catalog name in .pyiceberg.yaml / PYICEBERG_CATALOG__<NAME>__*.")
+@click.option("--uri", help="Catalog database URL (overrides the configuration).")
+@click.option("--warehouse", help="Warehouse location (overrides the configuration).")
+@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
+@click.pass_context
+def main(ctx: click.Context, name: str | None, uri: str | None, warehouse: str | None, verbose: bool) -> None:
+    """Exactly-once streaming writes from Spark into Iceberg tables."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    ctx.obj = Context(name, uri, warehouse)
+
+
+@main.group()
+def db() -> None:
+    """The catalog database schema."""
+
+
+@db.command("upgrade")
+@click.pass_obj
+def db_upgrade(obj: Context) -> None:
+    """Create or migrate the catalog and ledger tables."""
+    from icesink import migrations
+    from icesink.catalog import database
+
+    database.upgrade(obj.config)
+    click.echo(f"{obj.config.describe()} is at schema revision {migrations.head_revision()}")
+
+
+@main.group()
+def tables() -> None:
+    """Tables in the catalog."""
+
+
+@tables.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def tables_list(obj: Context, as_json: bool) -> None:
+    """List every table with its current snapshot."""
+    catalog = obj.catalog()
+    rows = []
+    for namespace in catalog.list_namespaces():
+        for identifier in catalog.list_tables(namespace):
+            name = ".".join(identifier)
+            table = catalog.load_table(name)
+            current = table.current_snapshot()
+            rows.append(
+                {
+                    "table": name,
+                    "snapshots": len(table.metadata.snapshots),
+                    "current_snapshot_id": current.snapshot_id if current else None,
+                    "total_records": int(current.summary["total-records"] or 0) if current and current.summary else 0,
+                    "location": table.location(),
+                }
+            )
+    _emit(as_json, rows, _table([list(r.values()) for r in rows], ["table", "snapshots", "current", "records", "location"]))
+
+
+@main.group()
+def snapshots() -> None:
+    """Snapshots of a table."""
+
+
+@snapshots.command("list")
+@click.argument("table")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def snapshots_list(obj: Context, table: str, as_json: bool) -> None:
+    """List the snapshots of TABLE, oldest first."""
+    from icesink.catalog.snapshots import list_snapshots
+
+    infos = list_snapshots(obj.table(table))
+    rows = [
+        [
+            s.snapshot_id,
+            s.parent_id,
+            s.committed_at,
+            s.operation,
+            s.job_id,
+            s.checkpoint_id,
+            s.added_records,
+            s.deleted_records,
+            s.added_files,
+            s.deleted_files,
+        ]
+        for s in infos
+    ]
+    headers = ["snapshot", "parent", "committed at", "operation", "job", "checkpoint", "+records", "-records", "+files", "-files"]
+    _emit(as_json, [s.to_json() for s in infos], _table(rows, headers))
+
+
+@snapshots.command("show")
+@click.argument("table")
+@click.argument("snapshot_id", type=int)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def snapshots_show(obj: Context, table: str, snapshot_id: int, as_json: bool) -> None:
+    """Show the full summary and the manifests of one snapshot."""
+    from icesink.catalog.snapshots import show_snapshot
+
+    info = show_snapshot(obj.table(table), snapshot_id)
+    if info is None:
+        raise click.ClickException(f"table {table} has no snapshot {snapshot_id}")
+    summary = "\n".join(f"  {k}: {v}" for k, v in sorted(info["summary"].items()))
+    manifests = _table(
+        [[m["content"], m["added_files"], m["existing_files"], m["deleted_files"], m["added_rows"], m["path"]] for m in info["manifests"]],
+        ["content", "added", "existing", "deleted", "rows", "path"],
+    )
+    text = (
+        f"snapshot {info['snapshot_id']} (parent {info['parent_id']}, sequence {info['sequence_number']}) "
+        f"committed at {info['committed_at']}\nsummary:\n{summary}\nmanifests:\n{manifests}"
+    )
+    _emit(as_json, info, text)
+
+
+@main.group()
+def checkpoints() -> None:
+    """Checkpoints staged by streams, per job."""
+
+
+@checkpoints.command("list")
+@click.argument("table")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def checkpoints_list(obj: Context, table: str, as_json: bool) -> None:
+    """List the staged, committed and failed checkpoints of TABLE."""
+    from dataclasses import asdict
+
+    from icesink.committer.ledger import Ledger
+
+    obj.catalog()  # checks (or, for the embedded default, applies) the migrations
+    rows = Ledger(obj.config).for_table(table)
+    text = _table(
+        [[r.job_id, r.checkpoint_id, r.state.value, r.data_files, r.data_records, r.snapshot_id, r.staged_at, r.committed_at] for r in rows],
+        ["job", "checkpoint", "state", "files", "records", "snapshot", "staged at", "committed at"],
+    )
+    _emit(as_json, [asdict(r) for r in rows], text)
+
+
+@main.group()
+def committer() -> None:
+    """The committer daemon."""
+
+
+@committer.command("run")
+@click.option("--table", "tables", multiple=True, help="Only commit these tables (repeatable).")
+@click.option("--once", is_flag=True, help="Drain what is pending, then exit.")
+@click.option("--poll-interval", default=0.5, show_default=True, help="Seconds between ledger polls.")
+@click.pass_obj
+def committer_run(obj: Context, tables: tuple[str, ...], once: bool, poll_interval: float) -> None:
+    """Commit staged checkpoints into their tables until stopped (SIGTERM/SIGINT finish the commit in flight)."""
+    from icesink.committer.daemon import CommitterDaemon
+
+    logging.getLogger("icesink").setLevel(logging.INFO)
+    daemon = CommitterDaemon(obj.config, tables=tables, poll_interval=poll_interval)
+    daemon.install_signal_handlers()
+    report = daemon.run(once=once)
+    if once and report.failed:
+        for table, error in report.failed.items():
+            click.echo(f"error: table {table}: {error}", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

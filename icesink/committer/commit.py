@@ -1,0 +1,202 @@
+"""Committing staged checkpoints of one table, exactly once.
+
+For every job with pending checkpoints: read the job's marker from the
+table, mark what is already in the table as committed, build the remaining
+snapshots on the current head and compare-and-swap them into the catalog.
+When the swap loses to another writer, the table is re-read and the marker
+checked again before anything is rebuilt: a checkpoint the other writer (or
+an earlier incarnation of this committer) already committed is never applied
+twice.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.database import database_errors
+from icesink.catalog.loader import load_table
+from icesink.committer.ledger import CheckpointRow, Ledger
+from icesink.committer.marker import max_committed_checkpoint, marker_properties
+from icesink.committer.policy import plan_snapshots
+from icesink.errors import CommitConflictError, ManifestError
+from icesink.failpoints import failpoint
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.table import Table
+
+log = logging.getLogger("icesink.committer")
+
+CHECKPOINT_RANGE_PROPERTY = "icesink.checkpoint-ids"
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    """One snapshot committed, or checkpoints found already committed."""
+
+    table_identifier: str
+    job_id: str
+    checkpoint_ids: tuple[int, ...]
+    snapshot_id: int | None
+    data_files: int
+    records: int
+    seconds: float
+    already_committed: bool = False
+
+
+class TableCommitter:
+    """Commits the ledger's pending checkpoints into their tables."""
+
+    def __init__(self, catalog: SqlCatalog, config: CatalogConfig, ledger: Ledger, max_conflicts: int = 20) -> None:
+        self._catalog = catalog
+        self._config = config
+        self._ledger = ledger
+        self._max_conflicts = max_conflicts
+
+    def commit_pending(self, table_identifier: str, job_id: str | None = None) -> list[CommitOutcome]:
+        """Commit every pending checkpoint of the table (or of one job of it), in checkpoint order."""
+        rows = self._ledger.pending(table_identifier, job_id)
+        if not rows:
+            return []
+        table = load_table(self._catalog, self._config, table_identifier)
+        outcomes: list[CommitOutcome] = []
+        for job, job_rows in itertools.groupby(rows, key=lambda r: r.job_id):
+            table = self._commit_job(table, table_identifier, job, list(job_rows), outcomes)
+        return outcomes
+
+    def _commit_job(
+        self, table: Table, identifier: str, job_id: str, rows: list[CheckpointRow], outcomes: list[CommitOutcome]
+    ) -> Table:
+        conflicts = 0
+        while rows:
+            marker = max_committed_checkpoint(table.metadata, job_id)
+            done = [r for r in rows if marker is not None and r.checkpoint_id <= marker]
+            if done:
+                # Committed before the ledger heard of it (a crash after the catalog commit).
+                self._ledger.mark_committed([r.id for r in done], None)
+                outcomes.append(self._outcome(identifier, job_id, done, None, 0.0, already=True))
+                log.info(
+                    "table=%s job=%s checkpoints=%s already committed (marker %s); skipped",
+                    identifier,
+                    job_id,
+                    _range(done),
+                    marker,
+                )
+                self._cleanup(table, done)
+                rows = [r for r in rows if r not in done]
+                continue
+            group = plan_snapshots(rows)[0]
+            started = time.monotonic()
+            committed = self._try_commit(table, identifier, job_id, group)
+            if committed is None:
+                conflicts += 1
+                if conflicts > self._max_conflicts:
+                    raise CommitConflictError(
+                        f"table {identifier}: {conflicts} commit conflicts in a row while committing checkpoints "
+                        f"{_range(group)} of job {job_id}; another writer commits too often, retry later"
+                    )
+                table = load_table(self._catalog, self._config, identifier)
+                continue
+            table = committed
+            snapshot = table.metadata.snapshot_by_name("main")
+            snapshot_id = snapshot.snapshot_id if snapshot else None
+            failpoint("committer.after-catalog-commit")
+            self._ledger.mark_committed([r.id for r in group], snapshot_id)
+            failpoint("committer.after-ledger-update")
+            outcome = self._outcome(identifier, job_id, group, snapshot_id, time.monotonic() - started)
+            outcomes.append(outcome)
+            log.info(
+                "table=%s job=%s checkpoints=%s snapshot=%s files=%d records=%d seconds=%.3f",
+                identifier,
+                job_id,
+                _range(group),
+                snapshot_id,
+                outcome.data_files,
+                outcome.records,
+                outcome.seconds,
+            )
+            self._cleanup(table, group)
+            rows = rows[len(group) :]
+        return table
+
+    def _try_commit(self, table: Table, identifier: str, job_id: str, group: Sequence[CheckpointRow]) -> Table | None:
+        """Build and swap in one snapshot; None if the head moved under us."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        from icesink.committer import pyiceberg_internals as internals
+
+        files = [f for row in group for f in self._read_files(table, identifier, row)]
+        properties = marker_properties(job_id, group[-1].checkpoint_id)
+        properties[CHECKPOINT_RANGE_PROPERTY] = _range(group)
+        prepared = internals.prepare_append(table, files, properties)
+        try:
+            with database_errors(self._config):
+                return internals.commit_prepared(table, prepared)
+        except CommitFailedException:
+            # The swap was refused, so nothing references what was written for it.
+            for path in prepared.written_paths:
+                _delete_quietly(table, path)
+            log.info("table=%s job=%s: head moved during commit; re-reading the marker", identifier, job_id)
+            return None
+
+    def _read_files(self, table: Table, identifier: str, row: CheckpointRow) -> list[DataFile]:
+        from icesink.committer import pyiceberg_internals as internals
+
+        if row.data_manifest is None or row.data_manifest_length is None:
+            return []
+        manifest = internals.DeltaManifest(row.data_manifest, row.spec_id, row.data_manifest_length)
+        try:
+            return internals.read_delta_manifest(table.io, manifest)
+        except (OSError, ValueError, EOFError) as e:
+            raise ManifestError(
+                f"table {identifier}, job {row.job_id}, checkpoint {row.checkpoint_id}: staged manifest "
+                f"{row.data_manifest} cannot be read ({e}); the checkpoint stays staged. Restore the file, "
+                "or remove the checkpoint from the ledger and replay its data"
+            ) from e
+
+    def _cleanup(self, table: Table, rows: Sequence[CheckpointRow]) -> None:
+        """Delete temporary manifests of committed checkpoints; a failure here is only logged."""
+        cleaned = []
+        for row in rows:
+            try:
+                for path in row.manifest_paths:
+                    failpoint("committer.during-cleanup")
+                    _delete_quietly(table, path)
+                cleaned.append(row.id)
+            except OSError as e:  # the next run (or gc) retries
+                log.warning("table=%s: could not delete staged manifest of checkpoint %d: %s", row.table_identifier, row.checkpoint_id, e)
+        self._ledger.mark_manifests_deleted(cleaned)
+
+    @staticmethod
+    def _outcome(
+        identifier: str, job_id: str, rows: Sequence[CheckpointRow], snapshot_id: int | None, seconds: float, already: bool = False
+    ) -> CommitOutcome:
+        return CommitOutcome(
+            table_identifier=identifier,
+            job_id=job_id,
+            checkpoint_ids=tuple(r.checkpoint_id for r in rows),
+            snapshot_id=snapshot_id,
+            data_files=sum(r.data_files for r in rows),
+            records=sum(r.data_records for r in rows),
+            seconds=seconds,
+            already_committed=already,
+        )
+
+
+def _range(rows: Sequence[CheckpointRow]) -> str:
+    first, last = rows[0].checkpoint_id, rows[-1].checkpoint_id
+    return str(first) if first == last else f"{first}-{last}"
+
+
+def _delete_quietly(table: Table, path: str) -> None:
+    try:
+        table.io.delete(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,101 @@
+"""``icesink committer run``: drain the ledger into the tables until stopped."""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from icesink.committer.commit import TableCommitter
+from icesink.committer.ledger import Ledger
+from icesink.errors import IcesinkError
+
+log = logging.getLogger("icesink.committer")
+
+
+@dataclass
+class DaemonReport:
+    """What one run of the daemon did; ``--once`` exits non-zero when ``failed`` is not empty."""
+
+    snapshots: int = 0
+    checkpoints: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+class CommitterDaemon:
+    """Polls the ledger and commits each table's pending checkpoints in order."""
+
+    def __init__(
+        self,
+        config: CatalogConfig,
+        tables: Sequence[str] = (),
+        poll_interval: float = 0.5,
+        max_backoff: float = 30.0,
+    ) -> None:
+        self._config = config
+        self._tables = tuple(tables)
+        self._poll_interval = poll_interval
+        self._max_backoff = max_backoff
+        self._stop = threading.Event()
+        self._catalog = open_catalog(config)
+        self._ledger = Ledger(config)
+        self._committer = TableCommitter(self._catalog, config, self._ledger)
+        self._retry_at: dict[str, float] = {}
+        self._failures: dict[str, int] = {}
+
+    def stop(self, *_: object) -> None:
+        """Finish the commit in flight, then return from :meth:`run`."""
+        self._stop.set()
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self.stop)
+        signal.signal(signal.SIGINT, self.stop)
+
+    def _pending_tables(self) -> list[str]:
+        pending = self._ledger.tables_with_pending()
+        return [t for t in pending if not self._tables or t in self._tables]
+
+    def drain_once(self, report: DaemonReport) -> int:
+        """One pass over every table with pending checkpoints; returns how many tables still wait."""
+        waiting = 0
+        for table in self._pending_tables():
+            if self._stop.is_set():
+                break
+            if time.monotonic() < self._retry_at.get(table, 0.0):
+                waiting += 1
+                continue
+            try:
+                outcomes = self._committer.commit_pending(table)
+            except IcesinkError as e:
+                failures = self._failures.get(table, 0) + 1
+                self._failures[table] = failures
+                report.failed[table] = str(e)
+                delay = min(self._max_backoff, 0.5 * 2 ** min(failures, 10)) * random.uniform(0.5, 1.0)
+                self._retry_at[table] = time.monotonic() + delay
+                level = logging.WARNING if e.transient else logging.ERROR
+                log.log(level, "table=%s commit failed (%d in a row, retry in %.1fs): %s", table, failures, delay, e)
+                waiting += 1
+                continue
+            self._failures.pop(table, None)
+            self._retry_at.pop(table, None)
+            report.failed.pop(table, None)
+            report.snapshots += sum(1 for o in outcomes if o.snapshot_id is not None)
+            report.checkpoints += sum(len(o.checkpoint_ids) for o in outcomes)
+        return waiting
+
+    def run(self, once: bool = False) -> DaemonReport:
+        report = DaemonReport()
+        log.info("committer started on %s", self._config.describe())
+        while not self._stop.is_set():
+            waiting = self.drain_once(report)
+            if once and (waiting == 0 or report.failed):
+                break
+            self._stop.wait(self._poll_interval)
+        log.info("committer stopped: %d snapshots, %d checkpoints", report.snapshots, report.checkpoints)
+        return report

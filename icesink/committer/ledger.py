@@ -1,0 +1,230 @@
+"""The ledger: checkpoints staged by writers and their fate, in the catalog database.
+
+A row is written when a micro-batch's files and delta manifests are durable
+(state ``staged``); the committer moves it to ``committed`` after the catalog
+commit. The ledger only says what is waiting: whether a checkpoint is in the
+table is decided by the table's marker (see :mod:`icesink.committer.marker`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.database import database_errors, engine
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+metadata = sa.MetaData()
+
+checkpoints = sa.Table(
+    "icesink_checkpoints",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("catalog_name", sa.String(255), nullable=False),
+    sa.Column("table_identifier", sa.String(511), nullable=False),
+    sa.Column("job_id", sa.String(255), nullable=False),
+    sa.Column("checkpoint_id", sa.BigInteger(), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("spec_id", sa.Integer(), nullable=False),
+    sa.Column("data_manifest", sa.String(1000)),
+    sa.Column("data_manifest_length", sa.BigInteger()),
+    sa.Column("delete_manifest", sa.String(1000)),
+    sa.Column("delete_manifest_length", sa.BigInteger()),
+    sa.Column("data_files", sa.Integer(), nullable=False),
+    sa.Column("data_records", sa.BigInteger(), nullable=False),
+    sa.Column("delete_files", sa.Integer(), nullable=False),
+    sa.Column("delete_records", sa.BigInteger(), nullable=False),
+    sa.Column("snapshot_id", sa.BigInteger()),
+    sa.Column("staged_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("committed_at", sa.DateTime(timezone=True)),
+    sa.Column("manifests_deleted", sa.Boolean(), nullable=False),
+    sa.Column("error", sa.Text()),
+)
+
+
+class CheckpointState(enum.StrEnum):
+    STAGED = "staged"
+    COMMITTED = "committed"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class StagedCheckpoint:
+    """What a writer hands to the ledger for one checkpoint of one table."""
+
+    table_identifier: str
+    job_id: str
+    checkpoint_id: int
+    spec_id: int
+    data_manifest: str | None
+    data_manifest_length: int | None
+    data_files: int
+    data_records: int
+    delete_manifest: str | None = None
+    delete_manifest_length: int | None = None
+    delete_files: int = 0
+    delete_records: int = 0
+
+
+@dataclass(frozen=True)
+class CheckpointRow:
+    """One ledger row."""
+
+    id: int
+    table_identifier: str
+    job_id: str
+    checkpoint_id: int
+    state: CheckpointState
+    spec_id: int
+    data_manifest: str | None
+    data_manifest_length: int | None
+    delete_manifest: str | None
+    delete_manifest_length: int | None
+    data_files: int
+    data_records: int
+    delete_files: int
+    delete_records: int
+    snapshot_id: int | None
+    staged_at: datetime.datetime
+    committed_at: datetime.datetime | None
+    manifests_deleted: bool
+    error: str | None
+
+    @property
+    def manifest_paths(self) -> list[str]:
+        return [p for p in (self.data_manifest, self.delete_manifest) if p]
+
+    @property
+    def has_deletes(self) -> bool:
+        return self.delete_files > 0
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class Ledger:
+    """Reads and writes ``icesink_checkpoints`` for one catalog."""
+
+    def __init__(self, config: CatalogConfig, bound: Engine | None = None) -> None:
+        self._config = config
+        self._engine = bound or engine(config)
+
+    def _row(self, row: sa.Row) -> CheckpointRow:  # type: ignore[type-arg]
+        m = row._mapping
+        return CheckpointRow(
+            id=m["id"],
+            table_identifier=m["table_identifier"],
+            job_id=m["job_id"],
+            checkpoint_id=m["checkpoint_id"],
+            state=CheckpointState(m["state"]),
+            spec_id=m["spec_id"],
+            data_manifest=m["data_manifest"],
+            data_manifest_length=m["data_manifest_length"],
+            delete_manifest=m["delete_manifest"],
+            delete_manifest_length=m["delete_manifest_length"],
+            data_files=m["data_files"],
+            data_records=m["data_records"],
+            delete_files=m["delete_files"],
+            delete_records=m["delete_records"],
+            snapshot_id=m["snapshot_id"],
+            staged_at=m["staged_at"],
+            committed_at=m["committed_at"],
+            manifests_deleted=m["manifests_deleted"],
+            error=m["error"],
+        )
+
+    def stage(self, staged: StagedCheckpoint, state: CheckpointState = CheckpointState.STAGED) -> bool:
+        """Record a staged checkpoint; False if the ledger already had it (the earlier row wins)."""
+        values = {
+            "catalog_name": self._config.name,
+            "table_identifier": staged.table_identifier,
+            "job_id": staged.job_id,
+            "checkpoint_id": staged.checkpoint_id,
+            "state": state.value,
+            "spec_id": staged.spec_id,
+            "data_manifest": staged.data_manifest,
+            "data_manifest_length": staged.data_manifest_length,
+            "delete_manifest": staged.delete_manifest,
+            "delete_manifest_length": staged.delete_manifest_length,
+            "data_files": staged.data_files,
+            "data_records": staged.data_records,
+            "delete_files": staged.delete_files,
+            "delete_records": staged.delete_records,
+            "staged_at": _now(),
+            "committed_at": _now() if state == CheckpointState.COMMITTED else None,
+            "manifests_deleted": staged.data_manifest is None and staged.delete_manifest is None,
+        }
+        with database_errors(self._config):
+            try:
+                with self._engine.begin() as connection:
+                    connection.execute(checkpoints.insert().values(**values))
+            except sa.exc.IntegrityError:
+                return False
+        return True
+
+    def _select(self, *where: sa.ColumnElement[bool]) -> list[CheckpointRow]:
+        query = (
+            sa.select(checkpoints)
+            .where(checkpoints.c.catalog_name == self._config.name, *where)
+            .order_by(checkpoints.c.table_identifier, checkpoints.c.job_id, checkpoints.c.checkpoint_id)
+        )
+        with database_errors(self._config), self._engine.connect() as connection:
+            return [self._row(r) for r in connection.execute(query)]
+
+    def get(self, table_identifier: str, job_id: str, checkpoint_id: int) -> CheckpointRow | None:
+        rows = self._select(
+            checkpoints.c.table_identifier == table_identifier,
+            checkpoints.c.job_id == job_id,
+            checkpoints.c.checkpoint_id == checkpoint_id,
+        )
+        return rows[0] if rows else None
+
+    def pending(self, table_identifier: str | None = None, job_id: str | None = None) -> list[CheckpointRow]:
+        """Staged, not yet committed checkpoints, ordered by table, job and checkpoint."""
+        where = [checkpoints.c.state == CheckpointState.STAGED.value]
+        if table_identifier is not None:
+            where.append(checkpoints.c.table_identifier == table_identifier)
+        if job_id is not None:
+            where.append(checkpoints.c.job_id == job_id)
+        return self._select(*where)
+
+    def tables_with_pending(self) -> list[str]:
+        query = (
+            sa.select(checkpoints.c.table_identifier)
+            .where(checkpoints.c.catalog_name == self._config.name, checkpoints.c.state == CheckpointState.STAGED.value)
+            .distinct()
+            .order_by(checkpoints.c.table_identifier)
+        )
+        with database_errors(self._config), self._engine.connect() as connection:
+            return [r[0] for r in connection.execute(query)]
+
+    def for_table(self, table_identifier: str) -> list[CheckpointRow]:
+        return self._select(checkpoints.c.table_identifier == table_identifier)
+
+    def uncleaned(self) -> list[CheckpointRow]:
+        """Committed checkpoints whose temporary manifests may still exist."""
+        return self._select(
+            checkpoints.c.state == CheckpointState.COMMITTED.value,
+            checkpoints.c.manifests_deleted == sa.false(),
+        )
+
+    def mark_committed(self, ids: Sequence[int], snapshot_id: int | None) -> None:
+        self._update(ids, state=CheckpointState.COMMITTED.value, snapshot_id=snapshot_id, committed_at=_now(), error=None)
+
+    def mark_manifests_deleted(self, ids: Iterable[int]) -> None:
+        self._update(list(ids), manifests_deleted=True)
+
+    def _update(self, ids: Sequence[int], **values: object) -> None:
+        if not ids:
+            return
+        with database_errors(self._config), self._engine.begin() as connection:
+            connection.execute(checkpoints.update().where(checkpoints.c.id.in_(list(ids))).values(**values))

@@ -1,0 +1,45 @@
+"""The committed-checkpoint marker: what the table itself says a job has committed.
+
+Every icesink snapshot carries ``icesink.job-id`` and
+``icesink.max-committed-checkpoint-id`` in its summary. The table, not the
+ledger, is the source of truth: after a crash between the catalog commit and
+the ledger update, the marker reachable from the branch head tells the
+committer the checkpoint is already in.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyiceberg.table.metadata import TableMetadata
+
+JOB_ID_PROPERTY = "icesink.job-id"
+MAX_CHECKPOINT_PROPERTY = "icesink.max-committed-checkpoint-id"
+MAIN_BRANCH = "main"
+
+
+def max_committed_checkpoint(metadata: TableMetadata, job_id: str, branch: str = MAIN_BRANCH) -> int | None:
+    """The highest checkpoint of ``job_id`` committed on ``branch``, or None.
+
+    Walks the ancestry from the head and stops at the newest snapshot of the
+    job: markers only grow along a branch, and snapshots of other writers in
+    between are skipped.
+    """
+    ref = metadata.refs.get(branch)
+    snapshot_id = ref.snapshot_id if ref else None
+    while snapshot_id is not None:
+        snapshot = metadata.snapshot_by_id(snapshot_id)
+        if snapshot is None:  # history expired below this point
+            return None
+        summary = snapshot.summary
+        if summary is not None and summary[JOB_ID_PROPERTY] == job_id:
+            value = summary[MAX_CHECKPOINT_PROPERTY]
+            if value is not None:
+                return int(value)
+        snapshot_id = snapshot.parent_snapshot_id
+    return None
+
+
+def marker_properties(job_id: str, checkpoint_id: int) -> dict[str, str]:
+    return {JOB_ID_PROPERTY: job_id, MAX_CHECKPOINT_PROPERTY: str(checkpoint_id)}

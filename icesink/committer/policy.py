@@ -1,0 +1,20 @@
+"""Which staged checkpoints go into which snapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from icesink.committer.ledger import CheckpointRow
+
+
+def plan_snapshots(rows: Sequence[CheckpointRow]) -> list[list[CheckpointRow]]:
+    """Group one job's pending checkpoints (in order) into snapshots.
+
+    Appends commute, so any number of append-only checkpoints become one
+    snapshot. Equality deletes apply only to data with a strictly lower
+    sequence number, so a checkpoint carrying deletes must be a snapshot of
+    its own, committed after every earlier checkpoint and before every later one.
+    """
+    if not any(row.has_deletes for row in rows):
+        return [list(rows)] if rows else []
+    return [[row] for row in rows]

@@ -1,0 +1,72 @@
+"""Staging a checkpoint: the durable hand-off from the writing driver to the committer."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from icesink.committer.ledger import CheckpointState, Ledger, StagedCheckpoint
+from icesink.failpoints import failpoint
+from icesink.results import WriteResult
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+log = logging.getLogger(__name__)
+
+
+def stage_checkpoint(
+    ledger: Ledger,
+    table: Table,
+    table_identifier: str,
+    job_id: str,
+    checkpoint_id: int,
+    results: Sequence[WriteResult],
+) -> bool:
+    """Write the checkpoint's delta manifest and record it in the ledger.
+
+    Returns False when the ledger already had this checkpoint (a retried
+    batch); the earlier staging wins and this attempt's manifest is removed.
+    """
+    from icesink.committer import pyiceberg_internals as internals
+
+    records = [f for r in results for f in r.data_files]
+    if any(r.delete_files for r in results):
+        raise NotImplementedError("equality deletes are staged by the upsert writer")
+    if not records:
+        # Nothing to commit; remember the checkpoint so a retry does not rewrite it.
+        return ledger.stage(
+            StagedCheckpoint(table_identifier, job_id, checkpoint_id, table.metadata.default_spec_id, None, None, 0, 0),
+            state=CheckpointState.COMMITTED,
+        )
+    format_version = table.metadata.format_version
+    data_files = [internals.to_data_file(r, format_version) for r in records]
+    spec_id = records[0].spec_id
+    name = f"icesink-{job_id}-{checkpoint_id:010d}-{uuid.uuid4().hex}-data.avro"
+    path = table.location_provider().new_metadata_location(name)
+    manifest = internals.write_delta_manifest(table, path, spec_id, data_files)
+    failpoint("stage.after-manifest")
+    staged = ledger.stage(
+        StagedCheckpoint(
+            table_identifier=table_identifier,
+            job_id=job_id,
+            checkpoint_id=checkpoint_id,
+            spec_id=spec_id,
+            data_manifest=manifest.path,
+            data_manifest_length=manifest.length,
+            data_files=len(records),
+            data_records=sum(r.record_count for r in records),
+        )
+    )
+    if not staged:
+        log.warning(
+            "table %s: checkpoint %d of job %s was already staged; dropping this attempt's manifest",
+            table_identifier,
+            checkpoint_id,
+            job_id,
+        )
+        table.io.delete(manifest.path)
+    failpoint("stage.after-ledger")
+    return staged

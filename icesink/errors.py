@@ -1,0 +1,74 @@
+"""One error hierarchy for icesink.
+
+Every error raised on purpose by icesink derives from :class:`IcesinkError`.
+Errors are marked either *transient* (retrying the same operation later can
+succeed: a lost database connection, a commit conflict) or *terminal* (the
+input or configuration must change first). The committer retries the first
+kind and stops a table's queue on the second.
+"""
+
+from __future__ import annotations
+
+
+class IcesinkError(Exception):
+    """Raised when icesink cannot do what was asked; the message says what to do."""
+
+    transient: bool = False
+
+
+class TransientError(IcesinkError):
+    """Raised when an operation failed for a reason that may pass by itself."""
+
+    transient = True
+
+
+class TerminalError(IcesinkError):
+    """Raised when retrying cannot help until something is changed."""
+
+
+class ConfigError(TerminalError):
+    """Raised when a catalog, stream or committer setting is missing or invalid."""
+
+
+class CatalogNotMigratedError(TerminalError):
+    """Raised when the catalog database lacks the schema icesink needs."""
+
+
+class CatalogUnavailableError(TransientError):
+    """Raised when the catalog database cannot be reached."""
+
+
+class TableNotFoundError(TerminalError):
+    """Raised when the target table does not exist and may not be created."""
+
+
+class SchemaMismatchError(TerminalError):
+    """Raised when a DataFrame's schema does not fit the target table."""
+
+
+class UnsupportedTableError(TerminalError):
+    """Raised when a table uses a feature icesink cannot write correctly."""
+
+
+class NotStreamingError(TerminalError):
+    """Raised when a batch DataFrame is passed where a streaming one is required."""
+
+
+class BadRowError(TerminalError):
+    """Raised when a row cannot be written (for example a null in a required column)."""
+
+
+class CheckpointRewindError(TerminalError):
+    """Raised when a stream restarts below the checkpoint the table already holds for its job."""
+
+
+class CommitConflictError(TransientError):
+    """Raised when the table head moved while a commit was being prepared."""
+
+
+class ManifestError(TerminalError):
+    """Raised when a staged manifest is missing or cannot be read."""
+
+
+class LedgerError(TerminalError):
+    """Raised when the ledger holds something it must not (for example a gap in checkpoints)."""

@@ -1,0 +1,54 @@
+"""Alembic migrations owning every table icesink reads or writes.
+
+They create pyiceberg's SQL catalog tables (``iceberg_tables``,
+``iceberg_namespace_properties``) and icesink's own (the checkpoint ledger),
+so that the catalog can be opened with ``init_catalog_tables`` off. The
+version is kept in ``icesink_alembic_version`` so that an application's own
+alembic history in the same database is left alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+VERSION_TABLE = "icesink_alembic_version"
+SCRIPT_LOCATION = str(Path(__file__).parent)
+
+
+def _config(engine: Engine):  # type: ignore[no-untyped-def]
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", SCRIPT_LOCATION)
+    config.attributes["engine"] = engine
+    return config
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Bring the database schema up to ``revision``."""
+    from alembic import command
+
+    command.upgrade(_config(engine), revision)
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory(SCRIPT_LOCATION).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision the database is at, or None if icesink never migrated it."""
+    from sqlalchemy import inspect, text
+
+    with engine.connect() as connection:
+        if not inspect(connection).has_table(VERSION_TABLE):
+            return None
+        row = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).first()
+        return None if row is None else str(row[0])

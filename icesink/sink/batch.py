@@ -1,0 +1,117 @@
+"""What happens to every micro-batch on the driver (the ``foreachBatch`` function).
+
+1. Decide whether this checkpoint still needs writing: the ledger may have
+   staged it already (Spark re-delivers a batch whose commit it did not
+   record) and the table's marker may already hold it.
+2. Executors write Parquet files (one ``mapInArrow`` pass: the only action
+   on the batch, so the source is read once) and return ``WriteResult``s.
+3. The checkpoint's delta manifest is written and staged in the ledger
+   before ``foreachBatch`` returns, so that Spark only records the batch as
+   done once the hand-off is durable.
+4. With the inline committer, the driver commits right away.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import load_table, open_catalog
+from icesink.committer.commit import TableCommitter
+from icesink.committer.ledger import CheckpointState, Ledger
+from icesink.committer.marker import max_committed_checkpoint
+from icesink.committer.staging import stage_checkpoint
+from icesink.errors import CheckpointRewindError, ConfigError, IcesinkError
+from icesink.failpoints import failpoint
+from icesink.results import decode_write_result
+from icesink.sink.schema import plan_projection
+from icesink.sink.tables import writer_spec
+from icesink.writer.task import RESULT_SCHEMA_DDL, write_task
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger("icesink.stream")
+
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    """The resolved arguments of ``icesink.stream``."""
+
+    table: str
+    catalog: CatalogConfig
+    job_id: str | None
+    inline_commit: bool
+    commit_attempts: int = 8
+
+
+class BatchWriter:
+    """The ``foreachBatch`` callable of one stream."""
+
+    def __init__(self, settings: SinkSettings) -> None:
+        self._settings = settings
+        self._catalog = open_catalog(settings.catalog)
+        self._ledger = Ledger(settings.catalog)
+        self._committer = TableCommitter(self._catalog, settings.catalog, self._ledger)
+
+    def job_id(self, batch_df: DataFrame) -> str:
+        if self._settings.job_id:
+            return self._settings.job_id
+        # Spark persists the query id in the checkpoint location: stable across restarts.
+        query_id = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+        if not query_id:
+            raise ConfigError(f"table {self._settings.table}: cannot find the streaming query id; pass job_id=")
+        return query_id
+
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        identifier = self._settings.table
+        job_id = self.job_id(batch_df)
+        checkpoint_id = int(batch_id)
+        known = self._ledger.get(identifier, job_id, checkpoint_id)
+        if known is not None:
+            log.info("table=%s job=%s checkpoint=%d already %s; not written again", identifier, job_id, checkpoint_id, known.state)
+            if known.state == CheckpointState.STAGED and self._settings.inline_commit:
+                self._commit(job_id)
+            return
+        table = load_table(self._catalog, self._settings.catalog, identifier)
+        marker = max_committed_checkpoint(table.metadata, job_id)
+        if marker is not None and checkpoint_id < marker:
+            raise CheckpointRewindError(
+                f"table {identifier} already holds checkpoint {marker} of job {job_id}, but the stream is at "
+                f"checkpoint {checkpoint_id}: it was restarted from an older checkpoint location. Either restore the "
+                f"checkpoint location at or after checkpoint {marker} to continue, or pass a new job_id= to write "
+                "this data again as a new job (rows already committed will then be written twice)"
+            )
+        if marker is not None and checkpoint_id == marker:
+            log.info("table=%s job=%s checkpoint=%d is already in the table; skipped", identifier, job_id, checkpoint_id)
+            return
+        projection = plan_projection(batch_df.schema, table.schema(), identifier)
+        spec = writer_spec(table, identifier, job_id).for_checkpoint(checkpoint_id)
+        projected = projection.apply(batch_df, table.schema())
+        rows = projected.mapInArrow(write_task(spec), RESULT_SCHEMA_DDL).collect()
+        results = [decode_write_result(row[0]) for row in rows]
+        failpoint("driver.after-write")
+        stage_checkpoint(self._ledger, table, identifier, job_id, checkpoint_id, results)
+        failpoint("driver.after-stage")
+        if self._settings.inline_commit:
+            self._commit(job_id)
+
+    def _commit(self, job_id: str) -> None:
+        """Commit this job's pending checkpoints, retrying transient failures with capped backoff."""
+        delay = 0.2
+        for attempt in range(1, self._settings.commit_attempts + 1):
+            try:
+                self._committer.commit_pending(self._settings.table, job_id)
+                return
+            except IcesinkError as e:
+                if not e.transient or attempt == self._settings.commit_attempts:
+                    raise
+                log.warning("table=%s: commit attempt %d failed (%s); retrying", self._settings.table, attempt, e)
+                time.sleep(delay * random.uniform(0.5, 1.5))
+                delay = min(delay * 2, 10.0)

@@ -1,0 +1,107 @@
+"""``icesink.stream``: start a Spark streaming query that writes into an Iceberg table."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from icesink.catalog.config import CatalogConfig
+from icesink.errors import ConfigError, NotStreamingError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger("icesink.stream")
+
+COMMITTERS = ("inline", "daemon")
+
+
+def resolve_catalog(catalog: str | CatalogConfig | Mapping[str, str] | None) -> CatalogConfig:
+    """Accept a catalog name, a ready config, pyiceberg-style properties, or nothing (the default)."""
+    if isinstance(catalog, CatalogConfig):
+        return catalog
+    if catalog is None or isinstance(catalog, str):
+        return CatalogConfig.resolve(name=catalog)
+    properties = {k: str(v) for k, v in catalog.items()}
+    return CatalogConfig.resolve(
+        name=properties.pop("name", None),
+        uri=properties.pop("uri", None),
+        warehouse=properties.pop("warehouse", None),
+        properties=properties,
+    )
+
+
+def stream(
+    df: DataFrame,
+    table: str,
+    checkpoint_location: str | None = None,
+    *,
+    trigger: Mapping[str, Any] | None = None,
+    create_table: bool = False,
+    partition_by: Sequence[str] = (),
+    job_id: str | None = None,
+    catalog: str | CatalogConfig | Mapping[str, str] | None = None,
+    committer: str = "inline",
+    query_name: str | None = None,
+) -> StreamingQuery:
+    """Start writing a streaming DataFrame into an Iceberg table, exactly once per micro-batch.
+
+    Args:
+        df: a streaming DataFrame whose columns fit the table.
+        table: ``namespace.table`` in the catalog.
+        checkpoint_location: Spark's checkpoint directory; the job id is derived from it.
+        trigger: keyword arguments of ``DataStreamWriter.trigger``, e.g. ``{"processingTime": "10 seconds"}``.
+        create_table: create the table from the DataFrame's schema if it does not exist.
+        partition_by: partition fields of a new table: ``"col"``, ``"day(ts)"``, ``"bucket(16, id)"``, ….
+        job_id: a stable name for this writer; by default Spark's query id stored in the checkpoint.
+        catalog: catalog name, :class:`CatalogConfig` or properties; default: pyiceberg configuration,
+            else the embedded SQLite catalog under ``./warehouse``.
+        committer: ``"inline"`` commits from the driver after every batch; ``"daemon"`` only stages,
+            leaving commits to ``icesink committer run``.
+        query_name: Spark query name.
+
+    Returns:
+        The running ``StreamingQuery``.
+    """
+    from pyspark.sql import DataFrame as SparkDataFrame
+
+    from icesink.catalog.loader import open_catalog
+    from icesink.sink.batch import BatchWriter, SinkSettings
+    from icesink.sink.schema import plan_projection
+    from icesink.sink.tables import resolve_table, writer_spec
+
+    if not isinstance(df, SparkDataFrame):
+        raise NotStreamingError(f"table {table}: icesink.stream needs a Spark DataFrame, got {type(df).__name__}")
+    if not df.isStreaming:
+        raise NotStreamingError(
+            f"table {table}: the DataFrame is not streaming; build it with spark.readStream "
+            "(for a one-off load, use readStream with trigger={'availableNow': True})"
+        )
+    if committer not in COMMITTERS:
+        raise ConfigError(f"table {table}: committer must be one of {COMMITTERS}, not {committer!r}")
+    spark = df.sparkSession
+    checkpoint_location = checkpoint_location or spark.conf.get("spark.sql.streaming.checkpointLocation", None)
+    if not checkpoint_location:
+        raise ConfigError(
+            f"table {table}: checkpoint_location is required; exactly-once needs Spark's checkpoint to survive restarts"
+        )
+    if not os.environ.get("PYSPARK_PYTHON"):
+        log.warning("PYSPARK_PYTHON is not set; executors must run a Python that has icesink and pyarrow installed")
+
+    config = resolve_catalog(catalog)
+    catalog_handle = open_catalog(config)
+    iceberg_table = resolve_table(catalog_handle, config, table, df.schema, create_table, partition_by)
+    # Refuse a DataFrame that cannot fit before the query starts.
+    plan_projection(df.schema, iceberg_table.schema(), table)
+    writer_spec(iceberg_table, table, job_id or "check")
+
+    handler = BatchWriter(SinkSettings(table=table, catalog=config, job_id=job_id, inline_commit=committer == "inline"))
+    writer = df.writeStream.foreachBatch(handler).option("checkpointLocation", checkpoint_location)
+    if trigger:
+        writer = writer.trigger(**trigger)
+    if query_name:
+        writer = writer.queryName(query_name)
+    return writer.start()

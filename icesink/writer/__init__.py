@@ -1,0 +1,1 @@
+"""Code that runs on Spark executors: pyarrow only, never SQLAlchemy or a catalog."""

@@ -1,0 +1,226 @@
+"""Parquet files for one partition, rolled at the table's target file size."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from icesink.results import FileContent, FileRecord, PartitionValue
+from icesink.writer.metrics import FileMetrics
+from icesink.writer.spec import ColumnSpec, WriterSpec
+
+
+@dataclass(frozen=True)
+class FileNamer:
+    """Names files so that no two task attempts, in any process, can collide.
+
+    Spark's task ids restart in every process, so the name carries the job,
+    the checkpoint, the task, its attempt and a random uuid.
+    """
+
+    job_id: str
+    checkpoint_id: int
+    task_id: int
+    attempt: int
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def name(self, sequence: int, kind: str = "data") -> str:
+        suffix = "" if kind == "data" else f"-{kind}"
+        return (
+            f"{self.job_id}-{self.checkpoint_id:010d}-{self.task_id:05d}-{self.attempt}"
+            f"-{self.token}-{sequence:05d}{suffix}.parquet"
+        )
+
+
+def split_location(location: str) -> tuple[pafs.FileSystem, str]:
+    """A pyarrow filesystem and the path inside it for a ``file://``, ``s3://`` or local location."""
+    if "://" not in location:
+        return pafs.LocalFileSystem(), location
+    filesystem, path = pafs.FileSystem.from_uri(location)
+    return filesystem, path
+
+
+class ParquetFile:
+    """One open Parquet file, with its metrics kept up to date row group by row group."""
+
+    def __init__(
+        self,
+        filesystem: pafs.FileSystem,
+        fs_path: str,
+        uri: str,
+        schema: pa.Schema,
+        columns: tuple[ColumnSpec, ...],
+        spec: WriterSpec,
+    ) -> None:
+        self.uri = uri
+        self._fs_path = fs_path
+        self._filesystem = filesystem
+        self._stream = filesystem.open_output_stream(fs_path)
+        self._writer = pq.ParquetWriter(
+            self._stream,
+            schema,
+            compression=spec.compression,
+            compression_level=spec.compression_level,
+            # Iceberg readers expect INT64 microsecond timestamps, never INT96.
+            use_deprecated_int96_timestamps=False,
+            coerce_timestamps="us",
+            allow_truncated_timestamps=False,
+            store_schema=False,
+            write_statistics=True,
+        )
+        self.metrics = FileMetrics(columns)
+
+    @property
+    def bytes_written(self) -> int:
+        return int(self._stream.tell())
+
+    def write(self, table: pa.Table) -> None:
+        self._writer.write_table(table, row_group_size=max(1, table.num_rows))
+        self.metrics.update(table)
+
+    def close(self) -> tuple[int, pq.FileMetaData]:
+        self._writer.close()
+        size = int(self._stream.tell())
+        self._stream.close()
+        return size, self._writer.writer.metadata
+
+    def abort(self) -> None:
+        try:
+            self._writer.close()
+            self._stream.close()
+        finally:
+            self._filesystem.delete_file(self._fs_path)
+
+
+def _split_offsets(metadata: pq.FileMetaData) -> tuple[int, ...]:
+    offsets = []
+    for i in range(metadata.num_row_groups):
+        chunk = metadata.row_group(i).column(0)
+        start = chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+        offsets.append(int(start))
+    return tuple(sorted(offsets))
+
+
+def _column_sizes(metadata: pq.FileMetaData, columns: tuple[ColumnSpec, ...]) -> dict[int, int]:
+    sizes = dict.fromkeys((c.field_id for c in columns), 0)
+    for i in range(metadata.num_row_groups):
+        group = metadata.row_group(i)
+        for j, column in enumerate(columns):
+            sizes[column.field_id] += group.column(j).total_compressed_size
+    return sizes
+
+
+class RollingFileWriter:
+    """Writes the rows of one partition into files of about the target size.
+
+    Incoming batches are small (Spark sends ~10k rows); they are buffered into
+    row groups of ``row_group_rows``/``row_group_bytes`` so that readers get
+    row groups of a useful size.
+    """
+
+    def __init__(
+        self,
+        spec: WriterSpec,
+        namer: FileNamer,
+        partition: tuple[PartitionValue, ...],
+        directory: str,
+        columns: tuple[ColumnSpec, ...],
+        content: FileContent = FileContent.DATA,
+        equality_ids: tuple[int, ...] | None = None,
+    ) -> None:
+        self._spec = spec
+        self._namer = namer
+        self._partition = partition
+        self._directory = directory.rstrip("/")
+        self._columns = columns
+        self._schema = pa.schema([c for c in spec.arrow_schema() if c.name in {x.name for x in columns}])
+        self._content = content
+        self._equality_ids = equality_ids
+        self._filesystem, self._fs_directory = split_location(self._directory)
+        if isinstance(self._filesystem, pafs.LocalFileSystem):
+            # Object stores have no directories; local disks need them first.
+            self._filesystem.create_dir(self._fs_directory, recursive=True)
+        self._buffer: list[pa.Table] = []
+        self.buffered_rows = 0
+        self.buffered_bytes = 0
+        self._file: ParquetFile | None = None
+        self._sequence = 0
+        self.completed: list[FileRecord] = []
+
+    def write(self, table: pa.Table) -> None:
+        self._buffer.append(table)
+        self.buffered_rows += table.num_rows
+        self.buffered_bytes += table.nbytes
+        if self.buffered_rows >= self._spec.row_group_rows or self.buffered_bytes >= self._spec.row_group_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the buffered rows as one row group, rolling to a new file when the target size is reached."""
+        if not self._buffer:
+            return
+        table = pa.concat_tables(self._buffer)
+        self._buffer.clear()
+        self.buffered_rows = 0
+        self.buffered_bytes = 0
+        if self._file is None:
+            self._file = self._open()
+        self._file.write(table)
+        if self._file.bytes_written >= self._spec.target_file_size_bytes:
+            self._close_file()
+
+    def _open(self) -> ParquetFile:
+        name = self._namer.name(self._sequence, "data" if self._content == FileContent.DATA else "eq-deletes")
+        self._sequence += 1
+        return ParquetFile(
+            self._filesystem,
+            f"{self._fs_directory}/{name}",
+            f"{self._directory}/{name}",
+            self._schema,
+            self._columns,
+            self._spec,
+        )
+
+    def _close_file(self) -> None:
+        assert self._file is not None
+        file, self._file = self._file, None
+        size, metadata = file.close()
+        lowers, uppers = file.metrics.bounds()
+        self.completed.append(
+            FileRecord(
+                path=file.uri,
+                content=self._content,
+                record_count=file.metrics.record_count,
+                file_size_bytes=size,
+                spec_id=self._spec.spec_id,
+                partition=self._partition,
+                column_sizes=_column_sizes(metadata, self._columns),
+                value_counts=file.metrics.value_counts(),
+                null_value_counts=file.metrics.null_value_counts(),
+                nan_value_counts=file.metrics.nan_value_counts(),
+                lower_bounds=lowers,
+                upper_bounds=uppers,
+                split_offsets=_split_offsets(metadata),
+                equality_ids=self._equality_ids,
+            )
+        )
+
+    def close(self) -> list[FileRecord]:
+        self.flush()
+        if self._file is not None:
+            self._close_file()
+        return self.completed
+
+    def abort(self) -> None:
+        """Remove every file this writer created; used when the task fails."""
+        self._buffer.clear()
+        if self._file is not None:
+            self._file.abort()
+            self._file = None
+        for record in self.completed:
+            _, path = split_location(record.path)
+            self._filesystem.delete_file(path)
+        self.completed.clear()

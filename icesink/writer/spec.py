@@ -1,0 +1,100 @@
+"""What an executor needs to know to write files for one table and checkpoint.
+
+The driver builds a :class:`WriterSpec` from the Iceberg table and ships it to
+the executors inside the task closure; it holds plain values only, so the
+executors import neither pyiceberg nor a catalog client.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+import pyarrow as pa
+
+FIELD_ID_KEY = b"PARQUET:field_id"
+
+_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """A top-level column of the table: Iceberg field id, name, type and nullability."""
+
+    field_id: int
+    name: str
+    iceberg_type: str
+    required: bool
+
+
+@dataclass(frozen=True)
+class PartitionFieldSpec:
+    """One partition field: which column it reads and which transform it applies."""
+
+    field_id: int
+    name: str
+    source_id: int
+    transform: str
+
+
+@dataclass(frozen=True)
+class WriterSpec:
+    """Everything a write task needs; built on the driver, read on executors."""
+
+    table_name: str
+    data_location: str
+    columns: tuple[ColumnSpec, ...]
+    partition_fields: tuple[PartitionFieldSpec, ...]
+    spec_id: int
+    job_id: str
+    checkpoint_id: int = -1
+    target_file_size_bytes: int = 512 * 1024 * 1024
+    row_group_rows: int = 1024 * 1024
+    row_group_bytes: int = 128 * 1024 * 1024
+    compression: str = "zstd"
+    compression_level: int | None = None
+    storage_options: tuple[tuple[str, str], ...] = ()
+
+    def for_checkpoint(self, checkpoint_id: int) -> WriterSpec:
+        return replace(self, checkpoint_id=checkpoint_id)
+
+    def column_by_id(self, field_id: int) -> ColumnSpec:
+        for column in self.columns:
+            if column.field_id == field_id:
+                return column
+        raise KeyError(field_id)
+
+    def arrow_schema(self) -> pa.Schema:
+        """The Arrow schema of data files, carrying Iceberg field ids for Parquet."""
+        return pa.schema([arrow_field(c) for c in self.columns])
+
+
+def arrow_type(iceberg_type: str) -> pa.DataType:
+    """The Arrow type that Parquet files of this Iceberg primitive type are written with."""
+    simple = {
+        "boolean": pa.bool_(),
+        "int": pa.int32(),
+        "long": pa.int64(),
+        "float": pa.float32(),
+        "double": pa.float64(),
+        "date": pa.date32(),
+        "timestamp": pa.timestamp("us"),
+        "timestamptz": pa.timestamp("us", tz="UTC"),
+        "string": pa.string(),
+        "binary": pa.binary(),
+    }
+    if iceberg_type in simple:
+        return simple[iceberg_type]
+    match = _DECIMAL.fullmatch(iceberg_type)
+    if match:
+        return pa.decimal128(int(match.group(1)), int(match.group(2)))
+    raise ValueError(f"Iceberg type {iceberg_type!r} is not supported by the icesink writer")
+
+
+def arrow_field(column: ColumnSpec) -> pa.Field:
+    return pa.field(
+        column.name,
+        arrow_type(column.iceberg_type),
+        nullable=not column.required,
+        metadata={FIELD_ID_KEY: str(column.field_id).encode()},
+    )
