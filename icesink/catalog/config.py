@@ -60,7 +60,7 @@ class CatalogConfig:
     embedded: bool = False
 
     @classmethod
-    def embedded(cls, root: str | os.PathLike[str] = EMBEDDED_DIRECTORY, name: str = DEFAULT_CATALOG_NAME) -> CatalogConfig:
+    def embedded_default(cls, root: str | os.PathLike[str] = EMBEDDED_DIRECTORY, name: str = DEFAULT_CATALOG_NAME) -> CatalogConfig:
         path = Path(root).absolute()
         return cls(name=name, uri=_embedded_uri(path), warehouse=path.as_uri(), embedded=True)
 
@@ -91,7 +91,7 @@ class CatalogConfig:
         if "uri" not in merged:
             if "warehouse" in merged:
                 raise ConfigError(f"catalog {name!r} has a warehouse but no uri; set the catalog database URI")
-            return cls.embedded(name=name)
+            return cls.embedded_default(name=name)
         resolved_uri = merged.pop("uri")
         if "warehouse" not in merged:
             if resolved_uri.startswith("sqlite:///"):

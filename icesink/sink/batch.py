@@ -1,8 +1,9 @@
 """What happens to every micro-batch on the driver (the ``foreachBatch`` function).
 
-1. Decide whether this checkpoint still needs writing: the ledger may have
-   staged it already (Spark re-delivers a batch whose commit it did not
-   record) and the table's marker may already hold it.
+1. Decide whether this checkpoint still needs writing: the table's marker
+   may already hold it, or hold a later one (a restart from an older
+   checkpoint location: refused), and the ledger may have staged it already
+   (Spark re-delivers a batch whose completion it did not record).
 2. Executors write Parquet files (one ``mapInArrow`` pass: the only action
    on the batch, so the source is read once) and return ``WriteResult``s.
 3. The checkpoint's delta manifest is written and staged in the ledger
@@ -73,12 +74,6 @@ class BatchWriter:
         identifier = self._settings.table
         job_id = self.job_id(batch_df)
         checkpoint_id = int(batch_id)
-        known = self._ledger.get(identifier, job_id, checkpoint_id)
-        if known is not None:
-            log.info("table=%s job=%s checkpoint=%d already %s; not written again", identifier, job_id, checkpoint_id, known.state)
-            if known.state == CheckpointState.STAGED and self._settings.inline_commit:
-                self._commit(job_id)
-            return
         table = load_table(self._catalog, self._settings.catalog, identifier)
         marker = max_committed_checkpoint(table.metadata, job_id)
         if marker is not None and checkpoint_id < marker:
@@ -90,6 +85,13 @@ class BatchWriter:
             )
         if marker is not None and checkpoint_id == marker:
             log.info("table=%s job=%s checkpoint=%d is already in the table; skipped", identifier, job_id, checkpoint_id)
+            return
+        known = self._ledger.get(identifier, job_id, checkpoint_id)
+        if known is not None:
+            # Spark re-delivered a batch whose staging survived: commit it, never write it again.
+            log.info("table=%s job=%s checkpoint=%d already %s; not written again", identifier, job_id, checkpoint_id, known.state)
+            if known.state == CheckpointState.STAGED and self._settings.inline_commit:
+                self._commit(job_id)
             return
         projection = plan_projection(batch_df.schema, table.schema(), identifier)
         spec = writer_spec(table, identifier, job_id).for_checkpoint(checkpoint_id)

@@ -1,0 +1,41 @@
+"""Helpers for tests that run real Spark streams over a directory of input files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tests.support import orders
+
+SPARK_SCHEMA = "id long, name string, amount double, ts timestamp"
+
+
+def add_input_files(directory: Path, batches: list[tuple[int, int]]) -> None:
+    """One Parquet file per ``(start, count)``; file names sort in the given order."""
+    directory.mkdir(parents=True, exist_ok=True)
+    existing = len(list(directory.glob("*.parquet")))
+    for number, (start, count) in enumerate(batches, start=existing):
+        table = orders(start, count)
+        tmp = directory / f".part-{number:05d}.tmp"
+        pq.write_table(table, tmp)
+        tmp.rename(directory / f"part-{number:05d}.parquet")
+
+
+def input_stream(spark: Any, directory: Path, schema: str = SPARK_SCHEMA) -> Any:
+    return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(directory))
+
+
+def run_available(df: Any, **kwargs: Any) -> Any:
+    """Run ``icesink.stream`` over everything available now and wait for it."""
+    import icesink
+
+    query = icesink.stream(df, trigger={"availableNow": True}, **kwargs)
+    query.awaitTermination()
+    return query
+
+
+def expected_rows(batches: list[tuple[int, int]]) -> pa.Table:
+    return pa.concat_tables([orders(start, count) for start, count in batches])

@@ -1,0 +1,106 @@
+"""Catalog configuration and the migrated schema, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from icesink.catalog import database
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from icesink.errors import CatalogNotMigratedError, CatalogUnavailableError, ConfigError
+from tests.conftest import create_pg_database, drop_pg_database
+
+
+def test_nothing_configured_means_the_embedded_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = CatalogConfig.resolve()
+    assert config.embedded
+    assert config.uri == f"sqlite:///{tmp_path / 'warehouse' / 'catalog.db'}"
+    assert config.warehouse == (tmp_path / "warehouse").as_uri()
+    catalog = open_catalog(config)  # created and migrated on first use
+    catalog.create_namespace("demo")
+    assert (tmp_path / "warehouse" / "catalog.db").exists()
+
+
+def test_pyiceberg_environment_variables_configure_the_catalog(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYICEBERG_CATALOG__PROD__URI", "postgresql+psycopg2://icesink:s3cret@db:5432/catalog")
+    monkeypatch.setenv("PYICEBERG_CATALOG__PROD__WAREHOUSE", "s3://lake/warehouse")
+    monkeypatch.setenv("PYICEBERG_CATALOG__PROD__S3__ENDPOINT", "http://127.0.0.1:9000")
+    config = CatalogConfig.resolve("prod")
+    assert not config.embedded
+    assert config.uri.endswith("@db:5432/catalog")
+    assert config.warehouse == "s3://lake/warehouse"
+    assert config.properties["s3.endpoint"] == "http://127.0.0.1:9000"
+    assert "s3cret" not in config.describe()
+    assert config.pyiceberg_properties()["init_catalog_tables"] == "false"
+
+
+def test_pyiceberg_yaml_configures_the_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / ".pyiceberg.yaml").write_text(
+        "catalog:\n  lake:\n    type: sql\n    uri: sqlite:////data/catalog.db\n    warehouse: file:///data/wh\n"
+    )
+    monkeypatch.setenv("PYICEBERG_HOME", str(tmp_path))
+    config = CatalogConfig.resolve("lake")
+    assert (config.uri, config.warehouse) == ("sqlite:////data/catalog.db", "file:///data/wh")
+    assert CatalogConfig.resolve("lake", warehouse="file:///elsewhere").warehouse == "file:///elsewhere"
+
+
+def test_non_sql_catalog_type_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYICEBERG_CATALOG__REST__TYPE", "rest")
+    monkeypatch.setenv("PYICEBERG_CATALOG__REST__URI", "http://127.0.0.1:8181")
+    with pytest.raises(ConfigError, match="type 'rest'"):
+        CatalogConfig.resolve("rest")
+
+
+def test_bad_uri_is_a_config_error_naming_it() -> None:
+    with pytest.raises(ConfigError, match="not a database URL"):
+        CatalogConfig.resolve("x", uri="not a url at all", warehouse="file:///tmp/w")
+
+
+def test_unknown_driver_is_a_config_error(tmp_path: Path) -> None:
+    config = CatalogConfig("x", "nosuchdb://host/db", tmp_path.as_uri())
+    with pytest.raises(ConfigError, match="no database driver"):
+        open_catalog(config)
+
+
+def test_unreachable_database_is_transient_and_hides_the_password(tmp_path: Path) -> None:
+    config = CatalogConfig("x", "postgresql+psycopg2://u:hunter2@127.0.0.1:1/db", tmp_path.as_uri())
+    with pytest.raises(CatalogUnavailableError) as raised:
+        open_catalog(config)
+    assert raised.value.transient
+    assert "hunter2" not in str(raised.value)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def empty_database(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    admin = request.getfixturevalue("pg_admin_url")
+    url = create_pg_database(admin)
+    yield url
+    drop_pg_database(admin, url)
+
+
+def test_unmigrated_database_says_to_run_db_upgrade(empty_database: str, tmp_path: Path) -> None:
+    config = CatalogConfig("main", empty_database, tmp_path.as_uri())
+    with pytest.raises(CatalogNotMigratedError, match="icesink db upgrade"):
+        open_catalog(config)
+    database.upgrade(config)
+    database.upgrade(config)  # idempotent
+    catalog = open_catalog(config)
+    catalog.create_namespace("ns")
+    assert ("ns",) in catalog.list_namespaces()
+
+
+def test_database_initialised_by_pyiceberg_keeps_its_tables(empty_database: str, tmp_path: Path) -> None:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    plain = SqlCatalog("main", uri=empty_database, warehouse=tmp_path.as_uri())
+    plain.create_namespace("existing")
+    plain.engine.dispose()
+    config = CatalogConfig("main", empty_database, tmp_path.as_uri())
+    database.upgrade(config)
+    assert ("existing",) in open_catalog(config).list_namespaces()

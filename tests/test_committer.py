@@ -1,0 +1,177 @@
+"""Staging and committing checkpoints, on SQLite and PostgreSQL catalogs."""
+
+from __future__ import annotations
+
+import pytest
+
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from icesink.committer import pyiceberg_internals as internals
+from icesink.committer.commit import TableCommitter
+from icesink.committer.ledger import CheckpointState, Ledger
+from icesink.committer.marker import JOB_ID_PROPERTY, MAX_CHECKPOINT_PROPERTY, max_committed_checkpoint
+from icesink.errors import ManifestError
+from tests.support import create_orders_table, orders, stage_rows, table_ids, write_files
+
+TABLE = "shop.orders"
+
+
+def committer(config: CatalogConfig) -> TableCommitter:
+    return TableCommitter(open_catalog(config), config, Ledger(config))
+
+
+def test_pending_append_checkpoints_become_one_snapshot_with_the_marker(catalog_config: CatalogConfig) -> None:
+    create_orders_table(catalog_config)
+    for checkpoint in range(3):
+        assert stage_rows(catalog_config, TABLE, "job-a", checkpoint, orders(checkpoint * 100, 100))
+    outcomes = committer(catalog_config).commit_pending(TABLE)
+    assert [o.checkpoint_ids for o in outcomes] == [(0, 1, 2)]
+    table = open_catalog(catalog_config).load_table(TABLE)
+    assert len(table.metadata.snapshots) == 1
+    summary = table.current_snapshot().summary
+    assert summary[JOB_ID_PROPERTY] == "job-a"
+    assert summary[MAX_CHECKPOINT_PROPERTY] == "2"
+    assert summary["added-records"] == "300"
+    assert table_ids(catalog_config, TABLE) == list(range(300))
+    rows = Ledger(catalog_config).for_table(TABLE)
+    assert {r.state for r in rows} == {CheckpointState.COMMITTED}
+    assert {r.snapshot_id for r in rows} == {table.current_snapshot().snapshot_id}
+
+
+def test_temporary_manifests_are_deleted_after_the_commit(catalog_config: CatalogConfig) -> None:
+    from pathlib import Path
+
+    create_orders_table(catalog_config)
+    stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
+    (row,) = Ledger(catalog_config).pending(TABLE)
+    manifest = Path(row.data_manifest.removeprefix("file://"))
+    assert manifest.exists()
+    committer(catalog_config).commit_pending(TABLE)
+    assert not manifest.exists()
+    (row,) = Ledger(catalog_config).for_table(TABLE)
+    assert row.manifests_deleted
+
+
+def test_a_second_run_commits_nothing(catalog_config: CatalogConfig) -> None:
+    create_orders_table(catalog_config)
+    stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
+    committer(catalog_config).commit_pending(TABLE)
+    assert committer(catalog_config).commit_pending(TABLE) == []
+    assert table_ids(catalog_config, TABLE) == list(range(10))
+
+
+def test_checkpoint_already_in_the_table_is_not_committed_again(catalog_config: CatalogConfig) -> None:
+    """The state a crash between the catalog commit and the ledger update leaves behind."""
+    import sqlalchemy as sa
+
+    from icesink.catalog.database import engine
+    from icesink.committer.ledger import checkpoints
+
+    create_orders_table(catalog_config)
+    stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
+    committer(catalog_config).commit_pending(TABLE)
+    with engine(catalog_config).begin() as connection:  # forget the ledger update
+        connection.execute(sa.update(checkpoints).values(state="staged", snapshot_id=None))
+    outcomes = committer(catalog_config).commit_pending(TABLE)
+    assert [(o.checkpoint_ids, o.already_committed) for o in outcomes] == [((0,), True)]
+    assert table_ids(catalog_config, TABLE) == list(range(10))
+    assert len(open_catalog(catalog_config).load_table(TABLE).metadata.snapshots) == 1
+
+
+def test_jobs_keep_separate_markers(catalog_config: CatalogConfig) -> None:
+    create_orders_table(catalog_config)
+    stage_rows(catalog_config, TABLE, "job-a", 5, orders(0, 10))
+    stage_rows(catalog_config, TABLE, "job-b", 1, orders(10, 10))
+    committer(catalog_config).commit_pending(TABLE)
+    stage_rows(catalog_config, TABLE, "job-a", 6, orders(20, 10))
+    committer(catalog_config).commit_pending(TABLE)
+    metadata = open_catalog(catalog_config).load_table(TABLE).metadata
+    assert max_committed_checkpoint(metadata, "job-a") == 6
+    assert max_committed_checkpoint(metadata, "job-b") == 1
+    assert max_committed_checkpoint(metadata, "job-c") is None
+    assert table_ids(catalog_config, TABLE) == list(range(30))
+
+
+def test_head_moved_by_another_writer_is_rebuilt_after_rechecking_the_marker(catalog_config: CatalogConfig) -> None:
+    """The compare-and-swap loses to a foreign append; the retry keeps both, once each."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    create_orders_table(catalog_config)
+    catalog = open_catalog(catalog_config)
+    stale = catalog.load_table(TABLE)
+    foreign = catalog.load_table(TABLE)
+    foreign.append(orders(1000, 5).cast(foreign.schema().as_arrow()))
+    result = write_files(stale, TABLE, "job-a", 0, orders(0, 10))
+    prepared = internals.prepare_append(
+        stale, [internals.to_data_file(f, 2) for f in result.data_files], {JOB_ID_PROPERTY: "job-a"}
+    )
+    with pytest.raises(CommitFailedException):
+        internals.commit_prepared(stale, prepared)
+    # The committer itself, starting from the stale view, ends with both writes exactly once.
+    stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
+    committer(catalog_config).commit_pending(TABLE)
+    assert table_ids(catalog_config, TABLE) == [*range(10), *range(1000, 1005)]
+
+
+def test_stale_committer_rechecks_the_marker_after_losing_the_swap(catalog_config: CatalogConfig) -> None:
+    """Two committers race for one checkpoint: the loser must find the marker, not append again."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    create_orders_table(catalog_config)
+    stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
+    first, second = committer(catalog_config), committer(catalog_config)
+    catalog = open_catalog(catalog_config)
+    stale_view = catalog.load_table(TABLE)
+    first.commit_pending(TABLE)
+    # A commit built on the stale view is refused by the catalog ...
+    result = write_files(stale_view, TABLE, "job-a", 0, orders(0, 10))
+    prepared = internals.prepare_append(stale_view, [internals.to_data_file(f, 2) for f in result.data_files], {})
+    with pytest.raises(CommitFailedException):
+        internals.commit_prepared(stale_view, prepared)
+    # ... and the second committer, seeing the checkpoint staged again, skips it by the marker.
+    import sqlalchemy as sa
+
+    from icesink.catalog.database import engine
+    from icesink.committer.ledger import checkpoints
+
+    with engine(catalog_config).begin() as connection:
+        connection.execute(sa.update(checkpoints).values(state="staged"))
+    outcomes = second.commit_pending(TABLE)
+    assert all(o.already_committed for o in outcomes)
+    assert table_ids(catalog_config, TABLE) == list(range(10))
+
+
+def test_missing_manifest_is_a_clear_error_and_loses_nothing(catalog_config: CatalogConfig) -> None:
+    from pathlib import Path
+
+    create_orders_table(catalog_config)
+    stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
+    (row,) = Ledger(catalog_config).pending(TABLE)
+    Path(row.data_manifest.removeprefix("file://")).unlink()
+    with pytest.raises(ManifestError) as raised:
+        committer(catalog_config).commit_pending(TABLE)
+    message = str(raised.value)
+    assert TABLE in message and "job-a" in message and "checkpoint 0" in message and row.data_manifest in message
+    assert open_catalog(catalog_config).load_table(TABLE).current_snapshot() is None
+    assert [r.state for r in Ledger(catalog_config).for_table(TABLE)] == [CheckpointState.STAGED]
+
+
+def test_staging_twice_keeps_the_first(catalog_config: CatalogConfig) -> None:
+    create_orders_table(catalog_config)
+    assert stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
+    assert not stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
+    committer(catalog_config).commit_pending(TABLE)
+    assert table_ids(catalog_config, TABLE) == list(range(10))
+
+
+def test_partitioned_table_commits_partition_values_readers_can_filter_on(catalog_config: CatalogConfig) -> None:
+    create_orders_table(catalog_config, partition_by=("day(ts)", "bucket(4, id)"))
+    stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 200))
+    committer(catalog_config).commit_pending(TABLE)
+    table = open_catalog(catalog_config).load_table(TABLE)
+    assert table.scan().to_arrow().num_rows == 200
+    assert int(table.current_snapshot().summary["changed-partition-count"]) > 8
+    one_day = table.scan(row_filter="ts >= '2026-01-02T00:00:00+00:00' and ts < '2026-01-03T00:00:00+00:00'")
+    assert sorted(one_day.to_arrow().column("id").to_pylist()) == list(range(24, 48))
+    planned = {task.file.file_path for task in one_day.plan_files()}
+    assert len(planned) < len({t.file.file_path for t in table.scan().plan_files()})  # pruned by partition
