@@ -19,7 +19,7 @@ install: $(BIN)/icesink
 demo: install
 	$(BIN)/python examples/demo.py
 
-test: install
+test: install lint
 	$(BIN)/pytest
 
 test-fast: install

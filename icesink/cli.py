@@ -62,7 +62,12 @@ class IcesinkGroup(click.Group):
 
 
 @click.group(cls=IcesinkGroup)
-@click.option("--catalog", "name", envvar="ICESINK_CATALOG", help="Catalog name in .pyiceberg.yaml / PYICEBERG_CATALOG__<NAME>__*.")
+@click.option(
+    "--catalog",
+    "name",
+    envvar="ICESINK_CATALOG",
+    help="Catalog name in .pyiceberg.yaml / PYICEBERG_CATALOG__<NAME>__*.",
+)
 @click.option("--uri", help="Catalog database URL (overrides the configuration).")
 @click.option("--warehouse", help="Warehouse location (overrides the configuration).")
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
@@ -118,7 +123,11 @@ def tables_list(obj: Context, as_json: bool) -> None:
                     "location": table.location(),
                 }
             )
-    _emit(as_json, rows, _table([list(r.values()) for r in rows], ["table", "snapshots", "current", "records", "location"]))
+    _emit(
+        as_json,
+        rows,
+        _table([list(r.values()) for r in rows], ["table", "snapshots", "current", "records", "location"]),
+    )
 
 
 @main.group()
@@ -150,7 +159,18 @@ def snapshots_list(obj: Context, table: str, as_json: bool) -> None:
         ]
         for s in infos
     ]
-    headers = ["snapshot", "parent", "committed at", "operation", "job", "checkpoint", "+records", "-records", "+files", "-files"]
+    headers = [
+        "snapshot",
+        "parent",
+        "committed at",
+        "operation",
+        "job",
+        "checkpoint",
+        "+records",
+        "-records",
+        "+files",
+        "-files",
+    ]
     _emit(as_json, [s.to_json() for s in infos], _table(rows, headers))
 
 
@@ -168,7 +188,10 @@ def snapshots_show(obj: Context, table: str, snapshot_id: int, as_json: bool) ->
         raise click.ClickException(f"table {table} has no snapshot {snapshot_id}")
     summary = "\n".join(f"  {k}: {v}" for k, v in sorted(info["summary"].items()))
     manifests = _table(
-        [[m["content"], m["added_files"], m["existing_files"], m["deleted_files"], m["added_rows"], m["path"]] for m in info["manifests"]],
+        [
+            [m["content"], m["added_files"], m["existing_files"], m["deleted_files"], m["added_rows"], m["path"]]
+            for m in info["manifests"]
+        ],
         ["content", "added", "existing", "deleted", "rows", "path"],
     )
     text = (
@@ -196,7 +219,19 @@ def checkpoints_list(obj: Context, table: str, as_json: bool) -> None:
     obj.catalog()  # checks (or, for the embedded default, applies) the migrations
     rows = Ledger(obj.config).for_table(table)
     text = _table(
-        [[r.job_id, r.checkpoint_id, r.state.value, r.data_files, r.data_records, r.snapshot_id, r.staged_at, r.committed_at] for r in rows],
+        [
+            [
+                r.job_id,
+                r.checkpoint_id,
+                r.state.value,
+                r.data_files,
+                r.data_records,
+                r.snapshot_id,
+                r.staged_at,
+                r.committed_at,
+            ]
+            for r in rows
+        ],
         ["job", "checkpoint", "state", "files", "records", "snapshot", "staged at", "committed at"],
     )
     _emit(as_json, [asdict(r) for r in rows], text)

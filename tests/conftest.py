@@ -16,7 +16,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # Tests never read the developer's own ~/.pyiceberg.yaml.
 os.environ["PYICEBERG_HOME"] = str(Path(__file__).parent / "no-pyiceberg-home")
 
-from icesink.catalog.config import CatalogConfig  # noqa: E402
+from icesink.catalog.config import CatalogConfig
 
 PG_URL = os.environ.get("ICESINK_TEST_PG_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
 REQUIRE_PG = os.environ.get("ICESINK_REQUIRE_PG") == "1"

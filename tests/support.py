@@ -41,13 +41,17 @@ def orders(start: int, count: int) -> pa.Table:
     )
 
 
-def create_orders_table(config: CatalogConfig, identifier: str = "shop.orders", partition_by: tuple[str, ...] = ()) -> Any:
+def create_orders_table(
+    config: CatalogConfig, identifier: str = "shop.orders", partition_by: tuple[str, ...] = ()
+) -> Any:
     from icesink.sink.tables import parse_partition_by
 
     catalog = open_catalog(config)
     catalog.create_namespace_if_not_exists(identifier.rsplit(".", 1)[0])
     schema = _orders_schema()
-    return catalog.create_table(identifier, schema=schema, partition_spec=parse_partition_by(identifier, schema, partition_by))
+    return catalog.create_table(
+        identifier, schema=schema, partition_spec=parse_partition_by(identifier, schema, partition_by)
+    )
 
 
 def _orders_schema() -> Any:
@@ -62,7 +66,9 @@ def _orders_schema() -> Any:
     )
 
 
-def write_files(table: Any, identifier: str, job_id: str, checkpoint_id: int, rows: pa.Table, task_id: int = 0) -> WriteResult:
+def write_files(
+    table: Any, identifier: str, job_id: str, checkpoint_id: int, rows: pa.Table, task_id: int = 0
+) -> WriteResult:
     """What one executor task would return for ``rows``."""
     spec = writer_spec(table, identifier, job_id).for_checkpoint(checkpoint_id)
     writer = TaskWriter(spec, task_id=task_id, attempt=0)

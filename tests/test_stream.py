@@ -28,7 +28,9 @@ def table_rows(config: CatalogConfig, identifier: str = TABLE) -> list[dict[str,
     return sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["id"])
 
 
-def test_rows_in_the_table_equal_the_input_one_snapshot_per_batch(spark: Any, catalog_config: CatalogConfig, tmp_path: Path) -> None:
+def test_rows_in_the_table_equal_the_input_one_snapshot_per_batch(
+    spark: Any, catalog_config: CatalogConfig, tmp_path: Path
+) -> None:
     batches = [(0, 1000), (1000, 1), (1001, 2500)]
     add_input_files(tmp_path / "in", batches)
     run_available(
@@ -76,7 +78,9 @@ def test_partitioned_table_is_created_and_filled(spark: Any, catalog_config: Cat
     assert table_rows(catalog_config) == expected_rows(batches).to_pylist()
 
 
-def test_daemon_mode_only_stages_until_the_committer_runs(spark: Any, catalog_config: CatalogConfig, tmp_path: Path) -> None:
+def test_daemon_mode_only_stages_until_the_committer_runs(
+    spark: Any, catalog_config: CatalogConfig, tmp_path: Path
+) -> None:
     from click.testing import CliRunner
 
     from icesink.cli import main
@@ -125,7 +129,12 @@ def test_null_in_a_required_column_fails_the_batch_and_commits_nothing_of_it(
     bad = bad.append_column("ts", pa.array([None, None], pa.timestamp("us", tz="UTC")))
     pq.write_table(bad, tmp_path / "in" / "part-00001.parquet")
     with pytest.raises(Exception) as raised:
-        run_available(input_stream(spark, tmp_path / "in"), table=TABLE, checkpoint_location=str(tmp_path / "c"), catalog=catalog_config)
+        run_available(
+            input_stream(spark, tmp_path / "in"),
+            table=TABLE,
+            checkpoint_location=str(tmp_path / "c"),
+            catalog=catalog_config,
+        )
     message = str(raised.value)
     assert "column 'id' is required" in message and "checkpoint 1" in message and TABLE in message
     assert [r["id"] for r in table_rows(catalog_config)] == list(range(10))
@@ -135,8 +144,13 @@ def test_unknown_table_without_create_table(spark: Any, catalog_config: CatalogC
     import icesink
 
     add_input_files(tmp_path / "in", [(0, 1)])
-    with pytest.raises(TableNotFoundError, match="'shop.missing' does not exist.*create_table=True"):
-        icesink.stream(input_stream(spark, tmp_path / "in"), table="shop.missing", checkpoint_location=str(tmp_path / "c"), catalog=catalog_config)
+    with pytest.raises(TableNotFoundError, match=r"'shop\.missing' does not exist.*create_table=True"):
+        icesink.stream(
+            input_stream(spark, tmp_path / "in"),
+            table="shop.missing",
+            checkpoint_location=str(tmp_path / "c"),
+            catalog=catalog_config,
+        )
     assert not spark.streams.active
 
 
@@ -156,11 +170,18 @@ def test_dataframe_that_does_not_fit_the_table_is_refused_before_starting(
     create_orders_table(catalog_config)
     add_input_files(tmp_path / "in", [(0, 1)])
     with pytest.raises(SchemaMismatchError, match=message):
-        icesink.stream(input_stream(spark, tmp_path / "in", schema), table=TABLE, checkpoint_location=str(tmp_path / "c"), catalog=catalog_config)
+        icesink.stream(
+            input_stream(spark, tmp_path / "in", schema),
+            table=TABLE,
+            checkpoint_location=str(tmp_path / "c"),
+            catalog=catalog_config,
+        )
     assert not spark.streams.active
 
 
-def test_narrower_types_and_missing_optional_columns_are_accepted(spark: Any, catalog_config: CatalogConfig, tmp_path: Path) -> None:
+def test_narrower_types_and_missing_optional_columns_are_accepted(
+    spark: Any, catalog_config: CatalogConfig, tmp_path: Path
+) -> None:
     create_orders_table(catalog_config)
     add_input_files(tmp_path / "in", [(0, 5)])
     df = input_stream(spark, tmp_path / "in").selectExpr("CAST(id AS INT) AS id", "name")

@@ -188,7 +188,7 @@ def _internal(value: object) -> object:
 
 def test_null_in_required_column_names_table_checkpoint_and_column_and_leaves_no_files(tmp_path: Path) -> None:
     good = rows(20)
-    bad = good.set_column(0, pa.field("id", pa.int64()), pa.array([1, None] + list(range(18)), pa.int64()))
+    bad = good.set_column(0, pa.field("id", pa.int64()), pa.array([1, None, *range(18)], pa.int64()))
     run = write_task(spec(tmp_path))
     with pytest.raises(BadRowError) as raised:
         list(run(iter([*good.to_batches(), *bad.to_batches()])))

@@ -60,7 +60,9 @@ class CatalogConfig:
     embedded: bool = False
 
     @classmethod
-    def embedded_default(cls, root: str | os.PathLike[str] = EMBEDDED_DIRECTORY, name: str = DEFAULT_CATALOG_NAME) -> CatalogConfig:
+    def embedded_default(
+        cls, root: str | os.PathLike[str] = EMBEDDED_DIRECTORY, name: str = DEFAULT_CATALOG_NAME
+    ) -> CatalogConfig:
         path = Path(root).absolute()
         return cls(name=name, uri=_embedded_uri(path), warehouse=path.as_uri(), embedded=True)
 

@@ -62,7 +62,10 @@ def snapshot_info(snapshot: Snapshot) -> SnapshotInfo:
 
 def list_snapshots(table: Table) -> list[SnapshotInfo]:
     """Snapshots oldest first."""
-    return [snapshot_info(s) for s in sorted(table.metadata.snapshots, key=lambda s: (s.timestamp_ms, s.sequence_number or 0))]
+    return [
+        snapshot_info(s)
+        for s in sorted(table.metadata.snapshots, key=lambda s: (s.timestamp_ms, s.sequence_number or 0))
+    ]
 
 
 def show_snapshot(table: Table, snapshot_id: int) -> dict[str, Any] | None:

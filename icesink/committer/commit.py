@@ -11,6 +11,7 @@ twice.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import time
@@ -22,7 +23,7 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
 from icesink.committer.ledger import CheckpointRow, Ledger
-from icesink.committer.marker import max_committed_checkpoint, marker_properties
+from icesink.committer.marker import marker_properties, max_committed_checkpoint
 from icesink.committer.policy import plan_snapshots
 from icesink.errors import CommitConflictError, ManifestError
 from icesink.failpoints import failpoint
@@ -66,6 +67,8 @@ class TableCommitter:
         if not rows:
             return []
         table = load_table(self._catalog, self._config, table_identifier)
+        # Manifests left by a committer that died between its ledger update and its cleanup.
+        self._cleanup(table, self._ledger.uncleaned(table_identifier))
         outcomes: list[CommitOutcome] = []
         for job, job_rows in itertools.groupby(rows, key=lambda r: r.job_id):
             table = self._commit_job(table, table_identifier, job, list(job_rows), outcomes)
@@ -161,6 +164,13 @@ class TableCommitter:
                 "or remove the checkpoint from the ledger and replay its data"
             ) from e
 
+    def clean_committed(self) -> int:
+        """Delete leftover temporary manifests of every committed checkpoint; returns how many were cleaned."""
+        rows = self._ledger.uncleaned()
+        for identifier, table_rows in itertools.groupby(rows, key=lambda r: r.table_identifier):
+            self._cleanup(load_table(self._catalog, self._config, identifier), list(table_rows))
+        return len(rows)
+
     def _cleanup(self, table: Table, rows: Sequence[CheckpointRow]) -> None:
         """Delete temporary manifests of committed checkpoints; a failure here is only logged."""
         cleaned = []
@@ -171,12 +181,22 @@ class TableCommitter:
                     _delete_quietly(table, path)
                 cleaned.append(row.id)
             except OSError as e:  # the next run (or gc) retries
-                log.warning("table=%s: could not delete staged manifest of checkpoint %d: %s", row.table_identifier, row.checkpoint_id, e)
+                log.warning(
+                    "table=%s: could not delete staged manifest of checkpoint %d: %s",
+                    row.table_identifier,
+                    row.checkpoint_id,
+                    e,
+                )
         self._ledger.mark_manifests_deleted(cleaned)
 
     @staticmethod
     def _outcome(
-        identifier: str, job_id: str, rows: Sequence[CheckpointRow], snapshot_id: int | None, seconds: float, already: bool = False
+        identifier: str,
+        job_id: str,
+        rows: Sequence[CheckpointRow],
+        snapshot_id: int | None,
+        seconds: float,
+        already: bool = False,
     ) -> CommitOutcome:
         return CommitOutcome(
             table_identifier=identifier,
@@ -196,7 +216,5 @@ def _range(rows: Sequence[CheckpointRow]) -> str:
 
 
 def _delete_quietly(table: Table, path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         table.io.delete(path)
-    except FileNotFoundError:
-        pass

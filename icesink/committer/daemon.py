@@ -92,6 +92,12 @@ class CommitterDaemon:
     def run(self, once: bool = False) -> DaemonReport:
         report = DaemonReport()
         log.info("committer started on %s", self._config.describe())
+        try:
+            cleaned = self._committer.clean_committed()
+            if cleaned:
+                log.info("deleted leftover manifests of %d committed checkpoint(s)", cleaned)
+        except IcesinkError as e:
+            log.warning("could not clean leftover manifests: %s", e)
         while not self._stop.is_set():
             waiting = self.drain_once(report)
             if once and (waiting == 0 or report.failed):

@@ -210,15 +210,17 @@ class Ledger:
     def for_table(self, table_identifier: str) -> list[CheckpointRow]:
         return self._select(checkpoints.c.table_identifier == table_identifier)
 
-    def uncleaned(self) -> list[CheckpointRow]:
+    def uncleaned(self, table_identifier: str | None = None) -> list[CheckpointRow]:
         """Committed checkpoints whose temporary manifests may still exist."""
-        return self._select(
-            checkpoints.c.state == CheckpointState.COMMITTED.value,
-            checkpoints.c.manifests_deleted == sa.false(),
-        )
+        where = [checkpoints.c.state == CheckpointState.COMMITTED.value, checkpoints.c.manifests_deleted == sa.false()]
+        if table_identifier is not None:
+            where.append(checkpoints.c.table_identifier == table_identifier)
+        return self._select(*where)
 
     def mark_committed(self, ids: Sequence[int], snapshot_id: int | None) -> None:
-        self._update(ids, state=CheckpointState.COMMITTED.value, snapshot_id=snapshot_id, committed_at=_now(), error=None)
+        self._update(
+            ids, state=CheckpointState.COMMITTED.value, snapshot_id=snapshot_id, committed_at=_now(), error=None
+        )
 
     def mark_manifests_deleted(self, ids: Iterable[int]) -> None:
         self._update(list(ids), manifests_deleted=True)

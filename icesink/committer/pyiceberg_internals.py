@@ -19,7 +19,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
+from pyiceberg.avro.codecs import AvroCompressionCodec
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
     DataFile,
@@ -50,7 +52,7 @@ from pyiceberg.table.update import (
     TableRequirement,
     TableUpdate,
 )
-from pyiceberg.typedef import Record
+from pyiceberg.typedef import Record, TableVersion
 
 from icesink.results import FileContent, FileRecord
 
@@ -83,7 +85,7 @@ check_pyiceberg_version()
 def to_data_file(record: FileRecord, format_version: int) -> DataFile:
     """The manifest entry payload of a file written by an executor."""
     data_file = DataFile.from_args(
-        _table_format_version=format_version,
+        _table_format_version=cast(TableVersion, format_version),
         content=_CONTENT[record.content],
         file_path=record.path,
         file_format=FileFormat.PARQUET,
@@ -151,10 +153,11 @@ def read_delta_manifest(io: FileIO, manifest: DeltaManifest) -> list[DataFile]:
     return [entry.data_file for entry in handle.fetch_manifest_entry(io, discard_deleted=True)]
 
 
-def _compression(metadata: TableMetadata) -> str:
-    return str(
-        metadata.properties.get(TableProperties.WRITE_AVRO_COMPRESSION, TableProperties.WRITE_AVRO_COMPRESSION_DEFAULT)
+def _compression(metadata: TableMetadata) -> AvroCompressionCodec:
+    value = metadata.properties.get(
+        TableProperties.WRITE_AVRO_COMPRESSION, TableProperties.WRITE_AVRO_COMPRESSION_DEFAULT
     )
+    return cast(AvroCompressionCodec, value)
 
 
 @dataclass(frozen=True)
@@ -252,7 +255,7 @@ def prepare_append(
         snapshot_id=snapshot_id,
         parent_snapshot_id=parent_id,
         sequence_number=sequence_number,
-        avro_compression=compression,  # type: ignore[arg-type]
+        avro_compression=compression,
     ) as list_writer:
         list_writer.add_manifests(new_manifests + existing)
 
@@ -263,7 +266,7 @@ def prepare_append(
         sequence_number=sequence_number,
         summary=summary,
         schema_id=metadata.current_schema_id,
-        first_row_id=metadata.next_row_id if metadata.format_version >= 3 else None,
+        first_row_id=getattr(metadata, "next_row_id", None) if metadata.format_version >= 3 else None,
     )
     updates: tuple[TableUpdate, ...] = (
         AddSnapshotUpdate(snapshot=snapshot),
@@ -272,6 +275,9 @@ def prepare_append(
             parent_snapshot_id=parent_id,
             ref_name=branch,
             type=SnapshotRefType.BRANCH,
+            max_ref_age_ms=None,
+            max_snapshot_age_ms=None,
+            min_snapshots_to_keep=None,
         ),
     )
     requirements: tuple[TableRequirement, ...] = (

@@ -84,12 +84,20 @@ class BatchWriter:
                 "this data again as a new job (rows already committed will then be written twice)"
             )
         if marker is not None and checkpoint_id == marker:
-            log.info("table=%s job=%s checkpoint=%d is already in the table; skipped", identifier, job_id, checkpoint_id)
+            log.info(
+                "table=%s job=%s checkpoint=%d is already in the table; skipped", identifier, job_id, checkpoint_id
+            )
             return
         known = self._ledger.get(identifier, job_id, checkpoint_id)
         if known is not None:
             # Spark re-delivered a batch whose staging survived: commit it, never write it again.
-            log.info("table=%s job=%s checkpoint=%d already %s; not written again", identifier, job_id, checkpoint_id, known.state)
+            log.info(
+                "table=%s job=%s checkpoint=%d already %s; not written again",
+                identifier,
+                job_id,
+                checkpoint_id,
+                known.state,
+            )
             if known.state == CheckpointState.STAGED and self._settings.inline_commit:
                 self._commit(job_id)
             return

@@ -108,7 +108,7 @@ def _spark_type_of(iceberg: IcebergType) -> DataType:
 
     if isinstance(iceberg, it.DecimalType):
         return st.DecimalType(iceberg.precision, iceberg.scale)
-    mapping = {
+    mapping: dict[type, DataType] = {
         it.BooleanType: st.BooleanType(),
         it.IntegerType: st.IntegerType(),
         it.LongType: st.LongType(),
@@ -128,7 +128,7 @@ def plan_projection(spark_schema: StructType, table_schema: Schema, table: str) 
     by_name = {f.name: f for f in spark_schema.fields}
     by_lower = {f.name.lower(): f for f in spark_schema.fields}
     used: set[str] = set()
-    columns = []
+    columns: list[tuple[str, str | None, bool]] = []
     for field in table_schema.fields:
         if not field.field_type.is_primitive:
             raise UnsupportedTableError(

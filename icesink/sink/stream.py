@@ -12,7 +12,7 @@ from icesink.errors import ConfigError, NotStreamingError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger("icesink.stream")
 

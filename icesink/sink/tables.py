@@ -44,16 +44,22 @@ def parse_partition_by(table: str, schema: Schema, partition_by: Sequence[str]) 
         try:
             source = schema.find_field(column)
         except ValueError as e:
-            raise ConfigError(f"table {table}: partition_by {text!r} names column {column!r}, which is not in the table") from e
+            raise ConfigError(
+                f"table {table}: partition_by {text!r} names column {column!r}, which is not in the table"
+            ) from e
         try:
             transform = parse_transform(transform_text)
         except ValueError as e:
             raise ConfigError(f"table {table}: partition_by {text!r} has an unknown transform") from e
         if not transform.can_transform(source.field_type):
-            raise ConfigError(f"table {table}: partition_by {text!r} cannot apply {transform_text} to {source.field_type}")
+            raise ConfigError(
+                f"table {table}: partition_by {text!r} cannot apply {transform_text} to {source.field_type}"
+            )
         suffix = "" if transform_text == "identity" else f"_{name}"
         fields.append(
-            PartitionField(source_id=source.field_id, field_id=1000 + number, transform=transform, name=f"{column}{suffix}")
+            PartitionField(
+                source_id=source.field_id, field_id=1000 + number, transform=transform, name=f"{column}{suffix}"
+            )
         )
     return PartitionSpec(*fields)
 

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from icesink.failpoints import failpoint
 from icesink.results import FileContent, FileRecord, PartitionValue
 from icesink.writer.metrics import FileMetrics
 from icesink.writer.spec import ColumnSpec, WriterSpec
@@ -188,6 +189,7 @@ class RollingFileWriter:
         assert self._file is not None
         file, self._file = self._file, None
         size, metadata = file.close()
+        failpoint("writer.after-file")
         lowers, uppers = file.metrics.bounds()
         self.completed.append(
             FileRecord(

@@ -77,14 +77,14 @@ def _human(field: PartitionFieldSpec, value: PartitionValue) -> str:
     if value is None:
         return "null"
     if field.transform == "year":
-        return str(1970 + int(value))  # type: ignore[arg-type]
+        return str(1970 + int(value))
     if field.transform == "month":
-        year, month = divmod(int(value), 12)  # type: ignore[arg-type]
+        year, month = divmod(int(value), 12)
         return f"{1970 + year:04d}-{month + 1:02d}"
     if field.transform == "day":
-        return (_EPOCH + datetime.timedelta(days=int(value))).isoformat()  # type: ignore[arg-type]
+        return (_EPOCH + datetime.timedelta(days=int(value))).isoformat()
     if field.transform == "hour":
-        moment = datetime.datetime(1970, 1, 1) + datetime.timedelta(hours=int(value))  # type: ignore[arg-type]
+        moment = datetime.datetime(1970, 1, 1) + datetime.timedelta(hours=int(value))
         return moment.strftime("%Y-%m-%d-%H")
     if isinstance(value, bytes):
         return value.hex()

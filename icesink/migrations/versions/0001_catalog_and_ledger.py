@@ -59,7 +59,9 @@ def upgrade() -> None:
         sa.Column("committed_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("manifests_deleted", sa.Boolean(), nullable=False, server_default=sa.false()),
         sa.Column("error", sa.Text(), nullable=True),
-        sa.UniqueConstraint("catalog_name", "table_identifier", "job_id", "checkpoint_id", name="uq_icesink_checkpoint"),
+        sa.UniqueConstraint(
+            "catalog_name", "table_identifier", "job_id", "checkpoint_id", name="uq_icesink_checkpoint"
+        ),
     )
     op.create_index(
         "ix_icesink_checkpoints_pending", "icesink_checkpoints", ["catalog_name", "state", "table_identifier"]

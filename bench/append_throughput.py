@@ -1,0 +1,131 @@
+"""Append throughput: icesink.stream end to end (write + commit) vs Spark's own df.write.parquet.
+
+Both read the same Parquet input (default 2,000,000 rows: id long, name string,
+amount double, ts timestamp) in the same Spark session and write zstd Parquet
+to local disk; runs alternate, and the median of each is reported with the
+ratio icesink / Spark. Peak RSS of the driver's Python, the JVM and Spark's
+Python workers is sampled during the icesink runs.
+
+    .venv/bin/python bench/append_throughput.py [--rows 2000000] [--repeat 3] [--batches 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _memory import PeakMemory
+
+SCHEMA = "id long, name string, amount double, ts timestamp"
+
+
+def make_input(directory: Path, rows: int, files: int) -> None:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    directory.mkdir(parents=True)
+    per_file = rows // files
+    start = int(datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC).timestamp() * 1_000_000)
+    rng = np.random.default_rng(7)
+    for number in range(files):
+        ids = np.arange(number * per_file, (number + 1) * per_file, dtype=np.int64)
+        table = pa.table(
+            {
+                "id": ids,
+                "name": pa.array([f"customer-{i % 100_003:06d}" for i in ids.tolist()]),
+                "amount": rng.uniform(0, 1000, per_file),
+                "ts": pa.array(start + ids * 1_000_000, pa.timestamp("us", tz="UTC")),
+            }
+        )
+        pq.write_table(table, directory / f"part-{number:03d}.parquet", compression="zstd")
+
+
+def spark_write(spark, source: Path, target: Path) -> float:  # type: ignore[no-untyped-def]
+    started = time.perf_counter()
+    spark.read.schema(SCHEMA).parquet(str(source)).write.option("compression", "zstd").parquet(str(target))
+    return time.perf_counter() - started
+
+
+def icesink_write(spark, source: Path, work: Path, run: int, files_per_batch: int) -> float:  # type: ignore[no-untyped-def]
+    import icesink
+    from icesink.catalog.config import CatalogConfig
+
+    config = CatalogConfig("bench", f"sqlite:///{work / 'catalog.db'}", (work / "warehouse").as_uri(), embedded=True)
+    df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", files_per_batch).parquet(str(source))
+    started = time.perf_counter()
+    query = icesink.stream(
+        df,
+        table=f"bench.append_{run}",
+        checkpoint_location=str(work / f"ckpt-{run}"),
+        trigger={"availableNow": True},
+        create_table=True,
+        catalog=config,
+    )
+    query.awaitTermination()
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--files", type=int, default=4)
+    parser.add_argument("--batches", type=int, default=1, help="micro-batches the input is split into")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args()
+
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(args.master)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    work = Path(tempfile.mkdtemp(prefix="icesink-bench-"))
+    try:
+        make_input(work / "input", args.rows, args.files)
+        files_per_batch = max(1, args.files // args.batches)
+        # Warm up both paths once (JIT, Python worker start-up) before measuring.
+        spark_write(spark, work / "input", work / "warm-spark")
+        icesink_write(spark, work / "input", work, -1, files_per_batch)
+        spark_times, icesink_times = [], []
+        with PeakMemory() as memory:
+            for run in range(args.repeat):
+                spark_times.append(spark_write(spark, work / "input", work / f"spark-{run}"))
+                icesink_times.append(icesink_write(spark, work / "input", work, run, files_per_batch))
+        spark_rate = args.rows / statistics.median(spark_times)
+        icesink_rate = args.rows / statistics.median(icesink_times)
+        report = {
+            "rows": args.rows,
+            "micro_batches": args.batches,
+            "master": args.master,
+            "spark_parquet_rows_per_s": round(spark_rate),
+            "icesink_rows_per_s": round(icesink_rate),
+            "ratio_icesink_to_spark": round(icesink_rate / spark_rate, 3),
+            "spark_seconds": [round(t, 2) for t in spark_times],
+            "icesink_seconds": [round(t, 2) for t in icesink_times],
+            "peak_rss_mib": memory.mib(),
+        }
+        print(json.dumps(report, indent=2))
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""The icesink command line, as a user and a script see it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from icesink.catalog.config import CatalogConfig
+from icesink.cli import main
+from tests.support import create_orders_table, orders, stage_rows
+
+TABLE = "shop.orders"
+
+
+def invoke(config: CatalogConfig, *args: str) -> tuple[int, str]:
+    base = ["--catalog", config.name, "--uri", config.uri, "--warehouse", config.warehouse]
+    result = CliRunner().invoke(main, [*base, *args])
+    return result.exit_code, result.output
+
+
+def committed_table(config: CatalogConfig) -> None:
+    create_orders_table(config)
+    stage_rows(config, TABLE, "job-a", 0, orders(0, 10))
+    stage_rows(config, TABLE, "job-a", 1, orders(10, 5))
+    code, output = invoke(config, "committer", "run", "--once")
+    assert code == 0, output
+
+
+def test_snapshots_list_and_show(catalog_config: CatalogConfig) -> None:
+    committed_table(catalog_config)
+    code, output = invoke(catalog_config, "snapshots", "list", TABLE, "--json")
+    assert code == 0, output
+    (snapshot,) = json.loads(output)
+    assert snapshot["operation"] == "append"
+    assert snapshot["job_id"] == "job-a" and snapshot["checkpoint_id"] == 1
+    assert snapshot["added_records"] == 15 and snapshot["added_files"] == 2
+    assert snapshot["parent_id"] is None
+    code, text = invoke(catalog_config, "snapshots", "list", TABLE)
+    assert code == 0 and "job-a" in text and str(snapshot["snapshot_id"]) in text
+    code, output = invoke(catalog_config, "snapshots", "show", TABLE, str(snapshot["snapshot_id"]), "--json")
+    detail = json.loads(output)
+    assert detail["summary"]["icesink.max-committed-checkpoint-id"] == "1"
+    assert [m["content"] for m in detail["manifests"]] == ["data"]
+    assert detail["manifests"][0]["added_files"] == 2
+    code, output = invoke(catalog_config, "snapshots", "show", TABLE, "12345")
+    assert code != 0 and "no snapshot 12345" in output
+
+
+def test_tables_and_checkpoints_list(catalog_config: CatalogConfig) -> None:
+    committed_table(catalog_config)
+    code, output = invoke(catalog_config, "tables", "list", "--json")
+    assert code == 0, output
+    (table,) = json.loads(output)
+    assert table["table"] == TABLE and table["total_records"] == 15
+    code, output = invoke(catalog_config, "checkpoints", "list", TABLE, "--json")
+    rows = json.loads(output)
+    assert [(r["checkpoint_id"], r["state"], r["data_records"]) for r in rows] == [
+        (0, "committed", 10),
+        (1, "committed", 5),
+    ]
+
+
+def test_unknown_table_is_one_clear_line(catalog_config: CatalogConfig) -> None:
+    code, output = invoke(catalog_config, "snapshots", "list", "shop.nope")
+    assert code == 2
+    assert output.strip().startswith("error: table 'shop.nope' does not exist")
+    assert "Traceback" not in output
+
+
+def test_db_upgrade_then_use_from_a_fresh_database(tmp_path: Path) -> None:
+    config = CatalogConfig("fresh", f"sqlite:///{tmp_path / 'c.db'}", tmp_path.as_uri())
+    code, output = invoke(config, "tables", "list")
+    assert code == 2 and "icesink db upgrade" in output
+    code, output = invoke(config, "db", "upgrade")
+    assert code == 0 and "schema revision" in output
+    assert invoke(config, "tables", "list")[0] == 0
+
+
+def test_console_script_is_installed() -> None:
+    done = subprocess.run(
+        [Path(sys.executable).parent / "icesink", "--help"], capture_output=True, text=True, check=True
+    )
+    assert "snapshots" in done.stdout and "committer" in done.stdout
