@@ -20,6 +20,7 @@ from icesink.errors import (
 
 if TYPE_CHECKING:
     from icesink.catalog.config import CatalogConfig
+    from icesink.reader import read
     from icesink.sink.stream import stream
 
 __version__ = "0.1.0"
@@ -33,6 +34,7 @@ __all__ = [
     "TableNotFoundError",
     "TerminalError",
     "TransientError",
+    "read",
     "stream",
 ]
 
@@ -42,6 +44,10 @@ def __getattr__(name: str) -> Any:
         from icesink.sink.stream import stream
 
         return stream
+    if name == "read":
+        from icesink.reader import read
+
+        return read
     if name == "CatalogConfig":
         from icesink.catalog.config import CatalogConfig
 

@@ -201,6 +201,33 @@ def snapshots_show(obj: Context, table: str, snapshot_id: int, as_json: bool) ->
     _emit(as_json, info, text)
 
 
+@main.command("scan")
+@click.argument("table")
+@click.option("--limit", default=20, show_default=True, help="Rows to show (0: all).")
+@click.option("--filter", "row_filter", help='Row filter, e.g. "order_id > 100".')
+@click.option("--snapshot", "snapshot_id", type=int, help="Read this snapshot instead of the current one.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per row.")
+@click.pass_obj
+def scan(obj: Context, table: str, limit: int, row_filter: str | None, snapshot_id: int | None, as_json: bool) -> None:
+    """Print TABLE's rows, with equality and position deletes applied."""
+    from icesink.reader import read_table
+
+    iceberg_table = obj.table(table)
+    if snapshot_id is not None and iceberg_table.metadata.snapshot_by_id(snapshot_id) is None:
+        raise click.ClickException(f"table {table} has no snapshot {snapshot_id}")
+    rows = read_table(iceberg_table, snapshot_id, row_filter)
+    total = rows.num_rows
+    if limit:
+        rows = rows.slice(0, limit)
+    records = rows.to_pylist()
+    if as_json:
+        for record in records:
+            click.echo(json.dumps(record, default=str))
+        return
+    click.echo(_table([list(r.values()) for r in records], rows.column_names))
+    click.echo(f"({len(records)} of {total} rows)")
+
+
 @main.group()
 def checkpoints() -> None:
     """Checkpoints staged by streams, per job."""

@@ -81,20 +81,30 @@ def pg_database(pg_admin_url: str) -> Iterator[str]:
     drop_pg_database(pg_admin_url, url)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def catalog_config(request: pytest.FixtureRequest, tmp_path: Path) -> CatalogConfig:
-    """A migrated catalog on SQLite or PostgreSQL, with a warehouse in a fresh directory."""
+def _catalog(request: pytest.FixtureRequest, tmp_path: Path, kind: str) -> CatalogConfig:
     from icesink.catalog import database
 
     warehouse = (tmp_path / "warehouse").absolute()
     warehouse.mkdir()
     name = f"cat_{uuid.uuid4().hex[:8]}"
-    if request.param == "sqlite":
+    if kind == "sqlite":
         config = CatalogConfig(name=name, uri=f"sqlite:///{warehouse / 'catalog.db'}", warehouse=warehouse.as_uri())
         database.upgrade(config)
         return config
     url = request.getfixturevalue("pg_database")
     return CatalogConfig(name=name, uri=url, warehouse=warehouse.as_uri())
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def catalog_config(request: pytest.FixtureRequest, tmp_path: Path) -> CatalogConfig:
+    """A migrated catalog on SQLite or PostgreSQL, with a warehouse in a fresh directory."""
+    return _catalog(request, tmp_path, request.param)
+
+
+@pytest.fixture
+def sqlite_catalog(request: pytest.FixtureRequest, tmp_path: Path) -> CatalogConfig:
+    """A migrated SQLite catalog, for Spark tests whose subject is not the catalog database."""
+    return _catalog(request, tmp_path, "sqlite")
 
 
 @pytest.fixture(scope="session")

@@ -102,7 +102,7 @@ def test_head_moved_by_another_writer_is_rebuilt_after_rechecking_the_marker(cat
     foreign = catalog.load_table(TABLE)
     foreign.append(orders(1000, 5).cast(foreign.schema().as_arrow()))
     result = write_files(stale, TABLE, "job-a", 0, orders(0, 10))
-    prepared = internals.prepare_append(
+    prepared = internals.prepare_snapshot(
         stale, [internals.to_data_file(f, 2) for f in result.data_files], {JOB_ID_PROPERTY: "job-a"}
     )
     with pytest.raises(CommitFailedException):
@@ -125,7 +125,7 @@ def test_stale_committer_rechecks_the_marker_after_losing_the_swap(catalog_confi
     first.commit_pending(TABLE)
     # A commit built on the stale view is refused by the catalog ...
     result = write_files(stale_view, TABLE, "job-a", 0, orders(0, 10))
-    prepared = internals.prepare_append(stale_view, [internals.to_data_file(f, 2) for f in result.data_files], {})
+    prepared = internals.prepare_snapshot(stale_view, [internals.to_data_file(f, 2) for f in result.data_files], {})
     with pytest.raises(CommitFailedException):
         internals.commit_prepared(stale_view, prepared)
     # ... and the second committer, seeing the checkpoint staged again, skips it by the marker.

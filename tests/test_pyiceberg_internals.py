@@ -50,7 +50,7 @@ def test_prepared_append_is_a_valid_snapshot_and_commits_once(table) -> None:  #
 
     result = write_files(table, "shop.orders", "job", 0, orders(0, 20))
     data_files = [internals.to_data_file(f, 2) for f in result.data_files]
-    prepared = internals.prepare_append(table, data_files, {"icesink.job-id": "job"})
+    prepared = internals.prepare_snapshot(table, data_files, {"icesink.job-id": "job"})
     committed = internals.commit_prepared(table, prepared)
     snapshot = committed.current_snapshot()
     assert snapshot.snapshot_id == prepared.snapshot_id and snapshot.sequence_number == 1
@@ -59,7 +59,7 @@ def test_prepared_append_is_a_valid_snapshot_and_commits_once(table) -> None:  #
     # The same prepared snapshot cannot be swapped in twice: the head it asserted is gone.
     with pytest.raises(CommitFailedException):
         internals.commit_prepared(table, prepared)
-    again = internals.prepare_append(committed, data_files, {})
+    again = internals.prepare_snapshot(committed, data_files, {})
     second = internals.commit_prepared(committed, again)
     assert second.current_snapshot().parent_snapshot_id == prepared.snapshot_id
     assert second.current_snapshot().summary["total-records"] == "40"

@@ -135,10 +135,11 @@ class TableCommitter:
 
         from icesink.committer import pyiceberg_internals as internals
 
-        files = [f for row in group for f in self._read_files(table, identifier, row)]
+        files = [f for row in group for f in self._read_files(table, identifier, row, deletes=False)]
+        deletes = [f for row in group for f in self._read_files(table, identifier, row, deletes=True)]
         properties = marker_properties(job_id, group[-1].checkpoint_id)
         properties[CHECKPOINT_RANGE_PROPERTY] = _range(group)
-        prepared = internals.prepare_append(table, files, properties)
+        prepared = internals.prepare_snapshot(table, files, properties, delete_files=deletes)
         try:
             with database_errors(self._config):
                 return internals.commit_prepared(table, prepared)
@@ -149,18 +150,23 @@ class TableCommitter:
             log.info("table=%s job=%s: head moved during commit; re-reading the marker", identifier, job_id)
             return None
 
-    def _read_files(self, table: Table, identifier: str, row: CheckpointRow) -> list[DataFile]:
+    def _read_files(self, table: Table, identifier: str, row: CheckpointRow, deletes: bool) -> list[DataFile]:
         from icesink.committer import pyiceberg_internals as internals
 
-        if row.data_manifest is None or row.data_manifest_length is None:
+        path, length = (
+            (row.delete_manifest, row.delete_manifest_length)
+            if deletes
+            else (row.data_manifest, row.data_manifest_length)
+        )
+        if path is None or length is None:
             return []
-        manifest = internals.DeltaManifest(row.data_manifest, row.spec_id, row.data_manifest_length)
+        manifest = internals.DeltaManifest(path, row.spec_id, length, deletes=deletes)
         try:
             return internals.read_delta_manifest(table.io, manifest)
-        except (OSError, ValueError, EOFError) as e:
+        except Exception as e:  # whatever the Avro reader raises, the file is unusable
             raise ManifestError(
                 f"table {identifier}, job {row.job_id}, checkpoint {row.checkpoint_id}: staged manifest "
-                f"{row.data_manifest} cannot be read ({e}); the checkpoint stays staged. Restore the file, "
+                f"{path} cannot be read ({type(e).__name__}: {e}); the checkpoint stays staged. Restore the file, "
                 "or remove the checkpoint from the ledger and replay its data"
             ) from e
 

@@ -8,7 +8,11 @@ what icesink needs:
   head without re-checking icesink's committed-checkpoint marker, so icesink
   builds the snapshot itself and calls ``Catalog.commit_table`` exactly once
   per attempt;
-* writing and reading the per-checkpoint delta manifests.
+* writing and reading the per-checkpoint delta manifests;
+* delete manifests and row-delta snapshots: pyiceberg's manifest writers
+  always write ``content: data``, and they declare ``equality_ids`` as
+  ``list<long>`` where the spec (and Iceberg Java) wants ``list<int>``
+  (apache/iceberg-python#3840).
 
 ``tests/test_pyiceberg_internals.py`` exercises each of these names so that a
 pyiceberg upgrade that moves or changes them fails loudly there.
@@ -21,8 +25,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
+import pyarrow as pa
 from pyiceberg.avro.codecs import AvroCompressionCodec
-from pyiceberg.io import FileIO
+from pyiceberg.avro.file import AvroOutputFile
+from pyiceberg.expressions import BooleanExpression
+from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.manifest import (
     DataFile,
     DataFileContent,
@@ -31,9 +38,13 @@ from pyiceberg.manifest import (
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
+    ManifestWriter,
+    ManifestWriterV2,
     write_manifest,
     write_manifest_list,
 )
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
@@ -53,6 +64,7 @@ from pyiceberg.table.update import (
     TableUpdate,
 )
 from pyiceberg.typedef import Record, TableVersion
+from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 
 from icesink.results import FileContent, FileRecord
 
@@ -106,6 +118,99 @@ def to_data_file(record: FileRecord, format_version: int) -> DataFile:
     return data_file
 
 
+EQUALITY_IDS_FIELD_ID = 135
+EQUALITY_IDS_ELEMENT_ID = 136
+
+
+def _with_int_equality_ids(schema: Schema) -> Schema:
+    """The manifest entry schema with ``equality_ids`` declared as ``list<int>``, as the spec says."""
+
+    def fix_data_file(struct: StructType) -> StructType:
+        return StructType(
+            *[
+                NestedField(
+                    field_id=f.field_id,
+                    name=f.name,
+                    field_type=ListType(EQUALITY_IDS_ELEMENT_ID, IntegerType(), element_required=True),
+                    required=f.required,
+                    doc=f.doc,
+                )
+                if f.field_id == EQUALITY_IDS_FIELD_ID
+                else f
+                for f in struct.fields
+            ]
+        )
+
+    return Schema(
+        *[
+            NestedField(f.field_id, f.name, fix_data_file(f.field_type), required=f.required, doc=f.doc)
+            if f.field_id == 2 and isinstance(f.field_type, StructType)
+            else f
+            for f in schema.fields
+        ]
+    )
+
+
+class DeleteManifestWriter(ManifestWriterV2):
+    """A v2 manifest of delete files: ``content: deletes`` and spec-conformant ``equality_ids``."""
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+    def new_writer(self) -> AvroOutputFile[ManifestEntry]:
+        return AvroOutputFile[ManifestEntry](
+            output_file=self._output_file,
+            file_schema=_with_int_equality_ids(self._with_partition(self.version)),
+            record_schema=_with_int_equality_ids(self._with_partition(2)),
+            schema_name="manifest_entry",
+            metadata=self._meta,
+        )
+
+
+def _manifest_writer(
+    metadata: TableMetadata, spec: PartitionSpec, output: OutputFile, snapshot_id: int, deletes: bool
+) -> ManifestWriter:
+    if not deletes:
+        return write_manifest(
+            format_version=metadata.format_version,
+            spec=spec,
+            schema=metadata.schema(),
+            output_file=output,
+            snapshot_id=snapshot_id,
+            avro_compression=_compression(metadata),
+        )
+    if metadata.format_version < 2:
+        raise ValueError("delete files need an Iceberg format version 2 table")
+    return DeleteManifestWriter(spec, metadata.schema(), output, snapshot_id, _compression(metadata))
+
+
+def _write_added(
+    metadata: TableMetadata,
+    spec_id: int,
+    output: OutputFile,
+    snapshot_id: int,
+    files: Sequence[DataFile],
+    deletes: bool,
+) -> ManifestFile:
+    writer = _manifest_writer(metadata, metadata.specs()[spec_id], output, snapshot_id, deletes)
+    with writer:
+        for data_file in files:
+            writer.add(
+                ManifestEntry.from_args(
+                    status=ManifestEntryStatus.ADDED,
+                    snapshot_id=snapshot_id,
+                    sequence_number=None,
+                    file_sequence_number=None,
+                    data_file=data_file,
+                )
+            )
+    return writer.to_manifest_file()
+
+
 @dataclass(frozen=True)
 class DeltaManifest:
     """A staged manifest: where it is and which partition spec its entries use."""
@@ -113,32 +218,15 @@ class DeltaManifest:
     path: str
     spec_id: int
     length: int
+    deletes: bool = False
 
 
-def write_delta_manifest(table: Table, path: str, spec_id: int, files: Sequence[DataFile]) -> DeltaManifest:
-    """Write the files of one checkpoint as an Avro manifest that pyiceberg's reader accepts."""
-    metadata = table.metadata
-    writer = write_manifest(
-        format_version=metadata.format_version,
-        spec=metadata.specs()[spec_id],
-        schema=metadata.schema(),
-        output_file=table.io.new_output(path),
-        snapshot_id=STAGING_SNAPSHOT_ID,
-        avro_compression=_compression(metadata),
-    )
-    with writer:
-        for data_file in files:
-            writer.add(
-                ManifestEntry.from_args(
-                    status=ManifestEntryStatus.ADDED,
-                    snapshot_id=STAGING_SNAPSHOT_ID,
-                    sequence_number=None,
-                    file_sequence_number=None,
-                    data_file=data_file,
-                )
-            )
-    manifest = writer.to_manifest_file()
-    return DeltaManifest(path=path, spec_id=spec_id, length=manifest.manifest_length)
+def write_delta_manifest(
+    table: Table, path: str, spec_id: int, files: Sequence[DataFile], deletes: bool = False
+) -> DeltaManifest:
+    """Write the data (or delete) files of one checkpoint as an Avro manifest pyiceberg's reader accepts."""
+    manifest = _write_added(table.metadata, spec_id, table.io.new_output(path), STAGING_SNAPSHOT_ID, files, deletes)
+    return DeltaManifest(path=path, spec_id=spec_id, length=manifest.manifest_length, deletes=deletes)
 
 
 def read_delta_manifest(io: FileIO, manifest: DeltaManifest) -> list[DataFile]:
@@ -147,7 +235,7 @@ def read_delta_manifest(io: FileIO, manifest: DeltaManifest) -> list[DataFile]:
         manifest_path=manifest.path,
         manifest_length=manifest.length,
         partition_spec_id=manifest.spec_id,
-        content=ManifestContent.DATA,
+        content=ManifestContent.DELETES if manifest.deletes else ManifestContent.DATA,
         added_snapshot_id=STAGING_SNAPSHOT_ID,
     )
     return [entry.data_file for entry in handle.fetch_manifest_entry(io, discard_deleted=True)]
@@ -176,52 +264,39 @@ def head_snapshot_id(metadata: TableMetadata, branch: str = MAIN_BRANCH) -> int 
     return snapshot.snapshot_id if snapshot else None
 
 
-def prepare_append(
+def prepare_snapshot(
     table: Table,
     data_files: Iterable[DataFile],
     properties: Mapping[str, str],
+    delete_files: Iterable[DataFile] = (),
     branch: str = MAIN_BRANCH,
 ) -> PreparedSnapshot:
-    """Write the manifest and manifest list of an append on top of the branch head.
+    """Write the manifests and manifest list of an append or row delta on top of the branch head.
 
-    The requirements assert the head this was built on, so the catalog's
-    compare-and-swap rejects it if anyone committed in between.
+    Data and delete files added together get the snapshot's sequence number,
+    so the new equality deletes apply to older data only, never to the rows
+    added beside them. The requirements assert the head this was built on,
+    so the catalog's compare-and-swap rejects it if anyone committed in between.
     """
     metadata = table.metadata
     files = list(data_files)
+    deletes = list(delete_files)
     snapshot_id = metadata.new_snapshot_id()
     parent_id = head_snapshot_id(metadata, branch)
     commit_uuid = uuid.uuid4()
-    compression = _compression(metadata)
     locations = table.location_provider()
     written: list[str] = []
 
     new_manifests: list[ManifestFile] = []
-    by_spec: dict[int, list[DataFile]] = {}
-    for data_file in files:
-        by_spec.setdefault(data_file.spec_id, []).append(data_file)
-    for number, (spec_id, spec_files) in enumerate(sorted(by_spec.items())):
-        path = locations.new_metadata_location(f"{commit_uuid}-m{number}.avro")
-        written.append(path)
-        with write_manifest(
-            format_version=metadata.format_version,
-            spec=metadata.specs()[spec_id],
-            schema=metadata.schema(),
-            output_file=table.io.new_output(path),
-            snapshot_id=snapshot_id,
-            avro_compression=compression,
-        ) as writer:
-            for data_file in spec_files:
-                writer.add(
-                    ManifestEntry.from_args(
-                        status=ManifestEntryStatus.ADDED,
-                        snapshot_id=snapshot_id,
-                        sequence_number=None,
-                        file_sequence_number=None,
-                        data_file=data_file,
-                    )
-                )
-        new_manifests.append(writer.to_manifest_file())
+    for kind, group in (("m", files), ("d", deletes)):
+        by_spec: dict[int, list[DataFile]] = {}
+        for data_file in group:
+            by_spec.setdefault(data_file.spec_id, []).append(data_file)
+        for spec_id, spec_files in sorted(by_spec.items()):
+            path = locations.new_metadata_location(f"{commit_uuid}-{kind}{len(new_manifests)}.avro")
+            written.append(path)
+            output = table.io.new_output(path)
+            new_manifests.append(_write_added(metadata, spec_id, output, snapshot_id, spec_files, kind == "d"))
 
     existing: list[ManifestFile] = []
     if parent_id is not None:
@@ -238,11 +313,13 @@ def prepare_append(
     )
     specs = metadata.specs()
     schema = metadata.schema()
-    for data_file in files:
+    for data_file in files + deletes:
         collector.add_file(data_file, schema=schema, partition_spec=specs[data_file.spec_id])
     parent_snapshot = metadata.snapshot_by_id(parent_id) if parent_id is not None else None
+    # Iceberg's RowDelta: deletes only → delete, deletes and data → overwrite, data only → append.
+    operation = Operation.APPEND if not deletes else (Operation.OVERWRITE if files else Operation.DELETE)
     summary = update_snapshot_summaries(
-        Summary(operation=Operation.APPEND, **collector.build(), **properties),
+        Summary(operation=operation, **collector.build(), **properties),
         previous_summary=parent_snapshot.summary if parent_snapshot else None,
     )
 
@@ -255,7 +332,7 @@ def prepare_append(
         snapshot_id=snapshot_id,
         parent_snapshot_id=parent_id,
         sequence_number=sequence_number,
-        avro_compression=compression,
+        avro_compression=_compression(metadata),
     ) as list_writer:
         list_writer.add_manifests(new_manifests + existing)
 
@@ -301,3 +378,70 @@ def commit_prepared(table: Table, prepared: PreparedSnapshot) -> Table:
         io=table.io,
         catalog=table.catalog,
     )
+
+
+# --- Reading: scan planning and file reads for icesink.read -----------------------------------------
+
+
+@dataclass(frozen=True)
+class PlannedScan:
+    """Live files of a snapshot that may hold rows matching the filter, with their data sequence numbers."""
+
+    schema: Schema
+    data: list[tuple[DataFile, int, set[DataFile]]]  # (data file, sequence number, position deletes)
+    equality_deletes: list[tuple[DataFile, int]]
+
+
+def plan_scan(table: Table, snapshot_id: int | None, row_filter: str | BooleanExpression) -> PlannedScan:
+    """Plan a read the way pyiceberg does (manifests pruned by partition summaries, files by partition
+    and column bounds), but keep equality delete files instead of refusing them."""
+    from pyiceberg.table import ManifestGroupPlanner
+    from pyiceberg.table.delete_file_index import DeleteFileIndex
+
+    metadata = table.metadata
+    snapshot = metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else metadata.current_snapshot()
+    if snapshot_id is not None and snapshot is None:
+        raise KeyError(snapshot_id)
+    schema = metadata.schema()
+    if snapshot is not None and snapshot.schema_id is not None:
+        schema = metadata.schema_by_id(snapshot.schema_id) or schema
+    if snapshot is None:
+        return PlannedScan(schema, [], [])
+    planner = ManifestGroupPlanner(metadata, table.io, row_filter)
+    data_entries: list[ManifestEntry] = []
+    positions = DeleteFileIndex()
+    equality: list[tuple[DataFile, int]] = []
+    for entries in planner.plan_manifest_entries(snapshot.manifests(table.io)):
+        for entry in entries:
+            content = entry.data_file.content
+            if content == DataFileContent.DATA:
+                data_entries.append(entry)
+            elif content == DataFileContent.POSITION_DELETES:
+                positions.add_delete_file(entry, partition_key=entry.data_file.partition)
+            else:
+                equality.append((entry.data_file, entry.sequence_number or 0))
+    data = [
+        (
+            e.data_file,
+            e.sequence_number or 0,
+            positions.for_data_file(e.sequence_number or 0, e.data_file, partition_key=e.data_file.partition),
+        )
+        for e in data_entries
+    ]
+    return PlannedScan(schema, data, equality)
+
+
+def read_files(
+    table: Table,
+    schema: Schema,
+    files: Sequence[tuple[DataFile, set[DataFile]]],
+    row_filter: str | BooleanExpression | None,
+) -> pa.Table:
+    """Rows of data files (position deletes applied) projected onto ``schema`` by field id."""
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.io.pyarrow import ArrowScan
+    from pyiceberg.table import FileScanTask, _parse_row_filter
+
+    expression = _parse_row_filter(row_filter) if row_filter is not None else AlwaysTrue()
+    scan = ArrowScan(table.metadata, table.io, schema, expression)
+    return scan.to_table([FileScanTask(data_file, delete_files=deletes) for data_file, deletes in files])

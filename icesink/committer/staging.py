@@ -33,31 +33,38 @@ def stage_checkpoint(
     from icesink.committer import pyiceberg_internals as internals
 
     records = [f for r in results for f in r.data_files]
-    if any(r.delete_files for r in results):
-        raise NotImplementedError("equality deletes are staged by the upsert writer")
-    if not records:
+    delete_records = [f for r in results for f in r.delete_files]
+    spec_id = (records or delete_records)[0].spec_id if (records or delete_records) else table.metadata.default_spec_id
+    if not records and not delete_records:
         # Nothing to commit; remember the checkpoint so a retry does not rewrite it.
         return ledger.stage(
-            StagedCheckpoint(table_identifier, job_id, checkpoint_id, table.metadata.default_spec_id, None, None, 0, 0),
+            StagedCheckpoint(table_identifier, job_id, checkpoint_id, spec_id, None, None, 0, 0),
             state=CheckpointState.COMMITTED,
         )
     format_version = table.metadata.format_version
-    data_files = [internals.to_data_file(r, format_version) for r in records]
-    spec_id = records[0].spec_id
-    name = f"icesink-{job_id}-{checkpoint_id:010d}-{uuid.uuid4().hex}-data.avro"
-    path = table.location_provider().new_metadata_location(name)
-    manifest = internals.write_delta_manifest(table, path, spec_id, data_files)
+    prefix = f"icesink-{job_id}-{checkpoint_id:010d}-{uuid.uuid4().hex}"
+    manifests: dict[bool, internals.DeltaManifest] = {}
+    for deletes, group in ((False, records), (True, delete_records)):
+        if group:
+            path = table.location_provider().new_metadata_location(f"{prefix}-{'deletes' if deletes else 'data'}.avro")
+            files = [internals.to_data_file(r, format_version) for r in group]
+            manifests[deletes] = internals.write_delta_manifest(table, path, spec_id, files, deletes=deletes)
     failpoint("stage.after-manifest")
+    data, deletes_manifest = manifests.get(False), manifests.get(True)
     staged = ledger.stage(
         StagedCheckpoint(
             table_identifier=table_identifier,
             job_id=job_id,
             checkpoint_id=checkpoint_id,
             spec_id=spec_id,
-            data_manifest=manifest.path,
-            data_manifest_length=manifest.length,
+            data_manifest=data.path if data else None,
+            data_manifest_length=data.length if data else None,
             data_files=len(records),
             data_records=sum(r.record_count for r in records),
+            delete_manifest=deletes_manifest.path if deletes_manifest else None,
+            delete_manifest_length=deletes_manifest.length if deletes_manifest else None,
+            delete_files=len(delete_records),
+            delete_records=sum(r.record_count for r in delete_records),
         )
     )
     if not staged:
@@ -67,6 +74,7 @@ def stage_checkpoint(
             checkpoint_id,
             job_id,
         )
-        table.io.delete(manifest.path)
+        for manifest in manifests.values():
+            table.io.delete(manifest.path)
     failpoint("stage.after-ledger")
     return staged

@@ -34,7 +34,10 @@ from icesink.sink.tables import writer_spec
 from icesink.writer.task import RESULT_SCHEMA_DDL, write_task
 
 if TYPE_CHECKING:
+    from pyiceberg.table import Table
     from pyspark.sql import DataFrame
+
+    from icesink.writer.spec import ChangeSpec, WriterSpec
 
 log = logging.getLogger("icesink.stream")
 
@@ -49,6 +52,8 @@ class SinkSettings:
     catalog: CatalogConfig
     job_id: str | None
     inline_commit: bool
+    changes: ChangeSpec | None = None
+    passthrough: tuple[str, ...] = ()
     commit_attempts: int = 8
 
 
@@ -101,16 +106,32 @@ class BatchWriter:
             if known.state == CheckpointState.STAGED and self._settings.inline_commit:
                 self._commit(job_id)
             return
-        projection = plan_projection(batch_df.schema, table.schema(), identifier)
-        spec = writer_spec(table, identifier, job_id).for_checkpoint(checkpoint_id)
-        projected = projection.apply(batch_df, table.schema())
-        rows = projected.mapInArrow(write_task(spec), RESULT_SCHEMA_DDL).collect()
+        spec = writer_spec(table, identifier, job_id, self._settings.changes).for_checkpoint(checkpoint_id)
+        rows = self._write(batch_df, table, spec).collect()
         results = [decode_write_result(row[0]) for row in rows]
         failpoint("driver.after-write")
         stage_checkpoint(self._ledger, table, identifier, job_id, checkpoint_id, results)
         failpoint("driver.after-stage")
         if self._settings.inline_commit:
             self._commit(job_id)
+
+    def _write(self, batch_df: DataFrame, table: Table, spec: WriterSpec) -> DataFrame:
+        """The one action on the batch: executors write files and return their results."""
+        from pyspark.sql import functions as F
+
+        changes = self._settings.changes
+        passthrough = list(self._settings.passthrough)
+        if changes is not None:
+            # Input position, taken before the shuffle: the tie-breaker between changes of one key.
+            batch_df = batch_df.withColumn(changes.order_column, F.monotonically_increasing_id())
+            passthrough.append(changes.order_column)
+        projection = plan_projection(batch_df.schema, table.schema(), self._settings.table, passthrough)
+        projected = projection.apply(batch_df, table.schema())
+        if changes is not None:
+            # Every change of a key must reach the same task to be collapsed there.
+            keys = [F.col(f"`{c.name}`") for c in spec.equality_columns]
+            projected = projected.repartition(batch_df.sparkSession.sparkContext.defaultParallelism, *keys)
+        return projected.mapInArrow(write_task(spec), RESULT_SCHEMA_DDL)
 
     def _commit(self, job_id: str) -> None:
         """Commit this job's pending checkpoints, retrying transient failures with capped backoff."""

@@ -6,6 +6,7 @@ fit the table is refused with the column named, before any file is written.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -49,8 +50,14 @@ def iceberg_type_of(spark_type: DataType, column: str, table: str) -> IcebergTyp
     )
 
 
-def schema_from_spark(spark_schema: StructType, table: str) -> Schema:
-    """A new table's schema: field ids 1..n in column order, non-nullable Spark columns required."""
+def schema_from_spark(
+    spark_schema: StructType, table: str, identifier_fields: Sequence[str] = (), skip: Sequence[str] = ()
+) -> Schema:
+    """A new table's schema: field ids 1..n in column order, non-nullable Spark columns required.
+
+    Identifier fields (the key of a change stream) are required, as Iceberg demands;
+    ``skip`` names DataFrame columns that are not table data (a change stream's operation).
+    """
     from pyiceberg.schema import Schema
     from pyiceberg.types import NestedField
 
@@ -59,11 +66,12 @@ def schema_from_spark(spark_schema: StructType, table: str) -> Schema:
             field_id=i,
             name=f.name,
             field_type=iceberg_type_of(f.dataType, f.name, table),
-            required=not f.nullable,
+            required=not f.nullable or f.name in identifier_fields,
         )
-        for i, f in enumerate(spark_schema.fields, start=1)
+        for i, f in enumerate((f for f in spark_schema.fields if f.name not in skip), start=1)
     ]
-    return Schema(*fields)
+    ids = [f.field_id for f in fields if f.name in identifier_fields]
+    return Schema(*fields, identifier_field_ids=ids)
 
 
 def _accepts(target: IcebergType, source: IcebergType) -> bool:
@@ -86,6 +94,7 @@ class Projection:
     """How to turn each batch into the table's columns, in the table's order."""
 
     columns: tuple[tuple[str, str | None, bool], ...]  # (table column, source column or None, needs cast)
+    passthrough: tuple[str, ...] = ()  # DataFrame columns the writer needs besides the table's
 
     def apply(self, df: DataFrame, table_schema: Schema) -> DataFrame:
         from pyspark.sql import functions as F
@@ -99,6 +108,7 @@ class Projection:
                 selected.append(F.col(f"`{source}`").cast(spark_type).alias(name))
             else:
                 selected.append(F.col(f"`{source}`").alias(name))
+        selected += [F.col(f"`{name}`") for name in self.passthrough]
         return df.select(*selected)
 
 
@@ -123,9 +133,11 @@ def _spark_type_of(iceberg: IcebergType) -> DataType:
     return mapping[type(iceberg)]
 
 
-def plan_projection(spark_schema: StructType, table_schema: Schema, table: str) -> Projection:
+def plan_projection(
+    spark_schema: StructType, table_schema: Schema, table: str, passthrough: Sequence[str] = ()
+) -> Projection:
     """Check that the DataFrame fits the table and say how to project it; raise naming the column otherwise."""
-    by_name = {f.name: f for f in spark_schema.fields}
+    by_name = {f.name: f for f in spark_schema.fields if f.name not in passthrough}
     by_lower = {f.name.lower(): f for f in spark_schema.fields}
     used: set[str] = set()
     columns: list[tuple[str, str | None, bool]] = []
@@ -157,4 +169,4 @@ def plan_projection(spark_schema: StructType, table_schema: Schema, table: str) 
             f"table {table}: DataFrame column(s) {', '.join(repr(e) for e in extra)} are not in the table; "
             "drop them from the DataFrame or add them to the table schema first"
         )
-    return Projection(tuple(columns))
+    return Projection(tuple(columns), tuple(passthrough))

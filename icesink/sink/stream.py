@@ -46,6 +46,10 @@ def stream(
     catalog: str | CatalogConfig | Mapping[str, str] | None = None,
     committer: str = "inline",
     query_name: str | None = None,
+    equality_fields: Sequence[str] | None = None,
+    op_column: str | None = None,
+    op_values: Mapping[str, str] | None = None,
+    sequence_by: str | None = None,
 ) -> StreamingQuery:
     """Start writing a streaming DataFrame into an Iceberg table, exactly once per micro-batch.
 
@@ -62,6 +66,11 @@ def stream(
         committer: ``"inline"`` commits from the driver after every batch; ``"daemon"`` only stages,
             leaving commits to ``icesink committer run``.
         query_name: Spark query name.
+        equality_fields: the key of a change stream: every row replaces the table's row with the same
+            key (upsert). Defaults to the table's identifier fields; a new table gets them as identifier fields.
+        op_column: CDC: the column holding each row's operation; ``op_values`` maps its values to
+            ``insert``/``update``/``delete`` (default ``{"I": "insert", "U": "update", "D": "delete"}``).
+        sequence_by: orders the changes of one key within a micro-batch; the last one wins.
 
     Returns:
         The running ``StreamingQuery``.
@@ -70,6 +79,7 @@ def stream(
 
     from icesink.catalog.loader import open_catalog
     from icesink.sink.batch import BatchWriter, SinkSettings
+    from icesink.sink.changes import change_spec, extra_columns, resolve_equality_fields
     from icesink.sink.schema import plan_projection
     from icesink.sink.tables import resolve_table, writer_spec
 
@@ -91,14 +101,33 @@ def stream(
     if not os.environ.get("PYSPARK_PYTHON"):
         log.warning("PYSPARK_PYTHON is not set; executors must run a Python that has icesink and pyarrow installed")
 
+    if (op_column or op_values or sequence_by) and not equality_fields:
+        raise ConfigError(f"table {table}: op_column, op_values and sequence_by need equality_fields (the key)")
     config = resolve_catalog(catalog)
     catalog_handle = open_catalog(config)
-    iceberg_table = resolve_table(catalog_handle, config, table, df.schema, create_table, partition_by)
-    # Refuse a DataFrame that cannot fit before the query starts.
-    plan_projection(df.schema, iceberg_table.schema(), table)
-    writer_spec(iceberg_table, table, job_id or "check")
+    non_data = [c for c in (op_column,) if c]
+    iceberg_table = resolve_table(
+        catalog_handle, config, table, df.schema, create_table, partition_by, equality_fields or (), non_data
+    )
+    # Refuse a stream that cannot fit before the query starts.
+    keys = resolve_equality_fields(iceberg_table, table, equality_fields)
+    changes = None
+    passthrough: list[str] = []
+    if keys:
+        changes = change_spec(iceberg_table, table, df.schema, keys, op_column, op_values, sequence_by)
+        passthrough = extra_columns(changes, iceberg_table)
+    plan_projection(df.schema, iceberg_table.schema(), table, passthrough)
+    writer_spec(iceberg_table, table, job_id or "check", changes)
 
-    handler = BatchWriter(SinkSettings(table=table, catalog=config, job_id=job_id, inline_commit=committer == "inline"))
+    settings = SinkSettings(
+        table=table,
+        catalog=config,
+        job_id=job_id,
+        inline_commit=committer == "inline",
+        changes=changes,
+        passthrough=tuple(passthrough),
+    )
+    handler = BatchWriter(settings)
     writer = df.writeStream.foreachBatch(handler).option("checkpointLocation", checkpoint_location)
     if trigger:
         writer = writer.trigger(**trigger)

@@ -11,7 +11,7 @@ from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
 from icesink.errors import ConfigError, TableNotFoundError, UnsupportedTableError
 from icesink.sink.schema import schema_from_spark
-from icesink.writer.spec import ColumnSpec, PartitionFieldSpec, WriterSpec, arrow_type
+from icesink.writer.spec import ChangeSpec, ColumnSpec, PartitionFieldSpec, WriterSpec, arrow_type
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -71,6 +71,8 @@ def resolve_table(
     spark_schema: StructType,
     create: bool,
     partition_by: Sequence[str],
+    identifier_fields: Sequence[str] = (),
+    skip_columns: Sequence[str] = (),
 ) -> Table:
     """Load the table, creating it (and its namespace) from the DataFrame's schema when allowed."""
     from pyiceberg.exceptions import TableAlreadyExistsError
@@ -89,7 +91,7 @@ def resolve_table(
                 "drop partition_by or change the table's spec first"
             )
         return table
-    schema = schema_from_spark(spark_schema, identifier)
+    schema = schema_from_spark(spark_schema, identifier, identifier_fields, skip_columns)
     spec = parse_partition_by(identifier, schema, partition_by)
     namespace = identifier.rsplit(".", 1)[0]
     with database_errors(config):
@@ -108,7 +110,7 @@ def _same_partitioning(table: Table, partition_by: Sequence[str]) -> bool:
     ]
 
 
-def writer_spec(table: Table, identifier: str, job_id: str) -> WriterSpec:
+def writer_spec(table: Table, identifier: str, job_id: str, changes: ChangeSpec | None = None) -> WriterSpec:
     """Describe the table to the executors in plain values."""
     schema = table.schema()
     columns = []
@@ -139,4 +141,5 @@ def writer_spec(table: Table, identifier: str, job_id: str) -> WriterSpec:
         job_id=job_id,
         target_file_size_bytes=target,
         compression=properties.get("write.parquet.compression-codec", "zstd"),
+        changes=changes,
     )

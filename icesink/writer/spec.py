@@ -38,6 +38,25 @@ class PartitionFieldSpec:
 
 
 @dataclass(frozen=True)
+class ChangeSpec:
+    """How rows of a keyed change stream are read: which key, which operation, which order.
+
+    Attributes:
+        equality_field_ids: field ids of the key columns (the delete files' ``equality_ids``).
+        op_column: the column holding the operation, or None for plain upserts.
+        op_kinds: raw operation value → ``insert`` / ``update`` / ``delete``.
+        sequence_column: orders changes of one key within a checkpoint (the last wins).
+        order_column: input position, added by the driver: breaks ties deterministically.
+    """
+
+    equality_field_ids: tuple[int, ...]
+    op_column: str | None = None
+    op_kinds: tuple[tuple[str, str], ...] = (("I", "insert"), ("U", "update"), ("D", "delete"))
+    sequence_column: str | None = None
+    order_column: str = "__icesink_order"
+
+
+@dataclass(frozen=True)
 class WriterSpec:
     """Everything a write task needs; built on the driver, read on executors."""
 
@@ -54,6 +73,7 @@ class WriterSpec:
     compression: str = "zstd"
     compression_level: int | None = None
     storage_options: tuple[tuple[str, str], ...] = ()
+    changes: ChangeSpec | None = None
 
     def for_checkpoint(self, checkpoint_id: int) -> WriterSpec:
         return replace(self, checkpoint_id=checkpoint_id)
@@ -63,6 +83,12 @@ class WriterSpec:
             if column.field_id == field_id:
                 return column
         raise KeyError(field_id)
+
+    @property
+    def equality_columns(self) -> tuple[ColumnSpec, ...]:
+        if self.changes is None:
+            return ()
+        return tuple(self.column_by_id(fid) for fid in self.changes.equality_field_ids)
 
     def arrow_schema(self) -> pa.Schema:
         """The Arrow schema of data files, carrying Iceberg field ids for Parquet."""

@@ -11,7 +11,8 @@ from collections.abc import Callable, Iterator
 import pyarrow as pa
 
 from icesink.errors import BadRowError
-from icesink.results import PartitionValue, WriteResult, encode_write_result
+from icesink.results import FileContent, FileRecord, PartitionValue, WriteResult, encode_write_result
+from icesink.writer.changes import collapse
 from icesink.writer.files import FileNamer, RollingFileWriter
 from icesink.writer.partitioning import partition_path, split_by_partition
 from icesink.writer.spec import WriterSpec, arrow_type
@@ -30,7 +31,11 @@ _SAME_FAMILY = {
 
 
 def conform(spec: WriterSpec, batch: pa.RecordBatch | pa.Table, task_id: int) -> pa.Table:
-    """Give the rows the table's column types and nullability, or say which row breaks them."""
+    """Give the rows the table's column types and nullability, or say which row breaks them.
+
+    Columns beyond the table's (a change stream's operation, sequence and
+    input position) are kept after the table's columns.
+    """
     table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
     arrays = []
     fields = []
@@ -48,33 +53,61 @@ def conform(spec: WriterSpec, batch: pa.RecordBatch | pa.Table, task_id: int) ->
             array = array.cast(wanted)
         arrays.append(array)
         fields.append(target.with_type(array.type))
+    table_names = {c.name for c in spec.columns}
+    for name in table.column_names:
+        if name not in table_names:
+            arrays.append(table.column(name))
+            fields.append(table.schema.field(name))
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
 class TaskWriter:
-    """All files of one task attempt: one rolling writer per partition."""
+    """All files of one task attempt: one rolling writer per partition (and per content).
+
+    Appends stream straight into the files. A change stream is held until the
+    task's input ends, because the last change of a key decides what is written.
+    """
 
     def __init__(self, spec: WriterSpec, task_id: int, attempt: int) -> None:
         self._spec = spec
         self._task_id = task_id
         self._attempt = attempt
         self._namer = FileNamer(spec.job_id, spec.checkpoint_id, task_id, attempt)
-        self._writers: dict[tuple[PartitionValue, ...], RollingFileWriter] = {}
+        self._writers: dict[tuple[FileContent, tuple[PartitionValue, ...]], RollingFileWriter] = {}
+        self._changes: list[pa.Table] = []
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
         table = conform(self._spec, batch, self._task_id)
+        if self._spec.changes is not None:
+            self._changes.append(table)
+            return
+        self._write_rows(FileContent.DATA, table)
+
+    def _write_rows(self, content: FileContent, table: pa.Table) -> None:
         for key, rows in split_by_partition(self._spec, table):
-            self._writer_for(key).write(rows)
+            self._writer_for(content, key).write(rows)
         self._bound_memory()
 
-    def _writer_for(self, key: tuple[PartitionValue, ...]) -> RollingFileWriter:
-        writer = self._writers.get(key)
+    def _writer_for(self, content: FileContent, key: tuple[PartitionValue, ...]) -> RollingFileWriter:
+        writer = self._writers.get((content, key))
         if writer is None:
             directory = self._spec.data_location.rstrip("/")
             if self._spec.partition_fields:
                 directory = f"{directory}/{partition_path(self._spec, key)}"
-            writer = RollingFileWriter(self._spec, self._namer, key, directory, self._spec.columns)
-            self._writers[key] = writer
+            if content == FileContent.DATA:
+                writer = RollingFileWriter(self._spec, self._namer, key, directory, self._spec.columns)
+            else:
+                assert self._spec.changes is not None
+                writer = RollingFileWriter(
+                    self._spec,
+                    self._namer,
+                    key,
+                    directory,
+                    self._spec.equality_columns,
+                    content=FileContent.EQUALITY_DELETES,
+                    equality_ids=self._spec.changes.equality_field_ids,
+                )
+            self._writers[(content, key)] = writer
         return writer
 
     def _bound_memory(self) -> None:
@@ -82,10 +115,18 @@ class TaskWriter:
             max(self._writers.values(), key=lambda w: w.buffered_bytes).flush()
 
     def complete(self) -> WriteResult:
-        files = []
-        for writer in self._writers.values():
-            files.extend(writer.close())
-        return WriteResult(self._spec.checkpoint_id, self._task_id, self._attempt, data_files=tuple(files))
+        if self._changes:
+            collapsed = collapse(self._spec, pa.concat_tables(self._changes), self._task_id)
+            self._changes.clear()
+            self._write_rows(FileContent.EQUALITY_DELETES, collapsed.keys_to_delete)
+            self._write_rows(FileContent.DATA, collapsed.upserts)
+        data: list[FileRecord] = []
+        deletes: list[FileRecord] = []
+        for (content, _), writer in self._writers.items():
+            (data if content == FileContent.DATA else deletes).extend(writer.close())
+        return WriteResult(
+            self._spec.checkpoint_id, self._task_id, self._attempt, data_files=tuple(data), delete_files=tuple(deletes)
+        )
 
     def abort(self) -> None:
         for writer in self._writers.values():

@@ -1,0 +1,140 @@
+"""Reading a table's current (or a past) state with equality and position deletes applied.
+
+pyiceberg 0.12 refuses to scan tables with equality delete files. This reader
+plans the scan with pyiceberg's pruning (partition summaries, partition
+values, column bounds), reads data files with pyiceberg's Arrow reader (which
+applies position deletes) and applies equality deletes by the Iceberg rules:
+a delete removes rows with equal key values from data files of the same
+partition (or from every partition, for an unpartitioned delete file) whose
+data sequence number is strictly lower than its own.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
+
+    from icesink.catalog.config import CatalogConfig
+
+_SEQ = "__icesink_delete_seq"
+PartitionKey = tuple[int, tuple[Any, ...]]  # (spec id, partition values); spec -1: applies everywhere
+
+
+def _values(partition: Any) -> tuple[Any, ...]:
+    return tuple(partition[i] for i in range(len(partition)))
+
+
+class _EqualityDeletes:
+    """The equality delete files of a scan, loaded once, grouped by key columns and partition."""
+
+    def __init__(self, table: Table, schema: Schema, files: Sequence[tuple[DataFile, int]]) -> None:
+        self._table = table
+        self._schema = schema
+        self._groups: dict[tuple[tuple[int, ...], PartitionKey], list[tuple[DataFile, int]]] = defaultdict(list)
+        specs = table.metadata.specs()
+        for delete_file, sequence in files:
+            ids = tuple(delete_file.equality_ids or ())
+            spec = specs[delete_file.spec_id]
+            scope: PartitionKey = (
+                (-1, ()) if spec.is_unpartitioned() else (spec.spec_id, _values(delete_file.partition))
+            )
+            self._groups[(ids, scope)].append((delete_file, sequence))
+        self._loaded: dict[tuple[tuple[int, ...], PartitionKey], pa.Table] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._groups)
+
+    def preload(self) -> None:
+        """Load every group once, before data files are read in parallel."""
+        for group in self._groups:
+            self._keys(group)
+
+    def _keys(self, group: tuple[tuple[int, ...], PartitionKey]) -> pa.Table:
+        """Every deleted key of the group with the highest sequence number that deletes it."""
+        if group not in self._loaded:
+            from icesink.committer import pyiceberg_internals as internals
+
+            ids, _ = group
+            key_schema = self._schema.select(*[self._schema.find_column_name(i) or "" for i in ids])
+            parts = []
+            for delete_file, sequence in self._groups[group]:
+                keys = internals.read_files(self._table, key_schema, [(delete_file, set())], None)
+                parts.append(keys.append_column(_SEQ, pa.array([sequence] * keys.num_rows, pa.int64())))
+            names = [self._schema.find_column_name(i) or "" for i in ids]
+            combined = pa.concat_tables(parts)
+            self._loaded[group] = combined.group_by(names, use_threads=False).aggregate([(_SEQ, "max")])
+        return self._loaded[group]
+
+    def apply(self, rows: pa.Table, data_file: DataFile, sequence: int) -> pa.Table:
+        if not self or rows.num_rows == 0:
+            return rows
+        scopes = {(-1, ()), (data_file.spec_id, _values(data_file.partition))}
+        for group in self._groups:
+            ids, scope = group
+            if scope not in scopes:
+                continue
+            keys = self._keys(group)
+            newer = keys.filter(pc.greater(keys.column(f"{_SEQ}_max"), sequence)).drop_columns([f"{_SEQ}_max"])
+            if newer.num_rows:
+                names = [self._schema.find_column_name(i) or "" for i in ids]
+                rows = rows.join(newer, keys=names, join_type="left anti", use_threads=False)
+        return rows
+
+
+def read_table(
+    table: Table, snapshot_id: int | None = None, row_filter: str | BooleanExpression | None = None
+) -> pa.Table:
+    """The rows of ``table`` at ``snapshot_id`` (default: current), deletes applied, matching ``row_filter``."""
+    from icesink.committer import pyiceberg_internals as internals
+
+    expression: Any = row_filter if row_filter is not None else "True"
+    plan = internals.plan_scan(table, snapshot_id, expression)
+    deletes = _EqualityDeletes(table, plan.schema, plan.equality_deletes)
+    empty = plan.schema.as_arrow()
+
+    def read_one(item: tuple[DataFile, int, set[DataFile]]) -> pa.Table:
+        data_file, sequence, positions = item
+        rows = internals.read_files(table, plan.schema, [(data_file, positions)], row_filter)
+        return deletes.apply(rows, data_file, sequence)
+
+    deletes.preload()
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        parts = list(pool.map(read_one, plan.data))
+    if not parts:
+        return empty.empty_table()
+    return pa.concat_tables(parts, promote_options="permissive").select(empty.names)
+
+
+def read(
+    table: str | Table,
+    snapshot_id: int | None = None,
+    row_filter: str | BooleanExpression | None = None,
+    catalog: str | CatalogConfig | dict[str, str] | None = None,
+) -> pa.Table:
+    """Read an Iceberg table into Arrow, applying equality and position deletes.
+
+    Args:
+        table: ``namespace.table`` (looked up in ``catalog``) or a pyiceberg ``Table``.
+        snapshot_id: a past snapshot to read; default the current one.
+        row_filter: a pyiceberg expression or its string form, e.g. ``"order_id > 100"``;
+            used to prune files by partition and column bounds, then to filter rows.
+        catalog: as for :func:`icesink.stream`.
+    """
+    if isinstance(table, str):
+        from icesink.catalog.loader import load_table, open_catalog
+        from icesink.sink.stream import resolve_catalog
+
+        config = resolve_catalog(catalog)
+        table = load_table(open_catalog(config), config, table)
+    return read_table(table, snapshot_id, row_filter)

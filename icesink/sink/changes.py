@@ -1,0 +1,85 @@
+"""Checking and describing a keyed change stream (upserts and CDC) before it starts."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from icesink.errors import ConfigError
+from icesink.writer.changes import DELETE, INSERT, UPDATE
+from icesink.writer.spec import ChangeSpec
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+    from pyspark.sql.types import StructType
+
+DEFAULT_OP_VALUES: Mapping[str, str] = {"I": INSERT, "U": UPDATE, "D": DELETE}
+
+
+def resolve_equality_fields(table: Table, identifier: str, equality_fields: Sequence[str] | None) -> list[str]:
+    """The key: as given, else the table's identifier fields, else none (a plain append stream)."""
+    if equality_fields:
+        return list(equality_fields)
+    schema = table.schema()
+    return [schema.find_column_name(fid) or "" for fid in schema.identifier_field_ids]
+
+
+def change_spec(
+    table: Table,
+    identifier: str,
+    df_schema: StructType,
+    equality_fields: Sequence[str],
+    op_column: str | None,
+    op_values: Mapping[str, str] | None,
+    sequence_by: str | None,
+) -> ChangeSpec:
+    """Validate a change stream against the table and the DataFrame; raise naming what is wrong."""
+    from pyiceberg.types import DoubleType, FloatType
+
+    schema = table.schema()
+    if table.metadata.format_version < 2:
+        raise ConfigError(f"table {identifier} is Iceberg format version 1, which has no delete files; upgrade it to 2")
+    ids = []
+    for name in equality_fields:
+        field = schema.find_field(name) if name in {f.name for f in schema.fields} else None
+        if field is None:
+            raise ConfigError(
+                f"table {identifier}: equality field {name!r} is not a column of the table "
+                f"(columns: {', '.join(f.name for f in schema.fields)})"
+            )
+        if isinstance(field.field_type, FloatType | DoubleType):
+            raise ConfigError(
+                f"table {identifier}: equality field {name!r} is {field.field_type}; floating-point keys do not "
+                "compare reliably (NaN, -0.0), use an integer, string, decimal or date key"
+            )
+        ids.append(field.field_id)
+    for partition_field in table.spec().fields:
+        if partition_field.source_id not in ids:
+            source = schema.find_column_name(partition_field.source_id)
+            raise ConfigError(
+                f"table {identifier} is partitioned by {partition_field.transform}({source}), but {source!r} is not "
+                f"among the equality fields {list(equality_fields)}: an update that moves a key to another partition "
+                "would leave the old row alive. Add the column to equality_fields or use an unpartitioned table"
+            )
+    columns = set(df_schema.fieldNames())
+    if op_column is not None and op_column not in columns:
+        raise ConfigError(f"table {identifier}: op_column {op_column!r} is not a column of the DataFrame")
+    if sequence_by is not None and sequence_by not in columns:
+        raise ConfigError(f"table {identifier}: sequence_by column {sequence_by!r} is not a column of the DataFrame")
+    values = dict(op_values or DEFAULT_OP_VALUES)
+    unknown = {kind for kind in values.values() if kind not in (INSERT, UPDATE, DELETE)}
+    if unknown:
+        raise ConfigError(f"table {identifier}: op_values map to {sorted(unknown)}; use 'insert', 'update' or 'delete'")
+    return ChangeSpec(
+        equality_field_ids=tuple(ids),
+        op_column=op_column,
+        op_kinds=tuple(values.items()),
+        sequence_column=sequence_by,
+    )
+
+
+def extra_columns(changes: ChangeSpec, table: Table) -> list[str]:
+    """DataFrame columns the writer needs besides the table's own."""
+    names = {f.name for f in table.schema().fields}
+    extra = [c for c in (changes.op_column, changes.sequence_column) if c is not None and c not in names]
+    return extra

@@ -1,0 +1,101 @@
+"""Collapsing a task's change rows to the last change per key.
+
+Rows arrive distributed by key, so every change of a key within a checkpoint
+is in the same task. The last one wins: ordered by the ``sequence_by``
+column, ties (and streams without one) broken by input position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from icesink.errors import BadRowError
+from icesink.writer.spec import WriterSpec
+
+INSERT, UPDATE, DELETE = "insert", "update", "delete"
+
+
+@dataclass(frozen=True)
+class CollapsedChanges:
+    """The last change of every key: rows to insert (table columns) and keys to delete.
+
+    Every key gets a delete (insert and update replace whatever the key held
+    before; a delete of an absent key is harmless), and inserts and updates
+    also get their row.
+    """
+
+    upserts: pa.Table
+    keys_to_delete: pa.Table
+
+
+def _describe_row(table: pa.Table, index: int) -> str:
+    row = table.slice(index, 1).to_pylist()[0]
+    return ", ".join(f"{k}={v!r}" for k, v in list(row.items())[:6])
+
+
+def _check_keys(spec: WriterSpec, table: pa.Table, task_id: int) -> None:
+    for column in spec.equality_columns:
+        array = table.column(column.name)
+        if array.null_count:
+            index = pc.index(pc.is_null(array), True).as_py()
+            raise BadRowError(
+                f"table {spec.table_name}, checkpoint {spec.checkpoint_id}, task {task_id}: equality field "
+                f"{column.name!r} is null in {array.null_count} row(s), e.g. ({_describe_row(table, index)}); "
+                "a change needs its full key: fix the input and restart the stream"
+            )
+
+
+def _kinds(spec: WriterSpec, table: pa.Table, task_id: int) -> pa.Array:
+    assert spec.changes is not None
+    if spec.changes.op_column is None:
+        return pa.array([UPDATE] * table.num_rows, pa.string())
+    raw = table.column(spec.changes.op_column).cast(pa.string()).combine_chunks()
+    known = dict(spec.changes.op_kinds)
+    values = pa.array(list(known), pa.string())
+    positions = pc.index_in(raw, value_set=values)
+    if positions.null_count:
+        index = pc.index(pc.is_null(positions), True).as_py()
+        bad = raw[index].as_py()
+        raise BadRowError(
+            f"table {spec.table_name}, checkpoint {spec.checkpoint_id}, task {task_id}: column "
+            f"{spec.changes.op_column!r} has the unknown operation {bad!r} ({_describe_row(table, index)}); "
+            f"known operations: {', '.join(f'{k!r}={v}' for k, v in known.items())}. Fix the input, or pass op_values="
+        )
+    return pc.take(pa.array(list(known.values()), pa.string()), positions)
+
+
+def collapse(spec: WriterSpec, table: pa.Table, task_id: int) -> CollapsedChanges:
+    """The last change per key of all rows of one task."""
+    assert spec.changes is not None
+    changes = spec.changes
+    _check_keys(spec, table, task_id)
+    kinds = _kinds(spec, table, task_id)
+    keys = [c.name for c in spec.equality_columns]
+    order = [(name, "ascending") for name in keys]
+    if changes.sequence_column is not None:
+        order.append((changes.sequence_column, "ascending"))
+    order.append((changes.order_column, "ascending"))
+    table = table.append_column("__icesink_kind", kinds)
+    table = table.take(pc.sort_indices(table, sort_keys=order, null_placement="at_start"))
+    # After sorting, a row is its key's last change when the next row has another key.
+    last = _last_of_each_key(table, keys)
+    latest = table.filter(last)
+    upserts = latest.filter(pc.not_equal(latest.column("__icesink_kind"), DELETE))
+    table_columns = [c.name for c in spec.columns]
+    return CollapsedChanges(upserts=upserts.select(table_columns), keys_to_delete=latest.select(keys))
+
+
+def _last_of_each_key(table: pa.Table, keys: list[str]) -> pa.Array:
+    rows = table.num_rows
+    if rows == 0:
+        return pa.array([], pa.bool_())
+    differs = None
+    for name in keys:
+        column = table.column(name).combine_chunks()
+        step = pc.not_equal(column.slice(0, rows - 1), column.slice(1))
+        differs = step if differs is None else pc.or_(differs, step)
+    assert differs is not None
+    return pa.concat_arrays([differs, pa.array([True])])
