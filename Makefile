@@ -6,7 +6,11 @@ BIN := $(VENV)/bin
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 
-.PHONY: install demo test test-fast lint bench clean
+# Iceberg's Java reference implementation, for interop tests only: Spark 3.5 and the
+# Iceberg 1.9.2 runtime jar, both from PyPI, in an environment of their own.
+JAVA_READER := .venv-iceberg-java
+
+.PHONY: install install-interop demo test test-fast lint bench bench-upsert clean
 
 $(BIN)/icesink: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,16 +18,25 @@ $(BIN)/icesink: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
+$(JAVA_READER)/bin/python:
+	$(PYTHON) -m venv $(JAVA_READER)
+	$(JAVA_READER)/bin/pip install --quiet "pyspark==3.5.9" "snowpark-connect-deps-iceberg==1.0.1"
+
 install: $(BIN)/icesink
+
+install-interop: $(JAVA_READER)/bin/python
 
 demo: install
 	$(BIN)/python examples/demo.py
 
-test: install lint
+test: install install-interop lint
 	$(BIN)/pytest
 
 test-fast: install
 	$(BIN)/pytest -m "not faults and not interop"
+
+bench-upsert: install
+	$(BIN)/python bench/upsert.py
 
 lint: install
 	$(BIN)/ruff check icesink tests bench examples
@@ -34,4 +47,4 @@ bench: install
 	$(BIN)/python bench/append_throughput.py
 
 clean:
-	rm -rf $(VENV) warehouse .icesink-demo
+	rm -rf $(VENV) $(JAVA_READER) warehouse .icesink-demo

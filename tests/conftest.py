@@ -102,6 +102,12 @@ def catalog_config(request: pytest.FixtureRequest, tmp_path: Path) -> CatalogCon
 
 
 @pytest.fixture
+def pg_catalog(request: pytest.FixtureRequest, tmp_path: Path) -> CatalogConfig:
+    """A migrated PostgreSQL catalog: the production shape, for the slowest fault-injection cases."""
+    return _catalog(request, tmp_path, "postgres")
+
+
+@pytest.fixture
 def sqlite_catalog(request: pytest.FixtureRequest, tmp_path: Path) -> CatalogConfig:
     """A migrated SQLite catalog, for Spark tests whose subject is not the catalog database."""
     return _catalog(request, tmp_path, "sqlite")

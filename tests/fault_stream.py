@@ -1,6 +1,8 @@
 """A streaming job run as its own process by the fault-injection tests, so it can be killed for real.
 
-Usage: python -m tests.fault_stream INPUT CHECKPOINT CATALOG_NAME URI WAREHOUSE TABLE COMMITTER
+Usage: python -m tests.fault_stream INPUT CHECKPOINT CATALOG_NAME URI WAREHOUSE TABLE COMMITTER [MODE]
+
+MODE is ``append`` (default: orders) or ``cdc`` (changes keyed by region and id).
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
 def main(argv: list[str]) -> None:
-    input_dir, checkpoint, name, uri, warehouse, table, committer = argv
+    input_dir, checkpoint, name, uri, warehouse, table, committer = argv[:7]
+    mode = argv[7] if len(argv) > 7 else "append"
     from pyspark.sql import SparkSession
 
     import icesink
     from icesink.catalog.config import CatalogConfig
+    from tests.changes import SPARK_CHANGE_SCHEMA
     from tests.streams import SPARK_SCHEMA
 
     spark = (
@@ -27,7 +31,9 @@ def main(argv: list[str]) -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    df = spark.readStream.schema(SPARK_SCHEMA).option("maxFilesPerTrigger", 1).parquet(input_dir)
+    schema = SPARK_CHANGE_SCHEMA if mode == "cdc" else SPARK_SCHEMA
+    df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(input_dir)
+    changes = {"equality_fields": ["region", "id"], "op_column": "op", "sequence_by": "seq"} if mode == "cdc" else {}
     query = icesink.stream(
         df,
         table=table,
@@ -36,6 +42,7 @@ def main(argv: list[str]) -> None:
         create_table=True,
         catalog=CatalogConfig(name=name, uri=uri, warehouse=warehouse),
         committer=committer,
+        **changes,  # type: ignore[arg-type]
     )
     query.awaitTermination()
     spark.stop()

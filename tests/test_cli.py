@@ -85,3 +85,13 @@ def test_console_script_is_installed() -> None:
         [Path(sys.executable).parent / "icesink", "--help"], capture_output=True, text=True, check=True
     )
     assert "snapshots" in done.stdout and "committer" in done.stdout
+
+
+def test_scan_prints_rows_with_deletes_applied(catalog_config: CatalogConfig) -> None:
+    committed_table(catalog_config)
+    code, output = invoke(catalog_config, "scan", TABLE, "--limit", "3", "--filter", "id >= 5", "--json")
+    assert code == 0, output
+    rows = [json.loads(line) for line in output.splitlines()]
+    assert len(rows) == 3 and all(r["id"] >= 5 for r in rows)
+    code, text = invoke(catalog_config, "scan", TABLE, "--limit", "0")
+    assert code == 0 and text.strip().endswith("(15 of 15 rows)")

@@ -19,11 +19,13 @@ import pytest
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.committer.ledger import CheckpointState, Ledger
+from tests.changes import ChangeModel, random_checkpoint, sorted_rows, write_checkpoint_file
 from tests.streams import add_input_files
 from tests.support import create_orders_table, orders, stage_rows, table_ids
 
 pytestmark = pytest.mark.faults
 TABLE = "shop.orders"
+CDC_TABLE = "shop.inventory"
 ROOT = Path(__file__).parent.parent
 BATCHES = [(i * 3000, 3000) for i in range(4)]
 EXPECTED = list(range(12_000))
@@ -39,9 +41,19 @@ def _env(failpoints: str = "") -> dict[str, str]:
 
 
 def start_stream(
-    config: CatalogConfig, tmp_path: Path, failpoints: str = "", committer: str = "inline"
+    config: CatalogConfig, tmp_path: Path, failpoints: str = "", committer: str = "inline", mode: str = "append"
 ) -> subprocess.Popen[bytes]:
-    args = [str(tmp_path / "in"), str(tmp_path / "ckpt"), config.name, config.uri, config.warehouse, TABLE, committer]
+    table = CDC_TABLE if mode == "cdc" else TABLE
+    args = [
+        str(tmp_path / "in"),
+        str(tmp_path / "ckpt"),
+        config.name,
+        config.uri,
+        config.warehouse,
+        table,
+        committer,
+        mode,
+    ]
     return subprocess.Popen(
         [sys.executable, "-m", "tests.fault_stream", *args],
         cwd=ROOT,
@@ -65,8 +77,8 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
-def run_to_completion(config: CatalogConfig, tmp_path: Path) -> None:
-    code = wait(start_stream(config, tmp_path))
+def run_to_completion(config: CatalogConfig, tmp_path: Path, **options: str) -> None:
+    code = wait(start_stream(config, tmp_path, **options))
     assert code == 0, (tmp_path / "stream.log").read_text()[-4000:]
 
 
@@ -156,3 +168,51 @@ def test_committer_daemon_killed_and_restarted_commits_nothing_twice(
     assert table_ids(catalog_config, TABLE) == list(range(400))
     rows = Ledger(catalog_config).for_table(TABLE)
     assert all(r.state == CheckpointState.COMMITTED and r.manifests_deleted for r in rows)
+
+
+def cdc_input(tmp_path: Path, checkpoints: int = 4) -> ChangeModel:
+    rng = random.Random(99)
+    model = ChangeModel()
+    for checkpoint in range(checkpoints):
+        changes = random_checkpoint(rng, checkpoint, keys=200, size=3000)
+        write_checkpoint_file(tmp_path / "in", checkpoint, changes)
+        model.apply(changes)
+    return model
+
+
+@pytest.mark.parametrize("moment", ["writer.after-file", "driver.after-stage", "committer.after-catalog-commit"])
+def test_cdc_stream_killed_mid_batch_ends_equal_to_the_model(
+    pg_catalog: CatalogConfig, tmp_path: Path, moment: str
+) -> None:
+    import icesink
+
+    model = cdc_input(tmp_path)
+    code = wait(start_stream(pg_catalog, tmp_path, failpoints=moment, mode="cdc"))
+    assert code != 0
+    run_to_completion(pg_catalog, tmp_path, mode="cdc")
+    assert sorted_rows(icesink.read(CDC_TABLE, catalog=pg_catalog)) == model.expected()
+    table = open_catalog(pg_catalog).load_table(CDC_TABLE)
+    assert sorted(int(s.summary["icesink.max-committed-checkpoint-id"]) for s in table.metadata.snapshots) == [
+        0,
+        1,
+        2,
+        3,
+    ]
+
+
+def test_committer_killed_right_after_a_row_delta_commit_applies_no_delete_twice(
+    pg_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    import icesink
+
+    model = cdc_input(tmp_path)
+    run_to_completion(pg_catalog, tmp_path, mode="cdc", committer="daemon")
+    assert open_catalog(pg_catalog).load_table(CDC_TABLE).current_snapshot() is None
+    assert run_committer(pg_catalog, failpoints="committer.after-catalog-commit") == -signal.SIGKILL
+    table = open_catalog(pg_catalog).load_table(CDC_TABLE)
+    assert len(table.metadata.snapshots) == 1  # the first row delta landed, the ledger never heard of it
+    assert [r.state for r in Ledger(pg_catalog).for_table(CDC_TABLE)][0] == CheckpointState.STAGED
+    assert run_committer(pg_catalog) == 0
+    table = open_catalog(pg_catalog).load_table(CDC_TABLE)
+    assert len(table.metadata.snapshots) == 4
+    assert sorted_rows(icesink.read(CDC_TABLE, catalog=pg_catalog)) == model.expected()

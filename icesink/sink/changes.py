@@ -24,6 +24,25 @@ def resolve_equality_fields(table: Table, identifier: str, equality_fields: Sequ
     return [schema.find_column_name(fid) or "" for fid in schema.identifier_field_ids]
 
 
+def check_key_columns(identifier: str, df_schema: StructType, equality_fields: Sequence[str]) -> None:
+    """Refuse an unusable key before anything (a new table, say) is created from the DataFrame."""
+    from pyspark.sql.types import DoubleType, FloatType
+
+    fields = {f.name: f for f in df_schema.fields}
+    for name in equality_fields:
+        field = fields.get(name)
+        if field is None:
+            raise ConfigError(
+                f"table {identifier}: equality field {name!r} is not a column of the DataFrame "
+                f"(columns: {', '.join(fields)})"
+            )
+        if isinstance(field.dataType, FloatType | DoubleType):
+            raise ConfigError(
+                f"table {identifier}: equality field {name!r} is {field.dataType.simpleString()}; floating-point "
+                "keys do not compare reliably (NaN, -0.0), use an integer, string, decimal or date key"
+            )
+
+
 def change_spec(
     table: Table,
     identifier: str,

@@ -79,7 +79,7 @@ def stream(
 
     from icesink.catalog.loader import open_catalog
     from icesink.sink.batch import BatchWriter, SinkSettings
-    from icesink.sink.changes import change_spec, extra_columns, resolve_equality_fields
+    from icesink.sink.changes import change_spec, check_key_columns, extra_columns, resolve_equality_fields
     from icesink.sink.schema import plan_projection
     from icesink.sink.tables import resolve_table, writer_spec
 
@@ -103,6 +103,8 @@ def stream(
 
     if (op_column or op_values or sequence_by) and not equality_fields:
         raise ConfigError(f"table {table}: op_column, op_values and sequence_by need equality_fields (the key)")
+    if equality_fields:
+        check_key_columns(table, df.schema, equality_fields)
     config = resolve_catalog(catalog)
     catalog_handle = open_catalog(config)
     non_data = [c for c in (op_column,) if c]

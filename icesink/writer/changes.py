@@ -36,7 +36,8 @@ def _describe_row(table: pa.Table, index: int) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in list(row.items())[:6])
 
 
-def _check_keys(spec: WriterSpec, table: pa.Table, task_id: int) -> None:
+def check_keys(spec: WriterSpec, table: pa.Table, task_id: int) -> None:
+    """Refuse rows without a full key, naming one of them."""
     for column in spec.equality_columns:
         array = table.column(column.name)
         if array.null_count:
@@ -71,7 +72,6 @@ def collapse(spec: WriterSpec, table: pa.Table, task_id: int) -> CollapsedChange
     """The last change per key of all rows of one task."""
     assert spec.changes is not None
     changes = spec.changes
-    _check_keys(spec, table, task_id)
     kinds = _kinds(spec, table, task_id)
     keys = [c.name for c in spec.equality_columns]
     order = [(name, "ascending") for name in keys]

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from icesink.errors import BadRowError
 from icesink.results import FileContent, FileRecord, PartitionValue, WriteResult, encode_write_result
-from icesink.writer.changes import collapse
+from icesink.writer.changes import check_keys, collapse
 from icesink.writer.files import FileNamer, RollingFileWriter
 from icesink.writer.partitioning import partition_path, split_by_partition
 from icesink.writer.spec import WriterSpec, arrow_type
@@ -77,10 +77,11 @@ class TaskWriter:
         self._changes: list[pa.Table] = []
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
-        table = conform(self._spec, batch, self._task_id)
         if self._spec.changes is not None:
-            self._changes.append(table)
+            check_keys(self._spec, batch, self._task_id)
+            self._changes.append(conform(self._spec, batch, self._task_id))
             return
+        table = conform(self._spec, batch, self._task_id)
         self._write_rows(FileContent.DATA, table)
 
     def _write_rows(self, content: FileContent, table: pa.Table) -> None:
