@@ -211,7 +211,7 @@ def test_committer_killed_right_after_a_row_delta_commit_applies_no_delete_twice
     assert run_committer(pg_catalog, failpoints="committer.after-catalog-commit") == -signal.SIGKILL
     table = open_catalog(pg_catalog).load_table(CDC_TABLE)
     assert len(table.metadata.snapshots) == 1  # the first row delta landed, the ledger never heard of it
-    assert [r.state for r in Ledger(pg_catalog).for_table(CDC_TABLE)][0] == CheckpointState.STAGED
+    assert Ledger(pg_catalog).for_table(CDC_TABLE)[0].state == CheckpointState.STAGED
     assert run_committer(pg_catalog) == 0
     table = open_catalog(pg_catalog).load_table(CDC_TABLE)
     assert len(table.metadata.snapshots) == 4

@@ -103,7 +103,7 @@ def test_time_travel_and_filters_see_the_state_of_their_snapshot(
     write_checkpoint_file(tmp_path / "in", 1, [{"region": "eu", "id": 3, "value": "new", "seq": 1, "op": "U"}])
     run_cdc(spark, sqlite_catalog, tmp_path, [])
     table = open_catalog(sqlite_catalog).load_table(TABLE)
-    first, second = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number)
+    first = min(table.metadata.snapshots, key=lambda s: s.sequence_number)
     before = icesink.read(TABLE, snapshot_id=first.snapshot_id, catalog=sqlite_catalog)
     assert sorted(before.column("value").to_pylist()) == ["old"] * 5
     assert icesink.read(TABLE, row_filter="id = 3", catalog=sqlite_catalog).column("value").to_pylist() == ["new"]
