@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from icesink.catalog.config import CatalogConfig
 
 _SEQ = "__icesink_delete_seq"
+_DATA_SEQ = "__icesink_data_seq"
+_ROW = "__icesink_row"
 PartitionKey = tuple[int, tuple[Any, ...]]  # (spec id, partition values); spec -1: applies everywhere
 
 
@@ -76,19 +78,23 @@ class _EqualityDeletes:
             self._loaded[group] = combined.group_by(names, use_threads=False).aggregate([(_SEQ, "max")])
         return self._loaded[group]
 
-    def apply(self, rows: pa.Table, data_file: DataFile, sequence: int) -> pa.Table:
-        if not self or rows.num_rows == 0:
-            return rows
-        scopes = {(-1, ()), (data_file.spec_id, _values(data_file.partition))}
+    def apply(self, rows: pa.Table, scope: PartitionKey) -> pa.Table:
+        """Drop rows of one partition that a newer equality delete removes.
+
+        ``rows`` carries each row's data sequence number; one join per delete
+        group serves every data file of the partition at once.
+        """
         for group in self._groups:
-            ids, scope = group
-            if scope not in scopes:
+            ids, delete_scope = group
+            if delete_scope not in ((-1, ()), scope) or rows.num_rows == 0:
                 continue
-            keys = self._keys(group)
-            newer = keys.filter(pc.greater(keys.column(f"{_SEQ}_max"), sequence)).drop_columns([f"{_SEQ}_max"])
-            if newer.num_rows:
-                names = [self._schema.find_column_name(i) or "" for i in ids]
-                rows = rows.join(newer, keys=names, join_type="left anti", use_threads=False)
+            names = [self._schema.find_column_name(i) or "" for i in ids]
+            # Join only the key columns (with row positions), then filter the wide rows in place.
+            narrow = rows.select(names).append_column(_ROW, pa.array(range(rows.num_rows), pa.int64()))
+            joined = narrow.join(self._keys(group), keys=names, join_type="left outer")
+            newest_delete = pc.take(joined.column(f"{_SEQ}_max"), pc.sort_indices(joined.column(_ROW)))
+            alive = pc.or_kleene(pc.is_null(newest_delete), pc.less_equal(newest_delete, rows.column(_DATA_SEQ)))
+            rows = rows.filter(alive)
         return rows
 
 
@@ -101,19 +107,29 @@ def read_table(
     expression: Any = row_filter if row_filter is not None else "True"
     plan = internals.plan_scan(table, snapshot_id, expression)
     deletes = _EqualityDeletes(table, plan.schema, plan.equality_deletes)
-    empty = plan.schema.as_arrow()
+    deletes.preload()
+    columns = plan.schema.as_arrow().names
 
     def read_one(item: tuple[DataFile, int, set[DataFile]]) -> pa.Table:
         data_file, sequence, positions = item
         rows = internals.read_files(table, plan.schema, [(data_file, positions)], row_filter)
-        return deletes.apply(rows, data_file, sequence)
+        if deletes:
+            rows = rows.append_column(_DATA_SEQ, pa.array([sequence] * rows.num_rows, pa.int64()))
+        return rows
 
-    deletes.preload()
     with ThreadPoolExecutor(max_workers=8) as pool:
         parts = list(pool.map(read_one, plan.data))
     if not parts:
-        return empty.empty_table()
-    return pa.concat_tables(parts, promote_options="permissive").select(empty.names)
+        return plan.schema.as_arrow().empty_table()
+    if not deletes:
+        return pa.concat_tables(parts, promote_options="permissive").select(columns)
+    by_scope: dict[PartitionKey, list[pa.Table]] = defaultdict(list)
+    for (data_file, _, _), rows in zip(plan.data, parts, strict=True):
+        by_scope[(data_file.spec_id, _values(data_file.partition))].append(rows)
+    alive = [
+        deletes.apply(pa.concat_tables(group, promote_options="permissive"), scope) for scope, group in by_scope.items()
+    ]
+    return pa.concat_tables(alive, promote_options="permissive").select(columns)
 
 
 def read(

@@ -63,10 +63,41 @@ def test_independent_readers_return_exactly_the_input(
     assert len(planned) < len(list(table.scan().plan_files()))
 
 
+JAVA_READER_VENV = Path(__file__).parent.parent / ".venv-iceberg-java"
+
+
+@pytest.fixture(scope="session")
+def java_reader() -> Path:
+    """The Python of the separate environment holding Iceberg Java (see ``make install-interop``)."""
+    python = JAVA_READER_VENV / "bin" / "python"
+    if not python.exists():
+        pytest.fail(f"{JAVA_READER_VENV} is missing: `make install-interop` installs pyspark 3.5.9 + Iceberg 1.9.2")
+    return python
+
+
+def read_with_iceberg_java(python: Path, metadata_location: str, columns: list[str]) -> list[dict[str, Any]]:
+    """Iceberg 1.9.2's Java reader, through Spark 3.5 in its own environment."""
+    import json
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
+    done = subprocess.run(
+        [str(python), str(Path(__file__).parent / "java_reader.py"), metadata_location, ",".join(columns)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
 @pytest.mark.parametrize("partition_by", [[], ["region", "bucket(4, id)"]], ids=["unpartitioned", "partitioned"])
-def test_iceberg_rust_applies_our_equality_deletes_like_the_model(
-    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, partition_by: list[str]
+def test_independent_readers_apply_our_equality_deletes_like_the_model(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, partition_by: list[str], java_reader: Path
 ) -> None:
+    """iceberg-rust and Iceberg Java read the row deltas; Java also proves ``equality_ids`` are list<int>."""
     import random
 
     import icesink
@@ -91,57 +122,8 @@ def test_iceberg_rust_applies_our_equality_deletes_like_the_model(
     context.register_table("t", StaticTable.from_metadata(table.metadata_location))
     rust = context.sql("SELECT region, id, value, seq FROM t").to_arrow_table()
     assert sorted_rows(rust) == model.expected()
+
+    java = read_with_iceberg_java(java_reader, table.metadata_location, ["region", "id", "value", "seq"])
+    assert sorted(java, key=lambda r: (r["region"], r["id"])) == model.expected()
+
     assert sorted_rows(icesink.read(table)) == model.expected()
-
-
-JAVA_READER_VENV = Path(__file__).parent.parent / ".venv-iceberg-java"
-
-
-@pytest.fixture(scope="session")
-def java_reader() -> Path:
-    """The Python of the separate environment holding Iceberg Java (see ``make install``)."""
-    python = JAVA_READER_VENV / "bin" / "python"
-    if not python.exists():
-        pytest.fail(
-            f"{JAVA_READER_VENV} is missing: run `make install` (it installs pyspark 3.5.9 + Iceberg 1.9.2 there)"
-        )
-    return python
-
-
-def read_with_iceberg_java(python: Path, metadata_location: str, columns: list[str]) -> list[dict[str, Any]]:
-    import json
-    import subprocess
-
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("PYSPARK")}
-    done = subprocess.run(
-        [str(python), str(Path(__file__).parent / "java_reader.py"), metadata_location, ",".join(columns)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-
-
-@pytest.mark.parametrize("partition_by", [[], ["region", "bucket(4, id)"]], ids=["unpartitioned", "partitioned"])
-def test_iceberg_java_reads_our_delete_manifests_and_applies_the_deletes(
-    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, partition_by: list[str], java_reader: Path
-) -> None:
-    """Iceberg Java rejects ``equality_ids`` declared as list<long>; ours are list<int>, as the spec says."""
-    import random
-
-    from tests.changes import ChangeModel, random_checkpoint, write_checkpoint_file
-    from tests.test_upsert import TABLE as CDC_TABLE
-    from tests.test_upsert import run_cdc
-
-    rng = random.Random(8)
-    model = ChangeModel()
-    for checkpoint in range(3):
-        changes = random_checkpoint(rng, checkpoint, keys=25, size=60)
-        write_checkpoint_file(tmp_path / "in", checkpoint, changes)
-        model.apply(changes)
-    run_cdc(spark, sqlite_catalog, tmp_path, partition_by)
-    table = open_catalog(sqlite_catalog).load_table(CDC_TABLE)
-    rows = read_with_iceberg_java(java_reader, table.metadata_location, ["region", "id", "value", "seq"])
-    assert sorted(rows, key=lambda r: (r["region"], r["id"])) == model.expected()

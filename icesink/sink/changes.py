@@ -24,6 +24,13 @@ def resolve_equality_fields(table: Table, identifier: str, equality_fields: Sequ
     return [schema.find_column_name(fid) or "" for fid in schema.identifier_field_ids]
 
 
+def _floating_key(identifier: str, name: str, type_name: str) -> ConfigError:
+    return ConfigError(
+        f"table {identifier}: equality field {name!r} is {type_name}; floating-point keys do not compare "
+        "reliably (NaN, -0.0), use an integer, string, decimal or date key"
+    )
+
+
 def check_key_columns(identifier: str, df_schema: StructType, equality_fields: Sequence[str]) -> None:
     """Refuse an unusable key before anything (a new table, say) is created from the DataFrame."""
     from pyspark.sql.types import DoubleType, FloatType
@@ -37,10 +44,7 @@ def check_key_columns(identifier: str, df_schema: StructType, equality_fields: S
                 f"(columns: {', '.join(fields)})"
             )
         if isinstance(field.dataType, FloatType | DoubleType):
-            raise ConfigError(
-                f"table {identifier}: equality field {name!r} is {field.dataType.simpleString()}; floating-point "
-                "keys do not compare reliably (NaN, -0.0), use an integer, string, decimal or date key"
-            )
+            raise _floating_key(identifier, name, field.dataType.simpleString())
 
 
 def change_spec(
@@ -67,10 +71,7 @@ def change_spec(
                 f"(columns: {', '.join(f.name for f in schema.fields)})"
             )
         if isinstance(field.field_type, FloatType | DoubleType):
-            raise ConfigError(
-                f"table {identifier}: equality field {name!r} is {field.field_type}; floating-point keys do not "
-                "compare reliably (NaN, -0.0), use an integer, string, decimal or date key"
-            )
+            raise _floating_key(identifier, name, str(field.field_type))
         ids.append(field.field_id)
     for partition_field in table.spec().fields:
         if partition_field.source_id not in ids:

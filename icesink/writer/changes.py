@@ -74,12 +74,13 @@ def collapse(spec: WriterSpec, table: pa.Table, task_id: int) -> CollapsedChange
     changes = spec.changes
     kinds = _kinds(spec, table, task_id)
     keys = [c.name for c in spec.equality_columns]
-    order = [(name, "ascending") for name in keys]
+    # A change without a sequence value counts as the oldest of its key.
+    order = [(name, "ascending", "at_start") for name in keys]
     if changes.sequence_column is not None:
-        order.append((changes.sequence_column, "ascending"))
-    order.append((changes.order_column, "ascending"))
+        order.append((changes.sequence_column, "ascending", "at_start"))
+    order.append((changes.order_column, "ascending", "at_start"))
     table = table.append_column("__icesink_kind", kinds)
-    table = table.take(pc.sort_indices(table, sort_keys=order, null_placement="at_start"))
+    table = table.take(pc.sort_indices(table, sort_keys=order))
     # After sorting, a row is its key's last change when the next row has another key.
     last = _last_of_each_key(table, keys)
     latest = table.filter(last)

@@ -1,0 +1,227 @@
+"""Upserts: icesink vs pyiceberg's own ``table.upsert``, and the read cost of equality deletes.
+
+(a) icesink: a 10,000-row change batch (half updates of existing keys, half
+    inserts) streamed with ``equality_fields=["id"]`` into a 1,000,000-row table
+    of 100 data files, end to end (stream start to committed snapshot);
+(b) pyiceberg ``table.upsert`` of the same batch into an identical table.
+Then ``icesink.read`` of the icesink table after 1, 10 and 50 such batches,
+against reading the same rows compacted into a table without delete files,
+and against reading the initial 100 files (the same layout, no deletes).
+
+    .venv/bin/python bench/upsert.py [--rows 1000000] [--files 100] [--batch 10000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+SPARK_SCHEMA = "id long, name string, amount double, ts timestamp"
+START = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+
+
+def rows(ids: Any, version: int) -> Any:
+    import numpy as np
+    import pyarrow as pa
+
+    ids = np.asarray(ids, dtype=np.int64)
+    start = int(START.timestamp() * 1_000_000)
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "name": pa.array([f"v{version}-customer-{i % 100_003}" for i in ids.tolist()]),
+            "amount": pa.array((ids % 1000) * 1.5 + version, pa.float64()),
+            "ts": pa.array(start + ids * 1_000_000, pa.timestamp("us", tz="UTC")),
+        }
+    )
+
+
+def iceberg_schema() -> Any:
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import DoubleType, LongType, NestedField, StringType, TimestamptzType
+
+    return Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "name", StringType(), required=False),
+        NestedField(3, "amount", DoubleType(), required=False),
+        NestedField(4, "ts", TimestamptzType(), required=False),
+        identifier_field_ids=[1],
+    )
+
+
+def build_table(catalog: Any, name: str, total: int, files: int) -> Any:
+    """``total`` rows in exactly ``files`` data files (one append each)."""
+    table = catalog.create_table(name, schema=iceberg_schema())
+    per_file = total // files
+    arrow_schema = table.schema().as_arrow()
+    for number in range(files):
+        table.append(rows(range(number * per_file, (number + 1) * per_file), 0).cast(arrow_schema))
+    return catalog.load_table(name)
+
+
+def change_batch(total: int, size: int, number: int) -> Any:
+    """Half updates of existing keys, half inserts of new keys; distinct per batch number."""
+    import numpy as np
+
+    rng = np.random.default_rng(number)
+    updates = rng.choice(total, size // 2, replace=False)
+    inserts = np.arange(total + number * size, total + number * size + size // 2)
+    return rows(np.concatenate([updates, inserts]), number + 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--files", type=int, default=100)
+    parser.add_argument("--batch", type=int, default=10_000)
+    parser.add_argument("--reads", default="1,10,50", help="read after this many change batches")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of (a) and (b), each on fresh tables")
+    args = parser.parse_args()
+
+    import pyarrow.parquet as pq
+    from pyspark.sql import SparkSession
+
+    import icesink
+    from icesink.catalog.config import CatalogConfig
+    from icesink.catalog.loader import open_catalog
+
+    work = Path(tempfile.mkdtemp(prefix="icesink-bench-upsert-"))
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        config = CatalogConfig("bench", f"sqlite:///{work / 'catalog.db'}", (work / "wh").as_uri(), embedded=True)
+        catalog = open_catalog(config)
+        catalog.create_namespace("bench")
+        inputs = work / "changes"
+        inputs.mkdir()
+
+        def stream_changes(table: str, checkpoint: str) -> float:
+            started = time.perf_counter()
+            df = spark.readStream.schema(SPARK_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(inputs))
+            icesink.stream(
+                df,
+                table=table,
+                checkpoint_location=str(work / checkpoint),
+                trigger={"availableNow": True},
+                equality_fields=["id"],
+                catalog=config,
+            ).awaitTermination()
+            return time.perf_counter() - started
+
+        # Warm up Spark (JVM, Python workers) on a table of its own so that (a) measures icesink, not start-up.
+        warm_inputs = work / "warm"
+        warm_inputs.mkdir()
+        pq.write_table(change_batch(1000, 100, 0), warm_inputs / "warm.parquet")
+        icesink.stream(
+            spark.readStream.schema(SPARK_SCHEMA).parquet(str(warm_inputs)),
+            table="bench.warmup",
+            checkpoint_location=str(work / "warm-ckpt"),
+            trigger={"availableNow": True},
+            create_table=True,
+            equality_fields=["id"],
+            catalog=config,
+        ).awaitTermination()
+
+        # (a) and (b): the same first change batch into identical tables, on fresh tables every round.
+        first = change_batch(args.rows, args.batch, 0)
+        pq.write_table(first, inputs / "batch-00000.parquet")
+        icesink_times, pyiceberg_times = [], []
+        for round_number in range(args.repeat):
+            build_table(catalog, f"bench.icesink_{round_number}", args.rows, args.files)
+            peer = build_table(catalog, f"bench.pyiceberg_{round_number}", args.rows, args.files)
+            icesink_times.append(stream_changes(f"bench.icesink_{round_number}", f"ckpt-{round_number}"))
+            started = time.perf_counter()
+            result = peer.upsert(first.cast(peer.schema().as_arrow()), join_cols=["id"])
+            pyiceberg_times.append(time.perf_counter() - started)
+            assert (result.rows_updated, result.rows_inserted) == (args.batch // 2, args.batch // 2)
+        ours = icesink.read("bench.icesink_0", catalog=config).sort_by("id")
+        theirs = catalog.load_table("bench.pyiceberg_0").scan().to_arrow().sort_by("id")
+        assert ours.to_pylist() == theirs.select(ours.column_names).to_pylist(), "both upserts must agree"
+        icesink_seconds = statistics.median(icesink_times)
+        pyiceberg_seconds = statistics.median(pyiceberg_times)
+
+        # The 100 original files alone (time travel to before the first upsert): the layout's own read cost.
+        appends = [
+            s
+            for s in catalog.load_table("bench.icesink_0").metadata.snapshots
+            if s.summary is not None and s.summary.operation.value == "append"
+        ]
+        base_snapshot = max(appends, key=lambda s: s.sequence_number).snapshot_id
+        base = []
+        for _ in range(3):
+            started = time.perf_counter()
+            icesink.read("bench.icesink_0", snapshot_id=base_snapshot, catalog=config)
+            base.append(time.perf_counter() - started)
+
+        reads: dict[str, Any] = {}
+        done = 1
+        for target in (int(n) for n in args.reads.split(",")):
+            for number in range(done, target):
+                pq.write_table(change_batch(args.rows, args.batch, number), inputs / f"batch-{number:05d}.parquet")
+            if target > done:
+                stream_changes("bench.icesink_0", "ckpt-0")
+                done = target
+            with_deletes = []
+            for _ in range(3):
+                started = time.perf_counter()
+                state = icesink.read("bench.icesink_0", catalog=config)
+                with_deletes.append(time.perf_counter() - started)
+            # The same rows, compacted into a table with no delete files.
+            compact_name = f"bench.compact_{target}"
+            compact = catalog.create_table(compact_name, schema=iceberg_schema())
+            compact.append(state.cast(compact.schema().as_arrow()))
+            without = []
+            for _ in range(3):
+                started = time.perf_counter()
+                icesink.read(compact_name, catalog=config)
+                without.append(time.perf_counter() - started)
+            table = catalog.load_table("bench.icesink_0")
+            reads[str(target)] = {
+                "rows": state.num_rows,
+                "data_files": int(table.current_snapshot().summary["total-data-files"]),
+                "delete_files": int(table.current_snapshot().summary["total-delete-files"]),
+                "read_seconds_with_deletes": round(statistics.median(with_deletes), 3),
+                "read_seconds_without_deletes": round(statistics.median(without), 3),
+                "ratio": round(statistics.median(with_deletes) / statistics.median(without), 2),
+            }
+        print(
+            json.dumps(
+                {
+                    "table_rows": args.rows,
+                    "table_files": args.files,
+                    "change_rows": args.batch,
+                    "icesink_upsert_seconds": round(icesink_seconds, 3),
+                    "pyiceberg_upsert_seconds": round(pyiceberg_seconds, 3),
+                    "icesink_rounds": [round(t, 3) for t in icesink_times],
+                    "pyiceberg_rounds": [round(t, 3) for t in pyiceberg_times],
+                    "speedup": round(pyiceberg_seconds / icesink_seconds, 1),
+                    "read_seconds_initial_files_no_deletes": round(statistics.median(base), 3),
+                    "reads_after_batches": reads,
+                },
+                indent=2,
+            )
+        )
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
