@@ -175,3 +175,30 @@ def test_partitioned_table_commits_partition_values_readers_can_filter_on(catalo
     assert sorted(one_day.to_arrow().column("id").to_pylist()) == list(range(24, 48))
     planned = {task.file.file_path for task in one_day.plan_files()}
     assert len(planned) < len({t.file.file_path for t in table.scan().plan_files()})  # pruned by partition
+
+
+def test_marker_survives_expiry_of_its_snapshot_under_another_writers_snapshot(catalog_config: CatalogConfig) -> None:
+    """Invariant 2 after maintenance: the crash-window state must still be recognised as committed."""
+    import sqlalchemy as sa
+
+    from icesink.catalog.database import engine
+    from icesink.committer.ledger import checkpoints
+
+    create_orders_table(catalog_config)
+    stage_rows(catalog_config, TABLE, "job-a", 4, orders(0, 10))
+    committer(catalog_config).commit_pending(TABLE)
+    catalog = open_catalog(catalog_config)
+    table = catalog.load_table(TABLE)
+    ours = table.current_snapshot().snapshot_id
+    table.append(orders(100, 5).cast(table.schema().as_arrow()))  # another writer on top
+    table = catalog.load_table(TABLE)
+    table.maintenance.expire_snapshots().by_id(ours).commit()
+    metadata = catalog.load_table(TABLE).metadata
+    assert metadata.snapshot_by_id(ours) is None
+    assert max_committed_checkpoint(metadata, "job-a") == 4
+    assert max_committed_checkpoint(metadata, "job-b") is None
+    with engine(catalog_config).begin() as connection:  # the ledger update that a crash lost
+        connection.execute(sa.update(checkpoints).values(state="staged"))
+    outcomes = committer(catalog_config).commit_pending(TABLE)
+    assert [o.already_committed for o in outcomes] == [True]
+    assert table_ids(catalog_config, TABLE) == [*range(10), *range(100, 105)]

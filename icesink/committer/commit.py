@@ -23,7 +23,7 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
 from icesink.committer.ledger import CheckpointRow, Ledger
-from icesink.committer.marker import marker_properties, max_committed_checkpoint
+from icesink.committer.marker import marker_properties, max_committed_checkpoint, table_property
 from icesink.committer.policy import plan_snapshots
 from icesink.errors import CommitConflictError, ManifestError
 from icesink.failpoints import failpoint
@@ -139,7 +139,8 @@ class TableCommitter:
         deletes = [f for row in group for f in self._read_files(table, identifier, row, deletes=True)]
         properties = marker_properties(job_id, group[-1].checkpoint_id)
         properties[CHECKPOINT_RANGE_PROPERTY] = _range(group)
-        prepared = internals.prepare_snapshot(table, files, properties, delete_files=deletes)
+        marker = {table_property(job_id): str(group[-1].checkpoint_id)}
+        prepared = internals.prepare_snapshot(table, files, properties, delete_files=deletes, table_properties=marker)
         try:
             with database_errors(self._config):
                 return internals.commit_prepared(table, prepared)

@@ -17,6 +17,13 @@ if TYPE_CHECKING:
 JOB_ID_PROPERTY = "icesink.job-id"
 MAX_CHECKPOINT_PROPERTY = "icesink.max-committed-checkpoint-id"
 MAIN_BRANCH = "main"
+# The same marker, also kept as a table property in the same atomic metadata commit,
+# for when snapshot expiry has removed the snapshot that carried it.
+TABLE_PROPERTY_PREFIX = "icesink.max-committed-checkpoint-id."
+
+
+def table_property(job_id: str) -> str:
+    return f"{TABLE_PROPERTY_PREFIX}{job_id}"
 
 
 def max_committed_checkpoint(metadata: TableMetadata, job_id: str, branch: str = MAIN_BRANCH) -> int | None:
@@ -24,21 +31,26 @@ def max_committed_checkpoint(metadata: TableMetadata, job_id: str, branch: str =
 
     Walks the ancestry from the head and stops at the newest snapshot of the
     job: markers only grow along a branch, and snapshots of other writers in
-    between are skipped.
+    between are skipped. When the ancestry holds no snapshot of the job (expiry
+    removed it; pyiceberg also cuts the parent link of the survivors), the
+    table property written in the same metadata commit as every icesink
+    snapshot answers. After a rollback it may name checkpoints whose data was
+    rolled back: they count as committed, as the rollback intended.
     """
     ref = metadata.refs.get(branch)
     snapshot_id = ref.snapshot_id if ref else None
     while snapshot_id is not None:
         snapshot = metadata.snapshot_by_id(snapshot_id)
         if snapshot is None:  # history expired below this point
-            return None
+            break
         summary = snapshot.summary
         if summary is not None and summary[JOB_ID_PROPERTY] == job_id:
             value = summary[MAX_CHECKPOINT_PROPERTY]
             if value is not None:
                 return int(value)
         snapshot_id = snapshot.parent_snapshot_id
-    return None
+    recorded = metadata.properties.get(table_property(job_id))
+    return int(recorded) if recorded is not None else None
 
 
 def marker_properties(job_id: str, checkpoint_id: int) -> dict[str, str]:

@@ -59,6 +59,7 @@ from pyiceberg.table.update import (
     AddSnapshotUpdate,
     AssertRefSnapshotId,
     AssertTableUUID,
+    SetPropertiesUpdate,
     SetSnapshotRefUpdate,
     TableRequirement,
     TableUpdate,
@@ -270,6 +271,7 @@ def prepare_snapshot(
     properties: Mapping[str, str],
     delete_files: Iterable[DataFile] = (),
     branch: str = MAIN_BRANCH,
+    table_properties: Mapping[str, str] | None = None,
 ) -> PreparedSnapshot:
     """Write the manifests and manifest list of an append or row delta on top of the branch head.
 
@@ -357,6 +359,9 @@ def prepare_snapshot(
             min_snapshots_to_keep=None,
         ),
     )
+    if table_properties:
+        # Same metadata commit as the snapshot: both land or neither does.
+        updates += (SetPropertiesUpdate(updates=dict(table_properties)),)
     requirements: tuple[TableRequirement, ...] = (
         AssertTableUUID(uuid=metadata.table_uuid),
         AssertRefSnapshotId(snapshot_id=parent_id, ref=branch),
