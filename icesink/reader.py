@@ -33,6 +33,14 @@ _ROW = "__icesink_row"
 PartitionKey = tuple[int, tuple[Any, ...]]  # (spec id, partition values); spec -1: applies everywhere
 
 
+def _comparable_keys(table: pa.Table) -> pa.Table:
+    """Key columns in one physical type: Arrow joins refuse string against large_string, and
+    pyiceberg's reader returns either, depending on the file and the filter."""
+    widened = {pa.string(): pa.large_string(), pa.binary(): pa.large_binary()}
+    schema = pa.schema([f.with_type(widened.get(f.type, f.type)) for f in table.schema])
+    return table.cast(schema) if schema != table.schema else table
+
+
 def _values(partition: Any) -> tuple[Any, ...]:
     return tuple(partition[i] for i in range(len(partition)))
 
@@ -74,7 +82,7 @@ class _EqualityDeletes:
                 keys = internals.read_files(self._table, key_schema, [(delete_file, set())], None)
                 parts.append(keys.append_column(_SEQ, pa.array([sequence] * keys.num_rows, pa.int64())))
             names = [self._schema.find_column_name(i) or "" for i in ids]
-            combined = pa.concat_tables(parts)
+            combined = _comparable_keys(pa.concat_tables(parts, promote_options="permissive"))
             self._loaded[group] = combined.group_by(names, use_threads=False).aggregate([(_SEQ, "max")])
         return self._loaded[group]
 
@@ -90,7 +98,8 @@ class _EqualityDeletes:
                 continue
             names = [self._schema.find_column_name(i) or "" for i in ids]
             # Join only the key columns (with row positions), then filter the wide rows in place.
-            narrow = rows.select(names).append_column(_ROW, pa.array(range(rows.num_rows), pa.int64()))
+            narrow = _comparable_keys(rows.select(names))
+            narrow = narrow.append_column(_ROW, pa.array(range(rows.num_rows), pa.int64()))
             joined = narrow.join(self._keys(group), keys=names, join_type="left outer")
             newest_delete = pc.take(joined.column(f"{_SEQ}_max"), pc.sort_indices(joined.column(_ROW)))
             alive = pc.or_kleene(pc.is_null(newest_delete), pc.less_equal(newest_delete, rows.column(_DATA_SEQ)))
