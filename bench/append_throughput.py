@@ -84,6 +84,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=1, help="micro-batches the input is split into")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--conf", action="append", default=[], help="extra Spark setting KEY=VALUE (repeatable)")
     args = parser.parse_args()
 
     from pyspark.sql import SparkSession
@@ -93,8 +94,11 @@ def main() -> None:
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
     )
+    for setting in args.conf:
+        key, _, value = setting.partition("=")
+        spark = spark.config(key, value)
+    spark = spark.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     work = Path(tempfile.mkdtemp(prefix="icesink-bench-"))
     try:
@@ -114,6 +118,7 @@ def main() -> None:
             "rows": args.rows,
             "micro_batches": args.batches,
             "master": args.master,
+            "conf": args.conf,
             "spark_parquet_rows_per_s": round(spark_rate),
             "icesink_rows_per_s": round(icesink_rate),
             "ratio_icesink_to_spark": round(icesink_rate / spark_rate, 3),
