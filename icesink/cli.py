@@ -273,13 +273,20 @@ def committer() -> None:
 @click.option("--table", "tables", multiple=True, help="Only commit these tables (repeatable).")
 @click.option("--once", is_flag=True, help="Drain what is pending, then exit.")
 @click.option("--poll-interval", default=0.5, show_default=True, help="Seconds between ledger polls.")
+@click.option(
+    "--lease-ttl", default=10.0, show_default=True, help="Seconds without renewal after which a standby takes over."
+)
 @click.pass_obj
-def committer_run(obj: Context, tables: tuple[str, ...], once: bool, poll_interval: float) -> None:
-    """Commit staged checkpoints into their tables until stopped (SIGTERM/SIGINT finish the commit in flight)."""
+def committer_run(obj: Context, tables: tuple[str, ...], once: bool, poll_interval: float, lease_ttl: float) -> None:
+    """Commit staged checkpoints into their tables until stopped (SIGTERM/SIGINT finish the commit in flight).
+
+    One committer per scope (all tables, or the --table list) is active; others wait as standbys
+    and take over when its lease expires.
+    """
     from icesink.committer.daemon import CommitterDaemon
 
     logging.getLogger("icesink").setLevel(logging.INFO)
-    daemon = CommitterDaemon(obj.config, tables=tables, poll_interval=poll_interval)
+    daemon = CommitterDaemon(obj.config, tables=tables, poll_interval=poll_interval, lease_ttl=lease_ttl)
     daemon.install_signal_handlers()
     report = daemon.run(once=once)
     if once and report.failed:

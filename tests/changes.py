@@ -10,6 +10,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tests.streams import order_for_file_source
+
 CHANGE_SCHEMA = pa.schema(
     [
         pa.field("region", pa.string()),
@@ -66,6 +68,7 @@ def write_checkpoint_file(directory: Path, number: int, changes: list[dict[str, 
     tmp = directory / f".changes-{number:05d}.tmp"
     pq.write_table(pa.Table.from_pylist(changes, schema=CHANGE_SCHEMA), tmp)
     tmp.rename(directory / f"changes-{number:05d}.parquet")
+    order_for_file_source(directory / f"changes-{number:05d}.parquet", number)
 
 
 def sorted_rows(table: pa.Table) -> list[dict[str, Any]]:

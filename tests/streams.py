@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,16 @@ def add_input_files(directory: Path, batches: list[tuple[int, int]]) -> None:
         tmp = directory / f".part-{number:05d}.tmp"
         pq.write_table(table, tmp)
         tmp.rename(directory / f"part-{number:05d}.parquet")
+        order_for_file_source(directory / f"part-{number:05d}.parquet", number)
+
+
+# Spark's file source takes files in modification-time order; files written within the
+# same instant would tie, so each file's time is set from its number.
+FILE_TIME_BASE = 1_750_000_000
+
+
+def order_for_file_source(path: Path, number: int) -> None:
+    os.utime(path, (FILE_TIME_BASE + number, FILE_TIME_BASE + number))
 
 
 def input_stream(spark: Any, directory: Path, schema: str = SPARK_SCHEMA) -> Any:

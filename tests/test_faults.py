@@ -216,3 +216,109 @@ def test_committer_killed_right_after_a_row_delta_commit_applies_no_delete_twice
     table = open_catalog(pg_catalog).load_table(CDC_TABLE)
     assert len(table.metadata.snapshots) == 4
     assert sorted_rows(icesink.read(CDC_TABLE, catalog=pg_catalog)) == model.expected()
+
+
+def start_committer(config: CatalogConfig, log_path: Path, ttl: float = 2.0) -> subprocess.Popen[bytes]:
+    args = ["--catalog", config.name, "--uri", config.uri, "--warehouse", config.warehouse]
+    args += ["committer", "run", "--poll-interval", "0.2", "--lease-ttl", str(ttl)]
+    return subprocess.Popen(
+        [sys.executable, "-m", "icesink.cli", *args],
+        cwd=ROOT,
+        env=_env(),
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=open(log_path, "ab"),
+    )
+
+
+def lease_holder(config: CatalogConfig) -> tuple[int, int] | None:
+    """(pid, epoch) of the committer holding the ``*`` lease."""
+    import sqlalchemy as sa
+
+    from icesink.catalog.database import engine
+    from icesink.committer.lease import leases
+
+    with engine(config).connect() as connection:
+        query = sa.select(leases.c.owner, leases.c.epoch).where(
+            leases.c.catalog_name == config.name, leases.c.scope == "*"
+        )
+        row = connection.execute(query).first()
+    return None if row is None else (int(row.owner.split(":")[1]), int(row.epoch))
+
+
+def wait_until(condition, timeout: float, what: str) -> float:  # type: ignore[no-untyped-def]
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if condition():
+            return time.monotonic() - started
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+def all_committed(config: CatalogConfig) -> bool:
+    rows = Ledger(config).for_table(TABLE)
+    return bool(rows) and all(r.state == CheckpointState.COMMITTED for r in rows)
+
+
+def test_standby_committer_takes_over_after_sigkill_and_commits_exactly_once(
+    catalog_config: CatalogConfig, tmp_path: Path
+) -> None:
+    create_orders_table(catalog_config)
+    committers = [start_committer(catalog_config, tmp_path / f"committer-{i}.log") for i in range(2)]  # together
+    try:
+        wait_until(lambda: lease_holder(catalog_config) is not None, 30, "a committer holds the lease")
+        for checkpoint in range(3):
+            stage_rows(catalog_config, TABLE, "job-a", checkpoint, orders(checkpoint * 100, 100))
+        wait_until(lambda: all_committed(catalog_config), 30, "the active committer commits")
+        pid, epoch = lease_holder(catalog_config)  # type: ignore[misc]
+        active = next(p for p in committers if p.pid == pid)
+        standby = next(p for p in committers if p.pid != pid)
+        os.killpg(active.pid, signal.SIGKILL)
+        active.wait()
+        for checkpoint in range(3, 5):
+            stage_rows(catalog_config, TABLE, "job-a", checkpoint, orders(checkpoint * 100, 100))
+        took = wait_until(lambda: all_committed(catalog_config), 30, "the standby takes over and commits")
+        assert took < 2.0 + 5.0  # lease TTL + polling + commit
+        assert lease_holder(catalog_config) == (standby.pid, epoch + 1)
+        assert table_ids(catalog_config, TABLE) == list(range(500))
+        standby.send_signal(signal.SIGTERM)
+        assert standby.wait(30) == 0  # SIGTERM: finish what is in flight, exit cleanly
+    finally:
+        for process in committers:
+            _kill_group(process)
+
+
+def test_paused_committer_resumed_after_a_takeover_commits_nothing(
+    catalog_config: CatalogConfig, tmp_path: Path
+) -> None:
+    create_orders_table(catalog_config)
+    committers = [start_committer(catalog_config, tmp_path / f"committer-{i}.log") for i in range(2)]
+    try:
+        wait_until(lambda: lease_holder(catalog_config) is not None, 30, "a committer holds the lease")
+        stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 100))
+        wait_until(lambda: all_committed(catalog_config), 30, "the active committer commits")
+        pid, epoch = lease_holder(catalog_config)  # type: ignore[misc]
+        stale = next(p for p in committers if p.pid == pid)
+        os.killpg(stale.pid, signal.SIGSTOP)  # a long GC pause, a frozen VM
+        wait_until(lambda: lease_holder(catalog_config) != (pid, epoch), 30, "the standby takes over")
+        for checkpoint in range(1, 4):
+            stage_rows(catalog_config, TABLE, "job-a", checkpoint, orders(checkpoint * 100, 100))
+        wait_until(lambda: all_committed(catalog_config), 30, "the new committer commits")
+        stale_log = tmp_path / f"committer-{committers.index(stale)}.log"
+        before_resume = len(stale_log.read_text())
+        os.killpg(stale.pid, signal.SIGCONT)
+        time.sleep(3)  # the resumed committer finds its lease gone and stands by
+        assert stale.poll() is None
+        resumed = stale_log.read_text()[before_resume:]
+        assert "lost its lease" in resumed
+        assert "snapshot=" not in resumed and "already committed" not in resumed  # fenced before trying
+        table = open_catalog(catalog_config).load_table(TABLE)
+        snapshots = len(table.metadata.snapshots)
+        stage_rows(catalog_config, TABLE, "job-a", 4, orders(400, 100))
+        wait_until(lambda: all_committed(catalog_config), 30, "the active committer keeps committing")
+        assert len(open_catalog(catalog_config).load_table(TABLE).metadata.snapshots) == snapshots + 1
+        assert table_ids(catalog_config, TABLE) == list(range(500))
+        assert lease_holder(catalog_config)[0] != stale.pid  # type: ignore[index]
+    finally:
+        for process in committers:
+            _kill_group(process)

@@ -16,7 +16,7 @@ from icesink.errors import (
     SchemaMismatchError,
     TableNotFoundError,
 )
-from tests.streams import add_input_files, expected_rows, input_stream, run_available
+from tests.streams import add_input_files, expected_rows, input_stream, order_for_file_source, run_available
 from tests.support import create_orders_table
 
 pytestmark = pytest.mark.spark
@@ -127,7 +127,9 @@ def test_null_in_a_required_column_fails_the_batch_and_commits_nothing_of_it(
     add_input_files(tmp_path / "in", [(0, 10)])
     bad = pa.table({"id": pa.array([100, None], pa.int64()), "name": ["a", "b"], "amount": [1.0, 2.0]})
     bad = bad.append_column("ts", pa.array([None, None], pa.timestamp("us", tz="UTC")))
-    pq.write_table(bad, tmp_path / "in" / "part-00001.parquet")
+    bad_file = tmp_path / "in" / "part-00001.parquet"
+    pq.write_table(bad, bad_file)
+    order_for_file_source(bad_file, 1)
     with pytest.raises(Exception) as raised:
         run_available(
             input_stream(spark, tmp_path / "in"),

@@ -15,7 +15,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -55,11 +55,20 @@ class CommitOutcome:
 class TableCommitter:
     """Commits the ledger's pending checkpoints into their tables."""
 
-    def __init__(self, catalog: SqlCatalog, config: CatalogConfig, ledger: Ledger, max_conflicts: int = 20) -> None:
+    def __init__(
+        self,
+        catalog: SqlCatalog,
+        config: CatalogConfig,
+        ledger: Ledger,
+        max_conflicts: int = 20,
+        before_commit: Callable[[], None] | None = None,
+    ) -> None:
+        """``before_commit`` runs right before every catalog commit; the daemon checks its lease there."""
         self._catalog = catalog
         self._config = config
         self._ledger = ledger
         self._max_conflicts = max_conflicts
+        self._before_commit = before_commit
 
     def commit_pending(self, table_identifier: str, job_id: str | None = None) -> list[CommitOutcome]:
         """Commit every pending checkpoint of the table (or of one job of it), in checkpoint order."""
@@ -141,6 +150,13 @@ class TableCommitter:
         properties[CHECKPOINT_RANGE_PROPERTY] = _range(group)
         marker = {table_property(job_id): str(group[-1].checkpoint_id)}
         prepared = internals.prepare_snapshot(table, files, properties, delete_files=deletes, table_properties=marker)
+        if self._before_commit is not None:
+            try:
+                self._before_commit()
+            except BaseException:
+                for path in prepared.written_paths:  # never committed: nothing references them
+                    _delete_quietly(table, path)
+                raise
         try:
             with database_errors(self._config):
                 return internals.commit_prepared(table, prepared)

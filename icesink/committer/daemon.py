@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
+from icesink.committer.lease import Lease, LeaseLostError, default_owner
 from icesink.committer.ledger import Ledger
 from icesink.errors import IcesinkError
 
@@ -37,6 +38,8 @@ class CommitterDaemon:
         tables: Sequence[str] = (),
         poll_interval: float = 0.5,
         max_backoff: float = 30.0,
+        lease_ttl: float = 10.0,
+        owner: str | None = None,
     ) -> None:
         self._config = config
         self._tables = tuple(tables)
@@ -45,7 +48,11 @@ class CommitterDaemon:
         self._stop = threading.Event()
         self._catalog = open_catalog(config)
         self._ledger = Ledger(config)
-        self._committer = TableCommitter(self._catalog, config, self._ledger)
+        # One lease per scope: every table ("*"), or the sorted list given with --table.
+        scope = ",".join(sorted(self._tables)) or "*"
+        self.lease = Lease(config, scope, owner or default_owner(), ttl=lease_ttl)
+        self._committer = TableCommitter(self._catalog, config, self._ledger, before_commit=self.lease.check)
+        self._leading = False
         self._retry_at: dict[str, float] = {}
         self._failures: dict[str, int] = {}
 
@@ -72,6 +79,10 @@ class CommitterDaemon:
                 continue
             try:
                 outcomes = self._committer.commit_pending(table)
+            except LeaseLostError as e:
+                log.warning("%s; back to standby", e)
+                self._leading = False
+                return waiting + 1
             except IcesinkError as e:
                 failures = self._failures.get(table, 0) + 1
                 self._failures[table] = failures
@@ -91,17 +102,42 @@ class CommitterDaemon:
 
     def run(self, once: bool = False) -> DaemonReport:
         report = DaemonReport()
-        log.info("committer started on %s", self._config.describe())
+        log.info("committer %s started on %s", self.lease.owner, self._config.describe())
         try:
             cleaned = self._committer.clean_committed()
             if cleaned:
                 log.info("deleted leftover manifests of %d committed checkpoint(s)", cleaned)
         except IcesinkError as e:
             log.warning("could not clean leftover manifests: %s", e)
-        while not self._stop.is_set():
-            waiting = self.drain_once(report)
-            if once and (waiting == 0 or report.failed):
-                break
-            self._stop.wait(self._poll_interval)
+        try:
+            while not self._stop.is_set():
+                if not self._hold_lease():
+                    self._stop.wait(self._poll_interval)
+                    continue
+                waiting = self.drain_once(report)
+                if once and (waiting == 0 or report.failed):
+                    break
+                self._stop.wait(self._poll_interval)
+        finally:
+            if self._leading:
+                self.lease.release()
         log.info("committer stopped: %d snapshots, %d checkpoints", report.snapshots, report.checkpoints)
         return report
+
+    def _hold_lease(self) -> bool:
+        """Acquire or renew the lease; log when this committer becomes active or standby."""
+        try:
+            held = self.lease.acquire()
+        except IcesinkError as e:
+            log.warning("cannot reach the lease: %s", e)
+            held = False
+        if held and not self._leading:
+            log.info(
+                "committer %s is active on scope %r (epoch %s)", self.lease.owner, self.lease.scope, self.lease.epoch
+            )
+        elif not held and self._leading:
+            log.warning("committer %s lost its lease on scope %r; standing by", self.lease.owner, self.lease.scope)
+        elif not held:
+            log.debug("committer %s is standing by", self.lease.owner)
+        self._leading = held
+        return held

@@ -1,0 +1,146 @@
+"""The committer lease: at most one committer per scope commits, fenced by an epoch.
+
+A committer holds the lease while it renews it within ``ttl``; a standby
+takes it over once it has expired, incrementing the epoch. Every commit is
+preceded by :meth:`Lease.check`, so a committer that lost its lease (paused,
+partitioned, too slow to renew) stops before committing; the table's marker
+remains the last line of defence for the race between check and commit.
+Expiry uses the committers' clocks: keep them synchronised.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.database import database_errors, engine
+from icesink.errors import TransientError
+
+metadata = sa.MetaData()
+leases = sa.Table(
+    "icesink_committer_leases",
+    metadata,
+    sa.Column("catalog_name", sa.String(255), primary_key=True),
+    sa.Column("scope", sa.String(511), primary_key=True),
+    sa.Column("owner", sa.String(255), nullable=False),
+    sa.Column("epoch", sa.BigInteger(), nullable=False),
+    sa.Column("acquired_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+
+class LeaseLostError(TransientError):
+    """Raised when a committer finds that another committer took over its lease."""
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def _aware(value: datetime.datetime) -> datetime.datetime:
+    # SQLite hands back naive datetimes; they were written in UTC.
+    return value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
+
+
+def default_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class Lease:
+    """One committer's claim on a scope (``*`` for all tables, or a list of tables)."""
+
+    config: CatalogConfig
+    scope: str
+    owner: str
+    ttl: float = 10.0
+    epoch: int | None = None
+
+    def _where(self) -> sa.ColumnElement[bool]:
+        return sa.and_(leases.c.catalog_name == self.config.name, leases.c.scope == self.scope)
+
+    def acquire(self) -> bool:
+        """Take or renew the lease; False while another live committer holds it."""
+        now = _now()
+        expires = now + datetime.timedelta(seconds=self.ttl)
+        with database_errors(self.config):
+            if self._try_insert(now, expires):
+                return True
+        with database_errors(self.config), engine(self.config).begin() as connection:
+            row = connection.execute(sa.select(leases).where(self._where()).with_for_update()).first()
+            if row is None:
+                return False  # released and deleted under us: try again next round
+            held = row._mapping
+            if held["owner"] == self.owner and held["epoch"] == self.epoch:
+                updated = connection.execute(
+                    leases.update()
+                    .where(self._where(), leases.c.owner == self.owner, leases.c.epoch == self.epoch)
+                    .values(expires_at=expires)
+                )
+                return updated.rowcount == 1
+            if _aware(held["expires_at"]) > now:
+                self.epoch = None
+                return False
+            # Expired: take over with the next epoch, unless someone else just did.
+            updated = connection.execute(
+                leases.update()
+                .where(self._where(), leases.c.epoch == held["epoch"])
+                .values(owner=self.owner, epoch=held["epoch"] + 1, acquired_at=now, expires_at=expires)
+            )
+            if updated.rowcount != 1:
+                return False
+            self.epoch = held["epoch"] + 1
+            return True
+
+    def _try_insert(self, now: datetime.datetime, expires: datetime.datetime) -> bool:
+        """The first committer of a scope creates its row; everyone else sees the unique key refuse."""
+        with engine(self.config).connect() as connection:
+            if connection.execute(sa.select(leases.c.epoch).where(self._where())).first() is not None:
+                return False
+        try:
+            with engine(self.config).begin() as connection:
+                connection.execute(
+                    leases.insert().values(
+                        catalog_name=self.config.name,
+                        scope=self.scope,
+                        owner=self.owner,
+                        epoch=1,
+                        acquired_at=now,
+                        expires_at=expires,
+                    )
+                )
+        except sa.exc.IntegrityError:
+            return False
+        self.epoch = 1
+        return True
+
+    def check(self) -> None:
+        """Raise :class:`LeaseLostError` unless this committer still holds a live lease."""
+        with database_errors(self.config), engine(self.config).connect() as connection:
+            row = connection.execute(sa.select(leases).where(self._where())).first()
+        if row is None or self.epoch is None:
+            raise LeaseLostError(f"committer {self.owner} holds no lease on scope {self.scope!r}")
+        held = row._mapping
+        if held["owner"] != self.owner or held["epoch"] != self.epoch or _aware(held["expires_at"]) <= _now():
+            raise LeaseLostError(
+                f"committer {self.owner} lost its lease on scope {self.scope!r} (epoch {self.epoch}; now held by "
+                f"{held['owner']} at epoch {held['epoch']}); it stops committing"
+            )
+
+    def release(self) -> None:
+        """Let a standby take over at once (on a clean shutdown)."""
+        if self.epoch is None:
+            return
+        with database_errors(self.config), engine(self.config).begin() as connection:
+            connection.execute(
+                leases.update()
+                .where(self._where(), leases.c.owner == self.owner, leases.c.epoch == self.epoch)
+                .values(expires_at=_now())
+            )
+        self.epoch = None
