@@ -104,12 +104,6 @@ class CommitterDaemon:
         report = DaemonReport()
         log.info("committer %s started on %s", self.lease.owner, self._config.describe())
         try:
-            cleaned = self._committer.clean_committed()
-            if cleaned:
-                log.info("deleted leftover manifests of %d committed checkpoint(s)", cleaned)
-        except IcesinkError as e:
-            log.warning("could not clean leftover manifests: %s", e)
-        try:
             while not self._stop.is_set():
                 if not self._hold_lease():
                     self._stop.wait(self._poll_interval)
@@ -124,6 +118,16 @@ class CommitterDaemon:
         log.info("committer stopped: %d snapshots, %d checkpoints", report.snapshots, report.checkpoints)
         return report
 
+    def _clean_leftovers(self) -> None:
+        """Temporary manifests a predecessor committed but died before deleting."""
+        try:
+            cleaned = self._committer.clean_committed()
+        except IcesinkError as e:
+            log.warning("could not clean leftover manifests: %s", e)
+            return
+        if cleaned:
+            log.info("deleted leftover manifests of %d committed checkpoint(s)", cleaned)
+
     def _hold_lease(self) -> bool:
         """Acquire or renew the lease; log when this committer becomes active or standby."""
         try:
@@ -135,6 +139,7 @@ class CommitterDaemon:
             log.info(
                 "committer %s is active on scope %r (epoch %s)", self.lease.owner, self.lease.scope, self.lease.epoch
             )
+            self._clean_leftovers()
         elif not held and self._leading:
             log.warning("committer %s lost its lease on scope %r; standing by", self.lease.owner, self.lease.scope)
         elif not held:

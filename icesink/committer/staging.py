@@ -34,8 +34,10 @@ def stage_checkpoint(
 
     records = [f for r in results for f in r.data_files]
     delete_records = [f for r in results for f in r.delete_files]
-    spec_id = (records or delete_records)[0].spec_id if (records or delete_records) else table.metadata.default_spec_id
-    if not records and not delete_records:
+    written = records + delete_records
+    # Every file of a checkpoint is written with the spec the driver read for it.
+    spec_id = written[0].spec_id if written else table.metadata.default_spec_id
+    if not written:
         # Nothing to commit; remember the checkpoint so a retry does not rewrite it.
         return ledger.stage(
             StagedCheckpoint(table_identifier, job_id, checkpoint_id, spec_id, None, None, 0, 0),
