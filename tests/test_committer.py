@@ -92,8 +92,8 @@ def test_jobs_keep_separate_markers(catalog_config: CatalogConfig) -> None:
     assert table_ids(catalog_config, TABLE) == list(range(30))
 
 
-def test_head_moved_by_another_writer_is_rebuilt_after_rechecking_the_marker(catalog_config: CatalogConfig) -> None:
-    """The compare-and-swap loses to a foreign append; the retry keeps both, once each."""
+def test_snapshot_built_on_a_moved_head_is_refused_and_foreign_commits_are_kept(catalog_config: CatalogConfig) -> None:
+    """A snapshot prepared on a stale head loses the compare-and-swap; the committer keeps both writes once."""
     from pyiceberg.exceptions import CommitFailedException
 
     create_orders_table(catalog_config)
