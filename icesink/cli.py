@@ -276,8 +276,22 @@ def committer() -> None:
 @click.option(
     "--lease-ttl", default=10.0, show_default=True, help="Seconds without renewal after which a standby takes over."
 )
+@click.option("--metrics-port", type=int, help="Serve /metrics (Prometheus) and /healthz on this port.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
+@click.option(
+    "--max-failures", default=5, show_default=True, help="Failures in a row after which a table makes /healthz 503."
+)
 @click.pass_obj
-def committer_run(obj: Context, tables: tuple[str, ...], once: bool, poll_interval: float, lease_ttl: float) -> None:
+def committer_run(
+    obj: Context,
+    tables: tuple[str, ...],
+    once: bool,
+    poll_interval: float,
+    lease_ttl: float,
+    metrics_port: int | None,
+    metrics_host: str,
+    max_failures: int,
+) -> None:
     """Commit staged checkpoints into their tables until stopped (SIGTERM/SIGINT finish the commit in flight).
 
     One committer per scope (all tables, or the --table list) is active; others wait as standbys
@@ -286,9 +300,22 @@ def committer_run(obj: Context, tables: tuple[str, ...], once: bool, poll_interv
     from icesink.committer.daemon import CommitterDaemon
 
     logging.getLogger("icesink").setLevel(logging.INFO)
-    daemon = CommitterDaemon(obj.config, tables=tables, poll_interval=poll_interval, lease_ttl=lease_ttl)
+    daemon = CommitterDaemon(
+        obj.config, tables=tables, poll_interval=poll_interval, lease_ttl=lease_ttl, max_failures=max_failures
+    )
     daemon.install_signal_handlers()
-    report = daemon.run(once=once)
+    server = None
+    if metrics_port is not None:
+        from icesink.committer.observability import StatusServer
+
+        server = StatusServer(metrics_host, metrics_port, daemon.metrics, daemon.problems)
+        server.start()
+        logging.getLogger("icesink.committer").info("metrics and health on http://%s:%d", metrics_host, server.port)
+    try:
+        report = daemon.run(once=once)
+    finally:
+        if server is not None:
+            server.stop()
     if once and report.failed:
         for table, error in report.failed.items():
             click.echo(f"error: table {table}: {error}", err=True)

@@ -15,6 +15,7 @@ from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
 from icesink.committer.lease import Lease, LeaseLostError, default_owner
 from icesink.committer.ledger import Ledger
+from icesink.committer.observability import CommitterMetrics
 from icesink.errors import IcesinkError
 
 log = logging.getLogger("icesink.committer")
@@ -40,6 +41,7 @@ class CommitterDaemon:
         max_backoff: float = 30.0,
         lease_ttl: float = 10.0,
         owner: str | None = None,
+        max_failures: int = 5,
     ) -> None:
         self._config = config
         self._tables = tuple(tables)
@@ -55,6 +57,10 @@ class CommitterDaemon:
         self._leading = False
         self._retry_at: dict[str, float] = {}
         self._failures: dict[str, int] = {}
+        self._stopped: dict[str, str] = {}  # tables stopped by a terminal error, until restart
+        self._last_errors: dict[str, str] = {}
+        self._max_failures = max_failures
+        self.metrics = CommitterMetrics()
 
     def stop(self, *_: object) -> None:
         """Finish the commit in flight, then return from :meth:`run`."""
@@ -74,6 +80,8 @@ class CommitterDaemon:
         for table in self._pending_tables():
             if self._stop.is_set():
                 break
+            if table in self._stopped:
+                continue
             if time.monotonic() < self._retry_at.get(table, 0.0):
                 waiting += 1
                 continue
@@ -86,7 +94,14 @@ class CommitterDaemon:
             except IcesinkError as e:
                 failures = self._failures.get(table, 0) + 1
                 self._failures[table] = failures
+                self.metrics.failures.labels(table).set(failures)
                 report.failed[table] = str(e)
+                self._last_errors[table] = str(e)
+                if not e.transient:
+                    # Retrying cannot help: stop this table's queue (its staged checkpoints stay) and go on.
+                    self._stopped[table] = str(e)
+                    log.error("table=%s stopped until the committer restarts: %s", table, e)
+                    continue
                 delay = min(self._max_backoff, 0.5 * 2 ** min(failures, 10)) * random.uniform(0.5, 1.0)
                 self._retry_at[table] = time.monotonic() + delay
                 level = logging.WARNING if e.transient else logging.ERROR
@@ -94,11 +109,38 @@ class CommitterDaemon:
                 waiting += 1
                 continue
             self._failures.pop(table, None)
+            self._last_errors.pop(table, None)
             self._retry_at.pop(table, None)
             report.failed.pop(table, None)
-            report.snapshots += sum(1 for o in outcomes if o.snapshot_id is not None)
+            snapshots = [o for o in outcomes if o.snapshot_id is not None]
+            report.snapshots += len(snapshots)
             report.checkpoints += sum(len(o.checkpoint_ids) for o in outcomes)
+            self.metrics.committed(
+                table,
+                snapshots=len(snapshots),
+                checkpoints=sum(len(o.checkpoint_ids) for o in snapshots),
+                skipped=sum(len(o.checkpoint_ids) for o in outcomes if o.already_committed),
+                seconds=[o.seconds for o in snapshots],
+            )
         return waiting
+
+    def _update_pending(self) -> None:
+        try:
+            counts = self._ledger.pending_counts()
+        except IcesinkError:
+            return
+        for table in set(counts) | set(self._failures) | set(self._stopped):
+            self.metrics.pending.labels(table).set(counts.get(table, 0))
+
+    def problems(self) -> list[str]:
+        """Why the daemon is unhealthy; empty while it is healthy."""
+        found = [f"table {t} stopped: {error}" for t, error in sorted(self._stopped.items())]
+        found += [
+            f"table {t} failed {n} times in a row: {self._last_errors.get(t, '')}"
+            for t, n in sorted(self._failures.items())
+            if n >= self._max_failures and t not in self._stopped
+        ]
+        return found
 
     def run(self, once: bool = False) -> DaemonReport:
         report = DaemonReport()
@@ -109,6 +151,7 @@ class CommitterDaemon:
                     self._stop.wait(self._poll_interval)
                     continue
                 waiting = self.drain_once(report)
+                self._update_pending()
                 if once and (waiting == 0 or report.failed):
                     break
                 self._stop.wait(self._poll_interval)
@@ -145,4 +188,5 @@ class CommitterDaemon:
         elif not held:
             log.debug("committer %s is standing by", self.lease.owner)
         self._leading = held
+        self.metrics.active.set(1 if held else 0)
         return held

@@ -207,6 +207,16 @@ class Ledger:
         with database_errors(self._config), self._engine.connect() as connection:
             return [r[0] for r in connection.execute(query)]
 
+    def pending_counts(self) -> dict[str, int]:
+        """Staged checkpoints per table."""
+        query = (
+            sa.select(checkpoints.c.table_identifier, sa.func.count())
+            .where(checkpoints.c.catalog_name == self._config.name, checkpoints.c.state == CheckpointState.STAGED.value)
+            .group_by(checkpoints.c.table_identifier)
+        )
+        with database_errors(self._config), self._engine.connect() as connection:
+            return {r[0]: int(r[1]) for r in connection.execute(query)}
+
     def for_table(self, table_identifier: str) -> list[CheckpointRow]:
         return self._select(checkpoints.c.table_identifier == table_identifier)
 

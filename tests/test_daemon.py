@@ -1,0 +1,64 @@
+"""The committer daemon in-process: a terminal error stops one table's queue, others go on; metrics and health."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from icesink.catalog.config import CatalogConfig
+from icesink.committer.daemon import CommitterDaemon
+from icesink.committer.ledger import CheckpointState, Ledger
+from icesink.committer.observability import StatusServer
+from tests.support import create_orders_table, orders, stage_rows, table_ids
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def test_terminal_error_stops_one_table_others_commit_and_health_says_why(catalog_config: CatalogConfig) -> None:
+    create_orders_table(catalog_config, "shop.broken")
+    create_orders_table(catalog_config, "shop.fine")
+    stage_rows(catalog_config, "shop.broken", "job", 0, orders(0, 10))
+    (row,) = Ledger(catalog_config).pending("shop.broken")
+    Path(row.data_manifest.removeprefix("file://")).unlink()  # a lost staged manifest: retrying cannot help
+    daemon = CommitterDaemon(catalog_config, poll_interval=0.1, lease_ttl=5)
+    server = StatusServer("127.0.0.1", 0, daemon.metrics, daemon.problems)
+    server.start()
+    runner = threading.Thread(target=daemon.run)
+    runner.start()
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        assert get(f"{base}/healthz")[0] in (200, 503)
+        for checkpoint in range(3):
+            stage_rows(catalog_config, "shop.fine", "job", checkpoint, orders(checkpoint * 10, 10))
+        deadline = time.monotonic() + 30
+        while Ledger(catalog_config).pending("shop.fine") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert table_ids(catalog_config, "shop.fine") == list(range(30))
+        status, body = get(f"{base}/healthz")
+        assert status == 503
+        (problem,) = json.loads(body)["problems"]
+        assert "shop.broken stopped" in problem and "checkpoint 0" in problem and row.data_manifest in problem
+        assert [r.state for r in Ledger(catalog_config).for_table("shop.broken")] == [CheckpointState.STAGED]
+        time.sleep(0.5)  # one more loop to refresh the gauges
+        status, metrics = get(f"{base}/metrics")
+        assert status == 200
+        assert 'icesink_checkpoints_committed_total{table="shop.fine"}' in metrics
+        assert 'icesink_pending_checkpoints{table="shop.broken"} 1.0' in metrics
+        assert 'icesink_consecutive_failures{table="shop.broken"} 1.0' in metrics
+        assert "icesink_committer_active 1.0" in metrics
+        assert "icesink_commit_duration_seconds_count" in metrics
+    finally:
+        daemon.stop()
+        runner.join(30)
+        server.stop()
+    assert not runner.is_alive()
