@@ -68,7 +68,3 @@ class CommitConflictError(TransientError):
 
 class ManifestError(TerminalError):
     """Raised when a staged manifest is missing or cannot be read."""
-
-
-class LedgerError(TerminalError):
-    """Raised when the ledger holds something it must not (for example a gap in checkpoints)."""

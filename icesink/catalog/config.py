@@ -20,8 +20,6 @@ DEFAULT_CATALOG_NAME = "default"
 CATALOG_NAME_ENV = "ICESINK_CATALOG"
 EMBEDDED_DIRECTORY = "warehouse"
 
-_SECRET_MARKERS = ("secret", "password", "token", "credential", "session")
-
 
 def _embedded_uri(root: Path) -> str:
     return f"sqlite:///{root / 'catalog.db'}"
@@ -35,10 +33,6 @@ def redact_uri(uri: str) -> str:
         return make_url(uri).render_as_string(hide_password=True)
     except Exception:  # an unparsable URI has no password we can find
         return uri.split("@")[-1] if "@" in uri else uri
-
-
-def redact_properties(properties: Mapping[str, str]) -> dict[str, str]:
-    return {k: ("***" if any(m in k.lower() for m in _SECRET_MARKERS) else v) for k, v in properties.items()}
 
 
 @dataclass(frozen=True)
