@@ -235,33 +235,63 @@ def checkpoints() -> None:
 
 @checkpoints.command("list")
 @click.argument("table")
+@click.option("--limit", default=20, show_default=True, help="Newest checkpoints shown per job; 0 shows all.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def checkpoints_list(obj: Context, table: str, as_json: bool) -> None:
-    """List the staged, committed and failed checkpoints of TABLE."""
+def checkpoints_list(obj: Context, table: str, limit: int, as_json: bool) -> None:
+    """Per job: pending, failed and committed checkpoints of TABLE and the commit lag; then the newest checkpoints.
+
+    The lag is how long the oldest checkpoint still waiting for its commit has waited.
+    """
     from dataclasses import asdict
 
     from icesink.committer.ledger import Ledger
 
     obj.catalog()  # checks (or, for the embedded default, applies) the migrations
-    rows = Ledger(obj.config).for_table(table)
+    ledger = Ledger(obj.config)
+    jobs = ledger.lag(table)
+    rows = ledger.for_table(table, newest=limit or None)
     text = _table(
+        [
+            [
+                j.job_id,
+                j.pending,
+                j.failed,
+                j.committed,
+                j.last_staged_checkpoint,
+                j.last_committed_checkpoint,
+                j.last_committed_at,
+                f"{j.lag_seconds:.1f}s",
+            ]
+            for j in jobs
+        ],
+        ["job", "pending", "failed", "committed", "last staged", "last committed", "committed at", "lag"],
+    )
+    text += "\n\n" + _table(
         [
             [
                 r.job_id,
                 r.checkpoint_id,
-                r.state.value,
+                r.status,
                 r.data_files,
                 r.data_records,
+                r.delete_files,
                 r.snapshot_id,
                 r.staged_at,
                 r.committed_at,
             ]
             for r in rows
         ],
-        ["job", "checkpoint", "state", "files", "records", "snapshot", "staged at", "committed at"],
+        ["job", "checkpoint", "state", "files", "records", "delete files", "snapshot", "staged at", "committed at"],
     )
-    _emit(as_json, [asdict(r) for r in rows], text)
+    errors = [f"checkpoint {r.checkpoint_id} of job {r.job_id}: {r.error}" for r in rows if r.status == "failed"]
+    if errors:
+        text += "\n\nfailed:\n" + "\n".join(errors)
+    _emit(
+        as_json,
+        {"jobs": [asdict(j) for j in jobs], "checkpoints": [{**asdict(r), "status": r.status} for r in rows]},
+        text,
+    )
 
 
 @main.group()
@@ -281,6 +311,11 @@ def committer() -> None:
 @click.option(
     "--max-failures", default=5, show_default=True, help="Failures in a row after which a table makes /healthz 503."
 )
+@click.option(
+    "--expire-snapshots",
+    is_flag=True,
+    help="Drop snapshots past each table's history.expire.* retention in every commit (keeps commit cost flat).",
+)
 @click.pass_obj
 def committer_run(
     obj: Context,
@@ -291,6 +326,7 @@ def committer_run(
     metrics_port: int | None,
     metrics_host: str,
     max_failures: int,
+    expire_snapshots: bool,
 ) -> None:
     """Commit staged checkpoints into their tables until stopped (SIGTERM/SIGINT finish the commit in flight).
 
@@ -301,7 +337,12 @@ def committer_run(
 
     logging.getLogger("icesink").setLevel(logging.INFO)
     daemon = CommitterDaemon(
-        obj.config, tables=tables, poll_interval=poll_interval, lease_ttl=lease_ttl, max_failures=max_failures
+        obj.config,
+        tables=tables,
+        poll_interval=poll_interval,
+        lease_ttl=lease_ttl,
+        max_failures=max_failures,
+        expire_snapshots=expire_snapshots,
     )
     daemon.install_signal_handlers()
     server = None
@@ -318,8 +359,48 @@ def committer_run(
             server.stop()
     if once and report.failed:
         for table, error in report.failed.items():
-            click.echo(f"error: table {table}: {error}", err=True)
+            click.echo(f"error: {error}" if table in error else f"error: table {table}: {error}", err=True)
         sys.exit(1)
+
+
+@committer.command("gc")
+@click.option("--table", "tables", multiple=True, help="Only these tables (repeatable); default: every table.")
+@click.option(
+    "--older-than",
+    default="3d",
+    show_default=True,
+    help="Only files last modified longer ago than this (90s, 30m, 12h, 3d); keep it above the longest batch.",
+)
+@click.option("--dry-run", is_flag=True, help="Report what would be deleted; delete nothing.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def committer_gc(obj: Context, tables: tuple[str, ...], older_than: str, dry_run: bool, as_json: bool) -> None:
+    """Delete files no snapshot and no checkpoint references (failed attempts, expired snapshots, merged manifests).
+
+    Also forgets committed checkpoints older than --older-than in the ledger (the newest of each job stays).
+    """
+    from dataclasses import asdict
+
+    from icesink.committer.gc import collect_garbage, parse_age
+
+    try:
+        age = parse_age(older_than)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--older-than") from e
+    catalog = obj.catalog()
+    if not tables:
+        tables = tuple(
+            ".".join(identifier)
+            for namespace in catalog.list_namespaces()
+            for identifier in catalog.list_tables(namespace)
+        )
+    reports = [collect_garbage(catalog, obj.config, t, age, dry_run=dry_run) for t in tables]
+    verb = "would delete" if dry_run else "deleted"
+    text = _table(
+        [[r.table, r.files_seen, r.referenced, r.too_young, len(r.deleted), r.ledger_rows_pruned] for r in reports],
+        ["table", "files", "referenced", "too young", verb, "ledger rows pruned"],
+    )
+    _emit(as_json, [asdict(r) for r in reports], text)
 
 
 if __name__ == "__main__":

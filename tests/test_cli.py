@@ -57,11 +57,42 @@ def test_tables_and_checkpoints_list(catalog_config: CatalogConfig) -> None:
     (table,) = json.loads(output)
     assert table["table"] == TABLE and table["total_records"] == 15
     code, output = invoke(catalog_config, "checkpoints", "list", TABLE, "--json")
-    rows = json.loads(output)
-    assert [(r["checkpoint_id"], r["state"], r["data_records"]) for r in rows] == [
+    listing = json.loads(output)
+    assert [(r["checkpoint_id"], r["status"], r["data_records"]) for r in listing["checkpoints"]] == [
         (0, "committed", 10),
         (1, "committed", 5),
     ]
+    (job,) = listing["jobs"]
+    assert (job["job_id"], job["pending"], job["committed"], job["last_committed_checkpoint"]) == ("job-a", 0, 2, 1)
+    assert job["lag_seconds"] == 0.0
+
+
+def test_checkpoints_list_shows_the_lag_of_waiting_and_failed_checkpoints(catalog_config: CatalogConfig) -> None:
+    import time
+
+    from icesink.committer.ledger import Ledger
+
+    committed_table(catalog_config)
+    stage_rows(catalog_config, TABLE, "job-a", 2, orders(15, 5))
+    stage_rows(catalog_config, TABLE, "job-b", 0, orders(20, 5))
+    (broken,) = Ledger(catalog_config).pending(TABLE, "job-b")
+    Path(broken.data_manifest.removeprefix("file://")).unlink()
+    time.sleep(0.2)
+    code, output = invoke(catalog_config, "committer", "run", "--once", "--table", TABLE)
+    assert code != 0  # job-b's manifest is gone: the table stops, job-a's checkpoint 2 is already in
+    code, output = invoke(catalog_config, "checkpoints", "list", TABLE, "--json")
+    listing = json.loads(output)
+    jobs = {j["job_id"]: j for j in listing["jobs"]}
+    assert (jobs["job-a"]["pending"], jobs["job-a"]["last_committed_checkpoint"]) == (0, 2)
+    assert (jobs["job-b"]["pending"], jobs["job-b"]["failed"], jobs["job-b"]["committed"]) == (1, 1, 0)
+    assert jobs["job-b"]["lag_seconds"] >= 0.2
+    (failed,) = [r for r in listing["checkpoints"] if r["job_id"] == "job-b"]
+    assert failed["status"] == "failed" and broken.data_manifest in failed["error"]
+    code, text = invoke(catalog_config, "checkpoints", "list", TABLE, "--limit", "1")
+    assert code == 0
+    assert "failed" in text and broken.data_manifest in text and "lag" in text
+    newest_rows = text.split("\n\n")[1].splitlines()[2:]
+    assert [line.split()[:3] for line in newest_rows] == [["job-a", "2", "committed"], ["job-b", "0", "failed"]]
 
 
 def test_unknown_table_is_one_clear_line(catalog_config: CatalogConfig) -> None:

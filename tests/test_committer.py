@@ -202,3 +202,104 @@ def test_marker_survives_expiry_of_its_snapshot_under_another_writers_snapshot(c
     outcomes = committer(catalog_config).commit_pending(TABLE)
     assert [o.already_committed for o in outcomes] == [True]
     assert table_ids(catalog_config, TABLE) == [*range(10), *range(100, 105)]
+
+
+def set_properties(config: CatalogConfig, **properties: str) -> None:
+    table = open_catalog(config).load_table(TABLE)
+    with table.transaction() as transaction:
+        transaction.set_properties({k.replace("_", "."): v for k, v in properties.items()})
+
+
+def manifests(config: CatalogConfig) -> list:  # type: ignore[type-arg]
+    table = open_catalog(config).load_table(TABLE)
+    return list(table.current_snapshot().manifests(table.io))
+
+
+def test_small_manifests_are_merged_so_the_manifest_list_stays_short(sqlite_catalog: CatalogConfig) -> None:
+    create_orders_table(sqlite_catalog)
+    set_properties(sqlite_catalog, **{"commit.manifest.min-count-to-merge": "4"})
+    committing = committer(sqlite_catalog)
+    for checkpoint in range(12):
+        stage_rows(sqlite_catalog, TABLE, "job-a", checkpoint, orders(checkpoint * 10, 10))
+        committing.commit_pending(TABLE)
+        assert len(manifests(sqlite_catalog)) < 4, f"after checkpoint {checkpoint}"
+    assert table_ids(sqlite_catalog, TABLE) == list(range(120))
+    entries = [
+        e
+        for m in manifests(sqlite_catalog)
+        for e in m.fetch_manifest_entry(open_catalog(sqlite_catalog).load_table(TABLE).io)
+    ]
+    assert len(entries) == 12
+    # Rewritten entries keep the snapshot and sequence number that added them.
+    assert sorted(e.sequence_number for e in entries) == list(range(1, 13))
+
+
+def test_merging_off_keeps_one_manifest_per_commit(sqlite_catalog: CatalogConfig) -> None:
+    create_orders_table(sqlite_catalog)
+    set_properties(
+        sqlite_catalog, **{"commit.manifest.min-count-to-merge": "2", "commit.manifest-merge.enabled": "false"}
+    )
+    for checkpoint in range(4):
+        stage_rows(sqlite_catalog, TABLE, "job-a", checkpoint, orders(checkpoint * 10, 10))
+        committer(sqlite_catalog).commit_pending(TABLE)
+    assert len(manifests(sqlite_catalog)) == 4
+
+
+def test_expiry_in_the_commit_keeps_retention_tags_and_the_marker(catalog_config: CatalogConfig) -> None:
+    import time
+
+    create_orders_table(catalog_config)
+    set_properties(
+        catalog_config, **{"history.expire.max-snapshot-age-ms": "1", "history.expire.min-snapshots-to-keep": "2"}
+    )
+    committing = TableCommitter(
+        open_catalog(catalog_config), catalog_config, Ledger(catalog_config), expire_snapshots=True
+    )
+    stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
+    committing.commit_pending(TABLE)
+    table = open_catalog(catalog_config).load_table(TABLE)
+    tagged = table.current_snapshot().snapshot_id
+    table.manage_snapshots().create_tag(tagged, "first").commit()
+    for checkpoint in range(1, 6):
+        time.sleep(0.01)  # every older snapshot is past the 1 ms maximum age
+        stage_rows(catalog_config, TABLE, "job-a", checkpoint, orders(checkpoint * 10, 10))
+        committing.commit_pending(TABLE)
+    metadata = open_catalog(catalog_config).load_table(TABLE).metadata
+    head = metadata.snapshot_by_name("main")
+    kept = {s.snapshot_id for s in metadata.snapshots}
+    assert kept == {tagged, head.snapshot_id, head.parent_snapshot_id}
+    assert table_ids(catalog_config, TABLE) == list(range(60))
+    # A committer that remembers nothing still finds the marker and goes on from it.
+    assert max_committed_checkpoint(metadata, "job-a") == 5
+    stage_rows(catalog_config, TABLE, "job-a", 6, orders(60, 10))
+    (outcome,) = committer(catalog_config).commit_pending(TABLE)
+    assert outcome.checkpoint_ids == (6,) and not outcome.already_committed
+    assert table_ids(catalog_config, TABLE) == list(range(70))
+
+
+def test_without_expiry_every_snapshot_stays(sqlite_catalog: CatalogConfig) -> None:
+    create_orders_table(sqlite_catalog)
+    set_properties(sqlite_catalog, **{"history.expire.max-snapshot-age-ms": "1"})
+    for checkpoint in range(3):
+        stage_rows(sqlite_catalog, TABLE, "job-a", checkpoint, orders(checkpoint * 10, 10))
+        committer(sqlite_catalog).commit_pending(TABLE)
+    assert len(open_catalog(sqlite_catalog).load_table(TABLE).metadata.snapshots) == 3
+
+
+def test_known_marker_ends_the_walk_at_the_snapshot_it_was_read_from(sqlite_catalog: CatalogConfig) -> None:
+    from icesink.committer.marker import KnownMarker
+
+    create_orders_table(sqlite_catalog)
+    stage_rows(sqlite_catalog, TABLE, "job-a", 3, orders(0, 10))
+    committer(sqlite_catalog).commit_pending(TABLE)
+    catalog = open_catalog(sqlite_catalog)
+    table = catalog.load_table(TABLE)
+    ours = table.current_snapshot().snapshot_id
+    for start in (100, 200):  # another writer's snapshots on top
+        table.append(orders(start, 5).cast(table.schema().as_arrow()))
+    metadata = catalog.load_table(TABLE).metadata
+    assert max_committed_checkpoint(metadata, "job-a") == 3
+    # The walk stops at the remembered snapshot rather than reading its summary (7 here proves which answered).
+    assert max_committed_checkpoint(metadata, "job-a", known=KnownMarker(ours, 7)) == 7
+    head = metadata.snapshot_by_name("main").snapshot_id
+    assert max_committed_checkpoint(metadata, "job-a", known=KnownMarker(head, 9)) == 9

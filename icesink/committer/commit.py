@@ -23,9 +23,9 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
 from icesink.committer.ledger import CheckpointRow, Ledger
-from icesink.committer.marker import marker_properties, max_committed_checkpoint, table_property
+from icesink.committer.marker import KnownMarker, marker_properties, max_committed_checkpoint, table_property
 from icesink.committer.policy import plan_snapshots
-from icesink.errors import CommitConflictError, ManifestError
+from icesink.errors import CommitConflictError, IcesinkError, ManifestError
 from icesink.failpoints import failpoint
 
 if TYPE_CHECKING:
@@ -62,13 +62,21 @@ class TableCommitter:
         ledger: Ledger,
         max_conflicts: int = 20,
         before_commit: Callable[[], None] | None = None,
+        expire_snapshots: bool = False,
     ) -> None:
-        """``before_commit`` runs right before every catalog commit; the daemon checks its lease there."""
+        """``before_commit`` runs right before every catalog commit; the daemon checks its lease there.
+
+        With ``expire_snapshots`` every commit also drops the snapshots past the
+        table's ``history.expire.*`` retention, in the same metadata commit.
+        """
         self._catalog = catalog
         self._config = config
         self._ledger = ledger
         self._max_conflicts = max_conflicts
         self._before_commit = before_commit
+        self._expire_snapshots = expire_snapshots
+        # (table uuid, job) -> marker as of this committer's last commit: later walks stop there.
+        self._markers: dict[tuple[str, str], KnownMarker] = {}
 
     def commit_pending(self, table_identifier: str, job_id: str | None = None) -> list[CommitOutcome]:
         """Commit every pending checkpoint of the table (or of one job of it), in checkpoint order."""
@@ -88,7 +96,8 @@ class TableCommitter:
     ) -> Table:
         conflicts = 0
         while rows:
-            marker = max_committed_checkpoint(table.metadata, job_id)
+            cache_key = (str(table.metadata.table_uuid), job_id)
+            marker = max_committed_checkpoint(table.metadata, job_id, known=self._markers.get(cache_key))
             done = [r for r in rows if marker is not None and r.checkpoint_id <= marker]
             if done:
                 # Committed before the ledger heard of it (a crash after the catalog commit).
@@ -106,7 +115,12 @@ class TableCommitter:
                 continue
             group = plan_snapshots(rows)[0]
             started = time.monotonic()
-            committed = self._try_commit(table, identifier, job_id, group)
+            try:
+                committed = self._try_commit(table, identifier, job_id, group)
+            except IcesinkError as e:
+                if not e.transient:  # shown as failed until a commit succeeds; the checkpoints stay staged
+                    self._ledger.mark_failed([r.id for r in group], str(e))
+                raise
             if committed is None:
                 conflicts += 1
                 if conflicts > self._max_conflicts:
@@ -119,6 +133,8 @@ class TableCommitter:
             table = committed
             snapshot = table.metadata.snapshot_by_name("main")
             snapshot_id = snapshot.snapshot_id if snapshot else None
+            if snapshot_id is not None:
+                self._markers[cache_key] = KnownMarker(snapshot_id, group[-1].checkpoint_id)
             failpoint("committer.after-catalog-commit")
             self._ledger.mark_committed([r.id for r in group], snapshot_id)
             failpoint("committer.after-ledger-update")
@@ -149,7 +165,14 @@ class TableCommitter:
         properties = marker_properties(job_id, group[-1].checkpoint_id)
         properties[CHECKPOINT_RANGE_PROPERTY] = _range(group)
         marker = {table_property(job_id): str(group[-1].checkpoint_id)}
-        prepared = internals.prepare_snapshot(table, files, properties, delete_files=deletes, table_properties=marker)
+        prepared = internals.prepare_snapshot(
+            table,
+            files,
+            properties,
+            delete_files=deletes,
+            table_properties=marker,
+            expire_snapshots=self._expire_snapshots,
+        )
         if self._before_commit is not None:
             try:
                 self._before_commit()

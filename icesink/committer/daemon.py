@@ -42,6 +42,7 @@ class CommitterDaemon:
         lease_ttl: float = 10.0,
         owner: str | None = None,
         max_failures: int = 5,
+        expire_snapshots: bool = False,
     ) -> None:
         self._config = config
         self._tables = tuple(tables)
@@ -53,7 +54,9 @@ class CommitterDaemon:
         # One lease per scope: every table ("*"), or the sorted list given with --table.
         scope = ",".join(sorted(self._tables)) or "*"
         self.lease = Lease(config, scope, owner or default_owner(), ttl=lease_ttl)
-        self._committer = TableCommitter(self._catalog, config, self._ledger, before_commit=self.lease.check)
+        self._committer = TableCommitter(
+            self._catalog, config, self._ledger, before_commit=self.lease.check, expire_snapshots=expire_snapshots
+        )
         self._leading = False
         self._retry_at: dict[str, float] = {}
         self._failures: dict[str, int] = {}

@@ -106,9 +106,41 @@ class CheckpointRow:
     def has_deletes(self) -> bool:
         return self.delete_files > 0
 
+    @property
+    def status(self) -> str:
+        """``failed`` for a staged checkpoint whose commit stopped on an error; otherwise the state."""
+        return "failed" if self.state == CheckpointState.STAGED and self.error else self.state.value
+
+
+@dataclass(frozen=True)
+class JobLag:
+    """How far the table is behind one job's staged checkpoints."""
+
+    job_id: str
+    pending: int
+    failed: int
+    committed: int
+    last_staged_checkpoint: int | None
+    last_committed_checkpoint: int | None
+    last_committed_at: datetime.datetime | None
+    oldest_pending_at: datetime.datetime | None
+    lag_seconds: float
+
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
+
+
+def _aware(value: datetime.datetime | None) -> datetime.datetime | None:
+    """SQLite hands back naive datetimes; every time icesink writes is UTC."""
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=datetime.UTC)
+    return value
+
+
+def _seconds_since(now: datetime.datetime, then: datetime.datetime | None) -> float:
+    aware = _aware(then)
+    return round((now - aware).total_seconds(), 3) if aware is not None else 0.0
 
 
 class Ledger:
@@ -136,8 +168,8 @@ class Ledger:
             delete_files=m["delete_files"],
             delete_records=m["delete_records"],
             snapshot_id=m["snapshot_id"],
-            staged_at=m["staged_at"],
-            committed_at=m["committed_at"],
+            staged_at=_aware(m["staged_at"]) or m["staged_at"],
+            committed_at=_aware(m["committed_at"]),
             manifests_deleted=m["manifests_deleted"],
             error=m["error"],
         )
@@ -217,8 +249,76 @@ class Ledger:
         with database_errors(self._config), self._engine.connect() as connection:
             return {r[0]: int(r[1]) for r in connection.execute(query)}
 
-    def for_table(self, table_identifier: str) -> list[CheckpointRow]:
-        return self._select(checkpoints.c.table_identifier == table_identifier)
+    def for_table(self, table_identifier: str, newest: int | None = None) -> list[CheckpointRow]:
+        """The table's checkpoints in order; only the ``newest`` of each job when given."""
+        rows = self._select(checkpoints.c.table_identifier == table_identifier)
+        if newest is None:
+            return rows
+        by_job: dict[str, list[CheckpointRow]] = {}
+        for row in rows:
+            by_job.setdefault(row.job_id, []).append(row)
+        return [row for job_rows in by_job.values() for row in job_rows[-newest:]]
+
+    def lag(self, table_identifier: str) -> list[JobLag]:
+        """Per job: what waits, what failed, what is in, and how long the oldest waiting checkpoint has waited."""
+        c = checkpoints.c
+        staged = c.state == CheckpointState.STAGED.value
+        committed = c.state == CheckpointState.COMMITTED.value
+        query = (
+            sa.select(
+                c.job_id,
+                sa.func.count().filter(staged),
+                sa.func.count().filter(sa.and_(staged, c.error.is_not(None))),
+                sa.func.count().filter(committed),
+                sa.func.max(c.checkpoint_id),
+                sa.func.max(c.checkpoint_id).filter(committed),
+                sa.func.max(c.committed_at).filter(committed),
+                sa.func.min(c.staged_at).filter(staged),
+            )
+            .where(c.catalog_name == self._config.name, c.table_identifier == table_identifier)
+            .group_by(c.job_id)
+            .order_by(c.job_id)
+        )
+        with database_errors(self._config), self._engine.connect() as connection:
+            result = list(connection.execute(query))
+        now = _now()
+        return [
+            JobLag(
+                job_id=job,
+                pending=int(pending),
+                failed=int(failed),
+                committed=int(done),
+                last_staged_checkpoint=last_staged,
+                last_committed_checkpoint=last_committed,
+                last_committed_at=_aware(last_committed_at),
+                oldest_pending_at=_aware(oldest),
+                lag_seconds=_seconds_since(now, oldest),
+            )
+            for job, pending, failed, done, last_staged, last_committed, last_committed_at, oldest in result
+        ]
+
+    def mark_failed(self, ids: Sequence[int], error: str) -> None:
+        """Record why these checkpoints could not be committed; they stay staged."""
+        self._update(ids, error=error)
+
+    def prune_committed(self, table_identifier: str, before: datetime.datetime) -> int:
+        """Forget committed checkpoints older than ``before`` whose manifests are gone; the newest per job stays."""
+        c = checkpoints.c
+        newest = (
+            sa.select(c.job_id, sa.func.max(c.checkpoint_id))
+            .where(c.catalog_name == self._config.name, c.table_identifier == table_identifier)
+            .group_by(c.job_id)
+        )
+        query = checkpoints.delete().where(
+            c.catalog_name == self._config.name,
+            c.table_identifier == table_identifier,
+            c.state == CheckpointState.COMMITTED.value,
+            c.manifests_deleted == sa.true(),
+            c.committed_at < before,
+            sa.tuple_(c.job_id, c.checkpoint_id).not_in(newest),
+        )
+        with database_errors(self._config), self._engine.begin() as connection:
+            return int(connection.execute(query).rowcount)
 
     def uncleaned(self, table_identifier: str | None = None) -> list[CheckpointRow]:
         """Committed checkpoints whose temporary manifests may still exist."""

@@ -9,6 +9,7 @@ committer the checkpoint is already in.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -26,7 +27,17 @@ def table_property(job_id: str) -> str:
     return f"{TABLE_PROPERTY_PREFIX}{job_id}"
 
 
-def max_committed_checkpoint(metadata: TableMetadata, job_id: str, branch: str = MAIN_BRANCH) -> int | None:
+@dataclass(frozen=True)
+class KnownMarker:
+    """A marker already read: the job's committed checkpoint as of snapshot ``snapshot_id``."""
+
+    snapshot_id: int
+    checkpoint_id: int | None
+
+
+def max_committed_checkpoint(
+    metadata: TableMetadata, job_id: str, branch: str = MAIN_BRANCH, known: KnownMarker | None = None
+) -> int | None:
     """The highest checkpoint of ``job_id`` committed on ``branch``, or None.
 
     Walks the ancestry from the head and stops at the newest snapshot of the
@@ -36,10 +47,16 @@ def max_committed_checkpoint(metadata: TableMetadata, job_id: str, branch: str =
     table property written in the same metadata commit as every icesink
     snapshot answers. After a rollback it may name checkpoints whose data was
     rolled back: they count as committed, as the rollback intended.
+
+    ``known`` ends the walk early: reaching a snapshot whose marker was read
+    before answers with that marker, so a committer that remembers the marker
+    of its last commit only walks the snapshots added since.
     """
     ref = metadata.refs.get(branch)
     snapshot_id = ref.snapshot_id if ref else None
     while snapshot_id is not None:
+        if known is not None and snapshot_id == known.snapshot_id:
+            return known.checkpoint_id
         snapshot = metadata.snapshot_by_id(snapshot_id)
         if snapshot is None:  # history expired below this point
             break

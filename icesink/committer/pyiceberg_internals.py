@@ -59,6 +59,7 @@ from pyiceberg.table.update import (
     AddSnapshotUpdate,
     AssertRefSnapshotId,
     AssertTableUUID,
+    RemoveSnapshotsUpdate,
     SetPropertiesUpdate,
     SetSnapshotRefUpdate,
     TableRequirement,
@@ -272,6 +273,7 @@ def prepare_snapshot(
     delete_files: Iterable[DataFile] = (),
     branch: str = MAIN_BRANCH,
     table_properties: Mapping[str, str] | None = None,
+    expire_snapshots: bool = False,
 ) -> PreparedSnapshot:
     """Write the manifests and manifest list of an append or row delta on top of the branch head.
 
@@ -279,6 +281,12 @@ def prepare_snapshot(
     so the new equality deletes apply to older data only, never to the rows
     added beside them. The requirements assert the head this was built on,
     so the catalog's compare-and-swap rejects it if anyone committed in between.
+
+    Small manifests are merged as Iceberg's merging appends do, so the
+    manifest list stays short however many commits came before. With
+    ``expire_snapshots``, snapshots past the table's retention are removed in
+    the same metadata commit, which keeps the metadata file (rewritten on every
+    commit) from growing with the table's age.
     """
     metadata = table.metadata
     files = list(data_files)
@@ -305,6 +313,9 @@ def prepare_snapshot(
         parent = metadata.snapshot_by_id(parent_id)
         assert parent is not None
         existing = [m for m in parent.manifests(table.io) if m.has_added_files() or m.has_existing_files()]
+    merge = ManifestMergePolicy.of(metadata.properties)
+    existing, merged_paths = _merge_manifests(table, existing, new_manifests, snapshot_id, merge, commit_uuid)
+    written.extend(merged_paths)
 
     collector = SnapshotSummaryCollector(
         partition_summary_limit=int(
@@ -362,11 +373,131 @@ def prepare_snapshot(
     if table_properties:
         # Same metadata commit as the snapshot: both land or neither does.
         updates += (SetPropertiesUpdate(updates=dict(table_properties)),)
+    if expire_snapshots:
+        expired = expired_snapshot_ids(metadata, snapshot, branch)
+        if expired:
+            updates += (RemoveSnapshotsUpdate(snapshot_ids=expired),)
     requirements: tuple[TableRequirement, ...] = (
         AssertTableUUID(uuid=metadata.table_uuid),
         AssertRefSnapshotId(snapshot_id=parent_id, ref=branch),
     )
     return PreparedSnapshot(snapshot_id, parent_id, updates, requirements, tuple(written))
+
+
+@dataclass(frozen=True)
+class ManifestMergePolicy:
+    """Iceberg's manifest merging table properties, with Iceberg Java's defaults (merging on)."""
+
+    enabled: bool
+    min_count: int
+    target_bytes: int
+
+    @classmethod
+    def of(cls, properties: Mapping[str, str]) -> ManifestMergePolicy:
+        return cls(
+            enabled=properties.get(TableProperties.MANIFEST_MERGE_ENABLED, "true").lower() == "true",
+            min_count=int(
+                properties.get(
+                    TableProperties.MANIFEST_MIN_MERGE_COUNT, TableProperties.MANIFEST_MIN_MERGE_COUNT_DEFAULT
+                )
+            ),
+            target_bytes=int(
+                properties.get(
+                    TableProperties.MANIFEST_TARGET_SIZE_BYTES, TableProperties.MANIFEST_TARGET_SIZE_BYTES_DEFAULT
+                )
+            ),
+        )
+
+
+def _merge_manifests(
+    table: Table,
+    existing: list[ManifestFile],
+    new: list[ManifestFile],
+    snapshot_id: int,
+    policy: ManifestMergePolicy,
+    commit_uuid: uuid.UUID,
+) -> tuple[list[ManifestFile], list[str]]:
+    """The parent's manifests, with small ones of the same content and spec rewritten as one.
+
+    A group is merged once it and the new manifests of its kind reach
+    ``min_count``; manifests at the target size stay as they are. Live entries
+    are rewritten as EXISTING with their snapshot id and sequence numbers, so
+    equality deletes keep applying exactly to the rows they applied to before.
+    """
+    if not policy.enabled:
+        return existing, []
+    groups: dict[tuple[ManifestContent, int], list[ManifestFile]] = {}
+    for manifest in existing:
+        if manifest.manifest_length < policy.target_bytes:
+            groups.setdefault((manifest.content, manifest.partition_spec_id), []).append(manifest)
+    new_counts: dict[tuple[ManifestContent, int], int] = {}
+    for manifest in new:
+        key = (manifest.content, manifest.partition_spec_id)
+        new_counts[key] = new_counts.get(key, 0) + 1
+    metadata = table.metadata
+    merged: list[ManifestFile] = []
+    replaced: set[str] = set()
+    written: list[str] = []
+    for (content, spec_id), group in groups.items():
+        if len(group) < 2 or len(group) + new_counts.get((content, spec_id), 0) < policy.min_count:
+            continue
+        path = table.location_provider().new_metadata_location(f"{commit_uuid}-merged{len(written)}.avro")
+        written.append(path)
+        deletes = content == ManifestContent.DELETES
+        writer = _manifest_writer(metadata, metadata.specs()[spec_id], table.io.new_output(path), snapshot_id, deletes)
+        with writer:
+            for manifest in group:
+                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                    writer.existing(entry)
+        merged.append(writer.to_manifest_file())
+        replaced.update(m.manifest_path for m in group)
+    return merged + [m for m in existing if m.manifest_path not in replaced], written
+
+
+def expired_snapshot_ids(metadata: TableMetadata, new_head: Snapshot, branch: str = MAIN_BRANCH) -> list[int]:
+    """Snapshots past the table's retention once ``new_head`` is the head of ``branch``.
+
+    Iceberg's rules: every ref keeps its snapshot; a branch also keeps its
+    ``min-snapshots-to-keep`` newest ancestors and every ancestor younger than
+    ``max-snapshot-age-ms`` (the ref's own settings first, then the table's
+    ``history.expire.*`` properties). Snapshots no ref reaches go once they
+    are older than the table's maximum age.
+    """
+    properties = metadata.properties
+    table_max_age = int(
+        properties.get(TableProperties.MAX_SNAPSHOT_AGE_MS, TableProperties.MAX_SNAPSHOT_AGE_MS_DEFAULT)
+    )
+    table_min_keep = int(
+        properties.get(TableProperties.MIN_SNAPSHOTS_TO_KEEP, TableProperties.MIN_SNAPSHOTS_TO_KEEP_DEFAULT)
+    )
+    now_ms = new_head.timestamp_ms
+    retained: set[int] = set()
+    for name, ref in metadata.refs.items():
+        head_id = new_head.snapshot_id if name == branch else ref.snapshot_id
+        retained.add(head_id)
+        if ref.snapshot_ref_type != SnapshotRefType.BRANCH:
+            continue
+        max_age = ref.max_snapshot_age_ms if ref.max_snapshot_age_ms is not None else table_max_age
+        min_keep = ref.min_snapshots_to_keep if ref.min_snapshots_to_keep is not None else table_min_keep
+        kept = 1
+        parent_id = new_head.parent_snapshot_id if name == branch else _parent_of(metadata, head_id)
+        while parent_id is not None:
+            parent = metadata.snapshot_by_id(parent_id)
+            if parent is None or (kept >= min_keep and parent.timestamp_ms < now_ms - max_age):
+                break
+            retained.add(parent_id)
+            kept += 1
+            parent_id = parent.parent_snapshot_id
+    return [
+        s.snapshot_id
+        for s in metadata.snapshots
+        if s.snapshot_id not in retained and s.timestamp_ms < now_ms - table_max_age
+    ]
+
+
+def _parent_of(metadata: TableMetadata, snapshot_id: int) -> int | None:
+    snapshot = metadata.snapshot_by_id(snapshot_id)
+    return snapshot.parent_snapshot_id if snapshot else None
 
 
 def commit_prepared(table: Table, prepared: PreparedSnapshot) -> Table:
@@ -383,6 +514,60 @@ def commit_prepared(table: Table, prepared: PreparedSnapshot) -> Table:
         io=table.io,
         catalog=table.catalog,
     )
+
+
+# --- Garbage collection: what a table references, what its location holds -------------------------
+
+
+def referenced_paths(table: Table) -> set[str]:
+    """Every file any snapshot, metadata log entry or statistics entry of the table points at."""
+    metadata = table.metadata
+    found = {table.metadata_location, *(entry.metadata_file for entry in metadata.metadata_log)}
+    found.update(s.statistics_path for s in metadata.statistics)
+    found.update(s.statistics_path for s in metadata.partition_statistics)
+    seen_manifests: set[str] = set()
+    for snapshot in metadata.snapshots:
+        found.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(table.io):
+            if manifest.manifest_path in seen_manifests:
+                continue
+            seen_manifests.add(manifest.manifest_path)
+            found.add(manifest.manifest_path)
+            # Deleted entries too: an older snapshot may still read the file they name.
+            found.update(e.data_file.file_path for e in manifest.fetch_manifest_entry(table.io, discard_deleted=False))
+    return found
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    uri: str
+    modified_ms: int
+
+
+def list_files(table: Table, location: str) -> list[StoredFile]:
+    """Every file under ``location``, with the table's own file system (local, S3, ...)."""
+    from pyarrow.fs import FileSelector, FileType
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    if not isinstance(table.io, PyArrowFileIO):
+        raise TypeError(f"listing files needs pyiceberg's PyArrowFileIO, the table uses {type(table.io).__name__}")
+    scheme, netloc, path = PyArrowFileIO.parse_location(location)
+    filesystem = table.io.fs_by_scheme(scheme, netloc)
+    infos = filesystem.get_file_info(FileSelector(path.rstrip("/"), recursive=True, allow_not_found=True))
+    prefix = "file://" if scheme == "file" else f"{scheme}://"
+    return [
+        StoredFile(uri=f"{prefix}{info.path}", modified_ms=int(info.mtime_ns // 1_000_000) if info.mtime_ns else 0)
+        for info in infos
+        if info.type == FileType.File
+    ]
+
+
+def normalized_path(uri: str) -> str:
+    """A file's location without scheme, so ``file:///x`` and ``/x`` compare equal."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    scheme, _, path = PyArrowFileIO.parse_location(uri)
+    return f"{scheme}:{path}"
 
 
 # --- Reading: scan planning and file reads for icesink.read -----------------------------------------

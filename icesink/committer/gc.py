@@ -1,0 +1,128 @@
+"""``icesink committer gc``: remove files nothing references any more.
+
+Killed or retried task attempts leave data files that no checkpoint names,
+merged manifests and expired snapshots leave manifests and manifest lists
+behind, and the ledger keeps a row per committed checkpoint. A file under the
+table's location is removed only when all of these hold:
+
+* no snapshot, metadata log entry or statistics entry of the table names it;
+* no checkpoint in the ledger names it (a staged checkpoint's delta manifest
+  and every file listed in it, a committed one's manifest not yet cleaned);
+* it was last modified before ``older_than`` ago, which protects files of
+  micro-batches still being written or staged (keep it above the longest batch).
+
+The ledger is read before the table: a checkpoint committed in between is
+then named by one of the two, never by neither.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.database import database_errors
+from icesink.catalog.loader import load_table
+from icesink.committer.ledger import CheckpointState, Ledger
+from icesink.errors import ManifestError
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
+
+log = logging.getLogger("icesink.gc")
+
+
+@dataclass
+class GcReport:
+    table: str
+    files_seen: int = 0
+    referenced: int = 0
+    too_young: int = 0
+    deleted: list[str] = field(default_factory=list)
+    ledger_rows_pruned: int = 0
+    dry_run: bool = False
+
+
+def collect_garbage(
+    catalog: SqlCatalog,
+    config: CatalogConfig,
+    identifier: str,
+    older_than: datetime.timedelta,
+    dry_run: bool = False,
+) -> GcReport:
+    from icesink.committer import pyiceberg_internals as internals
+
+    ledger = Ledger(config)
+    report = GcReport(table=identifier, dry_run=dry_run)
+    cutoff_ms = int((time.time() - older_than.total_seconds()) * 1000)
+
+    table = load_table(catalog, config, identifier)  # for its FileIO; what it references is read below
+    keep: set[str] = set()
+    for row in ledger.for_table(identifier):
+        if row.state == CheckpointState.COMMITTED and row.manifests_deleted:
+            continue
+        keep.update(row.manifest_paths)
+        if row.state != CheckpointState.STAGED:
+            continue
+        for path, length, deletes in (
+            (row.data_manifest, row.data_manifest_length, False),
+            (row.delete_manifest, row.delete_manifest_length, True),
+        ):
+            if path is None or length is None:
+                continue
+            manifest = internals.DeltaManifest(path, row.spec_id, length, deletes=deletes)
+            try:
+                keep.update(f.file_path for f in internals.read_delta_manifest(table.io, manifest))
+            except Exception as e:  # without the manifest, its files cannot be told from garbage
+                raise ManifestError(
+                    f"table {identifier}, job {row.job_id}, checkpoint {row.checkpoint_id}: staged manifest {path} "
+                    f"cannot be read ({type(e).__name__}: {e}); gc deletes nothing in this table until the "
+                    "checkpoint is committed or removed from the ledger"
+                ) from e
+
+    table = load_table(catalog, config, identifier)  # after the ledger: see the module docstring
+    with database_errors(config):
+        keep.update(internals.referenced_paths(table))
+    kept = {internals.normalized_path(p) for p in keep}
+
+    locations = {table.location().rstrip("/")}
+    for configured in ("write.data.path", "write.metadata.path"):
+        if table.properties.get(configured):
+            locations.add(table.properties[configured].rstrip("/"))
+    for location in sorted(locations):
+        for stored in internals.list_files(table, location):
+            report.files_seen += 1
+            if internals.normalized_path(stored.uri) in kept:
+                report.referenced += 1
+            elif stored.modified_ms >= cutoff_ms:
+                report.too_young += 1
+            else:
+                report.deleted.append(stored.uri)
+    if not dry_run:
+        for uri in report.deleted:
+            table.io.delete(uri)
+        before = datetime.datetime.now(datetime.UTC) - older_than
+        report.ledger_rows_pruned = ledger.prune_committed(identifier, before)
+    log.info(
+        "table=%s gc: %d files, %d referenced, %d too young, %d %s, %d ledger rows pruned",
+        identifier,
+        report.files_seen,
+        report.referenced,
+        report.too_young,
+        len(report.deleted),
+        "would be deleted" if dry_run else "deleted",
+        report.ledger_rows_pruned,
+    )
+    return report
+
+
+def parse_age(text: str) -> datetime.timedelta:
+    """``90s``, ``30m``, ``12h``, ``3d`` as a duration; anything else is a ValueError naming the forms."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    value, unit = text[:-1], text[-1:].lower()
+    if unit not in units or not value.isdigit():
+        raise ValueError(f"{text!r} is not an age; write a whole number with s, m, h or d, e.g. 3d or 12h")
+    return datetime.timedelta(seconds=int(value) * units[unit])

@@ -1,0 +1,141 @@
+"""``icesink committer gc``: orphans go, nothing a snapshot or a staged checkpoint needs is touched."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from icesink.committer.commit import TableCommitter
+from icesink.committer.gc import collect_garbage, parse_age
+from icesink.committer.ledger import Ledger
+from icesink.errors import ManifestError
+from tests.support import create_orders_table, orders, stage_rows, table_ids, write_files
+
+TABLE = "shop.orders"
+HOUR = datetime.timedelta(hours=1)
+
+
+def local(uri: str) -> Path:
+    return Path(uri.removeprefix("file://"))
+
+
+def age_everything(root: Path, seconds: float = 7200) -> None:
+    """Make every file under ``root`` look ``seconds`` old."""
+    old = time.time() - seconds
+    for path in root.rglob("*"):
+        if path.is_file():
+            os.utime(path, (old, old))
+
+
+def table_root(config: CatalogConfig) -> Path:
+    return local(open_catalog(config).load_table(TABLE).location())
+
+
+def test_gc_deletes_orphans_and_keeps_everything_referenced(catalog_config: CatalogConfig) -> None:
+    create_orders_table(catalog_config)
+    committer = TableCommitter(open_catalog(catalog_config), catalog_config, Ledger(catalog_config))
+    stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
+    committer.commit_pending(TABLE)
+    # A killed task attempt's file that no checkpoint names, and a checkpoint staged but not committed.
+    table = open_catalog(catalog_config).load_table(TABLE)
+    (orphan,) = write_files(table, TABLE, "job-a", 1, orders(500, 5), task_id=7).data_files
+    stage_rows(catalog_config, TABLE, "job-a", 1, orders(10, 10))
+    (staged,) = Ledger(catalog_config).pending(TABLE)
+    age_everything(table_root(catalog_config))
+    (young,) = write_files(table, TABLE, "job-a", 2, orders(900, 5), task_id=8).data_files
+
+    dry = collect_garbage(open_catalog(catalog_config), catalog_config, TABLE, HOUR, dry_run=True)
+    assert dry.deleted == [orphan.path] and local(orphan.path).exists()
+
+    report = collect_garbage(open_catalog(catalog_config), catalog_config, TABLE, HOUR)
+    assert report.deleted == [orphan.path]
+    assert report.too_young == 1 and local(young.path).exists()  # may belong to a batch still being written
+    assert not local(orphan.path).exists()
+    assert local(staged.data_manifest).exists()
+    # The staged checkpoint still commits, and the table reads exactly.
+    committer.commit_pending(TABLE)
+    assert table_ids(catalog_config, TABLE) == list(range(20))
+
+
+def test_gc_removes_what_expired_snapshots_and_merges_left_behind(sqlite_catalog: CatalogConfig) -> None:
+    create_orders_table(sqlite_catalog)
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    with table.transaction() as transaction:
+        transaction.set_properties(
+            {
+                "history.expire.max-snapshot-age-ms": "1",
+                "commit.manifest.min-count-to-merge": "3",
+                "write.metadata.previous-versions-max": "2",
+            }
+        )
+    committer = TableCommitter(
+        open_catalog(sqlite_catalog), sqlite_catalog, Ledger(sqlite_catalog), expire_snapshots=True
+    )
+    for checkpoint in range(6):
+        time.sleep(0.01)
+        stage_rows(sqlite_catalog, TABLE, "job-a", checkpoint, orders(checkpoint * 10, 10))
+        committer.commit_pending(TABLE)
+    assert len(open_catalog(sqlite_catalog).load_table(TABLE).metadata.snapshots) == 1
+    metadata_dir = table_root(sqlite_catalog) / "metadata"
+    before = {p.name for p in metadata_dir.iterdir()}
+    age_everything(table_root(sqlite_catalog))
+    report = collect_garbage(open_catalog(sqlite_catalog), sqlite_catalog, TABLE, HOUR)
+    deleted = {local(p).name for p in report.deleted}
+    assert any(name.startswith("snap-") for name in deleted)  # manifest lists of expired snapshots
+    assert any(name.endswith(".metadata.json") for name in deleted)  # beyond previous-versions-max
+    assert {p.name for p in metadata_dir.iterdir()} == before - deleted
+    # Data files are all still live (appends only), and the table and an independent reader agree.
+    assert not any(name.endswith(".parquet") for name in deleted)
+    assert table_ids(sqlite_catalog, TABLE) == list(range(60))
+    # Ledger rows of long-committed checkpoints are forgotten, the newest per job stays.
+    assert report.ledger_rows_pruned == 0  # committed just now
+    later = collect_garbage(open_catalog(sqlite_catalog), sqlite_catalog, TABLE, datetime.timedelta(0))
+    assert later.ledger_rows_pruned == 5
+    assert [r.checkpoint_id for r in Ledger(sqlite_catalog).for_table(TABLE)] == [5]
+
+
+def test_gc_refuses_to_guess_when_a_staged_manifest_is_missing(sqlite_catalog: CatalogConfig) -> None:
+    create_orders_table(sqlite_catalog)
+    stage_rows(sqlite_catalog, TABLE, "job-a", 0, orders(0, 10))
+    (row,) = Ledger(sqlite_catalog).pending(TABLE)
+    local(row.data_manifest).unlink()
+    age_everything(table_root(sqlite_catalog))
+    files_before = sorted(table_root(sqlite_catalog).rglob("*.parquet"))
+    with pytest.raises(ManifestError, match="checkpoint 0") as raised:
+        collect_garbage(open_catalog(sqlite_catalog), sqlite_catalog, TABLE, HOUR)
+    assert row.data_manifest in str(raised.value) and TABLE in str(raised.value)
+    assert sorted(table_root(sqlite_catalog).rglob("*.parquet")) == files_before
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90s", 90), ("30m", 1800), ("12h", 43200), ("3d", 259200)])
+def test_ages(text: str, seconds: int) -> None:
+    assert parse_age(text).total_seconds() == seconds
+
+
+@pytest.mark.parametrize("text", ["3", "d", "1.5h", "-1d", "3w"])
+def test_bad_ages_name_the_forms(text: str) -> None:
+    with pytest.raises(ValueError, match="3d or 12h"):
+        parse_age(text)
+
+
+def test_gc_from_the_command_line(sqlite_catalog: CatalogConfig) -> None:
+    import json
+
+    from tests.test_cli import invoke
+
+    create_orders_table(sqlite_catalog)
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    (orphan,) = write_files(table, TABLE, "job-a", 0, orders(0, 5)).data_files
+    age_everything(table_root(sqlite_catalog))
+    code, output = invoke(sqlite_catalog, "committer", "gc", "--older-than", "1h", "--json")
+    assert code == 0, output
+    (report,) = json.loads(output)
+    assert report["table"] == TABLE and report["deleted"] == [orphan.path]
+    code, output = invoke(sqlite_catalog, "committer", "gc", "--older-than", "soon")
+    assert code == 2 and "--older-than" in output and "3d or 12h" in output
