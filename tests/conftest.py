@@ -130,3 +130,89 @@ def spark():  # type: ignore[no-untyped-def]
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The fault-injection cases and their verified end states, as one table."""
+    from tests.outcomes import OUTCOMES, format_outcomes
+
+    if OUTCOMES:
+        terminalreporter.section("fault-injection outcomes (read back with iceberg-rust)")
+        terminalreporter.write_line(format_outcomes())
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+# Test credentials for the loopback S3 server; tests check that the secret shows up nowhere.
+S3_ACCESS_KEY = "icesink-test-key"
+S3_SECRET = "s3cr3t-must-never-be-printed"
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """moto's S3 server on 127.0.0.1, for the whole session.
+
+    In its own process rather than a thread of this one: iceberg-rust keeps the
+    GIL while it waits for its reads, so a server thread here could never answer.
+    """
+    import socket
+    import subprocess
+    import time
+
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "ab")  # noqa: SIM115 - open for the server's life
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                pytest.fail(f"moto's S3 server did not start on 127.0.0.1:{port}")
+            time.sleep(0.2)
+    yield f"http://127.0.0.1:{port}"
+    server.terminate()
+    server.wait(10)
+    log.close()
+
+
+def s3_properties(endpoint: str) -> dict[str, str]:
+    return {
+        "s3.endpoint": endpoint,
+        "s3.access-key-id": S3_ACCESS_KEY,
+        "s3.secret-access-key": S3_SECRET,
+        "s3.region": "us-east-1",
+    }
+
+
+@pytest.fixture
+def s3_catalog(request: pytest.FixtureRequest, tmp_path: Path, s3_endpoint: str) -> CatalogConfig:
+    """A PostgreSQL catalog whose warehouse is a fresh bucket on the loopback S3 server."""
+    import pyarrow.fs as pafs
+
+    bucket = f"lake-{uuid.uuid4().hex[:8]}"
+    s3 = pafs.S3FileSystem(
+        access_key=S3_ACCESS_KEY,
+        secret_key=S3_SECRET,
+        region="us-east-1",
+        scheme="http",
+        endpoint_override=s3_endpoint.removeprefix("http://"),
+        allow_bucket_creation=True,
+    )
+    s3.create_dir(bucket)
+    url = request.getfixturevalue("pg_database")
+    # No underscore in the name: pyiceberg reads PYICEBERG_CATALOG__<NAME>__* with "_" meaning "-".
+    name = f"lake{uuid.uuid4().hex[:8]}"
+    return CatalogConfig(
+        name=name, uri=url, warehouse=f"s3://{bucket}/warehouse", properties=s3_properties(s3_endpoint)
+    )

@@ -40,7 +40,8 @@ def main(argv: list[str]) -> None:
         checkpoint_location=checkpoint,
         trigger={"availableNow": True},
         create_table=True,
-        catalog=CatalogConfig(name=name, uri=uri, warehouse=warehouse),
+        # resolve(): object-store settings come from PYICEBERG_CATALOG__<NAME>__S3__* variables.
+        catalog=CatalogConfig.resolve(name=name, uri=uri, warehouse=warehouse),
         committer=committer,
         **changes,  # type: ignore[arg-type]
     )

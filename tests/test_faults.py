@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,7 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.committer.ledger import CheckpointState, Ledger
 from tests.changes import ChangeModel, random_checkpoint, sorted_rows, write_checkpoint_file
+from tests.outcomes import check_outcome
 from tests.streams import add_input_files
 from tests.support import create_orders_table, orders, stage_rows, table_ids
 
@@ -41,7 +43,12 @@ def _env(failpoints: str = "") -> dict[str, str]:
 
 
 def start_stream(
-    config: CatalogConfig, tmp_path: Path, failpoints: str = "", committer: str = "inline", mode: str = "append"
+    config: CatalogConfig,
+    tmp_path: Path,
+    failpoints: str = "",
+    committer: str = "inline",
+    mode: str = "append",
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     table = CDC_TABLE if mode == "cdc" else TABLE
     args = [
@@ -57,7 +64,7 @@ def start_stream(
     return subprocess.Popen(
         [sys.executable, "-m", "tests.fault_stream", *args],
         cwd=ROOT,
-        env=_env(failpoints),
+        env={**_env(failpoints), **(env or {})},
         start_new_session=True,  # its own process group: killing it takes the JVM and workers too
         stdout=subprocess.DEVNULL,
         stderr=open(tmp_path / "stream.log", "ab"),
@@ -77,7 +84,7 @@ def _kill_group(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
-def run_to_completion(config: CatalogConfig, tmp_path: Path, **options: str) -> None:
+def run_to_completion(config: CatalogConfig, tmp_path: Path, **options: Any) -> None:
     code = wait(start_stream(config, tmp_path, **options))
     assert code == 0, (tmp_path / "stream.log").read_text()[-4000:]
 
@@ -108,7 +115,7 @@ def test_stream_killed_mid_batch_and_restarted_writes_every_row_once(
     else:
         assert code == -signal.SIGKILL, f"the stream should have died at {moment}"
     run_to_completion(catalog_config, tmp_path)
-    assert table_ids(catalog_config, TABLE) == EXPECTED
+    check_outcome(f"stream SIGKILL at {moment}", catalog_config, TABLE, EXPECTED)
     rows = Ledger(catalog_config).for_table(TABLE)
     assert [r.checkpoint_id for r in rows] == [0, 1, 2, 3]
     assert all(r.state == CheckpointState.COMMITTED for r in rows)
@@ -128,7 +135,7 @@ def test_stream_killed_at_random_moments_writes_every_row_once(catalog_config: C
             kills += 1
         _kill_group(process)
     run_to_completion(catalog_config, tmp_path)
-    assert table_ids(catalog_config, TABLE) == list(range(40_000)), f"seed {seed}, {kills} kills"
+    check_outcome(f"stream SIGKILL x{kills} at random (seed {seed})", catalog_config, TABLE, list(range(40_000)))
 
 
 def run_committer(config: CatalogConfig, failpoints: str = "") -> int:
@@ -165,7 +172,7 @@ def test_committer_daemon_killed_and_restarted_commits_nothing_twice(
     assert table_ids(catalog_config, TABLE) == list(range(300))
     stage_rows(catalog_config, TABLE, "job-a", 3, orders(300, 100))
     assert run_committer(catalog_config) == 0
-    assert table_ids(catalog_config, TABLE) == list(range(400))
+    check_outcome(f"committer SIGKILL at {moment}", catalog_config, TABLE, list(range(400)))
     rows = Ledger(catalog_config).for_table(TABLE)
     assert all(r.state == CheckpointState.COMMITTED and r.manifests_deleted for r in rows)
 
@@ -191,6 +198,7 @@ def test_cdc_stream_killed_mid_batch_ends_equal_to_the_model(
     assert code != 0
     run_to_completion(pg_catalog, tmp_path, mode="cdc")
     assert sorted_rows(icesink.read(CDC_TABLE, catalog=pg_catalog)) == model.expected()
+    check_outcome(f"CDC stream SIGKILL at {moment}", pg_catalog, CDC_TABLE, expected_rows=model.expected())
     table = open_catalog(pg_catalog).load_table(CDC_TABLE)
     assert sorted(int(s.summary["icesink.max-committed-checkpoint-id"]) for s in table.metadata.snapshots) == [
         0,
@@ -216,15 +224,18 @@ def test_committer_killed_right_after_a_row_delta_commit_applies_no_delete_twice
     table = open_catalog(pg_catalog).load_table(CDC_TABLE)
     assert len(table.metadata.snapshots) == 4
     assert sorted_rows(icesink.read(CDC_TABLE, catalog=pg_catalog)) == model.expected()
+    check_outcome("committer SIGKILL after a row-delta commit", pg_catalog, CDC_TABLE, expected_rows=model.expected())
 
 
-def start_committer(config: CatalogConfig, log_path: Path, ttl: float = 2.0) -> subprocess.Popen[bytes]:
+def start_committer(
+    config: CatalogConfig, log_path: Path, ttl: float = 2.0, app_name: str = "icesink-committer"
+) -> subprocess.Popen[bytes]:
     args = ["--catalog", config.name, "--uri", config.uri, "--warehouse", config.warehouse]
     args += ["committer", "run", "--poll-interval", "0.2", "--lease-ttl", str(ttl)]
     return subprocess.Popen(
         [sys.executable, "-m", "icesink.cli", *args],
         cwd=ROOT,
-        env=_env(),
+        env={**_env(), "PGAPPNAME": app_name},  # lets a test find this process's PostgreSQL connections
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=open(log_path, "ab"),
@@ -255,8 +266,8 @@ def wait_until(condition, timeout: float, what: str) -> float:  # type: ignore[n
     raise AssertionError(f"not within {timeout} s: {what}")
 
 
-def all_committed(config: CatalogConfig) -> bool:
-    rows = Ledger(config).for_table(TABLE)
+def all_committed(config: CatalogConfig, table: str = TABLE) -> bool:
+    rows = Ledger(config).for_table(table)
     return bool(rows) and all(r.state == CheckpointState.COMMITTED for r in rows)
 
 
@@ -280,7 +291,7 @@ def test_standby_committer_takes_over_after_sigkill_and_commits_exactly_once(
         took = wait_until(lambda: all_committed(catalog_config), 30, "the standby takes over and commits")
         assert took < 2.0 + 5.0  # lease TTL + polling + commit
         assert lease_holder(catalog_config) == (standby.pid, epoch + 1)
-        assert table_ids(catalog_config, TABLE) == list(range(500))
+        check_outcome("two committers together, active SIGKILL", catalog_config, TABLE, list(range(500)))
         standby.send_signal(signal.SIGTERM)
         assert standby.wait(30) == 0  # SIGTERM: finish what is in flight, exit cleanly
     finally:
@@ -317,8 +328,57 @@ def test_paused_committer_resumed_after_a_takeover_commits_nothing(
         stage_rows(catalog_config, TABLE, "job-a", 4, orders(400, 100))
         wait_until(lambda: all_committed(catalog_config), 30, "the active committer keeps committing")
         assert len(open_catalog(catalog_config).load_table(TABLE).metadata.snapshots) == snapshots + 1
-        assert table_ids(catalog_config, TABLE) == list(range(500))
+        check_outcome("stale committer SIGSTOP, SIGCONT after takeover", catalog_config, TABLE, list(range(500)))
         assert lease_holder(catalog_config)[0] != stale.pid  # type: ignore[index]
     finally:
         for process in committers:
             _kill_group(process)
+
+
+def test_catalog_connections_killed_during_commits_lose_and_duplicate_nothing(
+    pg_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    """``pg_terminate_backend`` on every connection of the committer, again and again, while it commits."""
+    import threading
+
+    import sqlalchemy as sa
+
+    create_orders_table(pg_catalog)
+    log_path = tmp_path / "committer.log"
+    committer = start_committer(pg_catalog, log_path, app_name="icesink-committer-under-fire")
+    admin = sa.create_engine(pg_catalog.uri, isolation_level="AUTOCOMMIT", connect_args={"application_name": "killer"})
+    killed = 0
+    stop = threading.Event()
+
+    def kill_connections() -> None:
+        nonlocal killed
+        rng = random.Random(3)
+        query = sa.text(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = 'icesink-committer-under-fire' AND datname = current_database()"
+        )
+        while not stop.is_set():
+            with admin.connect() as connection:
+                killed += int(connection.execute(query).scalar() or 0)
+            stop.wait(rng.uniform(0.01, 0.08))
+
+    killer = threading.Thread(target=kill_connections)
+    try:
+        wait_until(lambda: lease_holder(pg_catalog) is not None, 30, "the committer holds the lease")
+        killer.start()
+        for checkpoint in range(30):
+            stage_rows(pg_catalog, TABLE, "job-a", checkpoint, orders(checkpoint * 100, 100))
+            time.sleep(0.1)
+        time.sleep(2)
+        stop.set()
+        killer.join()
+        wait_until(lambda: all_committed(pg_catalog), 60, "the committer recovers and commits everything")
+        assert committer.poll() is None, "the committer must ride out lost connections, not exit"
+    finally:
+        stop.set()
+        _kill_group(committer)
+        admin.dispose()
+    log = log_path.read_text()
+    assert killed >= 10, f"only {killed} connections were killed"
+    assert "commit failed" in log or "cannot reach the lease" in log, "no kill landed during a commit"
+    check_outcome(f"catalog connections killed x{killed} during commits", pg_catalog, TABLE, list(range(3000)))

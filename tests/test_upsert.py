@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyiceberg.manifest import ManifestContent
 
 import icesink
 from icesink.catalog.config import CatalogConfig
@@ -38,7 +39,14 @@ def run_cdc(spark: Any, config: CatalogConfig, tmp_path: Path, partition_by: lis
     query.awaitTermination()
 
 
-def check_model_run(spark: Any, config: CatalogConfig, tmp_path: Path, partition_by: list[str], seed: int) -> None:
+def check_model_run(
+    spark: Any,
+    config: CatalogConfig,
+    tmp_path: Path,
+    partition_by: list[str],
+    seed: int,
+    table_properties: dict[str, str] | None = None,
+) -> None:
     rng = random.Random(seed)
     model = ChangeModel()
     for checkpoint in range(5):
@@ -46,6 +54,9 @@ def check_model_run(spark: Any, config: CatalogConfig, tmp_path: Path, partition
         write_checkpoint_file(tmp_path / "in", checkpoint, changes)
         model.apply(changes)
         run_cdc(spark, config, tmp_path, partition_by)
+        if checkpoint == 0 and table_properties:
+            with open_catalog(config).load_table(TABLE).transaction() as transaction:
+                transaction.set_properties(table_properties)
         assert sorted_rows(icesink.read(TABLE, catalog=config)) == model.expected(), (
             f"seed {seed}, checkpoint {checkpoint}"
         )
@@ -69,6 +80,19 @@ def test_partitioned_cdc_stream_equals_the_model(
     spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, partition_by: list[str]
 ) -> None:
     check_model_run(spark, sqlite_catalog, tmp_path, partition_by, seed=23)
+
+
+def test_merged_manifests_keep_each_delete_applying_to_the_rows_it_deleted(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    """Merging rewrites data and delete entries as EXISTING; their sequence numbers must not change."""
+    merge_early = {"commit.manifest.min-count-to-merge": "3"}
+    check_model_run(spark, sqlite_catalog, tmp_path, ["region"], seed=31, table_properties=merge_early)
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    manifests = table.current_snapshot().manifests(table.io)
+    assert len(manifests) < 2 * len(table.metadata.snapshots)  # one data and one delete manifest per commit, merged
+    merged = [m for m in manifests if m.existing_files_count]
+    assert {m.content for m in merged} == {ManifestContent.DATA, ManifestContent.DELETES}
 
 
 def test_plain_upsert_replaces_rows_by_key(spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path) -> None:

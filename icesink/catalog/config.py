@@ -99,6 +99,7 @@ class CatalogConfig:
                 )
         resolved_warehouse = merged.pop("warehouse")
         _validate_uri(name, resolved_uri)
+        _validate_properties(name, merged)
         return cls(name=name, uri=resolved_uri, warehouse=resolved_warehouse, properties=merged)
 
     def pyiceberg_properties(self) -> dict[str, str]:
@@ -125,3 +126,23 @@ def _validate_uri(name: str, uri: str) -> None:
             f"catalog {name!r}: {redact_uri(uri)!r} is not a database URL; expected e.g. "
             "sqlite:///warehouse/catalog.db or postgresql+psycopg2://user@host:5432/db"
         ) from e
+
+
+def _known_s3_properties() -> set[str]:
+    import pyiceberg.io
+
+    known = {v for k, v in vars(pyiceberg.io).items() if k.startswith("S3_") and isinstance(v, str) and "/" not in v}
+    return known | {"s3.path-style-access"}  # iceberg-rust's name, for catalogs shared with its readers
+
+
+def _validate_properties(name: str, properties: Mapping[str, str]) -> None:
+    """A misspelt object-store setting would otherwise surface as an access error deep inside a Spark task."""
+    import difflib
+
+    known = _known_s3_properties()
+    for key in sorted(properties):
+        if key.startswith("s3.") and key not in known:
+            close = difflib.get_close_matches(key, sorted(known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            env = f"PYICEBERG_CATALOG__{name.upper()}__{key.upper().replace('.', '__').replace('-', '_')}"
+            raise ConfigError(f"catalog {name!r}: unknown setting {key!r} (e.g. from {env}){hint}")

@@ -153,7 +153,15 @@ class CommitterDaemon:
                 if not self._hold_lease():
                     self._stop.wait(self._poll_interval)
                     continue
-                waiting = self.drain_once(report)
+                try:
+                    waiting = self.drain_once(report)
+                except IcesinkError as e:
+                    if not e.transient:
+                        raise
+                    # The ledger itself is unreachable (database restarted, connection killed): wait, go on.
+                    log.warning("cannot read the ledger, retrying: %s", e)
+                    self._stop.wait(min(self._max_backoff, 2.0) * random.uniform(0.5, 1.0))
+                    continue
                 self._update_pending()
                 if once and (waiting == 0 or report.failed):
                     break

@@ -12,6 +12,7 @@ from icesink.catalog.loader import load_table
 from icesink.errors import ConfigError, TableNotFoundError, UnsupportedTableError
 from icesink.sink.schema import schema_from_spark
 from icesink.writer.spec import ChangeSpec, ColumnSpec, PartitionFieldSpec, WriterSpec, arrow_type
+from icesink.writer.storage import storage_options
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -141,5 +142,6 @@ def writer_spec(table: Table, identifier: str, job_id: str, changes: ChangeSpec 
         job_id=job_id,
         target_file_size_bytes=target,
         compression=properties.get("write.parquet.compression-codec", "zstd"),
+        storage_options=storage_options(table.io.properties),
         changes=changes,
     )

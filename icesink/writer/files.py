@@ -13,6 +13,7 @@ from icesink.failpoints import failpoint
 from icesink.results import FileContent, FileRecord, PartitionValue
 from icesink.writer.metrics import FileMetrics
 from icesink.writer.spec import ColumnSpec, WriterSpec
+from icesink.writer.storage import split_location
 
 
 @dataclass(frozen=True)
@@ -35,14 +36,6 @@ class FileNamer:
             f"{self.job_id}-{self.checkpoint_id:010d}-{self.task_id:05d}-{self.attempt}"
             f"-{self.token}-{sequence:05d}{suffix}.parquet"
         )
-
-
-def split_location(location: str) -> tuple[pafs.FileSystem, str]:
-    """A pyarrow filesystem and the path inside it for a ``file://``, ``s3://`` or local location."""
-    if "://" not in location:
-        return pafs.LocalFileSystem(), location
-    filesystem, path = pafs.FileSystem.from_uri(location)
-    return filesystem, path
 
 
 class ParquetFile:
@@ -141,7 +134,7 @@ class RollingFileWriter:
         self._schema = pa.schema([c for c in spec.arrow_schema() if c.name in {x.name for x in columns}])
         self._content = content
         self._equality_ids = equality_ids
-        self._filesystem, self._fs_directory = split_location(self._directory)
+        self._filesystem, self._fs_directory = split_location(self._directory, spec.storage_options)
         if isinstance(self._filesystem, pafs.LocalFileSystem):
             # Object stores have no directories; local disks need them first.
             self._filesystem.create_dir(self._fs_directory, recursive=True)
@@ -223,6 +216,6 @@ class RollingFileWriter:
             self._file.abort()
             self._file = None
         for record in self.completed:
-            _, path = split_location(record.path)
+            _, path = split_location(record.path, self._spec.storage_options)
             self._filesystem.delete_file(path)
         self.completed.clear()

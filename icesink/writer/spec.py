@@ -8,7 +8,7 @@ executors import neither pyiceberg nor a catalog client.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
@@ -72,7 +72,8 @@ class WriterSpec:
     row_group_bytes: int = 128 * 1024 * 1024
     compression: str = "zstd"
     compression_level: int | None = None
-    storage_options: tuple[tuple[str, str], ...] = ()
+    # Object-store settings, credentials among them: never part of a repr, log line or error message.
+    storage_options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     changes: ChangeSpec | None = None
 
     def for_checkpoint(self, checkpoint_id: int) -> WriterSpec:

@@ -1,0 +1,105 @@
+"""Tables in an ``s3://`` warehouse, on moto's S3 server on 127.0.0.1, with PostgreSQL as the catalog."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from tests.conftest import S3_SECRET
+from tests.outcomes import check_outcome
+from tests.streams import add_input_files, input_stream, run_available
+from tests.test_faults import ROOT, run_to_completion, start_stream, wait
+
+pytestmark = [pytest.mark.s3, pytest.mark.spark, pytest.mark.postgres]
+TABLE = "shop.orders"
+
+
+def catalog_env(config: CatalogConfig) -> dict[str, str]:
+    """The catalog as PYICEBERG_CATALOG__<NAME>__* variables, the way a deployment configures it."""
+    prefix = f"PYICEBERG_CATALOG__{config.name.upper()}__"
+    env = {f"{prefix}URI": config.uri, f"{prefix}WAREHOUSE": config.warehouse, "ICESINK_CATALOG": config.name}
+    for key, value in config.properties.items():
+        env[prefix + key.upper().replace(".", "__").replace("-", "_")] = value
+    return env
+
+
+def icesink_cli(config: CatalogConfig, *args: str) -> subprocess.CompletedProcess[str]:
+    """The command line in its own process, configured only through the environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "icesink.cli", *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **catalog_env(config)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_stream_into_s3_committed_by_the_daemon_and_read_by_iceberg_rust(
+    spark: Any, s3_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    from icesink.sink.tables import writer_spec
+
+    batches = [(0, 500), (500, 700)]
+    add_input_files(tmp_path / "in", batches)
+    run_available(
+        input_stream(spark, tmp_path / "in"),
+        table=TABLE,
+        checkpoint_location=str(tmp_path / "ckpt"),
+        create_table=True,
+        catalog=s3_catalog,
+        committer="daemon",
+    )
+    assert open_catalog(s3_catalog).load_table(TABLE).current_snapshot() is None  # staged, for the daemon
+
+    committed = icesink_cli(s3_catalog, "committer", "run", "--once")
+    assert committed.returncode == 0, committed.stderr
+    table = open_catalog(s3_catalog).load_table(TABLE)
+    assert table.metadata_location.startswith(s3_catalog.warehouse)
+    data_files = [t.file.file_path for t in table.scan().plan_files()]
+    assert data_files and all(p.startswith(f"{s3_catalog.warehouse}/shop/orders/data/") for p in data_files)
+    check_outcome("S3 warehouse, daemon commit", s3_catalog, TABLE, list(range(1200)))
+
+    # Credentials stay out of logs, snapshot summaries, CLI output and the spec's repr.
+    shown = icesink_cli(s3_catalog, "snapshots", "show", TABLE, str(table.current_snapshot().snapshot_id), "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["summary"]["icesink.max-committed-checkpoint-id"] == "1"
+    listed = icesink_cli(s3_catalog, "checkpoints", "list", TABLE)
+    spec = writer_spec(table, TABLE, "job")
+    assert dict(spec.storage_options)["s3.secret-access-key"] == S3_SECRET  # the executors do get it
+    for text in (committed.stdout, committed.stderr, shown.stdout, shown.stderr, listed.stdout, repr(spec)):
+        assert S3_SECRET not in text
+
+
+def test_stream_killed_on_s3_and_restarted_writes_every_row_once(s3_catalog: CatalogConfig, tmp_path: Path) -> None:
+    add_input_files(tmp_path / "in", [(i * 1000, 1000) for i in range(3)])
+    env = catalog_env(s3_catalog)
+    code = wait(start_stream(s3_catalog, tmp_path, failpoints="driver.after-stage", env=env))
+    assert code == -signal.SIGKILL
+    run_to_completion(s3_catalog, tmp_path, env=env)
+    check_outcome("S3 warehouse, stream SIGKILL after staging", s3_catalog, TABLE, list(range(3000)))
+
+
+def test_a_misspelt_object_store_setting_is_a_startup_error(s3_catalog: CatalogConfig) -> None:
+    env = catalog_env(s3_catalog)
+    env[f"PYICEBERG_CATALOG__{s3_catalog.name.upper()}__S3__ENDPIONT"] = "http://127.0.0.1:1"
+    done = subprocess.run(
+        [sys.executable, "-m", "icesink.cli", "tables", "list"],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "unknown setting 's3.endpiont'" in done.stderr and "did you mean 's3.endpoint'" in done.stderr
+    assert "Traceback" not in done.stderr and S3_SECRET not in done.stderr
