@@ -78,6 +78,9 @@ def main(ctx: click.Context, name: str | None, uri: str | None, warehouse: str |
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    from icesink.settings import check_environment
+
+    check_environment()
     ctx.obj = Context(name, uri, warehouse)
 
 
@@ -302,18 +305,37 @@ def committer() -> None:
 @committer.command("run")
 @click.option("--table", "tables", multiple=True, help="Only commit these tables (repeatable).")
 @click.option("--once", is_flag=True, help="Drain what is pending, then exit.")
-@click.option("--poll-interval", default=0.5, show_default=True, help="Seconds between ledger polls.")
 @click.option(
-    "--lease-ttl", default=10.0, show_default=True, help="Seconds without renewal after which a standby takes over."
+    "--poll-interval",
+    default=0.5,
+    show_default=True,
+    envvar="ICESINK_POLL_INTERVAL",
+    help="Seconds between ledger polls.",
 )
-@click.option("--metrics-port", type=int, help="Serve /metrics (Prometheus) and /healthz on this port.")
-@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
 @click.option(
-    "--max-failures", default=5, show_default=True, help="Failures in a row after which a table makes /healthz 503."
+    "--lease-ttl",
+    default=10.0,
+    show_default=True,
+    envvar="ICESINK_LEASE_TTL",
+    help="Seconds without renewal after which a standby takes over.",
+)
+@click.option(
+    "--metrics-port", type=int, envvar="ICESINK_METRICS_PORT", help="Serve /metrics (Prometheus) and /healthz here."
+)
+@click.option(
+    "--metrics-host", default="127.0.0.1", show_default=True, envvar="ICESINK_METRICS_HOST", help="Metrics address."
+)
+@click.option(
+    "--max-failures",
+    default=5,
+    show_default=True,
+    envvar="ICESINK_MAX_FAILURES",
+    help="Failures in a row after which a table makes /healthz 503.",
 )
 @click.option(
     "--expire-snapshots",
     is_flag=True,
+    envvar="ICESINK_EXPIRE_SNAPSHOTS",
     help="Drop snapshots past each table's history.expire.* retention in every commit (keeps commit cost flat).",
 )
 @click.pass_obj

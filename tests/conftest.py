@@ -133,11 +133,11 @@ def spark():  # type: ignore[no-untyped-def]
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """The fault-injection cases and their verified end states, as one table."""
+    """The fault-injection (and S3, cluster) cases and their verified end states, as one table."""
     from tests.outcomes import OUTCOMES, format_outcomes
 
     if OUTCOMES:
-        terminalreporter.section("fault-injection outcomes (read back with iceberg-rust)")
+        terminalreporter.section("end states of the fault, soak, S3 and cluster cases (read back with iceberg-rust)")
         terminalreporter.write_line(format_outcomes())
 
 

@@ -71,12 +71,13 @@ def check_outcome(
     identifier: str,
     expected_ids: list[int] | None = None,
     expected_rows: list[dict[str, Any]] | None = None,
+    id_column: str = "id",
 ) -> Outcome:
     """Read the table with iceberg-rust, record the outcome, and fail the test unless it is exact."""
     from icesink.committer.ledger import Ledger
 
     if expected_rows is None:
-        actual = read_with_iceberg_rust(config, identifier, "id").column("id").to_pylist()
+        actual = read_with_iceberg_rust(config, identifier, id_column).column(id_column).to_pylist()
         expected = list(expected_ids or [])
     else:
         table = read_with_iceberg_rust(config, identifier)

@@ -98,6 +98,9 @@ def stream(
         raise ConfigError(
             f"table {table}: checkpoint_location is required; exactly-once needs Spark's checkpoint to survive restarts"
         )
+    from icesink.settings import check_environment
+
+    check_environment()
     if not os.environ.get("PYSPARK_PYTHON"):
         log.warning("PYSPARK_PYTHON is not set; executors must run a Python that has icesink and pyarrow installed")
 

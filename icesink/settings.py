@@ -1,0 +1,68 @@
+"""Every ``ICESINK_*`` environment variable, in one place.
+
+The catalog itself is configured the pyiceberg way (``PYICEBERG_CATALOG__<NAME>__URI``,
+``__WAREHOUSE``, ``__S3__ENDPOINT``, ...; see :mod:`icesink.catalog.config`);
+these are icesink's own settings. The README's table, docker-compose.yml and
+the code use these names; a test keeps them in step. An ``ICESINK_*``
+variable that is not listed here is a startup error (a misspelt setting
+would otherwise be ignored without a word).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Mapping
+
+from icesink.errors import ConfigError
+
+SETTINGS: dict[str, str] = {
+    # Catalog selection
+    "ICESINK_CATALOG": "catalog name whose PYICEBERG_CATALOG__<NAME>__* settings are used (default: default)",
+    # Committer daemon (`icesink committer run`)
+    "ICESINK_POLL_INTERVAL": "seconds between ledger polls (0.5)",
+    "ICESINK_LEASE_TTL": "seconds without renewal after which a standby committer takes over (10)",
+    "ICESINK_METRICS_PORT": "port for /metrics and /healthz (off when unset)",
+    "ICESINK_METRICS_HOST": "address for the metrics port (127.0.0.1; 0.0.0.0 in a container)",
+    "ICESINK_MAX_FAILURES": "failures in a row after which a table makes /healthz answer 503 (5)",
+    "ICESINK_EXPIRE_SNAPSHOTS": "true: drop snapshots past each table's history.expire.* retention in every commit",
+    # The example streaming job (examples/stream_job.py)
+    "ICESINK_SOURCE_DIR": "directory of newline-delimited JSON order files the example job streams from",
+    "ICESINK_TABLE": "table the example job writes (namespace.table)",
+    "ICESINK_CHECKPOINT_LOCATION": "Spark checkpoint directory of the example job",
+    "ICESINK_COMMITTER": "inline (the job commits) or daemon (a committer service commits)",
+    "ICESINK_TRIGGER": "'available-now' (process what is there, then exit) or a processing interval like '10 seconds'",
+    "ICESINK_JOB_ID": "job id recorded in snapshot summaries (default: derived from the Spark query id)",
+    # Crash testing and the test suite
+    "ICESINK_FAILPOINTS": "comma-separated failpoints at which the process kills itself (crash tests only)",
+    "ICESINK_FAILPOINT_SCOPE": "'group' kills the whole process group at a failpoint (crash tests only)",
+    "ICESINK_REQUIRE_PG": "1: PostgreSQL tests fail instead of skipping when PostgreSQL is absent (CI)",
+    "ICESINK_TEST_PG_URL": "PostgreSQL URL of the test suite's server",
+    "ICESINK_FAULT_SEED": "seed of the random fault-injection cases",
+    "ICESINK_SOAK_FILES": "input files per job in the soak test",
+}
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Refuse unknown ``ICESINK_*`` variables, naming the closest known one."""
+    environ = os.environ if environ is None else environ
+    for name in sorted(environ):
+        if name.startswith("ICESINK_") and name not in SETTINGS:
+            close = difflib.get_close_matches(name, sorted(SETTINGS), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise ConfigError(f"unknown setting {name} in the environment{hint} (the README lists every setting)")
+
+
+def setting(name: str, default: str | None = None, environ: Mapping[str, str] | None = None) -> str | None:
+    """A listed setting's value from the environment."""
+    if name not in SETTINGS:
+        raise KeyError(f"{name} is not an icesink setting")
+    return (os.environ if environ is None else environ).get(name, default)
+
+
+def require(name: str, environ: Mapping[str, str] | None = None) -> str:
+    """A setting that must be there: its absence is a startup error that says what it is for."""
+    value = setting(name, environ=environ)
+    if not value:
+        raise ConfigError(f"{name} is not set: {SETTINGS[name]}")
+    return value
