@@ -33,7 +33,7 @@ test: install install-interop lint
 	$(BIN)/pytest
 
 test-fast: install
-	$(BIN)/pytest -m "not faults and not interop"
+	$(BIN)/pytest -m "not faults and not interop and not cluster"
 
 bench-upsert: install
 	$(BIN)/python bench/upsert.py

@@ -6,20 +6,27 @@ to local disk; runs alternate, and the median of each is reported with the
 ratio icesink / Spark. Peak RSS of the driver's Python, the JVM and Spark's
 Python workers is sampled during the icesink runs.
 
-    .venv/bin/python bench/append_throughput.py [--rows 2000000] [--repeat 3] [--batches 1]
+    .venv/bin/python bench/append_throughput.py [--rows 2000000] [--repeat 3] [--batches 1] [--s3]
+
+With ``--s3`` icesink also writes the same stream into a bucket on moto's S3
+server on 127.0.0.1, and the report adds its ratio to icesink's local-disk
+throughput.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -58,17 +65,74 @@ def spark_write(spark, source: Path, target: Path) -> float:  # type: ignore[no-
     return time.perf_counter() - started
 
 
-def icesink_write(spark, source: Path, work: Path, run: int, files_per_batch: int) -> float:  # type: ignore[no-untyped-def]
-    import icesink
+def local_catalog(work: Path):  # type: ignore[no-untyped-def]
     from icesink.catalog.config import CatalogConfig
 
-    config = CatalogConfig("bench", f"sqlite:///{work / 'catalog.db'}", (work / "warehouse").as_uri(), embedded=True)
+    return CatalogConfig("bench", f"sqlite:///{work / 'catalog.db'}", (work / "warehouse").as_uri(), embedded=True)
+
+
+def s3_catalog(work: Path, endpoint: str):  # type: ignore[no-untyped-def]
+    """A bucket on moto's S3 server on loopback; the catalog database stays local SQLite."""
+    import pyarrow.fs as pafs
+
+    from icesink.catalog.config import CatalogConfig
+    from icesink.catalog.database import upgrade
+
+    properties = {
+        "s3.endpoint": endpoint,
+        "s3.access-key-id": "bench",
+        "s3.secret-access-key": "bench-secret",
+        "s3.region": "us-east-1",
+    }
+    s3 = pafs.S3FileSystem(
+        access_key="bench",
+        secret_key="bench-secret",
+        region="us-east-1",
+        scheme="http",
+        endpoint_override=endpoint.removeprefix("http://"),
+        allow_bucket_creation=True,
+    )
+    s3.create_dir("bench")
+    config = CatalogConfig("bench", f"sqlite:///{work / 's3-catalog.db'}", "s3://bench/warehouse", properties)
+    upgrade(config)
+    return config
+
+
+@contextlib.contextmanager
+def moto_server() -> Iterator[str]:
+    """moto's S3 server on 127.0.0.1 in its own process."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def icesink_write(spark, source: Path, work: Path, run: int, files_per_batch: int, config) -> float:  # type: ignore[no-untyped-def]
+    import icesink
+
     df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", files_per_batch).parquet(str(source))
     started = time.perf_counter()
     query = icesink.stream(
         df,
         table=f"bench.append_{run}",
-        checkpoint_location=str(work / f"ckpt-{run}"),
+        checkpoint_location=str(work / f"ckpt-{run}-{config.warehouse.split(':')[0]}"),
         trigger={"availableNow": True},
         create_table=True,
         catalog=config,
@@ -85,7 +149,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--conf", action="append", default=[], help="extra Spark setting KEY=VALUE (repeatable)")
+    parser.add_argument("--s3", action="store_true", help="also write to moto's S3 server on loopback")
     args = parser.parse_args()
+    with contextlib.ExitStack() as stack:
+        endpoint = stack.enter_context(moto_server()) if args.s3 else None
+        run_benchmark(args, endpoint)
+
+
+def run_benchmark(args: argparse.Namespace, endpoint: str | None) -> None:
 
     from pyspark.sql import SparkSession
 
@@ -104,16 +175,30 @@ def main() -> None:
     try:
         make_input(work / "input", args.rows, args.files)
         files_per_batch = max(1, args.files // args.batches)
-        # Warm up both paths once (JIT, Python worker start-up) before measuring.
+        local = local_catalog(work)
+        s3 = s3_catalog(work, endpoint) if endpoint else None
+        # Warm up every path once (JIT, Python worker start-up) before measuring.
         spark_write(spark, work / "input", work / "warm-spark")
-        icesink_write(spark, work / "input", work, -1, files_per_batch)
-        spark_times, icesink_times = [], []
+        icesink_write(spark, work / "input", work, -1, files_per_batch, local)
+        if s3 is not None:
+            icesink_write(spark, work / "input", work, -1, files_per_batch, s3)
+        spark_times, icesink_times, s3_times = [], [], []
         with PeakMemory() as memory:
             for run in range(args.repeat):
                 spark_times.append(spark_write(spark, work / "input", work / f"spark-{run}"))
-                icesink_times.append(icesink_write(spark, work / "input", work, run, files_per_batch))
+                icesink_times.append(icesink_write(spark, work / "input", work, run, files_per_batch, local))
+                if s3 is not None:
+                    s3_times.append(icesink_write(spark, work / "input", work, run, files_per_batch, s3))
         spark_rate = args.rows / statistics.median(spark_times)
         icesink_rate = args.rows / statistics.median(icesink_times)
+        s3_report = {}
+        if s3_times:
+            s3_rate = args.rows / statistics.median(s3_times)
+            s3_report = {
+                "icesink_s3_rows_per_s": round(s3_rate),
+                "ratio_s3_to_local_disk": round(s3_rate / icesink_rate, 3),
+                "icesink_s3_seconds": [round(t, 2) for t in s3_times],
+            }
         report = {
             "rows": args.rows,
             "micro_batches": args.batches,
@@ -125,6 +210,7 @@ def main() -> None:
             "spark_seconds": [round(t, 2) for t in spark_times],
             "icesink_seconds": [round(t, 2) for t in icesink_times],
             "peak_rss_mib": memory.mib(),
+            **s3_report,
         }
         print(json.dumps(report, indent=2))
     finally:

@@ -310,6 +310,7 @@ def committer() -> None:
     default=0.5,
     show_default=True,
     envvar="ICESINK_POLL_INTERVAL",
+    show_envvar=True,
     help="Seconds between ledger polls.",
 )
 @click.option(
@@ -317,25 +318,37 @@ def committer() -> None:
     default=10.0,
     show_default=True,
     envvar="ICESINK_LEASE_TTL",
+    show_envvar=True,
     help="Seconds without renewal after which a standby takes over.",
 )
 @click.option(
-    "--metrics-port", type=int, envvar="ICESINK_METRICS_PORT", help="Serve /metrics (Prometheus) and /healthz here."
+    "--metrics-port",
+    type=int,
+    envvar="ICESINK_METRICS_PORT",
+    show_envvar=True,
+    help="Serve /metrics (Prometheus) and /healthz here.",
 )
 @click.option(
-    "--metrics-host", default="127.0.0.1", show_default=True, envvar="ICESINK_METRICS_HOST", help="Metrics address."
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    envvar="ICESINK_METRICS_HOST",
+    show_envvar=True,
+    help="Metrics address.",
 )
 @click.option(
     "--max-failures",
     default=5,
     show_default=True,
     envvar="ICESINK_MAX_FAILURES",
+    show_envvar=True,
     help="Failures in a row after which a table makes /healthz 503.",
 )
 @click.option(
     "--expire-snapshots",
     is_flag=True,
     envvar="ICESINK_EXPIRE_SNAPSHOTS",
+    show_envvar=True,
     help="Drop snapshots past each table's history.expire.* retention in every commit (keeps commit cost flat).",
 )
 @click.pass_obj

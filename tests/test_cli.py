@@ -126,3 +126,19 @@ def test_scan_prints_rows_with_deletes_applied(catalog_config: CatalogConfig) ->
     assert len(rows) == 3 and all(r["id"] >= 5 for r in rows)
     code, text = invoke(catalog_config, "scan", TABLE, "--limit", "0")
     assert code == 0 and text.strip().endswith("(15 of 15 rows)")
+
+
+def test_a_misspelt_icesink_variable_is_a_startup_error(catalog_config: CatalogConfig) -> None:
+    base = ["--catalog", catalog_config.name, "--uri", catalog_config.uri, "--warehouse", catalog_config.warehouse]
+    result = CliRunner().invoke(main, [*base, "tables", "list"], env={"ICESINK_METRIC_PORT": "9464"})
+    assert result.exit_code == 2
+    assert (
+        "unknown setting ICESINK_METRIC_PORT" in result.output and "did you mean ICESINK_METRICS_PORT" in result.output
+    )
+
+
+def test_committer_options_name_their_environment_variables() -> None:
+    result = CliRunner().invoke(main, ["committer", "run", "--help"], terminal_width=200)
+    assert result.exit_code == 0
+    for name in ("ICESINK_POLL_INTERVAL", "ICESINK_LEASE_TTL", "ICESINK_METRICS_PORT", "ICESINK_EXPIRE_SNAPSHOTS"):
+        assert f"env var: {name}" in result.output
