@@ -16,21 +16,12 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 def main(argv: list[str]) -> None:
     input_dir, checkpoint, name, uri, warehouse, table, committer = argv[:7]
     mode = argv[7] if len(argv) > 7 else "append"
-    from pyspark.sql import SparkSession
-
     import icesink
     from icesink.catalog.config import CatalogConfig
     from tests.changes import SPARK_CHANGE_SCHEMA
-    from tests.streams import SPARK_SCHEMA
+    from tests.streams import SPARK_SCHEMA, subprocess_session
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = subprocess_session()
     schema = SPARK_CHANGE_SCHEMA if mode == "cdc" else SPARK_SCHEMA
     df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(input_dir)
     changes = {"equality_fields": ["region", "id"], "op_column": "op", "sequence_by": "seq"} if mode == "cdc" else {}

@@ -19,20 +19,11 @@ JOBS = {"a": "soak.first", "b": "soak.first", "c": "soak.second", "d": "soak.sec
 
 def main(argv: list[str]) -> None:
     input_root, checkpoint_root, name, uri, warehouse = argv[:5]
-    from pyspark.sql import SparkSession
-
     import icesink
     from icesink.catalog.config import CatalogConfig
-    from tests.streams import SPARK_SCHEMA
+    from tests.streams import SPARK_SCHEMA, subprocess_session
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = subprocess_session()
     config = CatalogConfig(name=name, uri=uri, warehouse=warehouse)
     queries = []
     for job, table in JOBS.items():

@@ -50,3 +50,18 @@ def run_available(df: Any, **kwargs: Any) -> Any:
 
 def expected_rows(batches: list[tuple[int, int]]) -> pa.Table:
     return pa.concat_tables([orders(start, count) for start, count in batches])
+
+
+def subprocess_session() -> Any:
+    """The Spark session of a streaming job that a test runs as its own process (to kill it for real)."""
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

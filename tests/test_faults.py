@@ -157,7 +157,13 @@ def run_committer(config: CatalogConfig, failpoints: str = "") -> int:
 
 
 @pytest.mark.parametrize(
-    "moment", ["committer.after-catalog-commit", "committer.after-ledger-update", "committer.during-cleanup"]
+    "moment",
+    [
+        "committer.before-catalog-commit",
+        "committer.after-catalog-commit",
+        "committer.after-ledger-update",
+        "committer.during-cleanup",
+    ],
 )
 def test_committer_daemon_killed_and_restarted_commits_nothing_twice(
     catalog_config: CatalogConfig, tmp_path: Path, moment: str

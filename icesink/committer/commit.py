@@ -180,6 +180,7 @@ class TableCommitter:
                 for path in prepared.written_paths:  # never committed: nothing references them
                     _delete_quietly(table, path)
                 raise
+        failpoint("committer.before-catalog-commit")  # manifests written, nothing committed
         try:
             with database_errors(self._config):
                 return internals.commit_prepared(table, prepared)
