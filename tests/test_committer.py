@@ -303,3 +303,31 @@ def test_known_marker_ends_the_walk_at_the_snapshot_it_was_read_from(sqlite_cata
     assert max_committed_checkpoint(metadata, "job-a", known=KnownMarker(ours, 7)) == 7
     head = metadata.snapshot_by_name("main").snapshot_id
     assert max_committed_checkpoint(metadata, "job-a", known=KnownMarker(head, 9)) == 9
+
+
+def test_a_committer_that_remembers_the_table_still_sees_what_others_did_in_between(
+    catalog_config: CatalogConfig,
+) -> None:
+    """The committer keeps its last view of the table; a foreign commit or a schema change makes it read again."""
+    import pyarrow as pa
+    from pyiceberg.types import StringType
+
+    create_orders_table(catalog_config)
+    committing = committer(catalog_config)
+    stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
+    committing.commit_pending(TABLE)
+    table = open_catalog(catalog_config).load_table(TABLE)
+    table.append(orders(100, 5).cast(table.schema().as_arrow()))  # another writer moves the head
+    stage_rows(catalog_config, TABLE, "job-a", 1, orders(10, 10))
+    committing.commit_pending(TABLE)
+    assert table_ids(catalog_config, TABLE) == [*range(20), *range(100, 105)]
+    table = open_catalog(catalog_config).load_table(TABLE)
+    with table.update_schema() as update:  # the head stays, the schema moves
+        update.add_column("note", StringType())
+    with_note = orders(20, 10).append_column("note", pa.nulls(10, pa.string()))
+    stage_rows(catalog_config, TABLE, "job-a", 2, with_note)
+    committing.commit_pending(TABLE)
+    table = open_catalog(catalog_config).load_table(TABLE)
+    assert table.current_snapshot().schema_id == table.schema().schema_id == 1
+    assert "note" in table.schema().column_names
+    assert table_ids(catalog_config, TABLE) == [*range(30), *range(100, 105)]

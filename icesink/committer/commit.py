@@ -77,18 +77,23 @@ class TableCommitter:
         self._expire_snapshots = expire_snapshots
         # (table uuid, job) -> marker as of this committer's last commit: later walks stop there.
         self._markers: dict[tuple[str, str], KnownMarker] = {}
+        self._tables: dict[str, Table] = {}
 
     def commit_pending(self, table_identifier: str, job_id: str | None = None) -> list[CommitOutcome]:
         """Commit every pending checkpoint of the table (or of one job of it), in checkpoint order."""
         rows = self._ledger.pending(table_identifier, job_id)
         if not rows:
             return []
-        table = load_table(self._catalog, self._config, table_identifier)
+        # The table as this committer's last commit left it, if it has one. Safe even when someone
+        # committed since: the snapshot is built on that head, the catalog refuses it, and the
+        # table and its marker are read again before anything is rebuilt.
+        table = self._tables.pop(table_identifier, None) or load_table(self._catalog, self._config, table_identifier)
         # Manifests left by a committer that died between its ledger update and its cleanup.
         self._cleanup(table, self._ledger.uncleaned(table_identifier))
         outcomes: list[CommitOutcome] = []
         for job, job_rows in itertools.groupby(rows, key=lambda r: r.job_id):
             table = self._commit_job(table, table_identifier, job, list(job_rows), outcomes)
+        self._tables[table_identifier] = table  # only after every job went through without an error
         return outcomes
 
     def _commit_job(

@@ -57,6 +57,7 @@ from pyiceberg.table.snapshots import (
 )
 from pyiceberg.table.update import (
     AddSnapshotUpdate,
+    AssertCurrentSchemaId,
     AssertRefSnapshotId,
     AssertTableUUID,
     RemoveSnapshotsUpdate,
@@ -380,6 +381,8 @@ def prepare_snapshot(
     requirements: tuple[TableRequirement, ...] = (
         AssertTableUUID(uuid=metadata.table_uuid),
         AssertRefSnapshotId(snapshot_id=parent_id, ref=branch),
+        # A schema change since the table was read also sends the committer back to read it again.
+        AssertCurrentSchemaId(current_schema_id=metadata.current_schema_id),
     )
     return PreparedSnapshot(snapshot_id, parent_id, updates, requirements, tuple(written))
 
