@@ -47,3 +47,38 @@ def test_release_hands_over_at_once(catalog_config: CatalogConfig) -> None:
 def test_scopes_are_independent(catalog_config: CatalogConfig) -> None:
     assert Lease(catalog_config, "shop.a", "one").acquire()
     assert Lease(catalog_config, "shop.b", "two").acquire()
+
+
+def test_overlapping_scopes_do_not_commit_side_by_side(catalog_config: CatalogConfig) -> None:
+    """A committer for every table and one for shop.a share shop.a: the first one there wins."""
+    everything = Lease(catalog_config, "*", "everything", ttl=0.6)
+    narrower = Lease(catalog_config, "shop.a,shop.c", "narrower", ttl=30)
+    disjoint = Lease(catalog_config, "shop.b", "disjoint", ttl=30)
+    assert everything.acquire()
+    assert not narrower.acquire()
+    with pytest.raises(LeaseLostError):
+        narrower.check()
+    everything.check()
+    time.sleep(0.8)  # the "*" committer dies: its lease expires
+    assert narrower.acquire()
+    narrower.check()
+    assert disjoint.acquire()  # shop.b shares nothing with shop.a,shop.c
+    disjoint.check()
+    # The "*" committer comes back: the narrower scopes hold live leases, so it stands by.
+    assert not everything.acquire()
+
+
+def test_racing_overlapping_committers_settle_on_the_first(catalog_config: CatalogConfig) -> None:
+    """Both took their lease before seeing the other (a race): at the next check the later one yields."""
+    import datetime
+
+    first = Lease(catalog_config, "*", "first", ttl=30)
+    late = Lease(catalog_config, "shop.a", "late", ttl=30)
+    assert first.acquire()
+    # The race: "late" writes its row as its own overlap check would have let it had "first" not existed yet.
+    now = datetime.datetime.now(datetime.UTC)
+    assert late._try_insert(now, now + datetime.timedelta(seconds=30))
+    with pytest.raises(LeaseLostError, match="yields to first"):
+        late.check()
+    first.check()
+    assert not late.acquire()

@@ -48,6 +48,11 @@ def _aware(value: datetime.datetime) -> datetime.datetime:
     return value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
 
 
+def _tables_of(scope: str) -> frozenset[str] | None:
+    """The tables a scope covers; None for ``*`` (every table)."""
+    return None if scope == "*" else frozenset(scope.split(","))
+
+
 def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -66,9 +71,13 @@ class Lease:
         return sa.and_(leases.c.catalog_name == self.config.name, leases.c.scope == self.scope)
 
     def acquire(self) -> bool:
-        """Take or renew the lease; False while another live committer holds it."""
+        """Take or renew the lease; False while another live committer holds it or an overlapping scope."""
         now = _now()
         expires = now + datetime.timedelta(seconds=self.ttl)
+        blocker = self._overlapping_holder(now)
+        if blocker is not None:
+            self.epoch = None
+            return False
         with database_errors(self.config):
             if self._try_insert(now, expires):
                 return True
@@ -120,6 +129,33 @@ class Lease:
         self.epoch = 1
         return True
 
+    def _overlapping_holder(self, now: datetime.datetime) -> str | None:
+        """Another committer's live lease on a scope that shares tables with this one and came first.
+
+        ``*`` and a ``--table`` list, or two lists naming the same table, must not commit side by
+        side; the lease acquired first wins, the other committer stands by.
+        """
+        ours = _tables_of(self.scope)
+        with database_errors(self.config), engine(self.config).connect() as connection:
+            rows = connection.execute(
+                sa.select(leases).where(leases.c.catalog_name == self.config.name, leases.c.scope != self.scope)
+            ).all()
+            mine = connection.execute(
+                sa.select(leases.c.acquired_at, leases.c.expires_at, leases.c.owner).where(self._where())
+            ).first()
+        # Only a live lease of our own counts as having been there first; an expired one starts over.
+        live = mine is not None and mine.owner == self.owner and _aware(mine.expires_at) > now
+        our_start = (_aware(mine.acquired_at), self.owner) if live and mine is not None else (now, self.owner)
+        for row in rows:
+            held = row._mapping
+            if _aware(held["expires_at"]) <= now or held["owner"] == self.owner:
+                continue
+            theirs = _tables_of(held["scope"])
+            overlaps = ours is None or theirs is None or bool(ours & theirs)
+            if overlaps and (_aware(held["acquired_at"]), held["owner"]) < our_start:
+                return f"{held['owner']} (scope {held['scope']!r})"
+        return None
+
     def check(self) -> None:
         """Raise :class:`LeaseLostError` unless this committer still holds a live lease."""
         with database_errors(self.config), engine(self.config).connect() as connection:
@@ -131,6 +167,12 @@ class Lease:
             raise LeaseLostError(
                 f"committer {self.owner} lost its lease on scope {self.scope!r} (epoch {self.epoch}; now held by "
                 f"{held['owner']} at epoch {held['epoch']}); it stops committing"
+            )
+        blocker = self._overlapping_holder(_now())
+        if blocker is not None:
+            raise LeaseLostError(
+                f"committer {self.owner} on scope {self.scope!r} yields to {blocker}, whose scope shares tables "
+                "with it and which was there first; it stops committing"
             )
 
     def release(self) -> None:
