@@ -79,6 +79,20 @@ def test_stream_into_s3_committed_by_the_daemon_and_read_by_iceberg_rust(
     for text in (committed.stdout, committed.stderr, shown.stdout, shown.stderr, listed.stdout, repr(spec)):
         assert S3_SECRET not in text
 
+    # gc lists the bucket with the table's own FileIO: an orphan goes, everything referenced stays.
+    from icesink.writer.storage import split_location
+
+    orphan = f"{s3_catalog.warehouse}/shop/orders/data/killed-attempt.parquet"
+    filesystem, path = split_location(orphan, spec.storage_options)
+    with filesystem.open_output_stream(path) as out:
+        out.write(b"PAR1 half a file")
+    swept = icesink_cli(s3_catalog, "committer", "gc", "--older-than", "0s", "--json")
+    assert swept.returncode == 0, swept.stderr
+    (report,) = json.loads(swept.stdout)
+    assert report["deleted"] == [orphan]
+    assert report["referenced"] >= len(data_files) + 3  # data files, manifest list, manifest, metadata
+    check_outcome("S3 warehouse, after gc", s3_catalog, TABLE, list(range(1200)))
+
 
 def test_stream_killed_on_s3_and_restarted_writes_every_row_once(s3_catalog: CatalogConfig, tmp_path: Path) -> None:
     add_input_files(tmp_path / "in", [(i * 1000, 1000) for i in range(3)])
