@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+import icesink
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.errors import (
@@ -76,6 +77,28 @@ def test_partitioned_table_is_created_and_filled(spark: Any, catalog_config: Cat
     table = open_catalog(catalog_config).load_table(TABLE)
     assert [str(f.transform) for f in table.spec().fields] == ["day", "bucket[4]", "truncate[3]"]
     assert table_rows(catalog_config) == expected_rows(batches).to_pylist()
+
+
+def test_inline_committer_expires_snapshots_past_the_tables_retention(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    first, second = [(0, 100), (100, 100)], [(200, 50), (250, 50)]
+    add_input_files(tmp_path / "in", first)
+    options: dict[str, Any] = dict(
+        table=TABLE, checkpoint_location=str(tmp_path / "ckpt"), create_table=True, catalog=sqlite_catalog
+    )
+    run_available(input_stream(spark, tmp_path / "in"), **options)
+    with open_catalog(sqlite_catalog).load_table(TABLE).transaction() as transaction:
+        transaction.set_properties(
+            {"history.expire.max-snapshot-age-ms": "1", "history.expire.min-snapshots-to-keep": "1"}
+        )
+    add_input_files(tmp_path / "in", second)
+    run_available(input_stream(spark, tmp_path / "in"), expire_snapshots=True, **options)
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    assert [s.summary["icesink.max-committed-checkpoint-id"] for s in table.metadata.snapshots] == ["3"]
+    assert table_rows(sqlite_catalog) == expected_rows(first + second).to_pylist()
+    with pytest.raises(ConfigError, match="expire_snapshots applies to the inline committer"):
+        icesink.stream(input_stream(spark, tmp_path / "in"), committer="daemon", expire_snapshots=True, **options)
 
 
 def test_daemon_mode_only_stages_until_the_committer_runs(

@@ -55,6 +55,7 @@ class SinkSettings:
     changes: ChangeSpec | None = None
     passthrough: tuple[str, ...] = ()
     commit_attempts: int = 8
+    expire_snapshots: bool = False
 
 
 class BatchWriter:
@@ -64,7 +65,9 @@ class BatchWriter:
         self._settings = settings
         self._catalog = open_catalog(settings.catalog)
         self._ledger = Ledger(settings.catalog)
-        self._committer = TableCommitter(self._catalog, settings.catalog, self._ledger)
+        self._committer = TableCommitter(
+            self._catalog, settings.catalog, self._ledger, expire_snapshots=settings.expire_snapshots
+        )
 
     def job_id(self, batch_df: DataFrame) -> str:
         if self._settings.job_id:

@@ -50,6 +50,7 @@ def stream(
     op_column: str | None = None,
     op_values: Mapping[str, str] | None = None,
     sequence_by: str | None = None,
+    expire_snapshots: bool = False,
 ) -> StreamingQuery:
     """Start writing a streaming DataFrame into an Iceberg table, exactly once per micro-batch.
 
@@ -71,6 +72,8 @@ def stream(
         op_column: CDC: the column holding each row's operation; ``op_values`` maps its values to
             ``insert``/``update``/``delete`` (default ``{"I": "insert", "U": "update", "D": "delete"}``).
         sequence_by: orders the changes of one key within a micro-batch; the last one wins.
+        expire_snapshots: with the inline committer, drop snapshots past the table's ``history.expire.*``
+            retention in every commit (as ``icesink committer run --expire-snapshots`` does).
 
     Returns:
         The running ``StreamingQuery``.
@@ -97,6 +100,11 @@ def stream(
     if not checkpoint_location:
         raise ConfigError(
             f"table {table}: checkpoint_location is required; exactly-once needs Spark's checkpoint to survive restarts"
+        )
+    if expire_snapshots and committer != "inline":
+        raise ConfigError(
+            f"table {table}: expire_snapshots applies to the inline committer; with committer='daemon' "
+            "pass --expire-snapshots to icesink committer run"
         )
     from icesink.settings import check_environment
 
@@ -129,6 +137,7 @@ def stream(
         catalog=config,
         job_id=job_id,
         inline_commit=committer == "inline",
+        expire_snapshots=expire_snapshots,
         changes=changes,
         passthrough=tuple(passthrough),
     )
