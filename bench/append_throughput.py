@@ -3,7 +3,8 @@
 Both read the same Parquet input (default 2,000,000 rows: id long, name string,
 amount double, ts timestamp) in the same Spark session and write zstd Parquet
 to local disk; runs alternate, and the median of each is reported with the
-ratio icesink / Spark. Peak RSS of the driver's Python, the JVM and Spark's
+ratio icesink / Spark. Spark's own streaming Parquet sink (same trigger, same
+input) runs alongside, as the streaming peer. Peak RSS of the driver's Python, the JVM and Spark's
 Python workers is sampled during the icesink runs.
 
     .venv/bin/python bench/append_throughput.py [--rows 2000000] [--repeat 3] [--batches 1] [--s3]
@@ -62,6 +63,22 @@ def make_input(directory: Path, rows: int, files: int) -> None:
 def spark_write(spark, source: Path, target: Path) -> float:  # type: ignore[no-untyped-def]
     started = time.perf_counter()
     spark.read.schema(SCHEMA).parquet(str(source)).write.option("compression", "zstd").parquet(str(target))
+    return time.perf_counter() - started
+
+
+def spark_stream_write(spark, source: Path, target: Path, checkpoint: Path, files_per_batch: int) -> float:  # type: ignore[no-untyped-def]
+    """Spark's own streaming Parquet sink (exactly once through its _spark_metadata log), same trigger."""
+    df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", files_per_batch).parquet(str(source))
+    started = time.perf_counter()
+    query = (
+        df.writeStream.format("parquet")
+        .option("compression", "zstd")
+        .option("path", str(target))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
     return time.perf_counter() - started
 
 
@@ -182,10 +199,16 @@ def run_benchmark(args: argparse.Namespace, endpoint: str | None) -> None:
         icesink_write(spark, work / "input", work, -1, files_per_batch, local)
         if s3 is not None:
             icesink_write(spark, work / "input", work, -1, files_per_batch, s3)
-        spark_times, icesink_times, s3_times = [], [], []
+        spark_stream_write(spark, work / "input", work / "warm-stream", work / "warm-stream-ckpt", files_per_batch)
+        spark_times, stream_times, icesink_times, s3_times = [], [], [], []
         with PeakMemory() as memory:
             for run in range(args.repeat):
                 spark_times.append(spark_write(spark, work / "input", work / f"spark-{run}"))
+                stream_times.append(
+                    spark_stream_write(
+                        spark, work / "input", work / f"stream-{run}", work / f"stream-ckpt-{run}", files_per_batch
+                    )
+                )
                 icesink_times.append(icesink_write(spark, work / "input", work, run, files_per_batch, local))
                 if s3 is not None:
                     s3_times.append(icesink_write(spark, work / "input", work, run, files_per_batch, s3))
@@ -207,6 +230,10 @@ def run_benchmark(args: argparse.Namespace, endpoint: str | None) -> None:
             "spark_parquet_rows_per_s": round(spark_rate),
             "icesink_rows_per_s": round(icesink_rate),
             "ratio_icesink_to_spark": round(icesink_rate / spark_rate, 3),
+            "spark_streaming_sink_rows_per_s": round(args.rows / statistics.median(stream_times)),
+            "ratio_icesink_to_spark_streaming_sink": round(
+                icesink_rate / (args.rows / statistics.median(stream_times)), 3
+            ),
             "spark_seconds": [round(t, 2) for t in spark_times],
             "icesink_seconds": [round(t, 2) for t in icesink_times],
             "peak_rss_mib": memory.mib(),
