@@ -116,18 +116,9 @@ def sqlite_catalog(request: pytest.FixtureRequest, tmp_path: Path) -> CatalogCon
 @pytest.fixture(scope="session")
 def spark():  # type: ignore[no-untyped-def]
     """One local[2] Spark session for the whole test session."""
-    from pyspark.sql import SparkSession
+    from tests.streams import local_session
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("icesink-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = local_session(app_name="icesink-tests", **{"spark.driver.memory": "1g"})
     yield session
     session.stop()
 

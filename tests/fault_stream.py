@@ -19,9 +19,9 @@ def main(argv: list[str]) -> None:
     import icesink
     from icesink.catalog.config import CatalogConfig
     from tests.changes import SPARK_CHANGE_SCHEMA
-    from tests.streams import SPARK_SCHEMA, subprocess_session
+    from tests.streams import SPARK_SCHEMA, local_session
 
-    spark = subprocess_session()
+    spark = local_session()
     schema = SPARK_CHANGE_SCHEMA if mode == "cdc" else SPARK_SCHEMA
     df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(input_dir)
     changes = {"equality_fields": ["region", "id"], "op_column": "op", "sequence_by": "seq"} if mode == "cdc" else {}

@@ -21,9 +21,9 @@ def main(argv: list[str]) -> None:
     input_root, checkpoint_root, name, uri, warehouse = argv[:5]
     import icesink
     from icesink.catalog.config import CatalogConfig
-    from tests.streams import SPARK_SCHEMA, subprocess_session
+    from tests.streams import SPARK_SCHEMA, local_session
 
-    spark = subprocess_session()
+    spark = local_session()
     config = CatalogConfig(name=name, uri=uri, warehouse=warehouse)
     queries = []
     for job, table in JOBS.items():

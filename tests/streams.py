@@ -52,16 +52,19 @@ def expected_rows(batches: list[tuple[int, int]]) -> pa.Table:
     return pa.concat_tables([orders(start, count) for start, count in batches])
 
 
-def subprocess_session() -> Any:
-    """The Spark session of a streaming job that a test runs as its own process (to kill it for real)."""
+def local_session(app_name: str = "icesink-test-job", **settings: str) -> Any:
+    """A local[2] Spark session as every test uses it: the test session's, or a killable job's own."""
     from pyspark.sql import SparkSession
 
-    spark = (
+    builder = (
         SparkSession.builder.master("local[2]")
+        .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
     )
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
