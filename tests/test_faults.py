@@ -386,5 +386,6 @@ def test_catalog_connections_killed_during_commits_lose_and_duplicate_nothing(
         admin.dispose()
     log = log_path.read_text()
     assert killed >= 10, f"only {killed} connections were killed"
-    assert "commit failed" in log or "cannot reach the lease" in log, "no kill landed during a commit"
+    landed = ("commit failed", "cannot reach the lease", "cannot read the ledger")
+    assert any(message in log for message in landed), "no kill landed while the committer used the database"
     check_outcome(f"catalog connections killed x{killed} during commits", pg_catalog, TABLE, list(range(3000)))
