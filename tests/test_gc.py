@@ -63,9 +63,9 @@ def test_gc_deletes_orphans_and_keeps_everything_referenced(catalog_config: Cata
     assert table_ids(catalog_config, TABLE) == list(range(20))
 
 
-def test_gc_removes_what_expired_snapshots_and_merges_left_behind(sqlite_catalog: CatalogConfig) -> None:
-    create_orders_table(sqlite_catalog)
-    table = open_catalog(sqlite_catalog).load_table(TABLE)
+def test_gc_removes_what_expired_snapshots_and_merges_left_behind(catalog_config: CatalogConfig) -> None:
+    create_orders_table(catalog_config)
+    table = open_catalog(catalog_config).load_table(TABLE)
     with table.transaction() as transaction:
         transaction.set_properties(
             {
@@ -75,29 +75,29 @@ def test_gc_removes_what_expired_snapshots_and_merges_left_behind(sqlite_catalog
             }
         )
     committer = TableCommitter(
-        open_catalog(sqlite_catalog), sqlite_catalog, Ledger(sqlite_catalog), expire_snapshots=True
+        open_catalog(catalog_config), catalog_config, Ledger(catalog_config), expire_snapshots=True
     )
     for checkpoint in range(6):
         time.sleep(0.01)
-        stage_rows(sqlite_catalog, TABLE, "job-a", checkpoint, orders(checkpoint * 10, 10))
+        stage_rows(catalog_config, TABLE, "job-a", checkpoint, orders(checkpoint * 10, 10))
         committer.commit_pending(TABLE)
-    assert len(open_catalog(sqlite_catalog).load_table(TABLE).metadata.snapshots) == 1
-    metadata_dir = table_root(sqlite_catalog) / "metadata"
+    assert len(open_catalog(catalog_config).load_table(TABLE).metadata.snapshots) == 1
+    metadata_dir = table_root(catalog_config) / "metadata"
     before = {p.name for p in metadata_dir.iterdir()}
-    age_everything(table_root(sqlite_catalog))
-    report = collect_garbage(open_catalog(sqlite_catalog), sqlite_catalog, TABLE, HOUR)
+    age_everything(table_root(catalog_config))
+    report = collect_garbage(open_catalog(catalog_config), catalog_config, TABLE, HOUR)
     deleted = {local(p).name for p in report.deleted}
     assert any(name.startswith("snap-") for name in deleted)  # manifest lists of expired snapshots
     assert any(name.endswith(".metadata.json") for name in deleted)  # beyond previous-versions-max
     assert {p.name for p in metadata_dir.iterdir()} == before - deleted
     # Data files are all still live (appends only), and the table and an independent reader agree.
     assert not any(name.endswith(".parquet") for name in deleted)
-    assert table_ids(sqlite_catalog, TABLE) == list(range(60))
+    assert table_ids(catalog_config, TABLE) == list(range(60))
     # Ledger rows of long-committed checkpoints are forgotten, the newest per job stays.
     assert report.ledger_rows_pruned == 0  # committed just now
-    later = collect_garbage(open_catalog(sqlite_catalog), sqlite_catalog, TABLE, datetime.timedelta(0))
+    later = collect_garbage(open_catalog(catalog_config), catalog_config, TABLE, datetime.timedelta(0))
     assert later.ledger_rows_pruned == 5
-    assert [r.checkpoint_id for r in Ledger(sqlite_catalog).for_table(TABLE)] == [5]
+    assert [r.checkpoint_id for r in Ledger(catalog_config).for_table(TABLE)] == [5]
 
 
 def test_gc_refuses_to_guess_when_a_staged_manifest_is_missing(sqlite_catalog: CatalogConfig) -> None:
