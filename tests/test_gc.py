@@ -139,3 +139,19 @@ def test_gc_from_the_command_line(sqlite_catalog: CatalogConfig) -> None:
     assert report["table"] == TABLE and report["deleted"] == [orphan.path]
     code, output = invoke(sqlite_catalog, "committer", "gc", "--older-than", "soon")
     assert code == 2 and "--older-than" in output and "3d or 12h" in output
+
+
+def test_gc_racing_a_commit_finds_the_files_in_the_table(
+    sqlite_catalog: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gc read the checkpoint as staged; the committer committed it and deleted its manifest before gc read that."""
+    create_orders_table(sqlite_catalog)
+    stage_rows(sqlite_catalog, TABLE, "job-a", 0, orders(0, 10))
+    stale_rows = Ledger(sqlite_catalog).for_table(TABLE)
+    TableCommitter(open_catalog(sqlite_catalog), sqlite_catalog, Ledger(sqlite_catalog)).commit_pending(TABLE)
+    assert not local(stale_rows[0].data_manifest).exists()
+    monkeypatch.setattr(Ledger, "for_table", lambda self, identifier, newest=None: stale_rows)
+    age_everything(table_root(sqlite_catalog))
+    report = collect_garbage(open_catalog(sqlite_catalog), sqlite_catalog, TABLE, HOUR)
+    assert not any(uri.endswith(".parquet") for uri in report.deleted)
+    assert table_ids(sqlite_catalog, TABLE) == list(range(10))

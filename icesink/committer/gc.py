@@ -77,6 +77,11 @@ def collect_garbage(
             try:
                 keep.update(f.file_path for f in internals.read_delta_manifest(table.io, manifest))
             except Exception as e:  # without the manifest, its files cannot be told from garbage
+                now = ledger.get(identifier, row.job_id, row.checkpoint_id)
+                if now is not None and now.state == CheckpointState.COMMITTED:
+                    # Committed (and its manifest cleaned) since the ledger was read, so before the
+                    # table is read below: its files are among the table's references.
+                    continue
                 raise ManifestError(
                     f"table {identifier}, job {row.job_id}, checkpoint {row.checkpoint_id}: staged manifest {path} "
                     f"cannot be read ({type(e).__name__}: {e}); gc deletes nothing in this table until the "
