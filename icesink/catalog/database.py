@@ -6,10 +6,11 @@ This is the one place where SQLAlchemy exceptions become icesink errors.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from icesink.catalog.config import CatalogConfig, redact_uri
 from icesink.errors import CatalogNotMigratedError, CatalogUnavailableError, ConfigError
@@ -34,6 +35,20 @@ def database_errors(config: CatalogConfig) -> Iterator[None]:
         ) from e
     except exc.NoSuchModuleError as e:
         raise ConfigError(f"{config.describe()}: no database driver for this URL ({_first_line(e)})") from e
+
+
+@overload
+def as_utc(value: datetime.datetime) -> datetime.datetime: ...
+@overload
+def as_utc(value: None) -> None: ...
+def as_utc(value: datetime.datetime | None) -> datetime.datetime | None:
+    """A time read back from the database, as an aware UTC datetime.
+
+    SQLite hands back naive datetimes; every time icesink writes is in UTC.
+    """
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=datetime.UTC)
+    return value
 
 
 def _first_line(error: BaseException) -> str:

@@ -14,12 +14,14 @@ import datetime
 import os
 import socket
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 
 from icesink.catalog.config import CatalogConfig
-from icesink.catalog.database import database_errors, engine
+from icesink.catalog.database import as_utc, database_errors, engine
 from icesink.errors import TransientError
 
 metadata = sa.MetaData()
@@ -41,11 +43,6 @@ class LeaseLostError(TransientError):
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
-
-
-def _aware(value: datetime.datetime) -> datetime.datetime:
-    # SQLite hands back naive datetimes; they were written in UTC.
-    return value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
 
 
 def _tables_of(scope: str) -> frozenset[str] | None:
@@ -74,7 +71,7 @@ class Lease:
         """Take or renew the lease; False while another live committer holds it or an overlapping scope."""
         now = _now()
         expires = now + datetime.timedelta(seconds=self.ttl)
-        blocker = self._overlapping_holder(now)
+        blocker = self._overlapping_holder(self._catalog_leases(), now)
         if blocker is not None:
             self.epoch = None
             return False
@@ -93,7 +90,7 @@ class Lease:
                     .values(expires_at=expires)
                 )
                 return updated.rowcount == 1
-            if _aware(held["expires_at"]) > now:
+            if as_utc(held["expires_at"]) > now:
                 self.epoch = None
                 return False
             # Expired: take over with the next epoch, unless someone else just did.
@@ -129,46 +126,47 @@ class Lease:
         self.epoch = 1
         return True
 
-    def _overlapping_holder(self, now: datetime.datetime) -> str | None:
+    def _catalog_leases(self) -> list[Mapping[str, Any]]:
+        """Every lease of the catalog, in one query: what the scope checks below look at."""
+        with database_errors(self.config), engine(self.config).connect() as connection:
+            query = sa.select(leases).where(leases.c.catalog_name == self.config.name)
+            return [dict(row._mapping) for row in connection.execute(query)]
+
+    def _overlapping_holder(self, rows: list[Mapping[str, Any]], now: datetime.datetime) -> str | None:
         """Another committer's live lease on a scope that shares tables with this one and came first.
 
         ``*`` and a ``--table`` list, or two lists naming the same table, must not commit side by
         side; the lease acquired first wins, the other committer stands by.
         """
         ours = _tables_of(self.scope)
-        with database_errors(self.config), engine(self.config).connect() as connection:
-            rows = connection.execute(
-                sa.select(leases).where(leases.c.catalog_name == self.config.name, leases.c.scope != self.scope)
-            ).all()
-            mine = connection.execute(
-                sa.select(leases.c.acquired_at, leases.c.expires_at, leases.c.owner).where(self._where())
-            ).first()
+        mine = next((row for row in rows if row["scope"] == self.scope), None)
         # Only a live lease of our own counts as having been there first; an expired one starts over.
-        live = mine is not None and mine.owner == self.owner and _aware(mine.expires_at) > now
-        our_start = (_aware(mine.acquired_at), self.owner) if live and mine is not None else (now, self.owner)
-        for row in rows:
-            held = row._mapping
-            if _aware(held["expires_at"]) <= now or held["owner"] == self.owner:
+        if mine is not None and mine["owner"] == self.owner and as_utc(mine["expires_at"]) > now:
+            our_start = (as_utc(mine["acquired_at"]), self.owner)
+        else:
+            our_start = (now, self.owner)
+        for held in rows:
+            if held["scope"] == self.scope or as_utc(held["expires_at"]) <= now or held["owner"] == self.owner:
                 continue
             theirs = _tables_of(held["scope"])
             overlaps = ours is None or theirs is None or bool(ours & theirs)
-            if overlaps and (_aware(held["acquired_at"]), held["owner"]) < our_start:
+            if overlaps and (as_utc(held["acquired_at"]), held["owner"]) < our_start:
                 return f"{held['owner']} (scope {held['scope']!r})"
         return None
 
     def check(self) -> None:
-        """Raise :class:`LeaseLostError` unless this committer still holds a live lease."""
-        with database_errors(self.config), engine(self.config).connect() as connection:
-            row = connection.execute(sa.select(leases).where(self._where())).first()
-        if row is None or self.epoch is None:
+        """Raise :class:`LeaseLostError` unless this committer still holds a live lease (one query: runs per commit)."""
+        rows = self._catalog_leases()
+        held = next((row for row in rows if row["scope"] == self.scope), None)
+        if held is None or self.epoch is None:
             raise LeaseLostError(f"committer {self.owner} holds no lease on scope {self.scope!r}")
-        held = row._mapping
-        if held["owner"] != self.owner or held["epoch"] != self.epoch or _aware(held["expires_at"]) <= _now():
+        now = _now()
+        if held["owner"] != self.owner or held["epoch"] != self.epoch or as_utc(held["expires_at"]) <= now:
             raise LeaseLostError(
                 f"committer {self.owner} lost its lease on scope {self.scope!r} (epoch {self.epoch}; now held by "
                 f"{held['owner']} at epoch {held['epoch']}); it stops committing"
             )
-        blocker = self._overlapping_holder(_now())
+        blocker = self._overlapping_holder(rows, now)
         if blocker is not None:
             raise LeaseLostError(
                 f"committer {self.owner} on scope {self.scope!r} yields to {blocker}, whose scope shares tables "

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from icesink.catalog.config import CatalogConfig
-from icesink.catalog.database import database_errors, engine
+from icesink.catalog.database import as_utc, database_errors, engine
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -131,15 +131,8 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
-def _aware(value: datetime.datetime | None) -> datetime.datetime | None:
-    """SQLite hands back naive datetimes; every time icesink writes is UTC."""
-    if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=datetime.UTC)
-    return value
-
-
 def _seconds_since(now: datetime.datetime, then: datetime.datetime | None) -> float:
-    aware = _aware(then)
+    aware = as_utc(then)
     return round((now - aware).total_seconds(), 3) if aware is not None else 0.0
 
 
@@ -168,8 +161,8 @@ class Ledger:
             delete_files=m["delete_files"],
             delete_records=m["delete_records"],
             snapshot_id=m["snapshot_id"],
-            staged_at=_aware(m["staged_at"]) or m["staged_at"],
-            committed_at=_aware(m["committed_at"]),
+            staged_at=as_utc(m["staged_at"]),
+            committed_at=as_utc(m["committed_at"]),
             manifests_deleted=m["manifests_deleted"],
             error=m["error"],
         )
@@ -290,8 +283,8 @@ class Ledger:
                 committed=int(done),
                 last_staged_checkpoint=last_staged,
                 last_committed_checkpoint=last_committed,
-                last_committed_at=_aware(last_committed_at),
-                oldest_pending_at=_aware(oldest),
+                last_committed_at=as_utc(last_committed_at),
+                oldest_pending_at=as_utc(oldest),
                 lag_seconds=_seconds_since(now, oldest),
             )
             for job, pending, failed, done, last_staged, last_committed, last_committed_at, oldest in result
