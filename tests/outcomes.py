@@ -37,18 +37,22 @@ class Outcome:
 OUTCOMES: list[Outcome] = []
 
 
-def read_with_iceberg_rust(config: CatalogConfig, identifier: str, columns: str = "*") -> pa.Table:
+def iceberg_rust_sql(table: Any, sql: str) -> pa.Table:
+    """``sql`` over the table registered as ``t`` in DataFusion, read by iceberg-rust's table provider."""
     from datafusion import SessionContext
     from pyiceberg.table import StaticTable
 
-    table = open_catalog(config).load_table(identifier)
-    context = SessionContext()
     # The catalog's FileIO properties (an object store's endpoint and keys) go to iceberg-rust's FileIO.
     properties = dict(table.io.properties)
     if "s3.endpoint" in properties:  # iceberg-rust addresses buckets as host names unless told otherwise
         properties.setdefault("s3.path-style-access", "true")
+    context = SessionContext()
     context.register_table("t", StaticTable.from_metadata(table.metadata_location, properties=properties))
-    return context.sql(f"SELECT {columns} FROM t").to_arrow_table()
+    return context.sql(sql).to_arrow_table()
+
+
+def read_with_iceberg_rust(config: CatalogConfig, identifier: str, columns: str = "*") -> pa.Table:
+    return iceberg_rust_sql(open_catalog(config).load_table(identifier), f"SELECT {columns} FROM t")
 
 
 def checkpoint_counts(config: CatalogConfig, identifier: str) -> dict[tuple[str, int], int]:

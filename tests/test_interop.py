@@ -10,21 +10,15 @@ import pytest
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
+from tests.outcomes import iceberg_rust_sql
 from tests.streams import add_input_files, expected_rows, input_stream, run_available
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
 TABLE = "shop.orders"
 
 
-def read_with_iceberg_rust(metadata_location: str, where: str = "TRUE") -> pa.Table:
-    """iceberg-rust's table provider in a DataFusion session."""
-    from datafusion import SessionContext
-    from pyiceberg.table import StaticTable
-
-    provider = StaticTable.from_metadata(metadata_location)
-    context = SessionContext()
-    context.register_table("t", provider)
-    return context.sql(f"SELECT id, name, amount, ts FROM t WHERE {where} ORDER BY id").to_arrow_table()
+def rust_orders(table: Any, where: str = "TRUE") -> pa.Table:
+    return iceberg_rust_sql(table, f"SELECT id, name, amount, ts FROM t WHERE {where} ORDER BY id")
 
 
 @pytest.mark.parametrize(
@@ -46,7 +40,7 @@ def test_independent_readers_return_exactly_the_input(
     expected = expected_rows(batches).to_pylist()
     table = open_catalog(catalog_config).load_table(TABLE)
 
-    rust = read_with_iceberg_rust(table.metadata_location)
+    rust = rust_orders(table)
     assert rust.num_rows == len(expected)
     assert [
         dict(zip(rust.column_names, r, strict=True)) for r in zip(*rust.to_pydict().values(), strict=True)
@@ -56,7 +50,7 @@ def test_independent_readers_return_exactly_the_input(
     assert scanned == expected
 
     # Filters pushed into the readers use the bounds and partition values icesink wrote.
-    some = read_with_iceberg_rust(table.metadata_location, "id < 10 AND name IS NOT NULL")
+    some = rust_orders(table, "id < 10 AND name IS NOT NULL")
     assert some.column("id").to_pylist() == list(range(10))
     planned = list(table.scan(row_filter="id >= 1000").plan_files())
     assert sum(t.file.record_count for t in planned) >= 1234
@@ -115,12 +109,7 @@ def test_independent_readers_apply_our_equality_deletes_like_the_model(
     table = open_catalog(sqlite_catalog).load_table(CDC_TABLE)
     assert len(table.metadata.snapshots) == 4  # one row delta per checkpoint
 
-    from datafusion import SessionContext
-    from pyiceberg.table import StaticTable
-
-    context = SessionContext()
-    context.register_table("t", StaticTable.from_metadata(table.metadata_location))
-    rust = context.sql("SELECT region, id, value, seq FROM t").to_arrow_table()
+    rust = iceberg_rust_sql(table, "SELECT region, id, value, seq FROM t")
     assert sorted_rows(rust) == model.expected()
 
     java = read_with_iceberg_java(java_reader, table.metadata_location, ["region", "id", "value", "seq"])
