@@ -3,15 +3,19 @@
 Both read the same Parquet input (default 2,000,000 rows: id long, name string,
 amount double, ts timestamp) in the same Spark session and write zstd Parquet
 to local disk; runs alternate, and the median of each is reported with the
-ratio icesink / Spark. Spark's own streaming Parquet sink (same trigger, same
-input) runs alongside, as the streaming peer. Peak RSS of the driver's Python, the JVM and Spark's
-Python workers is sampled during the icesink runs.
+ratio icesink / Spark. icesink runs twice per round: with its default writer
+(Spark's Parquet writer for this unpartitioned local table) and with
+``writer="arrow"`` (icesink's Arrow writer in Python workers, what partitioned
+tables and object stores use). Spark's own streaming Parquet sink (same
+trigger, same input) runs alongside, as the streaming peer. Peak RSS of the
+driver's Python, the JVM and Spark's Python workers is sampled during the
+icesink runs.
 
     .venv/bin/python bench/append_throughput.py [--rows 2000000] [--repeat 3] [--batches 1] [--s3]
 
 With ``--s3`` icesink also writes the same stream into a bucket on moto's S3
-server on 127.0.0.1, and the report adds its ratio to icesink's local-disk
-throughput.
+server on 127.0.0.1 (the Arrow writer: Spark has no S3 connector here), and the
+report adds its ratio to icesink's local-disk throughput with the same writer.
 """
 
 from __future__ import annotations
@@ -141,7 +145,7 @@ def moto_server() -> Iterator[str]:
         server.wait()
 
 
-def icesink_write(spark, source: Path, work: Path, run: int, files_per_batch: int, config) -> float:  # type: ignore[no-untyped-def]
+def icesink_write(spark, source: Path, work: Path, run: str, files_per_batch: int, config, writer: str) -> float:  # type: ignore[no-untyped-def]
     import icesink
 
     df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", files_per_batch).parquet(str(source))
@@ -153,6 +157,7 @@ def icesink_write(spark, source: Path, work: Path, run: int, files_per_batch: in
         trigger={"availableNow": True},
         create_table=True,
         catalog=config,
+        writer=writer,
     )
     query.awaitTermination()
     return time.perf_counter() - started
@@ -196,11 +201,12 @@ def run_benchmark(args: argparse.Namespace, endpoint: str | None) -> None:
         s3 = s3_catalog(work, endpoint) if endpoint else None
         # Warm up every path once (JIT, Python worker start-up) before measuring.
         spark_write(spark, work / "input", work / "warm-spark")
-        icesink_write(spark, work / "input", work, -1, files_per_batch, local)
+        for writer in ("auto", "arrow"):
+            icesink_write(spark, work / "input", work, f"warm_{writer}", files_per_batch, local, writer)
         if s3 is not None:
-            icesink_write(spark, work / "input", work, -1, files_per_batch, s3)
+            icesink_write(spark, work / "input", work, "warm_s3", files_per_batch, s3, "auto")
         spark_stream_write(spark, work / "input", work / "warm-stream", work / "warm-stream-ckpt", files_per_batch)
-        spark_times, stream_times, icesink_times, s3_times = [], [], [], []
+        spark_times, stream_times, icesink_times, arrow_times, s3_times = [], [], [], [], []
         with PeakMemory() as memory:
             for run in range(args.repeat):
                 spark_times.append(spark_write(spark, work / "input", work / f"spark-{run}"))
@@ -209,17 +215,26 @@ def run_benchmark(args: argparse.Namespace, endpoint: str | None) -> None:
                         spark, work / "input", work / f"stream-{run}", work / f"stream-ckpt-{run}", files_per_batch
                     )
                 )
-                icesink_times.append(icesink_write(spark, work / "input", work, run, files_per_batch, local))
+                icesink_times.append(
+                    icesink_write(spark, work / "input", work, str(run), files_per_batch, local, "auto")
+                )
+                arrow_times.append(
+                    icesink_write(spark, work / "input", work, f"arrow_{run}", files_per_batch, local, "arrow")
+                )
                 if s3 is not None:
-                    s3_times.append(icesink_write(spark, work / "input", work, run, files_per_batch, s3))
+                    s3_times.append(
+                        icesink_write(spark, work / "input", work, f"s3_{run}", files_per_batch, s3, "auto")
+                    )
         spark_rate = args.rows / statistics.median(spark_times)
+        stream_rate = args.rows / statistics.median(stream_times)
         icesink_rate = args.rows / statistics.median(icesink_times)
+        arrow_rate = args.rows / statistics.median(arrow_times)
         s3_report = {}
         if s3_times:
             s3_rate = args.rows / statistics.median(s3_times)
             s3_report = {
                 "icesink_s3_rows_per_s": round(s3_rate),
-                "ratio_s3_to_local_disk": round(s3_rate / icesink_rate, 3),
+                "ratio_s3_to_local_disk_arrow_writer": round(s3_rate / arrow_rate, 3),
                 "icesink_s3_seconds": [round(t, 2) for t in s3_times],
             }
         report = {
@@ -228,14 +243,16 @@ def run_benchmark(args: argparse.Namespace, endpoint: str | None) -> None:
             "master": args.master,
             "conf": args.conf,
             "spark_parquet_rows_per_s": round(spark_rate),
+            "spark_streaming_sink_rows_per_s": round(stream_rate),
             "icesink_rows_per_s": round(icesink_rate),
             "ratio_icesink_to_spark": round(icesink_rate / spark_rate, 3),
-            "spark_streaming_sink_rows_per_s": round(args.rows / statistics.median(stream_times)),
-            "ratio_icesink_to_spark_streaming_sink": round(
-                icesink_rate / (args.rows / statistics.median(stream_times)), 3
-            ),
+            "ratio_icesink_to_spark_streaming_sink": round(icesink_rate / stream_rate, 3),
+            "icesink_arrow_writer_rows_per_s": round(arrow_rate),
+            "ratio_icesink_arrow_writer_to_spark": round(arrow_rate / spark_rate, 3),
             "spark_seconds": [round(t, 2) for t in spark_times],
+            "spark_streaming_sink_seconds": [round(t, 2) for t in stream_times],
             "icesink_seconds": [round(t, 2) for t in icesink_times],
+            "icesink_arrow_writer_seconds": [round(t, 2) for t in arrow_times],
             "peak_rss_mib": memory.mib(),
             **s3_report,
         }

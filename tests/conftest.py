@@ -113,6 +113,18 @@ def sqlite_catalog(request: pytest.FixtureRequest, tmp_path: Path) -> CatalogCon
     return _catalog(request, tmp_path, "sqlite")
 
 
+JAVA_READER_VENV = Path(__file__).parent.parent / ".venv-iceberg-java"
+
+
+@pytest.fixture(scope="session")
+def java_reader() -> Path:
+    """The Python of the separate environment holding Iceberg Java (see ``make install-interop``)."""
+    python = JAVA_READER_VENV / "bin" / "python"
+    if not python.exists():
+        pytest.fail(f"{JAVA_READER_VENV} is missing: `make install-interop` installs pyspark 3.5.9 + Iceberg 1.9.2")
+    return python
+
+
 @pytest.fixture(scope="session")
 def spark():  # type: ignore[no-untyped-def]
     """One local[2] Spark session for the whole test session."""

@@ -1,8 +1,9 @@
 """A streaming job run as its own process by the fault-injection tests, so it can be killed for real.
 
-Usage: python -m tests.fault_stream INPUT CHECKPOINT CATALOG_NAME URI WAREHOUSE TABLE COMMITTER [MODE]
+Usage: python -m tests.fault_stream INPUT CHECKPOINT CATALOG_NAME URI WAREHOUSE TABLE COMMITTER [MODE [WRITER]]
 
-MODE is ``append`` (default: orders) or ``cdc`` (changes keyed by region and id).
+MODE is ``append`` (default: orders) or ``cdc`` (changes keyed by region and id);
+WRITER is ``icesink.stream``'s ``writer`` (default ``auto``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 def main(argv: list[str]) -> None:
     input_dir, checkpoint, name, uri, warehouse, table, committer = argv[:7]
     mode = argv[7] if len(argv) > 7 else "append"
+    writer = argv[8] if len(argv) > 8 else "auto"
     import icesink
     from icesink.catalog.config import CatalogConfig
     from tests.changes import SPARK_CHANGE_SCHEMA
@@ -34,6 +36,7 @@ def main(argv: list[str]) -> None:
         # resolve(): object-store settings come from PYICEBERG_CATALOG__<NAME>__S3__* variables.
         catalog=CatalogConfig.resolve(name=name, uri=uri, warehouse=warehouse),
         committer=committer,
+        writer=writer,
         **changes,  # type: ignore[arg-type]
     )
     query.awaitTermination()

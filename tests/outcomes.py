@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -126,3 +127,21 @@ def format_outcomes() -> str:
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)) for row in [headers, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def read_with_iceberg_java(python: Path, metadata_location: str, columns: list[str]) -> list[dict[str, Any]]:
+    """Iceberg 1.9.2's Java reader, through Spark 3.5 in its own environment (``java_reader`` fixture)."""
+    import json
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
+    done = subprocess.run(
+        [str(python), str(Path(__file__).parent / "java_reader.py"), metadata_location, ",".join(columns)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]

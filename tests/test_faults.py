@@ -49,6 +49,7 @@ def start_stream(
     committer: str = "inline",
     mode: str = "append",
     env: dict[str, str] | None = None,
+    writer: str = "auto",
 ) -> subprocess.Popen[bytes]:
     table = CDC_TABLE if mode == "cdc" else TABLE
     args = [
@@ -60,6 +61,7 @@ def start_stream(
         table,
         committer,
         mode,
+        writer,
     ]
     return subprocess.Popen(
         [sys.executable, "-m", "tests.fault_stream", *args],
@@ -90,7 +92,9 @@ def run_to_completion(config: CatalogConfig, tmp_path: Path, **options: Any) -> 
 
 
 MOMENTS = [
-    "writer.after-file",  # executor wrote a data file, the batch is half done
+    "writer.after-file",  # an Arrow writer task wrote a data file, the batch is half done
+    "spark-writer.after-write",  # Spark's writer finished the batch's files, none moved into the table
+    "spark-writer.after-move",  # one of them moved into the table's data directory
     "driver.after-write",  # every file written, nothing staged
     "driver.after-stage",  # staged in the ledger, not committed, Spark did not record the batch
     "committer.after-catalog-commit",  # in the table, ledger not updated, Spark did not record the batch
@@ -108,7 +112,9 @@ def test_stream_killed_mid_batch_and_restarted_writes_every_row_once(
     if catalog_config.uri.startswith("sqlite") and moment not in SQLITE_MOMENTS:
         pytest.skip("covered on PostgreSQL; SQLite runs the moments around the catalog commit")
     add_input_files(tmp_path / "in", BATCHES)
-    code = wait(start_stream(catalog_config, tmp_path, failpoints=moment))
+    # Appends go to Spark's writer unless told otherwise; the Arrow writer's moment needs the Arrow writer.
+    writer = "arrow" if moment.startswith("writer.") else "auto"
+    code = wait(start_stream(catalog_config, tmp_path, failpoints=moment, writer=writer))
     if moment.startswith("writer."):
         # Spark's Python workers live in their own process group: the executor dies, the query fails.
         assert code != 0, "the query should have failed when its executor died"

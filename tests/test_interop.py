@@ -10,7 +10,7 @@ import pytest
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
-from tests.outcomes import iceberg_rust_sql
+from tests.outcomes import iceberg_rust_sql, read_with_iceberg_java
 from tests.streams import add_input_files, expected_rows, input_stream, run_available
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
@@ -55,36 +55,6 @@ def test_independent_readers_return_exactly_the_input(
     planned = list(table.scan(row_filter="id >= 1000").plan_files())
     assert sum(t.file.record_count for t in planned) >= 1234
     assert len(planned) < len(list(table.scan().plan_files()))
-
-
-JAVA_READER_VENV = Path(__file__).parent.parent / ".venv-iceberg-java"
-
-
-@pytest.fixture(scope="session")
-def java_reader() -> Path:
-    """The Python of the separate environment holding Iceberg Java (see ``make install-interop``)."""
-    python = JAVA_READER_VENV / "bin" / "python"
-    if not python.exists():
-        pytest.fail(f"{JAVA_READER_VENV} is missing: `make install-interop` installs pyspark 3.5.9 + Iceberg 1.9.2")
-    return python
-
-
-def read_with_iceberg_java(python: Path, metadata_location: str, columns: list[str]) -> list[dict[str, Any]]:
-    """Iceberg 1.9.2's Java reader, through Spark 3.5 in its own environment."""
-    import json
-    import os
-    import subprocess
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
-    done = subprocess.run(
-        [str(python), str(Path(__file__).parent / "java_reader.py"), metadata_location, ",".join(columns)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
 @pytest.mark.parametrize("partition_by", [[], ["region", "bucket(4, id)"]], ids=["unpartitioned", "partitioned"])

@@ -4,8 +4,11 @@
    may already hold it, or hold a later one (a restart from an older
    checkpoint location: refused), and the ledger may have staged it already
    (Spark re-delivers a batch whose completion it did not record).
-2. Executors write Parquet files (one ``mapInArrow`` pass: the only action
-   on the batch, so the source is read once) and return ``WriteResult``s.
+2. Executors write Parquet files in one pass over the batch (the only
+   action on it, so the source is read once): appends Spark can write alone
+   go through Spark's own Parquet writer (``spark_writer``), everything else
+   through icesink's Arrow writer in a ``mapInArrow`` task; either way the
+   driver ends up with the tasks' ``WriteResult``s.
 3. The checkpoint's delta manifest is written and staged in the ledger
    before ``foreachBatch`` returns, so that Spark only records the batch as
    done once the hand-off is durable.
@@ -30,13 +33,16 @@ from icesink.errors import CheckpointRewindError, ConfigError, IcesinkError
 from icesink.failpoints import failpoint
 from icesink.results import decode_write_result
 from icesink.sink.schema import plan_projection
+from icesink.sink.spark_writer import SparkParquetWriter, spark_writer_refusal
 from icesink.sink.tables import writer_spec
 from icesink.writer.task import RESULT_SCHEMA_DDL, write_task
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame
 
+    from icesink.results import WriteResult
     from icesink.writer.spec import ChangeSpec, WriterSpec
 
 log = logging.getLogger("icesink.stream")
@@ -56,18 +62,22 @@ class SinkSettings:
     passthrough: tuple[str, ...] = ()
     commit_attempts: int = 8
     expire_snapshots: bool = False
+    writer: str = "auto"
 
 
 class BatchWriter:
     """The ``foreachBatch`` callable of one stream."""
 
-    def __init__(self, settings: SinkSettings) -> None:
+    def __init__(self, settings: SinkSettings, catalog: SqlCatalog | None = None) -> None:
         self._settings = settings
-        self._catalog = open_catalog(settings.catalog)
+        # stream() hands over the catalog it opened (and checked the migrations of) already.
+        self._catalog = catalog or open_catalog(settings.catalog)
         self._ledger = Ledger(settings.catalog)
         self._committer = TableCommitter(
             self._catalog, settings.catalog, self._ledger, expire_snapshots=settings.expire_snapshots
         )
+        self._spark_writer = SparkParquetWriter()
+        self._writer_in_use: str | None = None
 
     def job_id(self, batch_df: DataFrame) -> str:
         if self._settings.job_id:
@@ -110,16 +120,15 @@ class BatchWriter:
                 self._commit(job_id)
             return
         spec = writer_spec(table, identifier, job_id, self._settings.changes).for_checkpoint(checkpoint_id)
-        rows = self._write(batch_df, table, spec).collect()
-        results = [decode_write_result(row[0]) for row in rows]
+        results = self._write(batch_df, table, spec)
         failpoint("driver.after-write")
         stage_checkpoint(self._ledger, table, identifier, job_id, checkpoint_id, results)
         failpoint("driver.after-stage")
         if self._settings.inline_commit:
             self._commit(job_id)
 
-    def _write(self, batch_df: DataFrame, table: Table, spec: WriterSpec) -> DataFrame:
-        """The one action on the batch: executors write files and return their results."""
+    def _write(self, batch_df: DataFrame, table: Table, spec: WriterSpec) -> list[WriteResult]:
+        """The one action on the batch: files are written, their results come back to the driver."""
         from pyspark.sql import functions as F
 
         changes = self._settings.changes
@@ -130,11 +139,28 @@ class BatchWriter:
             passthrough.append(changes.order_column)
         projection = plan_projection(batch_df.schema, table.schema(), self._settings.table, passthrough)
         projected = projection.apply(batch_df, table.schema())
+        if self._settings.writer != "arrow":
+            refusal = spark_writer_refusal(spec, projected)
+            if refusal is None:
+                self._note_writer("spark", "Spark's Parquet writer")
+                return self._spark_writer.write(projected, spec)
+            if self._settings.writer == "spark":
+                raise ConfigError(
+                    f"table {self._settings.table}, checkpoint {spec.checkpoint_id}: writer='spark' cannot write "
+                    f"it: {refusal}; use writer='auto' to fall back to the Arrow writer"
+                )
+            self._note_writer("arrow", f"icesink's Arrow writer ({refusal})")
         if changes is not None:
             # Every change of a key must reach the same task to be collapsed there.
             keys = [F.col(f"`{c.name}`") for c in spec.equality_columns]
             projected = projected.repartition(batch_df.sparkSession.sparkContext.defaultParallelism, *keys)
-        return projected.mapInArrow(write_task(spec), RESULT_SCHEMA_DDL)
+        rows = projected.mapInArrow(write_task(spec), RESULT_SCHEMA_DDL).collect()
+        return [decode_write_result(row[0]) for row in rows]
+
+    def _note_writer(self, writer: str, why: str) -> None:
+        if writer != self._writer_in_use:
+            self._writer_in_use = writer
+            log.info("table=%s: files are written by %s", self._settings.table, why)
 
     def _commit(self, job_id: str) -> None:
         """Commit this job's pending checkpoints, retrying transient failures with capped backoff."""

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("icesink.stream")
 
 COMMITTERS = ("inline", "daemon")
+WRITERS = ("auto", "spark", "arrow")
 
 
 def resolve_catalog(catalog: str | CatalogConfig | Mapping[str, str] | None) -> CatalogConfig:
@@ -51,6 +52,7 @@ def stream(
     op_values: Mapping[str, str] | None = None,
     sequence_by: str | None = None,
     expire_snapshots: bool = False,
+    writer: str = "auto",
 ) -> StreamingQuery:
     """Start writing a streaming DataFrame into an Iceberg table, exactly once per micro-batch.
 
@@ -74,6 +76,10 @@ def stream(
         sequence_by: orders the changes of one key within a micro-batch; the last one wins.
         expire_snapshots: with the inline committer, drop snapshots past the table's ``history.expire.*``
             retention in every commit (as ``icesink committer run --expire-snapshots`` does).
+        writer: who writes the Parquet files. ``"auto"`` (default): Spark's own Parquet writer where it can
+            do all the table asks (appends to an unpartitioned table on a file system path), icesink's Arrow
+            writer elsewhere; ``"spark"``: Spark's writer or an error saying why not; ``"arrow"``: always
+            icesink's Arrow writer (partition transforms, object stores, change streams, per-row checks).
 
     Returns:
         The running ``StreamingQuery``.
@@ -84,6 +90,7 @@ def stream(
     from icesink.sink.batch import BatchWriter, SinkSettings
     from icesink.sink.changes import change_spec, check_key_columns, extra_columns, resolve_equality_fields
     from icesink.sink.schema import plan_projection
+    from icesink.sink.spark_writer import spark_writer_refusal
     from icesink.sink.tables import resolve_table, writer_spec
 
     if not isinstance(df, SparkDataFrame):
@@ -93,6 +100,8 @@ def stream(
             f"table {table}: the DataFrame is not streaming; build it with spark.readStream "
             "(for a one-off load, use readStream with trigger={'availableNow': True})"
         )
+    if writer not in WRITERS:
+        raise ConfigError(f"table {table}: writer must be one of {WRITERS}, not {writer!r}")
     if committer not in COMMITTERS:
         raise ConfigError(f"table {table}: committer must be one of {COMMITTERS}, not {committer!r}")
     spark = df.sparkSession
@@ -129,8 +138,12 @@ def stream(
     if keys:
         changes = change_spec(iceberg_table, table, df.schema, keys, op_column, op_values, sequence_by)
         passthrough = extra_columns(changes, iceberg_table)
-    plan_projection(df.schema, iceberg_table.schema(), table, passthrough)
-    writer_spec(iceberg_table, table, job_id or "check", changes)
+    projection = plan_projection(df.schema, iceberg_table.schema(), table, passthrough)
+    spec = writer_spec(iceberg_table, table, job_id or "check", changes)
+    if writer == "spark":
+        refusal = spark_writer_refusal(spec, projection.apply(df, iceberg_table.schema()))
+        if refusal:
+            raise ConfigError(f"table {table}: writer='spark' cannot write this stream: {refusal}")
 
     settings = SinkSettings(
         table=table,
@@ -140,11 +153,12 @@ def stream(
         expire_snapshots=expire_snapshots,
         changes=changes,
         passthrough=tuple(passthrough),
+        writer=writer,
     )
-    handler = BatchWriter(settings)
-    writer = df.writeStream.foreachBatch(handler).option("checkpointLocation", checkpoint_location)
+    handler = BatchWriter(settings, catalog_handle)
+    stream_writer = df.writeStream.foreachBatch(handler).option("checkpointLocation", checkpoint_location)
     if trigger:
-        writer = writer.trigger(**trigger)
+        stream_writer = stream_writer.trigger(**trigger)
     if query_name:
-        writer = writer.queryName(query_name)
-    return writer.start()
+        stream_writer = stream_writer.queryName(query_name)
+    return stream_writer.start()

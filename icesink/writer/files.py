@@ -90,7 +90,7 @@ class ParquetFile:
             self._filesystem.delete_file(self._fs_path)
 
 
-def _split_offsets(metadata: pq.FileMetaData) -> tuple[int, ...]:
+def split_offsets(metadata: pq.FileMetaData) -> tuple[int, ...]:
     offsets = []
     for i in range(metadata.num_row_groups):
         chunk = metadata.row_group(i).column(0)
@@ -99,7 +99,7 @@ def _split_offsets(metadata: pq.FileMetaData) -> tuple[int, ...]:
     return tuple(sorted(offsets))
 
 
-def _column_sizes(metadata: pq.FileMetaData, columns: tuple[ColumnSpec, ...]) -> dict[int, int]:
+def column_sizes(metadata: pq.FileMetaData, columns: tuple[ColumnSpec, ...]) -> dict[int, int]:
     sizes = dict.fromkeys((c.field_id for c in columns), 0)
     for i in range(metadata.num_row_groups):
         group = metadata.row_group(i)
@@ -192,13 +192,13 @@ class RollingFileWriter:
                 file_size_bytes=size,
                 spec_id=self._spec.spec_id,
                 partition=self._partition,
-                column_sizes=_column_sizes(metadata, self._columns),
+                column_sizes=column_sizes(metadata, self._columns),
                 value_counts=file.metrics.value_counts(),
                 null_value_counts=file.metrics.null_value_counts(),
                 nan_value_counts=file.metrics.nan_value_counts(),
                 lower_bounds=lowers,
                 upper_bounds=uppers,
-                split_offsets=_split_offsets(metadata),
+                split_offsets=split_offsets(metadata),
                 equality_ids=self._equality_ids,
             )
         )

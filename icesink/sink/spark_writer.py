@@ -1,0 +1,166 @@
+"""Appends written by Spark's own Parquet writer, inside the JVM.
+
+Handing every row from the JVM to a Python worker as Arrow costs about as
+much as Spark's whole Parquet write (README, performance). For plain appends
+nothing in icesink's Arrow writer needs Python: Spark can write the files
+itself, with Iceberg's field ids in the Parquet schema, and the driver reads
+their footers for the manifest metadata. That is this module.
+
+How one checkpoint is written:
+
+1. The batch, projected to the table's columns, is written by
+   ``DataFrame.write.parquet`` into a fresh staging directory under the
+   table's data location (Spark's commit protocol keeps exactly one attempt's
+   file per task there).
+2. The driver reads each file's footer (``icesink.writer.footers``), checks
+   its field ids, and moves the file into the data location under icesink's
+   usual name (job, checkpoint, task, uuid).
+3. The staging directory is removed; the ``WriteResult``s go to staging as
+   for the Arrow writer.
+
+A crash anywhere in between leaves only files no checkpoint names, which
+``icesink committer gc`` removes; the re-run batch writes into a new staging
+directory.
+
+It is used where Spark can do everything the table asks for (see
+:func:`spark_writer_refusal`); elsewhere the Arrow writer runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from icesink.failpoints import failpoint
+from icesink.results import FileRecord, WriteResult
+from icesink.writer.files import FileNamer
+from icesink.writer.footers import file_record_from_footer
+from icesink.writer.storage import split_location
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from icesink.writer.spec import WriterSpec
+
+log = logging.getLogger("icesink.stream")
+
+# Settings of the stream's own Spark session (a clone Spark makes per query, so
+# the user's session is untouched). Iceberg readers need INT64 microsecond
+# timestamps (Spark's default is INT96), field ids, the standard Parquet
+# encodings, and dates/timestamps in the proleptic Gregorian calendar.
+SESSION_SETTINGS = {
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.parquet.fieldId.write.enabled": "true",
+    "spark.sql.parquet.writeLegacyFormat": "false",
+    "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
+}
+FIELD_ID_METADATA = "parquet.field.id"
+_SPARK_FILE = re.compile(r"^part-(\d+)-.*\.parquet$")
+
+
+def spark_writer_refusal(spec: WriterSpec, projected: DataFrame) -> str | None:
+    """Why Spark's Parquet writer cannot write this checkpoint, or None when it can."""
+    if spec.changes is not None:
+        return "a change stream's rows are collapsed per key before writing, which the Arrow writer does"
+    if spec.partition_fields:
+        return "the table is partitioned, and Spark has no Iceberg partition transforms"
+    filesystem, _ = split_location(spec.data_location, spec.storage_options)
+    if not isinstance(filesystem, pafs.LocalFileSystem):
+        return (
+            f"the data location {spec.data_location} is not a file system path, and pyspark ships no object-store "
+            "connector"
+        )
+    nullable = {f.name: f.nullable for f in projected.schema.fields}
+    unchecked = [c.name for c in spec.columns if c.required and nullable.get(c.name, True)]
+    if unchecked:
+        return (
+            f"required column(s) {', '.join(repr(n) for n in unchecked)} may hold nulls in the DataFrame; "
+            "the Arrow writer checks every row"
+        )
+    return None
+
+
+class SparkParquetWriter:
+    """Writes the checkpoints of one stream with Spark's Parquet writer.
+
+    Spark rolls files by row count only, so the rows per file are derived from
+    the bytes per row seen in the stream's previous checkpoints: from the
+    second non-empty checkpoint on, files come out near the table's
+    ``write.target-file-size-bytes``.
+    """
+
+    def __init__(self) -> None:
+        self._bytes_per_row: float | None = None
+
+    def write(self, projected: DataFrame, spec: WriterSpec) -> list[WriteResult]:
+        from pyspark.sql import functions as F
+
+        filesystem, data_path = split_location(spec.data_location, spec.storage_options)
+        token = uuid.uuid4().hex
+        staging_name = f".icesink-staging-{spec.job_id}-{spec.checkpoint_id:010d}-{token}"
+        staging_uri = f"{spec.data_location.rstrip('/')}/{staging_name}"
+        staging_path = f"{data_path.rstrip('/')}/{staging_name}"
+        session = projected.sparkSession
+        for key, value in SESSION_SETTINGS.items():
+            session.conf.set(key, value)
+        with_ids = projected.select(
+            *[F.col(f"`{c.name}`").alias(c.name, metadata={FIELD_ID_METADATA: c.field_id}) for c in spec.columns]
+        )
+        writer = (
+            with_ids.write.option("compression", spec.compression)
+            .option("parquet.block.size", str(spec.row_group_bytes))
+            # No _SUCCESS marker: the staging directory is read by icesink only.
+            .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
+        )
+        if self._bytes_per_row:
+            rows = max(1, int(spec.target_file_size_bytes / self._bytes_per_row))
+            writer = writer.option("maxRecordsPerFile", str(rows))
+        try:
+            writer.parquet(staging_uri)
+            failpoint("spark-writer.after-write")
+            results = self._move_into_table(filesystem, staging_path, data_path, spec)
+        finally:
+            # What is left: Hadoop's checksum files, or a failed write's remains.
+            if filesystem.get_file_info(staging_path).type != pafs.FileType.NotFound:
+                filesystem.delete_dir(staging_path)
+        return results
+
+    def _move_into_table(
+        self, filesystem: pafs.FileSystem, staging_path: str, data_path: str, spec: WriterSpec
+    ) -> list[WriteResult]:
+        files = sorted(
+            (info for info in filesystem.get_file_info(pafs.FileSelector(staging_path)) if info.is_file),
+            key=lambda info: info.base_name,
+        )
+        by_task: dict[int, list[FileRecord]] = defaultdict(list)
+        namers: dict[int, FileNamer] = {}
+        total_bytes = total_rows = 0
+        for info in files:
+            match = _SPARK_FILE.match(info.base_name)
+            if match is None:
+                continue  # checksums and other side files of Hadoop's file system
+            metadata = pq.read_metadata(info.path, filesystem=filesystem)
+            if metadata.num_rows == 0:
+                continue  # Spark writes a schema-only file for an empty batch
+            task = int(match.group(1))
+            namer = namers.setdefault(task, FileNamer(spec.job_id, spec.checkpoint_id, task, attempt=0))
+            name = namer.name(len(by_task[task]))
+            uri = f"{spec.data_location.rstrip('/')}/{name}"
+            record = file_record_from_footer(spec, uri, info.size, metadata)
+            filesystem.move(info.path, f"{data_path.rstrip('/')}/{name}")
+            failpoint("spark-writer.after-move")
+            by_task[task].append(record)
+            total_bytes += info.size
+            total_rows += metadata.num_rows
+        if total_rows:
+            self._bytes_per_row = total_bytes / total_rows
+        return [
+            WriteResult(spec.checkpoint_id, task, 0, data_files=tuple(records))
+            for task, records in sorted(by_task.items())
+        ]

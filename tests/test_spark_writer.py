@@ -1,0 +1,238 @@
+"""Appends written by Spark's own Parquet writer: the same table, metadata and rows as icesink's Arrow writer."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from icesink.committer.ledger import Ledger
+from icesink.errors import ConfigError
+from tests.outcomes import iceberg_rust_sql, read_with_iceberg_java
+from tests.streams import add_input_files, expected_rows, input_stream, order_for_file_source, run_available
+
+pytestmark = pytest.mark.spark
+
+TYPED_SCHEMA = (
+    "b boolean, i int, l long, f float, d double, dec decimal(10,2), big decimal(30,5), "
+    "s string, bin binary, dt date, ts timestamp, ntz timestamp_ntz"
+)
+UTC = datetime.UTC
+
+
+def typed_rows(count: int) -> pa.Table:
+    """Every type the writer takes, with nulls, a NaN, long multi-byte strings and dates before 1582."""
+    rows = []
+    for n in range(count):
+        rows.append(
+            {
+                "b": None if n % 7 == 3 else n % 2 == 0,
+                "i": None if n % 5 == 4 else n - 50,
+                "l": n * 1_000_003,
+                "f": float(n) / 4,
+                "d": math.nan if n == 17 else None if n % 11 == 5 else n * 0.5 - 3,
+                "dec": decimal.Decimal(n * 37 - 900) / 100,
+                "big": None if n % 13 == 0 else decimal.Decimal(n) * decimal.Decimal("123456789012.34567"),
+                "s": None if n % 9 == 1 else f"ünïcode-name-longer-than-sixteen-{n:04d}",
+                "bin": bytes([n % 256, 255, 0, 7]) * 5,
+                "dt": datetime.date(1000, 1, 1) + datetime.timedelta(days=n * 3000),
+                "ts": datetime.datetime(1500, 1, 1, tzinfo=UTC) + datetime.timedelta(days=n * 1000, microseconds=n),
+                "ntz": datetime.datetime(2026, 3, 1) + datetime.timedelta(minutes=n),
+            }
+        )
+    schema = pa.schema(
+        [
+            ("b", pa.bool_()),
+            ("i", pa.int32()),
+            ("l", pa.int64()),
+            ("f", pa.float32()),
+            ("d", pa.float64()),
+            ("dec", pa.decimal128(10, 2)),
+            ("big", pa.decimal128(30, 5)),
+            ("s", pa.string()),
+            ("bin", pa.binary()),
+            ("dt", pa.date32()),
+            ("ts", pa.timestamp("us", tz="UTC")),
+            ("ntz", pa.timestamp("us")),
+        ]
+    )
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def write_typed_input(directory: Path, count: int) -> pa.Table:
+    directory.mkdir(parents=True)
+    rows = typed_rows(count)
+    pq.write_table(rows, directory / "part-00000.parquet")
+    order_for_file_source(directory / "part-00000.parquet", 0)
+    return rows
+
+
+def comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """NaN never equals NaN; compare it as a marker."""
+    return [{k: "NaN" if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()} for r in rows]
+
+
+def only_data_file(table: Any) -> Any:
+    (task,) = list(table.scan().plan_files())
+    return task.file
+
+
+def test_spark_written_files_carry_the_same_metadata_as_the_arrow_writers(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    write_typed_input(tmp_path / "in", 300)
+    for writer in ("spark", "arrow"):
+        run_available(
+            input_stream(spark, tmp_path / "in", TYPED_SCHEMA),
+            table=f"shop.typed_{writer}",
+            checkpoint_location=str(tmp_path / f"ckpt-{writer}"),
+            create_table=True,
+            catalog=sqlite_catalog,
+            writer=writer,
+        )
+    catalog = open_catalog(sqlite_catalog)
+    ours = only_data_file(catalog.load_table("shop.typed_spark"))
+    theirs = only_data_file(catalog.load_table("shop.typed_arrow"))
+    d = catalog.load_table("shop.typed_spark").schema().find_field("d").field_id
+    f = catalog.load_table("shop.typed_spark").schema().find_field("f").field_id
+
+    assert ours.record_count == theirs.record_count == 300
+    assert ours.value_counts == theirs.value_counts
+    assert ours.null_value_counts == theirs.null_value_counts
+    assert set(ours.column_sizes) == set(theirs.column_sizes)
+    # Every bound agrees, strings truncated to 16 code points alike, except the double column holding a NaN:
+    # Spark's footer put the NaN in its max, so no bound is claimed there, and no NaN count is guessed.
+    assert {k: v for k, v in theirs.lower_bounds.items() if k != d} == ours.lower_bounds
+    assert {k: v for k, v in theirs.upper_bounds.items() if k != d} == ours.upper_bounds
+    assert f in ours.lower_bounds and d in theirs.lower_bounds
+    assert theirs.nan_value_counts[d] == 1 and not ours.nan_value_counts
+    assert ours.split_offsets and ours.file_format == theirs.file_format
+
+
+def test_readers_nobody_here_wrote_read_spark_written_files_exactly(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, java_reader: Path
+) -> None:
+    import icesink
+
+    typed = write_typed_input(tmp_path / "in", 300)
+    expected = typed.to_pylist()
+    run_available(
+        input_stream(spark, tmp_path / "in", TYPED_SCHEMA),
+        table="shop.typed",
+        checkpoint_location=str(tmp_path / "ckpt"),
+        create_table=True,
+        catalog=sqlite_catalog,
+        writer="spark",
+    )
+    table = open_catalog(sqlite_catalog).load_table("shop.typed")
+
+    assert comparable(table.scan().to_arrow().sort_by("l").to_pylist()) == comparable(expected)
+    rust = iceberg_rust_sql(table, "SELECT * FROM t ORDER BY l")
+    assert comparable(rust.cast(typed.schema).to_pylist()) == comparable(expected)
+    assert comparable(icesink.read(table).sort_by("l").to_pylist()) == comparable(expected)
+
+    columns = ["l", "i", "b", "dec", "s", "dt"]
+    java = sorted(read_with_iceberg_java(java_reader, table.metadata_location, columns), key=lambda r: r["l"])
+    as_text = ("dec", "dt")  # the reader prints decimals and dates as text
+    assert java == [{c: str(r[c]) if c in as_text and r[c] is not None else r[c] for c in columns} for r in expected]
+
+    # Pruning by the footer bounds: a range of l, and a date before 1582.
+    assert {t.file.file_path for t in table.scan(row_filter="l >= 1000000000").plan_files()} == set()
+    ancient = iceberg_rust_sql(table, "SELECT count(*) AS n FROM t WHERE dt < DATE '1001-01-01'")
+    assert ancient.column("n")[0].as_py() == 1
+
+
+def test_files_get_icesink_names_and_roll_at_the_target_size_from_the_second_checkpoint(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    batches = [(0, 100), (100, 20_000), (20_100, 20_000)]
+    add_input_files(tmp_path / "in", batches[:1])
+    options = dict(table="shop.orders", checkpoint_location=str(tmp_path / "ckpt"), catalog=sqlite_catalog)
+    run_available(input_stream(spark, tmp_path / "in"), create_table=True, **options)
+    table = open_catalog(sqlite_catalog).load_table("shop.orders")
+    target = 40_000
+    with table.transaction() as tx:
+        tx.set_properties({"write.target-file-size-bytes": str(target)})
+    add_input_files(tmp_path / "in", batches[1:])
+    query = run_available(input_stream(spark, tmp_path / "in"), **options)
+
+    table = open_catalog(sqlite_catalog).load_table("shop.orders")
+    job = query.id
+    files_by_checkpoint: dict[int, list[Any]] = {}
+    name = re.compile(rf"^{job}-(\d{{10}})-(\d{{5}})-0-[0-9a-f]{{32}}-(\d{{5}})\.parquet$")
+    for task in table.scan().plan_files():
+        file_name = task.file.file_path.rsplit("/", 1)[1]
+        match = name.match(file_name)
+        assert match, file_name
+        assert task.file.file_path == f"{table.location()}/data/{file_name}"
+        files_by_checkpoint.setdefault(int(match.group(1)), []).append(task.file)
+    assert sorted(files_by_checkpoint) == [0, 1, 2]
+    # The first checkpoint of this stream knows no bytes per row yet: one file per task.
+    assert len(files_by_checkpoint[1]) <= 2
+    rolled = sorted(f.file_size_in_bytes for f in files_by_checkpoint[2])
+    assert len(rolled) >= 4, rolled
+    assert all(0.5 * target <= size <= 1.5 * target for size in rolled[1:]), rolled
+    assert iceberg_rust_sql(table, "SELECT count(*) AS n FROM t").column("n")[0].as_py() == 40_100
+    data = Path(table.location().removeprefix("file://")) / "data"
+    assert not [p.name for p in data.iterdir() if p.name.startswith(".icesink-staging")]
+
+
+def test_a_failing_spark_write_leaves_no_staging_directory_and_stages_nothing(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    from pyspark.errors import StreamingQueryException
+    from pyspark.sql import functions as F
+
+    add_input_files(tmp_path / "in", [(0, 500), (500, 500)])
+    df = input_stream(spark, tmp_path / "in").withColumn(
+        "name", F.when(F.col("id") == 700, F.raise_error(F.lit("bad row 700"))).otherwise(F.col("name"))
+    )
+    with pytest.raises(StreamingQueryException, match="bad row 700"):
+        run_available(
+            df,
+            table="shop.orders",
+            checkpoint_location=str(tmp_path / "ckpt"),
+            create_table=True,
+            catalog=sqlite_catalog,
+            writer="spark",
+        )
+    table = open_catalog(sqlite_catalog).load_table("shop.orders")
+    assert [r.checkpoint_id for r in Ledger(sqlite_catalog).for_table("shop.orders")] == [0]
+    assert table.scan().to_arrow().sort_by("id").to_pylist() == expected_rows([(0, 500)]).to_pylist()
+    data = Path(table.location().removeprefix("file://")) / "data"
+    assert len(list(data.iterdir())) == 1  # the first checkpoint's file, nothing else
+
+
+def test_writer_spark_where_spark_cannot_write_is_refused_with_the_reason(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    import icesink
+
+    add_input_files(tmp_path / "in", [(0, 10)])
+    with pytest.raises(ConfigError, match=r"shop\.orders: writer='spark' .*partitioned"):
+        icesink.stream(
+            input_stream(spark, tmp_path / "in"),
+            table="shop.orders",
+            checkpoint_location=str(tmp_path / "ckpt"),
+            create_table=True,
+            partition_by=["day(ts)"],
+            catalog=sqlite_catalog,
+            writer="spark",
+        )
+    with pytest.raises(ConfigError, match="writer must be one of"):
+        icesink.stream(
+            input_stream(spark, tmp_path / "in"),
+            table="shop.orders",
+            checkpoint_location=str(tmp_path / "ckpt"),
+            catalog=sqlite_catalog,
+            writer="jvm",
+        )
