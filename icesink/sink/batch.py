@@ -33,7 +33,7 @@ from icesink.errors import CheckpointRewindError, ConfigError, IcesinkError
 from icesink.failpoints import failpoint
 from icesink.results import decode_write_result
 from icesink.sink.schema import plan_projection
-from icesink.sink.spark_writer import SparkParquetWriter, spark_writer_refusal
+from icesink.sink.spark_writer import SparkParquetWriter, spark_writer_refusal, table_bytes_per_row
 from icesink.sink.tables import writer_spec
 from icesink.writer.task import RESULT_SCHEMA_DDL, write_task
 
@@ -143,7 +143,9 @@ class BatchWriter:
             refusal = spark_writer_refusal(spec, projected)
             if refusal is None:
                 self._note_writer("spark", "Spark's Parquet writer")
-                return self._spark_writer.write(projected, spec)
+                snapshot = table.current_snapshot()
+                summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else None
+                return self._spark_writer.write(projected, spec, table_bytes_per_row(summary))
             if self._settings.writer == "spark":
                 raise ConfigError(
                     f"table {self._settings.table}, checkpoint {spec.checkpoint_id}: writer='spark' cannot write "

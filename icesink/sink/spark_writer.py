@@ -32,6 +32,7 @@ import logging
 import re
 import uuid
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import pyarrow.fs as pafs
@@ -86,19 +87,31 @@ def spark_writer_refusal(spec: WriterSpec, projected: DataFrame) -> str | None:
     return None
 
 
+def table_bytes_per_row(summary: Mapping[str, str] | None) -> float | None:
+    """Bytes per row of the table's files so far, from a snapshot summary's totals."""
+    if not summary:
+        return None
+    try:
+        size, rows = int(summary.get("total-files-size", 0)), int(summary.get("total-records", 0))
+    except ValueError:
+        return None
+    return size / rows if size and rows else None
+
+
 class SparkParquetWriter:
     """Writes the checkpoints of one stream with Spark's Parquet writer.
 
     Spark rolls files by row count only, so the rows per file are derived from
-    the bytes per row seen in the stream's previous checkpoints: from the
-    second non-empty checkpoint on, files come out near the table's
-    ``write.target-file-size-bytes``.
+    bytes per row: those of this stream's earlier checkpoints, else the
+    table's totals so far (its current snapshot's summary). Files come out
+    near the table's ``write.target-file-size-bytes``, except in the first
+    checkpoint of a stream into an empty table: one file per task there.
     """
 
     def __init__(self) -> None:
         self._bytes_per_row: float | None = None
 
-    def write(self, projected: DataFrame, spec: WriterSpec) -> list[WriteResult]:
+    def write(self, projected: DataFrame, spec: WriterSpec, table_bytes_per_row: float | None) -> list[WriteResult]:
         from pyspark.sql import functions as F
 
         filesystem, data_path = split_location(spec.data_location, spec.storage_options)
@@ -118,8 +131,9 @@ class SparkParquetWriter:
             # No _SUCCESS marker: the staging directory is read by icesink only.
             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
         )
-        if self._bytes_per_row:
-            rows = max(1, int(spec.target_file_size_bytes / self._bytes_per_row))
+        bytes_per_row = self._bytes_per_row or table_bytes_per_row
+        if bytes_per_row:
+            rows = max(1, int(spec.target_file_size_bytes / bytes_per_row))
             writer = writer.option("maxRecordsPerFile", str(rows))
         try:
             writer.parquet(staging_uri)
