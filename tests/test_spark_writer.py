@@ -99,6 +99,8 @@ def test_spark_written_files_carry_the_same_metadata_as_the_arrow_writers(
             catalog=sqlite_catalog,
             writer=writer,
         )
+    # Spark's writer settings went to the query's own session, not to the one the test shares.
+    assert spark.conf.get("spark.sql.parquet.outputTimestampType") == "INT96"
     catalog = open_catalog(sqlite_catalog)
     ours = only_data_file(catalog.load_table("shop.typed_spark"))
     theirs = only_data_file(catalog.load_table("shop.typed_arrow"))

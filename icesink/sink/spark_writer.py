@@ -111,7 +111,7 @@ class SparkParquetWriter:
     def __init__(self) -> None:
         self._bytes_per_row: float | None = None
 
-    def write(self, projected: DataFrame, spec: WriterSpec, table_bytes_per_row: float | None) -> list[WriteResult]:
+    def write(self, projected: DataFrame, spec: WriterSpec, table_row_bytes: float | None) -> list[WriteResult]:
         from pyspark.sql import functions as F
 
         filesystem, data_path = split_location(spec.data_location, spec.storage_options)
@@ -131,7 +131,7 @@ class SparkParquetWriter:
             # No _SUCCESS marker: the staging directory is read by icesink only.
             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
         )
-        bytes_per_row = self._bytes_per_row or table_bytes_per_row
+        bytes_per_row = self._bytes_per_row or table_row_bytes
         if bytes_per_row:
             rows = max(1, int(spec.target_file_size_bytes / bytes_per_row))
             writer = writer.option("maxRecordsPerFile", str(rows))
