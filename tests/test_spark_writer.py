@@ -239,3 +239,25 @@ def test_writer_spark_where_spark_cannot_write_is_refused_with_the_reason(
             catalog=sqlite_catalog,
             writer="jvm",
         )
+
+
+def test_an_empty_micro_batch_adds_no_file_and_no_snapshot(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    from pyspark.sql import functions as F
+
+    add_input_files(tmp_path / "in", [(0, 300), (300, 300), (600, 300)])
+    run_available(
+        input_stream(spark, tmp_path / "in").where((F.col("id") < 300) | (F.col("id") >= 600)),
+        table="shop.orders",
+        checkpoint_location=str(tmp_path / "ckpt"),
+        create_table=True,
+        catalog=sqlite_catalog,
+        writer="spark",
+    )
+    table = open_catalog(sqlite_catalog).load_table("shop.orders")
+    assert len(table.metadata.snapshots) == 2
+    assert [r.checkpoint_id for r in Ledger(sqlite_catalog).for_table("shop.orders")] == [0, 1, 2]
+    data = Path(table.location().removeprefix("file://")) / "data"
+    assert len(list(data.iterdir())) == 2
+    assert table.scan().to_arrow().sort_by("id").to_pylist() == expected_rows([(0, 300), (600, 300)]).to_pylist()

@@ -68,8 +68,29 @@ def engine(config: CatalogConfig) -> Engine:
             Path(config.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         with database_errors(config):
             created = create_engine(config.uri, pool_pre_ping=True, **_engine_options(config.uri))
+        if config.uri.startswith("sqlite"):
+            _use_write_ahead_log(created)
         _engines[config.uri] = created
         return created
+
+
+def _use_write_ahead_log(created: Engine) -> None:
+    """SQLite in WAL mode: readers and the one writer no longer block each other.
+
+    In SQLite's default rollback journal, a process that stops while reading
+    (a paused committer, a frozen VM) keeps every other process from
+    committing, and a writer waiting for it keeps everyone from reading. The
+    mode is stored in the database file; a database that cannot switch (in
+    memory, busy) stays as it is.
+    """
+    from sqlalchemy import event
+
+    @event.listens_for(created, "connect")
+    def _journal_mode(connection, _record) -> None:  # type: ignore[no-untyped-def]
+        import sqlite3
+
+        with contextlib.suppress(sqlite3.OperationalError):
+            connection.execute("PRAGMA journal_mode=WAL").fetchall()
 
 
 def _engine_options(uri: str) -> dict[str, object]:
