@@ -81,6 +81,18 @@ def comparable(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: "NaN" if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()} for r in rows]
 
 
+def stream_new_table(df: Any, catalog: CatalogConfig, tmp_path: Path, table: str, writer: str = "spark") -> Any:
+    """Run a stream over everything available into a table it creates."""
+    return run_available(
+        df,
+        table=table,
+        checkpoint_location=str(tmp_path / f"ckpt-{table}"),
+        create_table=True,
+        catalog=catalog,
+        writer=writer,
+    )
+
+
 def only_data_file(table: Any) -> Any:
     (task,) = list(table.scan().plan_files())
     return task.file
@@ -91,13 +103,8 @@ def test_spark_written_files_carry_the_same_metadata_as_the_arrow_writers(
 ) -> None:
     write_typed_input(tmp_path / "in", 300)
     for writer in ("spark", "arrow"):
-        run_available(
-            input_stream(spark, tmp_path / "in", TYPED_SCHEMA),
-            table=f"shop.typed_{writer}",
-            checkpoint_location=str(tmp_path / f"ckpt-{writer}"),
-            create_table=True,
-            catalog=sqlite_catalog,
-            writer=writer,
+        stream_new_table(
+            input_stream(spark, tmp_path / "in", TYPED_SCHEMA), sqlite_catalog, tmp_path, f"shop.typed_{writer}", writer
         )
     # Spark's writer settings went to the query's own session, not to the one the test shares.
     assert spark.conf.get("spark.sql.parquet.outputTimestampType") == "INT96"
@@ -127,14 +134,7 @@ def test_readers_nobody_here_wrote_read_spark_written_files_exactly(
 
     typed = write_typed_input(tmp_path / "in", 300)
     expected = typed.to_pylist()
-    run_available(
-        input_stream(spark, tmp_path / "in", TYPED_SCHEMA),
-        table="shop.typed",
-        checkpoint_location=str(tmp_path / "ckpt"),
-        create_table=True,
-        catalog=sqlite_catalog,
-        writer="spark",
-    )
+    stream_new_table(input_stream(spark, tmp_path / "in", TYPED_SCHEMA), sqlite_catalog, tmp_path, "shop.typed")
     table = open_catalog(sqlite_catalog).load_table("shop.typed")
 
     assert comparable(table.scan().to_arrow().sort_by("l").to_pylist()) == comparable(expected)
@@ -200,14 +200,7 @@ def test_a_failing_spark_write_leaves_no_staging_directory_and_stages_nothing(
         "name", F.when(F.col("id") == 700, F.raise_error(F.lit("bad row 700"))).otherwise(F.col("name"))
     )
     with pytest.raises(StreamingQueryException, match="bad row 700"):
-        run_available(
-            df,
-            table="shop.orders",
-            checkpoint_location=str(tmp_path / "ckpt"),
-            create_table=True,
-            catalog=sqlite_catalog,
-            writer="spark",
-        )
+        stream_new_table(df, sqlite_catalog, tmp_path, "shop.orders")
     table = open_catalog(sqlite_catalog).load_table("shop.orders")
     assert [r.checkpoint_id for r in Ledger(sqlite_catalog).for_table("shop.orders")] == [0]
     assert table.scan().to_arrow().sort_by("id").to_pylist() == expected_rows([(0, 500)]).to_pylist()
@@ -247,14 +240,8 @@ def test_an_empty_micro_batch_adds_no_file_and_no_snapshot(
     from pyspark.sql import functions as F
 
     add_input_files(tmp_path / "in", [(0, 300), (300, 300), (600, 300)])
-    run_available(
-        input_stream(spark, tmp_path / "in").where((F.col("id") < 300) | (F.col("id") >= 600)),
-        table="shop.orders",
-        checkpoint_location=str(tmp_path / "ckpt"),
-        create_table=True,
-        catalog=sqlite_catalog,
-        writer="spark",
-    )
+    df = input_stream(spark, tmp_path / "in").where((F.col("id") < 300) | (F.col("id") >= 600))
+    stream_new_table(df, sqlite_catalog, tmp_path, "shop.orders")
     table = open_catalog(sqlite_catalog).load_table("shop.orders")
     assert len(table.metadata.snapshots) == 2
     assert [r.checkpoint_id for r in Ledger(sqlite_catalog).for_table("shop.orders")] == [0, 1, 2]
