@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import datetime
+import os
+import time
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -88,3 +91,11 @@ def table_ids(config: CatalogConfig, identifier: str) -> list[int]:
     """Every ``id`` in the table, sorted, duplicates kept (read by pyiceberg)."""
     table = open_catalog(config).load_table(identifier)
     return sorted(table.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist())
+
+
+def age_everything(root: Path, seconds: float = 7200) -> None:
+    """Make every file under ``root`` look ``seconds`` old (for ``committer gc``'s age limit)."""
+    old = time.time() - seconds
+    for path in root.rglob("*"):
+        if path.is_file():
+            os.utime(path, (old, old))

@@ -6,6 +6,7 @@ Every case ends with the table holding every input row exactly once.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import random
 import signal
@@ -19,11 +20,12 @@ import pytest
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
+from icesink.committer.gc import collect_garbage
 from icesink.committer.ledger import CheckpointState, Ledger
 from tests.changes import ChangeModel, random_checkpoint, sorted_rows, write_checkpoint_file
 from tests.outcomes import check_outcome
 from tests.streams import add_input_files
-from tests.support import create_orders_table, orders, stage_rows, table_ids
+from tests.support import age_everything, create_orders_table, orders, stage_rows, table_ids
 
 pytestmark = pytest.mark.faults
 TABLE = "shop.orders"
@@ -125,6 +127,16 @@ def test_stream_killed_mid_batch_and_restarted_writes_every_row_once(
     rows = Ledger(catalog_config).for_table(TABLE)
     assert [r.checkpoint_id for r in rows] == [0, 1, 2, 3]
     assert all(r.state == CheckpointState.COMMITTED for r in rows)
+    if moment == "spark-writer.after-write":
+        # The killed batch's files never left Spark's staging directory; gc takes them, the table stays whole.
+        root = Path(open_catalog(catalog_config).load_table(TABLE).location().removeprefix("file://"))
+        left = [p for p in root.rglob("*") if p.is_file() and ".icesink-staging-" in str(p.parent)]
+        assert any(p.name.endswith(".parquet") for p in left)
+        age_everything(root)
+        report = collect_garbage(open_catalog(catalog_config), catalog_config, TABLE, datetime.timedelta(hours=1))
+        assert set(left) <= {Path(uri.removeprefix("file://")) for uri in report.deleted}
+        assert not any(p.exists() for p in left)
+        check_outcome(f"stream SIGKILL at {moment}, after gc", catalog_config, TABLE, EXPECTED)
 
 
 def test_stream_killed_at_random_moments_writes_every_row_once(catalog_config: CatalogConfig, tmp_path: Path) -> None:

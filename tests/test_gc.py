@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import os
 import time
 from pathlib import Path
 
@@ -15,7 +14,7 @@ from icesink.committer.commit import TableCommitter
 from icesink.committer.gc import collect_garbage, parse_age
 from icesink.committer.ledger import Ledger
 from icesink.errors import ManifestError
-from tests.support import create_orders_table, orders, stage_rows, table_ids, write_files
+from tests.support import age_everything, create_orders_table, orders, stage_rows, table_ids, write_files
 
 TABLE = "shop.orders"
 HOUR = datetime.timedelta(hours=1)
@@ -23,14 +22,6 @@ HOUR = datetime.timedelta(hours=1)
 
 def local(uri: str) -> Path:
     return Path(uri.removeprefix("file://"))
-
-
-def age_everything(root: Path, seconds: float = 7200) -> None:
-    """Make every file under ``root`` look ``seconds`` old."""
-    old = time.time() - seconds
-    for path in root.rglob("*"):
-        if path.is_file():
-            os.utime(path, (old, old))
 
 
 def table_root(config: CatalogConfig) -> Path:
