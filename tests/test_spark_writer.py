@@ -248,3 +248,29 @@ def test_an_empty_micro_batch_adds_no_file_and_no_snapshot(
     data = Path(table.location().removeprefix("file://")) / "data"
     assert len(list(data.iterdir())) == 2
     assert table.scan().to_arrow().sort_by("id").to_pylist() == expected_rows([(0, 300), (600, 300)]).to_pylist()
+
+
+def test_what_spark_cannot_write_is_named(spark: Any) -> None:
+    from dataclasses import replace
+
+    from pyspark.sql import functions as F
+
+    from icesink.sink.spark_writer import spark_writer_refusal
+    from icesink.writer.spec import ChangeSpec, ColumnSpec, PartitionFieldSpec, WriterSpec
+
+    spec = WriterSpec("shop.t", "file:///tmp/t/data", (ColumnSpec(1, "id", "long", True),), (), 0, "job")
+    required = spark.range(3)  # Spark knows id is never null
+    nullable = required.select(F.when(F.col("id") > 0, F.col("id")).alias("id"))
+    assert spark_writer_refusal(spec, required) is None
+    assert spark_writer_refusal(replace(spec, compression="snappy"), required) is None
+    refusals = {
+        "partitioned": spark_writer_refusal(
+            replace(spec, partition_fields=(PartitionFieldSpec(1000, "b", 1, "bucket[4]"),)), required
+        ),
+        "not a file system path": spark_writer_refusal(replace(spec, data_location="s3://bucket/t/data"), required),
+        "change stream": spark_writer_refusal(replace(spec, changes=ChangeSpec((1,))), required),
+        "'brotli' codec": spark_writer_refusal(replace(spec, compression="brotli"), required),
+        "required column(s) 'id'": spark_writer_refusal(spec, nullable),
+    }
+    for expected, refusal in refusals.items():
+        assert refusal is not None and expected in refusal, (expected, refusal)

@@ -34,6 +34,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -62,6 +63,9 @@ SESSION_SETTINGS = {
     "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
 }
 FIELD_ID_METADATA = "parquet.field.id"
+# Iceberg's write.parquet.compression-codec values that Spark's Parquet writer has codecs for
+# (brotli and lzo need codec jars pyspark does not ship).
+SPARK_CODECS = frozenset({"zstd", "snappy", "gzip", "lz4", "uncompressed", "none"})
 _SPARK_FILE = re.compile(r"^part-(\d+)-.*\.parquet$")
 
 
@@ -71,12 +75,13 @@ def spark_writer_refusal(spec: WriterSpec, projected: DataFrame) -> str | None:
         return "a change stream's rows are collapsed per key before writing, which the Arrow writer does"
     if spec.partition_fields:
         return "the table is partitioned, and Spark has no Iceberg partition transforms"
-    filesystem, _ = split_location(spec.data_location, spec.storage_options)
-    if not isinstance(filesystem, pafs.LocalFileSystem):
+    if "://" in spec.data_location and urlparse(spec.data_location).scheme != "file":
         return (
             f"the data location {spec.data_location} is not a file system path, and pyspark ships no object-store "
             "connector"
         )
+    if spec.compression.lower() not in SPARK_CODECS:
+        return f"Spark's Parquet writer has no {spec.compression!r} codec (write.parquet.compression-codec)"
     nullable = {f.name: f.nullable for f in projected.schema.fields}
     unchecked = [c.name for c in spec.columns if c.required and nullable.get(c.name, True)]
     if unchecked:
