@@ -323,6 +323,39 @@ def test_standby_committer_takes_over_after_sigkill_and_commits_exactly_once(
             _kill_group(process)
 
 
+def manifests_cleaned(config: CatalogConfig, table: str = TABLE) -> bool:
+    return all(r.manifests_deleted for r in Ledger(config).for_table(table))
+
+
+def pause_outside_a_write(process: subprocess.Popen[bytes], config: CatalogConfig) -> None:
+    """SIGSTOP the process group at a moment it holds no SQLite write lock.
+
+    SQLite has one writer at a time: a process frozen inside a write (the
+    committer renews its lease every poll) stops every other writer until it
+    resumes, whatever the committer does. PostgreSQL has no such moment to
+    avoid, and is paused at once.
+    """
+    import sqlite3
+
+    os.killpg(process.pid, signal.SIGSTOP)
+    if not config.uri.startswith("sqlite:///"):
+        return
+    rng = random.Random(11)
+    for _ in range(20):
+        probe = sqlite3.connect(config.uri.removeprefix("sqlite:///"), timeout=0.5, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:
+            os.killpg(process.pid, signal.SIGCONT)
+            time.sleep(rng.uniform(0.05, 0.15))
+            os.killpg(process.pid, signal.SIGSTOP)
+        finally:
+            probe.close()
+    raise AssertionError("the committer held SQLite's write lock at every attempt to pause it")
+
+
 def test_paused_committer_resumed_after_a_takeover_commits_nothing(
     catalog_config: CatalogConfig, tmp_path: Path
 ) -> None:
@@ -332,9 +365,10 @@ def test_paused_committer_resumed_after_a_takeover_commits_nothing(
         wait_until(lambda: lease_holder(catalog_config) is not None, 30, "a committer holds the lease")
         stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 100))
         wait_until(lambda: all_committed(catalog_config), 30, "the active committer commits")
+        wait_until(lambda: manifests_cleaned(catalog_config), 30, "the active committer cleans up")
         pid, epoch = lease_holder(catalog_config)  # type: ignore[misc]
         stale = next(p for p in committers if p.pid == pid)
-        os.killpg(stale.pid, signal.SIGSTOP)  # a long GC pause, a frozen VM
+        pause_outside_a_write(stale, catalog_config)  # a long GC pause, a frozen VM
         wait_until(lambda: lease_holder(catalog_config) != (pid, epoch), 30, "the standby takes over")
         for checkpoint in range(1, 4):
             stage_rows(catalog_config, TABLE, "job-a", checkpoint, orders(checkpoint * 100, 100))
