@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from icesink.errors import ManifestError
 from icesink.results import FileContent, FileRecord
 from icesink.writer.files import column_sizes, split_offsets
-from icesink.writer.metrics import ColumnStats
+from icesink.writer.metrics import ColumnStats, FileMetrics
 from icesink.writer.spec import ColumnSpec, WriterSpec
 
 # Temporal bounds are the stored integers; pyarrow's "logical" min/max would be datetime objects.
@@ -82,19 +82,14 @@ def file_record_from_footer(spec: WriterSpec, uri: str, size: int, metadata: pq.
     """A data file's manifest metadata, from its footer alone."""
     check_field_ids(metadata, spec, uri)
     records = metadata.num_rows
-    null_counts: dict[int, int] = {}
-    lowers: dict[int, bytes] = {}
-    uppers: dict[int, bytes] = {}
-    for index, column in enumerate(spec.columns):
-        stats = _column_stats(metadata, index, column)
-        if stats is None:
-            continue
-        null_counts[column.field_id] = stats.null_count
-        low, high = stats.bounds()
-        if low is not None:
-            lowers[column.field_id] = low
-        if high is not None:
-            uppers[column.field_id] = high
+    # The Arrow writer's metrics, fed from the footer; columns without statistics get no counts or bounds.
+    metrics = FileMetrics(spec.columns, record_count=records)
+    metrics.stats = {
+        column.field_id: stats
+        for index, column in enumerate(spec.columns)
+        if (stats := _column_stats(metadata, index, column)) is not None
+    }
+    lowers, uppers = metrics.bounds()
     return FileRecord(
         path=uri,
         content=FileContent.DATA,
@@ -104,7 +99,7 @@ def file_record_from_footer(spec: WriterSpec, uri: str, size: int, metadata: pq.
         partition=(),
         column_sizes=column_sizes(metadata, spec.columns),
         value_counts={c.field_id: records for c in spec.columns},
-        null_value_counts=null_counts,
+        null_value_counts=metrics.null_value_counts(),
         lower_bounds=lowers,
         upper_bounds=uppers,
         split_offsets=split_offsets(metadata),
