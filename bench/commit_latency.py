@@ -36,10 +36,11 @@ import pyarrow as pa
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import upgrade
 from icesink.catalog.loader import open_catalog
-from icesink.committer import pyiceberg_internals as internals
 from icesink.committer.commit import TableCommitter
 from icesink.committer.ledger import Ledger
 from icesink.committer.staging import stage_checkpoint
+from icesink.iceberg.manifests import to_data_file
+from icesink.iceberg.snapshots import commit_prepared, prepare_snapshot
 from icesink.results import FileRecord, WriteResult
 from icesink.sink.tables import writer_spec
 from icesink.writer.task import TaskWriter
@@ -123,13 +124,13 @@ class PyicebergCommits:
         fast_append's own cost grows with history (about 0.3 s a commit after
         500), so building 2,000 commits with it would take most of an hour.
         """
-        data_file = internals.to_data_file(self._files.next(), self._table.metadata.format_version)
-        prepared = internals.prepare_snapshot(self._table, [data_file], {})
-        self._table = internals.commit_prepared(self._table, prepared)
+        data_file = to_data_file(self._files.next(), self._table.metadata.format_version)
+        prepared = prepare_snapshot(self._table, [data_file], {})
+        self._table = commit_prepared(self._table, prepared)
         self.commits += 1
 
     def commit(self) -> float:
-        data_file = internals.to_data_file(self._files.next(), self._table.metadata.format_version)
+        data_file = to_data_file(self._files.next(), self._table.metadata.format_version)
         started = time.perf_counter()
         with self._table.transaction() as transaction, transaction.update_snapshot().fast_append() as append:
             append.append_data_file(data_file)

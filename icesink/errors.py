@@ -66,5 +66,13 @@ class CommitConflictError(TransientError):
     """Raised when the table head moved while a commit was being prepared."""
 
 
+class SnapshotNotFoundError(TerminalError):
+    """Raised when a snapshot id names no snapshot of the table."""
+
+
+class BadFilterError(ConfigError):
+    """Raised when a row filter does not parse or names a column the table does not have."""
+
+
 class ManifestError(TerminalError):
     """Raised when a staged manifest is missing or cannot be read."""

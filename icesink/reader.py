@@ -19,13 +19,15 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from icesink.errors import BadFilterError, SnapshotNotFoundError
+
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
-    from pyiceberg.manifest import DataFile
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
 
     from icesink.catalog.config import CatalogConfig
+    from icesink.iceberg.scan import PlannedDataFile, PlannedDelete
 
 _SEQ = "__icesink_delete_seq"
 _DATA_SEQ = "__icesink_data_seq"
@@ -48,18 +50,19 @@ def _values(partition: Any) -> tuple[Any, ...]:
 class _EqualityDeletes:
     """The equality delete files of a scan, loaded once, grouped by key columns and partition."""
 
-    def __init__(self, table: Table, schema: Schema, files: Sequence[tuple[DataFile, int]]) -> None:
+    def __init__(self, table: Table, schema: Schema, files: Sequence[PlannedDelete]) -> None:
         self._table = table
         self._schema = schema
-        self._groups: dict[tuple[tuple[int, ...], PartitionKey], list[tuple[DataFile, int]]] = defaultdict(list)
+        self._groups: dict[tuple[tuple[int, ...], PartitionKey], list[PlannedDelete]] = defaultdict(list)
         specs = table.metadata.specs()
-        for delete_file, sequence in files:
+        for planned in files:
+            delete_file = planned.file
             ids = tuple(delete_file.equality_ids or ())
             spec = specs[delete_file.spec_id]
             scope: PartitionKey = (
                 (-1, ()) if spec.is_unpartitioned() else (spec.spec_id, _values(delete_file.partition))
             )
-            self._groups[(ids, scope)].append((delete_file, sequence))
+            self._groups[(ids, scope)].append(planned)
         self._loaded: dict[tuple[tuple[int, ...], PartitionKey], pa.Table] = {}
 
     def __bool__(self) -> bool:
@@ -73,14 +76,14 @@ class _EqualityDeletes:
     def _keys(self, group: tuple[tuple[int, ...], PartitionKey]) -> pa.Table:
         """Every deleted key of the group with the highest sequence number that deletes it."""
         if group not in self._loaded:
-            from icesink.committer import pyiceberg_internals as internals
+            from icesink.iceberg.scan import read_files
 
             ids, _ = group
             key_schema = self._schema.select(*[self._schema.find_column_name(i) or "" for i in ids])
             parts = []
-            for delete_file, sequence in self._groups[group]:
-                keys = internals.read_files(self._table, key_schema, [(delete_file, set())], None)
-                parts.append(keys.append_column(_SEQ, pa.array([sequence] * keys.num_rows, pa.int64())))
+            for planned in self._groups[group]:
+                keys = read_files(self._table, key_schema, [(planned.file, frozenset())], None)
+                parts.append(keys.append_column(_SEQ, pa.array([planned.sequence_number] * keys.num_rows, pa.int64())))
             names = [self._schema.find_column_name(i) or "" for i in ids]
             combined = _comparable_keys(pa.concat_tables(parts, promote_options="permissive"))
             self._loaded[group] = combined.group_by(names, use_threads=False).aggregate([(_SEQ, "max")])
@@ -110,20 +113,28 @@ class _EqualityDeletes:
 def read_table(
     table: Table, snapshot_id: int | None = None, row_filter: str | BooleanExpression | None = None
 ) -> pa.Table:
-    """The rows of ``table`` at ``snapshot_id`` (default: current), deletes applied, matching ``row_filter``."""
-    from icesink.committer import pyiceberg_internals as internals
+    """The rows of ``table`` at ``snapshot_id`` (default: current), deletes applied, matching ``row_filter``.
 
-    expression: Any = row_filter if row_filter is not None else "True"
-    plan = internals.plan_scan(table, snapshot_id, expression)
+    Raises :class:`SnapshotNotFoundError` for a snapshot the table does not have and
+    :class:`BadFilterError` for a filter that does not parse or names no column of the table.
+    """
+    from icesink.iceberg.scan import plan_scan, read_files
+
+    identifier = ".".join(table.name())
+    if snapshot_id is not None and table.metadata.snapshot_by_id(snapshot_id) is None:
+        raise SnapshotNotFoundError(
+            f"table {identifier} has no snapshot {snapshot_id}; `icesink snapshots list {identifier}` lists them"
+        )
+    expression = bound_filter(table, identifier, snapshot_id, row_filter)
+    plan = plan_scan(table, snapshot_id, expression)
     deletes = _EqualityDeletes(table, plan.schema, plan.equality_deletes)
     deletes.preload()
     columns = plan.schema.as_arrow().names
 
-    def read_one(item: tuple[DataFile, int, set[DataFile]]) -> pa.Table:
-        data_file, sequence, positions = item
-        rows = internals.read_files(table, plan.schema, [(data_file, positions)], row_filter)
+    def read_one(item: PlannedDataFile) -> pa.Table:
+        rows = read_files(table, plan.schema, [(item.file, item.position_deletes)], expression)
         if deletes:
-            rows = rows.append_column(_DATA_SEQ, pa.array([sequence] * rows.num_rows, pa.int64()))
+            rows = rows.append_column(_DATA_SEQ, pa.array([item.sequence_number] * rows.num_rows, pa.int64()))
         return rows
 
     with ThreadPoolExecutor(max_workers=8) as pool:
@@ -133,12 +144,46 @@ def read_table(
     if not deletes:
         return pa.concat_tables(parts, promote_options="permissive").select(columns)
     by_scope: dict[PartitionKey, list[pa.Table]] = defaultdict(list)
-    for (data_file, _, _), rows in zip(plan.data, parts, strict=True):
-        by_scope[(data_file.spec_id, _values(data_file.partition))].append(rows)
+    for item, rows in zip(plan.data, parts, strict=True):
+        by_scope[(item.file.spec_id, _values(item.file.partition))].append(rows)
     alive = [
         deletes.apply(pa.concat_tables(group, promote_options="permissive"), scope) for scope, group in by_scope.items()
     ]
     return pa.concat_tables(alive, promote_options="permissive").select(columns)
+
+
+def bound_filter(
+    table: Table, identifier: str, snapshot_id: int | None, row_filter: str | BooleanExpression | None
+) -> BooleanExpression:
+    """``row_filter`` parsed and checked against the schema it will be applied to, or a clear error."""
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.expressions.visitors import bind
+
+    from icesink.iceberg.scan import parse_row_filter, scan_schema
+
+    if row_filter is None:
+        return AlwaysTrue()
+    try:
+        expression = parse_row_filter(row_filter)
+    except Exception as e:  # pyparsing's ParseException and friends: the text is not a filter
+        raise BadFilterError(
+            f"table {identifier}: row filter {row_filter!r} cannot be parsed ({_first_line(e)}); "
+            "write it as in pyiceberg, e.g. \"order_id > 100 and status = 'open'\""
+        ) from e
+    schema = scan_schema(table, snapshot_id)
+    try:
+        bind(schema, expression, case_sensitive=True)
+    except (ValueError, TypeError) as e:
+        raise BadFilterError(
+            f"table {identifier}: row filter {row_filter!r} does not fit the table ({_first_line(e)}); "
+            f"its columns are {', '.join(schema.column_names)}"
+        ) from e
+    return expression
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def read(
@@ -157,8 +202,8 @@ def read(
         catalog: as for :func:`icesink.stream`.
     """
     if isinstance(table, str):
+        from icesink.catalog.config import resolve_catalog
         from icesink.catalog.loader import load_table, open_catalog
-        from icesink.sink.stream import resolve_catalog
 
         config = resolve_catalog(catalog)
         table = load_table(open_catalog(config), config, table)

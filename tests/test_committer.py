@@ -6,11 +6,12 @@ import pytest
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
-from icesink.committer import pyiceberg_internals as internals
 from icesink.committer.commit import TableCommitter
 from icesink.committer.ledger import CheckpointState, Ledger
-from icesink.committer.marker import JOB_ID_PROPERTY, MAX_CHECKPOINT_PROPERTY, max_committed_checkpoint
 from icesink.errors import ManifestError
+from icesink.iceberg.manifests import to_data_file
+from icesink.iceberg.marker import JOB_ID_PROPERTY, MAX_CHECKPOINT_PROPERTY, max_committed_checkpoint
+from icesink.iceberg.snapshots import commit_prepared, prepare_snapshot
 from tests.support import create_orders_table, orders, stage_rows, table_ids, write_files
 
 TABLE = "shop.orders"
@@ -102,11 +103,9 @@ def test_snapshot_built_on_a_moved_head_is_refused_and_foreign_commits_are_kept(
     foreign = catalog.load_table(TABLE)
     foreign.append(orders(1000, 5).cast(foreign.schema().as_arrow()))
     result = write_files(stale, TABLE, "job-a", 0, orders(0, 10))
-    prepared = internals.prepare_snapshot(
-        stale, [internals.to_data_file(f, 2) for f in result.data_files], {JOB_ID_PROPERTY: "job-a"}
-    )
+    prepared = prepare_snapshot(stale, [to_data_file(f, 2) for f in result.data_files], {JOB_ID_PROPERTY: "job-a"})
     with pytest.raises(CommitFailedException):
-        internals.commit_prepared(stale, prepared)
+        commit_prepared(stale, prepared)
     # The committer itself, starting from the stale view, ends with both writes exactly once.
     stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
     committer(catalog_config).commit_pending(TABLE)
@@ -125,9 +124,9 @@ def test_stale_committer_rechecks_the_marker_after_losing_the_swap(catalog_confi
     first.commit_pending(TABLE)
     # A commit built on the stale view is refused by the catalog ...
     result = write_files(stale_view, TABLE, "job-a", 0, orders(0, 10))
-    prepared = internals.prepare_snapshot(stale_view, [internals.to_data_file(f, 2) for f in result.data_files], {})
+    prepared = prepare_snapshot(stale_view, [to_data_file(f, 2) for f in result.data_files], {})
     with pytest.raises(CommitFailedException):
-        internals.commit_prepared(stale_view, prepared)
+        commit_prepared(stale_view, prepared)
     # ... and the second committer, seeing the checkpoint staged again, skips it by the marker.
     import sqlalchemy as sa
 
@@ -287,7 +286,7 @@ def test_without_expiry_every_snapshot_stays(sqlite_catalog: CatalogConfig) -> N
 
 
 def test_known_marker_ends_the_walk_at_the_snapshot_it_was_read_from(sqlite_catalog: CatalogConfig) -> None:
-    from icesink.committer.marker import KnownMarker
+    from icesink.iceberg.marker import KnownMarker
 
     create_orders_table(sqlite_catalog)
     stage_rows(sqlite_catalog, TABLE, "job-a", 3, orders(0, 10))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 
 def loaded_after(statement: str) -> set[str]:
@@ -22,3 +23,40 @@ def test_executor_code_needs_neither_a_catalog_nor_sqlalchemy() -> None:
     loaded = loaded_after("import icesink.writer.task, icesink.results")
     assert not loaded & {"sqlalchemy", "pyiceberg", "alembic", "click"}
     assert "pyarrow" in loaded
+
+
+def _imports(path: Path) -> list[tuple[str, list[str]]]:
+    """(module, names) of every import statement in a source file."""
+    import ast
+
+    found: list[tuple[str, list[str]]] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.append((node.module, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            found.extend((a.name, []) for a in node.names)
+    return found
+
+
+def test_layers_import_only_downwards_and_pyiceberg_internals_stay_in_one_package() -> None:
+    root = Path(__file__).parent.parent / "icesink"
+    # Layer -> what it must never import: the front door and the committer sit above the catalog,
+    # the pyiceberg boundary and the executor code.
+    forbidden = {
+        "catalog": ("icesink.committer", "icesink.sink", "icesink.reader"),
+        "iceberg": ("icesink.committer", "icesink.sink", "icesink.catalog", "icesink.reader"),
+        "writer": ("icesink.committer", "icesink.sink", "icesink.catalog", "icesink.iceberg"),
+        "committer": ("icesink.sink", "icesink.reader"),
+        "reader.py": ("icesink.sink", "icesink.committer"),
+    }
+    problems = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        layer = relative.parts[0]
+        for module, names in _imports(path):
+            if any(module == f or module.startswith(f + ".") for f in forbidden.get(layer, ())):
+                problems.append(f"{relative} imports {module}")
+            private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+            if module.startswith("pyiceberg") and private and layer != "iceberg":
+                problems.append(f"{relative} imports pyiceberg's private {private} from {module}")
+    assert problems == []

@@ -146,3 +146,18 @@ def _validate_properties(name: str, properties: Mapping[str, str]) -> None:
             hint = f"; did you mean {close[0]!r}?" if close else ""
             env = f"PYICEBERG_CATALOG__{name.upper()}__{key.upper().replace('.', '__').replace('-', '_')}"
             raise ConfigError(f"catalog {name!r}: unknown setting {key!r} (e.g. from {env}){hint}")
+
+
+def resolve_catalog(catalog: str | CatalogConfig | Mapping[str, str] | None) -> CatalogConfig:
+    """Accept a catalog name, a ready config, pyiceberg-style properties, or nothing (the default)."""
+    if isinstance(catalog, CatalogConfig):
+        return catalog
+    if catalog is None or isinstance(catalog, str):
+        return CatalogConfig.resolve(name=catalog)
+    properties = {k: str(v) for k, v in catalog.items()}
+    return CatalogConfig.resolve(
+        name=properties.pop("name", None),
+        uri=properties.pop("uri", None),
+        warehouse=properties.pop("warehouse", None),
+        properties=properties,
+    )

@@ -23,10 +23,10 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
 from icesink.committer.ledger import CheckpointRow, Ledger
-from icesink.committer.marker import KnownMarker, marker_properties, max_committed_checkpoint, table_property
 from icesink.committer.policy import plan_snapshots
 from icesink.errors import CommitConflictError, IcesinkError, ManifestError
 from icesink.failpoints import failpoint
+from icesink.iceberg.marker import KnownMarker, marker_properties, max_committed_checkpoint, table_property
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -163,14 +163,14 @@ class TableCommitter:
         """Build and swap in one snapshot; None if the head moved under us."""
         from pyiceberg.exceptions import CommitFailedException
 
-        from icesink.committer import pyiceberg_internals as internals
+        from icesink.iceberg.snapshots import commit_prepared, prepare_snapshot
 
         files = [f for row in group for f in self._read_files(table, identifier, row, deletes=False)]
         deletes = [f for row in group for f in self._read_files(table, identifier, row, deletes=True)]
         properties = marker_properties(job_id, group[-1].checkpoint_id)
         properties[CHECKPOINT_RANGE_PROPERTY] = _range(group)
         marker = {table_property(job_id): str(group[-1].checkpoint_id)}
-        prepared = internals.prepare_snapshot(
+        prepared = prepare_snapshot(
             table,
             files,
             properties,
@@ -188,7 +188,7 @@ class TableCommitter:
         failpoint("committer.before-catalog-commit")  # manifests written, nothing committed
         try:
             with database_errors(self._config):
-                return internals.commit_prepared(table, prepared)
+                return commit_prepared(table, prepared)
         except CommitFailedException:
             # The swap was refused, so nothing references what was written for it.
             for path in prepared.written_paths:
@@ -197,7 +197,7 @@ class TableCommitter:
             return None
 
     def _read_files(self, table: Table, identifier: str, row: CheckpointRow, deletes: bool) -> list[DataFile]:
-        from icesink.committer import pyiceberg_internals as internals
+        from icesink.iceberg.manifests import DeltaManifest, read_delta_manifest
 
         path, length = (
             (row.delete_manifest, row.delete_manifest_length)
@@ -206,9 +206,9 @@ class TableCommitter:
         )
         if path is None or length is None:
             return []
-        manifest = internals.DeltaManifest(path, row.spec_id, length, deletes=deletes)
+        manifest = DeltaManifest(path, row.spec_id, length, deletes=deletes)
         try:
-            return internals.read_delta_manifest(table.io, manifest)
+            return read_delta_manifest(table.io, manifest)
         except Exception as e:  # whatever the Avro reader raises, the file is unusable
             raise ManifestError(
                 f"table {identifier}, job {row.job_id}, checkpoint {row.checkpoint_id}: staged manifest "

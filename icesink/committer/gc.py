@@ -53,7 +53,8 @@ def collect_garbage(
     older_than: datetime.timedelta,
     dry_run: bool = False,
 ) -> GcReport:
-    from icesink.committer import pyiceberg_internals as internals
+    from icesink.iceberg.files import list_files, normalized_path, referenced_paths
+    from icesink.iceberg.manifests import DeltaManifest, read_delta_manifest
 
     ledger = Ledger(config)
     report = GcReport(table=identifier, dry_run=dry_run)
@@ -73,9 +74,9 @@ def collect_garbage(
         ):
             if path is None or length is None:
                 continue
-            manifest = internals.DeltaManifest(path, row.spec_id, length, deletes=deletes)
+            manifest = DeltaManifest(path, row.spec_id, length, deletes=deletes)
             try:
-                keep.update(f.file_path for f in internals.read_delta_manifest(table.io, manifest))
+                keep.update(f.file_path for f in read_delta_manifest(table.io, manifest))
             except Exception as e:  # without the manifest, its files cannot be told from garbage
                 now = ledger.get(identifier, row.job_id, row.checkpoint_id)
                 if now is not None and now.state == CheckpointState.COMMITTED:
@@ -90,17 +91,17 @@ def collect_garbage(
 
     table = load_table(catalog, config, identifier)  # after the ledger: see the module docstring
     with database_errors(config):
-        keep.update(internals.referenced_paths(table))
-    kept = {internals.normalized_path(p) for p in keep}
+        keep.update(referenced_paths(table))
+    kept = {normalized_path(p) for p in keep}
 
     locations = {table.location().rstrip("/")}
     for configured in ("write.data.path", "write.metadata.path"):
         if table.properties.get(configured):
             locations.add(table.properties[configured].rstrip("/"))
     for location in sorted(locations):
-        for stored in internals.list_files(table, location):
+        for stored in list_files(table, location):
             report.files_seen += 1
-            if internals.normalized_path(stored.uri) in kept:
+            if normalized_path(stored.uri) in kept:
                 report.referenced += 1
             elif stored.modified_ms >= cutoff_ms:
                 report.too_young += 1

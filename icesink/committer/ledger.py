@@ -3,7 +3,7 @@
 A row is written when a micro-batch's files and delta manifests are durable
 (state ``staged``); the committer moves it to ``committed`` after the catalog
 commit. The ledger only says what is waiting: whether a checkpoint is in the
-table is decided by the table's marker (see :mod:`icesink.committer.marker`).
+table is decided by the table's marker (see :mod:`icesink.iceberg.marker`).
 """
 
 from __future__ import annotations

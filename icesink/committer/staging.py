@@ -30,7 +30,7 @@ def stage_checkpoint(
     Returns False when the ledger already had this checkpoint (a retried
     batch); the earlier staging wins and this attempt's manifest is removed.
     """
-    from icesink.committer import pyiceberg_internals as internals
+    from icesink.iceberg.manifests import DeltaManifest, to_data_file, write_delta_manifest
 
     records = [f for r in results for f in r.data_files]
     delete_records = [f for r in results for f in r.delete_files]
@@ -45,12 +45,12 @@ def stage_checkpoint(
         )
     format_version = table.metadata.format_version
     prefix = f"icesink-{job_id}-{checkpoint_id:010d}-{uuid.uuid4().hex}"
-    manifests: dict[bool, internals.DeltaManifest] = {}
+    manifests: dict[bool, DeltaManifest] = {}
     for deletes, group in ((False, records), (True, delete_records)):
         if group:
             path = table.location_provider().new_metadata_location(f"{prefix}-{'deletes' if deletes else 'data'}.avro")
-            files = [internals.to_data_file(r, format_version) for r in group]
-            manifests[deletes] = internals.write_delta_manifest(table, path, spec_id, files, deletes=deletes)
+            files = [to_data_file(r, format_version) for r in group]
+            manifests[deletes] = write_delta_manifest(table.metadata, table.io, path, spec_id, files, deletes=deletes)
     failpoint("stage.after-manifest")
     data, deletes_manifest = manifests.get(False), manifests.get(True)
     staged = ledger.stage(

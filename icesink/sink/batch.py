@@ -27,10 +27,10 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import load_table, open_catalog
 from icesink.committer.commit import TableCommitter
 from icesink.committer.ledger import CheckpointState, Ledger
-from icesink.committer.marker import max_committed_checkpoint
 from icesink.committer.staging import stage_checkpoint
 from icesink.errors import CheckpointRewindError, ConfigError, IcesinkError
 from icesink.failpoints import failpoint
+from icesink.iceberg.marker import max_committed_checkpoint
 from icesink.results import decode_write_result
 from icesink.sink.schema import plan_projection
 from icesink.sink.spark_writer import SparkParquetWriter, spark_writer_refusal, table_bytes_per_row

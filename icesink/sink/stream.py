@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from icesink.catalog.config import CatalogConfig
+from icesink.catalog.config import CatalogConfig, resolve_catalog
 from icesink.errors import ConfigError, NotStreamingError
 
 if TYPE_CHECKING:
@@ -18,21 +18,6 @@ log = logging.getLogger("icesink.stream")
 
 COMMITTERS = ("inline", "daemon")
 WRITERS = ("auto", "spark", "arrow")
-
-
-def resolve_catalog(catalog: str | CatalogConfig | Mapping[str, str] | None) -> CatalogConfig:
-    """Accept a catalog name, a ready config, pyiceberg-style properties, or nothing (the default)."""
-    if isinstance(catalog, CatalogConfig):
-        return catalog
-    if catalog is None or isinstance(catalog, str):
-        return CatalogConfig.resolve(name=catalog)
-    properties = {k: str(v) for k, v in catalog.items()}
-    return CatalogConfig.resolve(
-        name=properties.pop("name", None),
-        uri=properties.pop("uri", None),
-        warehouse=properties.pop("warehouse", None),
-        properties=properties,
-    )
 
 
 def stream(

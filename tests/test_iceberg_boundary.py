@@ -1,4 +1,4 @@
-"""The pyiceberg internals icesink builds on; these fail loudly if a pyiceberg upgrade moves them."""
+"""The pyiceberg internals icesink builds on (icesink.iceberg); they fail loudly if a pyiceberg upgrade moves them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import pytest
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
-from icesink.committer import pyiceberg_internals as internals
+from icesink.iceberg import PYICEBERG_VERSION
+from icesink.iceberg.manifests import read_delta_manifest, to_data_file, write_delta_manifest
+from icesink.iceberg.snapshots import commit_prepared, prepare_snapshot
 from tests.support import create_orders_table, orders, write_files
 
 
@@ -25,17 +27,17 @@ def table(tmp_path: Path):  # type: ignore[no-untyped-def]
 def test_installed_pyiceberg_is_the_pinned_version() -> None:
     import pyiceberg
 
-    assert pyiceberg.__version__ == internals.PYICEBERG_VERSION
+    assert pyiceberg.__version__ == PYICEBERG_VERSION
 
 
 def test_delta_manifest_round_trips_through_pyiceberg_reader(table, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from pyiceberg.manifest import DataFileContent, FileFormat
 
     result = write_files(table, "shop.orders", "job", 3, orders(0, 50), task_id=1)
-    files = [internals.to_data_file(f, table.metadata.format_version) for f in result.data_files]
+    files = [to_data_file(f, table.metadata.format_version) for f in result.data_files]
     path = (tmp_path / "delta.avro").as_uri()
-    manifest = internals.write_delta_manifest(table, path, 0, files)
-    back = internals.read_delta_manifest(table.io, manifest)
+    manifest = write_delta_manifest(table.metadata, table.io, path, 0, files)
+    back = read_delta_manifest(table.io, manifest)
     assert [f.file_path for f in back] == [f.path for f in result.data_files]
     (f,) = back
     assert f.content == DataFileContent.DATA and f.file_format == FileFormat.PARQUET
@@ -49,18 +51,18 @@ def test_prepared_append_is_a_valid_snapshot_and_commits_once(table) -> None:  #
     from pyiceberg.exceptions import CommitFailedException
 
     result = write_files(table, "shop.orders", "job", 0, orders(0, 20))
-    data_files = [internals.to_data_file(f, 2) for f in result.data_files]
-    prepared = internals.prepare_snapshot(table, data_files, {"icesink.job-id": "job"})
-    committed = internals.commit_prepared(table, prepared)
+    data_files = [to_data_file(f, 2) for f in result.data_files]
+    prepared = prepare_snapshot(table, data_files, {"icesink.job-id": "job"})
+    committed = commit_prepared(table, prepared)
     snapshot = committed.current_snapshot()
     assert snapshot.snapshot_id == prepared.snapshot_id and snapshot.sequence_number == 1
     assert snapshot.summary["total-records"] == "20" and snapshot.summary["icesink.job-id"] == "job"
     assert committed.scan().to_arrow().num_rows == 20
     # The same prepared snapshot cannot be swapped in twice: the head it asserted is gone.
     with pytest.raises(CommitFailedException):
-        internals.commit_prepared(table, prepared)
-    again = internals.prepare_snapshot(committed, data_files, {})
-    second = internals.commit_prepared(committed, again)
+        commit_prepared(table, prepared)
+    again = prepare_snapshot(committed, data_files, {})
+    second = commit_prepared(committed, again)
     assert second.current_snapshot().parent_snapshot_id == prepared.snapshot_id
     assert second.current_snapshot().summary["total-records"] == "40"
 
@@ -110,9 +112,7 @@ def test_delete_manifest_declares_content_deletes_and_int_equality_ids(table, tm
     result = write_files(table, "shop.orders", "job", 1, orders(0, 5))
     delete = replace(result.data_files[0], content=FileContent.EQUALITY_DELETES, equality_ids=(1,))
     path = tmp_path / "deletes.avro"
-    manifest = internals.write_delta_manifest(
-        table, path.as_uri(), 0, [internals.to_data_file(delete, 2)], deletes=True
-    )
+    manifest = write_delta_manifest(table.metadata, table.io, path.as_uri(), 0, [to_data_file(delete, 2)], deletes=True)
     meta = _avro_header(path)
     assert meta["content"] == b"deletes"
     schema = json.loads(meta["avro.schema"])
@@ -120,5 +120,5 @@ def test_delete_manifest_declares_content_deletes_and_int_equality_ids(table, tm
     equality_ids = _field(data_file, "equality_ids")["type"]
     element = next(t for t in equality_ids if t != "null")["items"]
     assert element == "int"
-    (back,) = internals.read_delta_manifest(table.io, manifest)
+    (back,) = read_delta_manifest(table.io, manifest)
     assert back.content == DataFileContent.EQUALITY_DELETES and back.equality_ids == [1]

@@ -1,0 +1,60 @@
+"""What a table references, and what its location holds (for ``icesink committer gc``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyiceberg.table import Table
+
+
+def referenced_paths(table: Table) -> set[str]:
+    """Every file any snapshot, metadata log entry or statistics entry of the table points at."""
+    metadata = table.metadata
+    found = {table.metadata_location, *(entry.metadata_file for entry in metadata.metadata_log)}
+    found.update(s.statistics_path for s in metadata.statistics)
+    found.update(s.statistics_path for s in metadata.partition_statistics)
+    seen_manifests: set[str] = set()
+    for snapshot in metadata.snapshots:
+        found.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(table.io):
+            if manifest.manifest_path in seen_manifests:
+                continue
+            seen_manifests.add(manifest.manifest_path)
+            found.add(manifest.manifest_path)
+            # Deleted entries too: an older snapshot may still read the file they name.
+            found.update(e.data_file.file_path for e in manifest.fetch_manifest_entry(table.io, discard_deleted=False))
+    return found
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """A file found under a table's location."""
+
+    uri: str
+    modified_ms: int
+
+
+def list_files(table: Table, location: str) -> list[StoredFile]:
+    """Every file under ``location``, with the table's own file system (local, S3, ...)."""
+    from pyarrow.fs import FileSelector, FileType
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    if not isinstance(table.io, PyArrowFileIO):
+        raise TypeError(f"listing files needs pyiceberg's PyArrowFileIO, the table uses {type(table.io).__name__}")
+    scheme, netloc, path = PyArrowFileIO.parse_location(location)
+    filesystem = table.io.fs_by_scheme(scheme, netloc)
+    infos = filesystem.get_file_info(FileSelector(path.rstrip("/"), recursive=True, allow_not_found=True))
+    prefix = "file://" if scheme == "file" else f"{scheme}://"
+    return [
+        StoredFile(uri=f"{prefix}{info.path}", modified_ms=int(info.mtime_ns // 1_000_000) if info.mtime_ns else 0)
+        for info in infos
+        if info.type == FileType.File
+    ]
+
+
+def normalized_path(uri: str) -> str:
+    """A file's location without scheme, so ``file:///x`` and ``/x`` compare equal."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    scheme, _, path = PyArrowFileIO.parse_location(uri)
+    return f"{scheme}:{path}"

@@ -1,0 +1,244 @@
+"""Manifest files: executor file records as entries, delta manifests, delete manifests.
+
+A checkpoint's files are staged as a *delta manifest* (a hand-off format, as
+in Iceberg's Flink sink): its entries are re-added under the real snapshot id
+when the checkpoint is committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import cast
+
+from pyiceberg.avro.codecs import AvroCompressionCodec
+from pyiceberg.avro.file import AvroOutputFile
+from pyiceberg.io import FileIO, OutputFile
+from pyiceberg.manifest import (
+    DEFAULT_READ_VERSION,
+    DataFile,
+    DataFileContent,
+    FileFormat,
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    ManifestWriter,
+    ManifestWriterV1,
+    ManifestWriterV2,
+)
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import TableProperties
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.typedef import Record, TableVersion
+from pyiceberg.types import IntegerType, ListType, NestedField, StructType
+
+from icesink.iceberg import check_pyiceberg_version
+from icesink.results import FileContent, FileRecord
+
+check_pyiceberg_version()
+
+STAGING_SNAPSHOT_ID = 0
+
+_CONTENT = {
+    FileContent.DATA: DataFileContent.DATA,
+    FileContent.POSITION_DELETES: DataFileContent.POSITION_DELETES,
+    FileContent.EQUALITY_DELETES: DataFileContent.EQUALITY_DELETES,
+}
+
+
+def to_data_file(record: FileRecord, format_version: int) -> DataFile:
+    """The manifest entry payload of a file written by an executor."""
+    data_file = DataFile.from_args(
+        _table_format_version=cast(TableVersion, format_version),
+        content=_CONTENT[record.content],
+        file_path=record.path,
+        file_format=FileFormat.PARQUET,
+        partition=Record(*record.partition),
+        record_count=record.record_count,
+        file_size_in_bytes=record.file_size_bytes,
+        column_sizes=record.column_sizes,
+        value_counts=record.value_counts,
+        null_value_counts=record.null_value_counts,
+        nan_value_counts=record.nan_value_counts,
+        lower_bounds=record.lower_bounds,
+        upper_bounds=record.upper_bounds,
+        split_offsets=list(record.split_offsets),
+        equality_ids=None if record.equality_ids is None else list(record.equality_ids),
+        sort_order_id=None,
+    )
+    data_file.spec_id = record.spec_id
+    return data_file
+
+
+EQUALITY_IDS_FIELD_ID = 135
+EQUALITY_IDS_ELEMENT_ID = 136
+DATA_FILE_FIELD_ID = 2
+PARTITION_FIELD_ID = 102
+
+
+def avro_name(name: str) -> str:
+    """``name`` as a valid Avro name, the way Iceberg Java sanitises field names for Avro files.
+
+    Avro names are ``[A-Za-z_][A-Za-z0-9_]*``. Iceberg Java (``AvroSchemaUtil.makeCompatibleName``)
+    replaces a leading digit ``d`` by ``_d`` and any other character outside that set by ``_x``
+    and its upper-case hex code point; readers find partition fields by field id, so the name
+    only has to parse. Unlike Java, non-ASCII letters are replaced too: strict Avro readers
+    (DuckDB) refuse them.
+    """
+    out = []
+    for i, char in enumerate(name):
+        if char == "_" or (char.isascii() and (char.isalpha() or (i > 0 and char.isdigit()))):
+            out.append(char)
+        elif char.isascii() and char.isdigit():
+            out.append(f"_{char}")
+        else:
+            out.append(f"_x{ord(char):X}")
+    return "".join(out) or "_"
+
+
+def _sanitised_partition(struct: StructType) -> StructType:
+    return StructType(
+        *[
+            NestedField(f.field_id, avro_name(f.name), f.field_type, required=f.required, doc=f.doc)
+            for f in struct.fields
+        ]
+    )
+
+
+def _spec_conformant(schema: Schema, int_equality_ids: bool) -> Schema:
+    """The manifest entry schema with Avro-safe partition names (and ``equality_ids`` as ``list<int>``)."""
+
+    def fix_data_file(struct: StructType) -> StructType:
+        fields = []
+        for f in struct.fields:
+            if f.field_id == PARTITION_FIELD_ID and isinstance(f.field_type, StructType):
+                f = NestedField(f.field_id, f.name, _sanitised_partition(f.field_type), required=f.required, doc=f.doc)
+            elif f.field_id == EQUALITY_IDS_FIELD_ID and int_equality_ids:
+                element = ListType(EQUALITY_IDS_ELEMENT_ID, IntegerType(), element_required=True)
+                f = NestedField(f.field_id, f.name, element, required=f.required, doc=f.doc)
+            fields.append(f)
+        return StructType(*fields)
+
+    return Schema(
+        *[
+            NestedField(f.field_id, f.name, fix_data_file(f.field_type), required=f.required, doc=f.doc)
+            if f.field_id == DATA_FILE_FIELD_ID and isinstance(f.field_type, StructType)
+            else f
+            for f in schema.fields
+        ]
+    )
+
+
+class _ConformantWriter(ManifestWriter):
+    """Writes the entry schema with Avro-safe partition names; delete manifests also get int ``equality_ids``."""
+
+    _int_equality_ids = False
+
+    def new_writer(self) -> AvroOutputFile[ManifestEntry]:
+        return AvroOutputFile[ManifestEntry](
+            output_file=self._output_file,
+            file_schema=_spec_conformant(self._with_partition(self.version), self._int_equality_ids),
+            record_schema=_spec_conformant(self._with_partition(DEFAULT_READ_VERSION), self._int_equality_ids),
+            schema_name="manifest_entry",
+            metadata=self._meta,
+        )
+
+
+class DataManifestWriter(_ConformantWriter, ManifestWriterV2):
+    """A v2 manifest of data files."""
+
+
+class DataManifestWriterV1(_ConformantWriter, ManifestWriterV1):
+    """A v1 manifest of data files."""
+
+
+class DeleteManifestWriter(_ConformantWriter, ManifestWriterV2):
+    """A v2 manifest of delete files: ``content: deletes`` and spec-conformant ``equality_ids``."""
+
+    _int_equality_ids = True
+
+    def content(self) -> ManifestContent:
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self) -> dict[str, str]:
+        return {**super()._meta, "content": "deletes"}
+
+
+def compression(metadata: TableMetadata) -> AvroCompressionCodec:
+    value = metadata.properties.get(
+        TableProperties.WRITE_AVRO_COMPRESSION, TableProperties.WRITE_AVRO_COMPRESSION_DEFAULT
+    )
+    return cast(AvroCompressionCodec, value)
+
+
+def manifest_writer(
+    metadata: TableMetadata, spec: PartitionSpec, output: OutputFile, snapshot_id: int, deletes: bool
+) -> ManifestWriter:
+    """A writer for a data or delete manifest of ``spec``, as the table's format version wants it."""
+    schema = metadata.schema()
+    if deletes:
+        if metadata.format_version < 2:
+            raise ValueError("delete files need an Iceberg format version 2 table")
+        return DeleteManifestWriter(spec, schema, output, snapshot_id, compression(metadata))
+    if metadata.format_version == 1:
+        return DataManifestWriterV1(spec, schema, output, snapshot_id, compression(metadata))
+    if metadata.format_version == 2:
+        return DataManifestWriter(spec, schema, output, snapshot_id, compression(metadata))
+    raise ValueError(f"icesink writes Iceberg format versions 1 and 2, not {metadata.format_version}")
+
+
+def write_added(
+    metadata: TableMetadata,
+    spec_id: int,
+    output: OutputFile,
+    snapshot_id: int,
+    files: Sequence[DataFile],
+    deletes: bool,
+) -> ManifestFile:
+    """A manifest listing ``files`` as added by ``snapshot_id``."""
+    writer = manifest_writer(metadata, metadata.specs()[spec_id], output, snapshot_id, deletes)
+    with writer:
+        for data_file in files:
+            writer.add(
+                ManifestEntry.from_args(
+                    status=ManifestEntryStatus.ADDED,
+                    snapshot_id=snapshot_id,
+                    sequence_number=None,
+                    file_sequence_number=None,
+                    data_file=data_file,
+                )
+            )
+    return writer.to_manifest_file()
+
+
+@dataclass(frozen=True)
+class DeltaManifest:
+    """A staged manifest: where it is and which partition spec its entries use."""
+
+    path: str
+    spec_id: int
+    length: int
+    deletes: bool = False
+
+
+def write_delta_manifest(
+    metadata: TableMetadata, io: FileIO, path: str, spec_id: int, files: Sequence[DataFile], deletes: bool = False
+) -> DeltaManifest:
+    """Write the data (or delete) files of one checkpoint as an Avro manifest pyiceberg's reader accepts."""
+    manifest = write_added(metadata, spec_id, io.new_output(path), STAGING_SNAPSHOT_ID, files, deletes)
+    return DeltaManifest(path=path, spec_id=spec_id, length=manifest.manifest_length, deletes=deletes)
+
+
+def read_delta_manifest(io: FileIO, manifest: DeltaManifest) -> list[DataFile]:
+    """The files of a staged manifest; raises the reader's own error if it is missing or corrupt."""
+    handle = ManifestFile.from_args(
+        manifest_path=manifest.path,
+        manifest_length=manifest.length,
+        partition_spec_id=manifest.spec_id,
+        content=ManifestContent.DELETES if manifest.deletes else ManifestContent.DATA,
+        added_snapshot_id=STAGING_SNAPSHOT_ID,
+    )
+    return [entry.data_file for entry in handle.fetch_manifest_entry(io, discard_deleted=True)]

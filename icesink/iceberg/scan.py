@@ -1,0 +1,110 @@
+"""Scan planning that keeps equality deletes (pyiceberg's refuses them), and file reads."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyiceberg.expressions import BooleanExpression
+from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+
+
+@dataclass(frozen=True)
+class PlannedDataFile:
+    """A live data file, its data sequence number and the position deletes that apply to it."""
+
+    file: DataFile
+    sequence_number: int
+    position_deletes: frozenset[DataFile]
+
+
+@dataclass(frozen=True)
+class PlannedDelete:
+    """A live equality delete file and its data sequence number."""
+
+    file: DataFile
+    sequence_number: int
+
+
+@dataclass(frozen=True)
+class PlannedScan:
+    """Live files of a snapshot that may hold rows matching the filter."""
+
+    schema: Schema
+    data: list[PlannedDataFile]
+    equality_deletes: list[PlannedDelete]
+
+
+def scan_schema(table: Table, snapshot_id: int | None) -> Schema:
+    """The schema a read of ``snapshot_id`` (None: the current snapshot) returns rows in."""
+    metadata = table.metadata
+    snapshot = metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else metadata.current_snapshot()
+    if snapshot is not None and snapshot.schema_id is not None:
+        return metadata.schema_by_id(snapshot.schema_id) or metadata.schema()
+    return metadata.schema()
+
+
+def plan_scan(table: Table, snapshot_id: int | None, row_filter: str | BooleanExpression) -> PlannedScan:
+    """Plan a read the way pyiceberg does (manifests pruned by partition summaries, files by partition
+    and column bounds), but keep equality delete files instead of refusing them.
+
+    ``snapshot_id`` must be one of the table's snapshots (the caller checks); None reads the current one.
+    """
+    from pyiceberg.table import ManifestGroupPlanner
+    from pyiceberg.table.delete_file_index import DeleteFileIndex
+
+    metadata = table.metadata
+    snapshot = metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else metadata.current_snapshot()
+    schema = scan_schema(table, snapshot_id)
+    if snapshot is None:
+        return PlannedScan(schema, [], [])
+    planner = ManifestGroupPlanner(metadata, table.io, row_filter)
+    data_entries: list[ManifestEntry] = []
+    positions = DeleteFileIndex()
+    equality: list[PlannedDelete] = []
+    for entries in planner.plan_manifest_entries(snapshot.manifests(table.io)):
+        for entry in entries:
+            content = entry.data_file.content
+            if content == DataFileContent.DATA:
+                data_entries.append(entry)
+            elif content == DataFileContent.POSITION_DELETES:
+                positions.add_delete_file(entry, partition_key=entry.data_file.partition)
+            else:
+                equality.append(PlannedDelete(entry.data_file, entry.sequence_number or 0))
+    data = [
+        PlannedDataFile(
+            e.data_file,
+            e.sequence_number or 0,
+            frozenset(
+                positions.for_data_file(e.sequence_number or 0, e.data_file, partition_key=e.data_file.partition)
+            ),
+        )
+        for e in data_entries
+    ]
+    return PlannedScan(schema, data, equality)
+
+
+def parse_row_filter(row_filter: str | BooleanExpression) -> BooleanExpression:
+    """pyiceberg's parser for filter strings; raises its own errors for text it cannot parse."""
+    from pyiceberg.table import _parse_row_filter
+
+    return _parse_row_filter(row_filter)
+
+
+def read_files(
+    table: Table,
+    schema: Schema,
+    files: Sequence[tuple[DataFile, frozenset[DataFile]]],
+    row_filter: str | BooleanExpression | None,
+) -> pa.Table:
+    """Rows of data files (position deletes applied) projected onto ``schema`` by field id."""
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.io.pyarrow import ArrowScan
+    from pyiceberg.table import FileScanTask
+
+    expression = parse_row_filter(row_filter) if row_filter is not None else AlwaysTrue()
+    scan = ArrowScan(table.metadata, table.io, schema, expression)
+    return scan.to_table([FileScanTask(data_file, delete_files=set(deletes)) for data_file, deletes in files])
