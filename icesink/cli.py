@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from icesink.errors import IcesinkError
+from icesink.errors import IcesinkError, SnapshotNotFoundError
 
 
 class Context:
@@ -46,8 +46,39 @@ def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
     return "\n".join([line, "  ".join("-" * w for w in widths), *body])
 
 
+def json_value(value: Any) -> Any:
+    """A value as strict JSON can hold it (README, "JSON output").
+
+    NaN and infinities become the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``
+    (JSON has no such numbers); binary becomes base64; decimals become strings, so
+    no digit is lost to a float; dates and times become ISO 8601 strings.
+    """
+    import base64
+    import datetime
+    import decimal
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {str(k): json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_value(v) for v in value]
+    return value
+
+
+def _json(data: Any, indent: int | None = 2) -> str:
+    return json.dumps(json_value(data), indent=indent, allow_nan=False, default=str)
+
+
 def _emit(as_json: bool, data: Any, text: str) -> None:
-    click.echo(json.dumps(data, indent=2, default=str) if as_json else text)
+    click.echo(_json(data) if as_json else text)
 
 
 class IcesinkGroup(click.Group):
@@ -188,7 +219,7 @@ def snapshots_show(obj: Context, table: str, snapshot_id: int, as_json: bool) ->
 
     info = show_snapshot(obj.table(table), snapshot_id)
     if info is None:
-        raise click.ClickException(f"table {table} has no snapshot {snapshot_id}")
+        raise SnapshotNotFoundError(f"table {table} has no snapshot {snapshot_id}; `icesink snapshots list {table}`")
     summary = "\n".join(f"  {k}: {v}" for k, v in sorted(info["summary"].items()))
     manifests = _table(
         [
@@ -215,17 +246,14 @@ def scan(obj: Context, table: str, limit: int, row_filter: str | None, snapshot_
     """Print TABLE's rows, with equality and position deletes applied."""
     from icesink.reader import read_table
 
-    iceberg_table = obj.table(table)
-    if snapshot_id is not None and iceberg_table.metadata.snapshot_by_id(snapshot_id) is None:
-        raise click.ClickException(f"table {table} has no snapshot {snapshot_id}")
-    rows = read_table(iceberg_table, snapshot_id, row_filter)
+    rows = read_table(obj.table(table), snapshot_id, row_filter)
     total = rows.num_rows
     if limit:
         rows = rows.slice(0, limit)
     records = rows.to_pylist()
     if as_json:
         for record in records:
-            click.echo(json.dumps(record, default=str))
+            click.echo(_json(record, indent=None))
         return
     click.echo(_table([list(r.values()) for r in records], rows.column_names))
     click.echo(f"({len(records)} of {total} rows)")
@@ -249,9 +277,14 @@ def checkpoints_list(obj: Context, table: str, limit: int, as_json: bool) -> Non
     from dataclasses import asdict
 
     from icesink.committer.ledger import Ledger
+    from icesink.errors import TableNotFoundError
 
-    obj.catalog()  # checks (or, for the embedded default, applies) the migrations
     ledger = Ledger(obj.config)
+    try:
+        obj.table(table)  # also checks (or, for the embedded default, applies) the migrations
+    except TableNotFoundError:
+        if not ledger.for_table(table, newest=1):
+            raise  # neither a table nor checkpoints: most likely a typo
     jobs = ledger.lag(table)
     rows = ledger.for_table(table, newest=limit or None)
     text = _table(
@@ -368,8 +401,18 @@ def committer_run(
     One committer per scope (all tables, or the --table list) is active; others wait as standbys
     and take over when its lease expires.
     """
+    from icesink.catalog.loader import check_identifier
     from icesink.committer.daemon import CommitterDaemon
+    from icesink.errors import TableNotFoundError
 
+    for table in tables:
+        check_identifier(table)
+        try:
+            obj.table(table)
+        except TableNotFoundError:
+            if once:
+                raise
+            logging.getLogger("icesink.committer").warning("table %s does not exist (yet); waiting for it", table)
     logging.getLogger("icesink").setLevel(logging.INFO)
     daemon = CommitterDaemon(
         obj.config,
@@ -395,7 +438,7 @@ def committer_run(
     if once and report.failed:
         for table, error in report.failed.items():
             click.echo(f"error: {error}" if table in error else f"error: table {table}: {error}", err=True)
-        sys.exit(1)
+        sys.exit(2)
 
 
 @committer.command("gc")
@@ -423,6 +466,8 @@ def committer_gc(obj: Context, tables: tuple[str, ...], older_than: str, dry_run
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--older-than") from e
     catalog = obj.catalog()
+    for table in tables:
+        obj.table(table)  # a misspelt --table is an error, not an empty report
     if not tables:
         tables = tuple(
             ".".join(identifier)

@@ -62,6 +62,14 @@ class CheckpointRewindError(TerminalError):
     """Raised when a stream restarts below the checkpoint the table already holds for its job."""
 
 
+class JobIdConflictError(CheckpointRewindError):
+    """Raised when two streams (two checkpoint histories) write under one job id."""
+
+
+class CatalogReplacedError(TerminalError):
+    """Raised when the catalog database a process opened is no longer the one at its configured location."""
+
+
 class CommitConflictError(TransientError):
     """Raised when the table head moved while a commit was being prepared."""
 

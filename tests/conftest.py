@@ -17,6 +17,7 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 os.environ["PYICEBERG_HOME"] = str(Path(__file__).parent / "no-pyiceberg-home")
 
 from icesink.catalog.config import CatalogConfig
+from icesink.paths import file_uri
 
 PG_URL = os.environ.get("ICESINK_TEST_PG_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
 REQUIRE_PG = os.environ.get("ICESINK_REQUIRE_PG") == "1"
@@ -88,11 +89,11 @@ def _catalog(request: pytest.FixtureRequest, tmp_path: Path, kind: str) -> Catal
     warehouse.mkdir()
     name = f"cat_{uuid.uuid4().hex[:8]}"
     if kind == "sqlite":
-        config = CatalogConfig(name=name, uri=f"sqlite:///{warehouse / 'catalog.db'}", warehouse=warehouse.as_uri())
+        config = CatalogConfig(name=name, uri=f"sqlite:///{warehouse / 'catalog.db'}", warehouse=file_uri(warehouse))
         database.upgrade(config)
         return config
     url = request.getfixturevalue("pg_database")
-    return CatalogConfig(name=name, uri=url, warehouse=warehouse.as_uri())
+    return CatalogConfig(name=name, uri=url, warehouse=file_uri(warehouse))
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -1,8 +1,10 @@
-"""Reads an Iceberg table with Iceberg's Java reference implementation and prints its rows as JSON lines.
+"""Reads Iceberg tables with Iceberg's Java reference implementation and prints their rows as JSON lines.
 
 Runs in its own virtual environment (pyspark 3.5.9 and the Iceberg 1.9.2
 Spark runtime jar shipped in ``snowpark-connect-deps-iceberg``), never in
-icesink's: ``python java_reader.py METADATA_JSON COLUMN[,COLUMN…]``.
+icesink's: ``python java_reader.py JSON`` where JSON is a list of
+``[metadata_json, [column, …]]``; one Spark session reads them all and
+prints ``{"table": i, "row": {...}}`` per row.
 """
 
 from __future__ import annotations
@@ -13,7 +15,12 @@ import os
 import sys
 
 
-def main(metadata_location: str, columns: str) -> None:
+def quoted(name: str) -> str:
+    """A column name Spark takes literally: dots, spaces and backticks included."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def main(tables: list[tuple[str, list[str]]]) -> None:
     import snowpark_connect_deps_iceberg
     from pyspark.sql import SparkSession
 
@@ -30,11 +37,13 @@ def main(metadata_location: str, columns: str) -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    rows = spark.read.format("iceberg").load(metadata_location).select(*columns.split(",")).collect()
-    for row in rows:
-        print(json.dumps(row.asDict(), default=str))
+    for number, (metadata_location, columns) in enumerate(tables):
+        frame = spark.read.format("iceberg").load(metadata_location)
+        for row in frame.select(*[quoted(c) for c in columns]).collect():
+            values = dict(zip(columns, row, strict=True))
+            print(json.dumps({"table": number, "row": values}, default=str))
     spark.stop()
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(json.loads(sys.argv[1]))

@@ -131,17 +131,36 @@ def format_outcomes() -> str:
 
 def read_with_iceberg_java(python: Path, metadata_location: str, columns: list[str]) -> list[dict[str, Any]]:
     """Iceberg 1.9.2's Java reader, through Spark 3.5 in its own environment (``java_reader`` fixture)."""
+    return read_many_with_iceberg_java(python, [(metadata_location, columns)])[0]
+
+
+def _json_lines_of(command: list[str], tables: int, env: dict[str, str] | None = None) -> list[list[dict[str, Any]]]:
     import json
-    import os
     import subprocess
 
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, f"{command[1]} exited {done.returncode}: {done.stderr[-3000:]}"
+    rows: list[list[dict[str, Any]]] = [[] for _ in range(tables)]
+    for line in done.stdout.splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            rows[record["table"]].append(record["row"])
+    return rows
+
+
+def read_many_with_iceberg_java(python: Path, tables: list[tuple[str, list[str]]]) -> list[list[dict[str, Any]]]:
+    """Several tables in one JVM (starting Spark 3.5 is most of the cost)."""
+    import json
+    import os
+
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
-    done = subprocess.run(
-        [str(python), str(Path(__file__).parent / "java_reader.py"), metadata_location, ",".join(columns)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    command = [str(python), str(Path(__file__).parent / "java_reader.py"), json.dumps(tables)]
+    return _json_lines_of(command, len(tables), env)
+
+
+def read_with_duckdb(*metadata_locations: str) -> list[list[dict[str, Any]]]:
+    """DuckDB 1.5's ``iceberg_scan`` of each table, in a child process (see ``tests/duckdb_reader.py``)."""
+    import sys
+
+    command = [sys.executable, str(Path(__file__).parent / "duckdb_reader.py"), *metadata_locations]
+    return _json_lines_of(command, len(metadata_locations))

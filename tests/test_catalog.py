@@ -10,6 +10,7 @@ from icesink.catalog import database
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.errors import CatalogNotMigratedError, CatalogUnavailableError, ConfigError
+from icesink.paths import file_uri
 from tests.conftest import create_pg_database, drop_pg_database
 
 
@@ -18,7 +19,7 @@ def test_nothing_configured_means_the_embedded_default(tmp_path: Path, monkeypat
     config = CatalogConfig.resolve()
     assert config.embedded
     assert config.uri == f"sqlite:///{tmp_path / 'warehouse' / 'catalog.db'}"
-    assert config.warehouse == (tmp_path / "warehouse").as_uri()
+    assert config.warehouse == file_uri(tmp_path / "warehouse")
     catalog = open_catalog(config)  # created and migrated on first use
     catalog.create_namespace("demo")
     assert (tmp_path / "warehouse" / "catalog.db").exists()
@@ -60,13 +61,13 @@ def test_bad_uri_is_a_config_error_naming_it() -> None:
 
 
 def test_unknown_driver_is_a_config_error(tmp_path: Path) -> None:
-    config = CatalogConfig("x", "nosuchdb://host/db", tmp_path.as_uri())
+    config = CatalogConfig("x", "nosuchdb://host/db", file_uri(tmp_path))
     with pytest.raises(ConfigError, match="no database driver"):
         open_catalog(config)
 
 
 def test_unreachable_database_is_transient_and_hides_the_password(tmp_path: Path) -> None:
-    config = CatalogConfig("x", "postgresql+psycopg2://u:hunter2@127.0.0.1:1/db", tmp_path.as_uri())
+    config = CatalogConfig("x", "postgresql+psycopg2://u:hunter2@127.0.0.1:1/db", file_uri(tmp_path))
     with pytest.raises(CatalogUnavailableError) as raised:
         open_catalog(config)
     assert raised.value.transient
@@ -85,7 +86,7 @@ def empty_database(request: pytest.FixtureRequest, tmp_path: Path):  # type: ign
 
 
 def test_unmigrated_database_says_to_run_db_upgrade(empty_database: str, tmp_path: Path) -> None:
-    config = CatalogConfig("main", empty_database, tmp_path.as_uri())
+    config = CatalogConfig("main", empty_database, file_uri(tmp_path))
     with pytest.raises(CatalogNotMigratedError, match="icesink db upgrade"):
         open_catalog(config)
     database.upgrade(config)
@@ -98,9 +99,9 @@ def test_unmigrated_database_says_to_run_db_upgrade(empty_database: str, tmp_pat
 def test_database_initialised_by_pyiceberg_keeps_its_tables(empty_database: str, tmp_path: Path) -> None:
     from pyiceberg.catalog.sql import SqlCatalog
 
-    plain = SqlCatalog("main", uri=empty_database, warehouse=tmp_path.as_uri())
+    plain = SqlCatalog("main", uri=empty_database, warehouse=file_uri(tmp_path))
     plain.create_namespace("existing")
     plain.engine.dispose()
-    config = CatalogConfig("main", empty_database, tmp_path.as_uri())
+    config = CatalogConfig("main", empty_database, file_uri(tmp_path))
     database.upgrade(config)
     assert ("existing",) in open_catalog(config).list_namespaces()

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from icesink.catalog.config import CatalogConfig
 from icesink.cli import main
+from icesink.paths import file_uri
 from tests.support import create_orders_table, orders, stage_rows
 
 TABLE = "shop.orders"
@@ -103,7 +104,7 @@ def test_unknown_table_is_one_clear_line(catalog_config: CatalogConfig) -> None:
 
 
 def test_db_upgrade_then_use_from_a_fresh_database(tmp_path: Path) -> None:
-    config = CatalogConfig("fresh", f"sqlite:///{tmp_path / 'c.db'}", tmp_path.as_uri())
+    config = CatalogConfig("fresh", f"sqlite:///{tmp_path / 'c.db'}", file_uri(tmp_path))
     code, output = invoke(config, "tables", "list")
     assert code == 2 and "icesink db upgrade" in output
     code, output = invoke(config, "db", "upgrade")

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from icesink.errors import BadRowError
+from icesink.paths import file_uri
 from icesink.results import FileContent
 from icesink.writer.spec import ChangeSpec, ColumnSpec, WriterSpec
 from icesink.writer.task import TaskWriter
@@ -24,7 +25,7 @@ def spec(tmp_path: Path, **changes: object) -> WriterSpec:
     options: dict[str, object] = {"equality_field_ids": (1,), "op_column": "op", "sequence_column": "seq", **changes}
     return WriterSpec(
         "shop.t",
-        (tmp_path / "data").as_uri(),
+        file_uri(tmp_path / "data"),
         COLUMNS,
         (),
         0,

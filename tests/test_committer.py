@@ -286,7 +286,7 @@ def test_without_expiry_every_snapshot_stays(sqlite_catalog: CatalogConfig) -> N
 
 
 def test_known_marker_ends_the_walk_at_the_snapshot_it_was_read_from(sqlite_catalog: CatalogConfig) -> None:
-    from icesink.iceberg.marker import KnownMarker
+    from icesink.iceberg.marker import CommittedMarker, KnownMarker, committed_marker
 
     create_orders_table(sqlite_catalog)
     stage_rows(sqlite_catalog, TABLE, "job-a", 3, orders(0, 10))
@@ -299,9 +299,10 @@ def test_known_marker_ends_the_walk_at_the_snapshot_it_was_read_from(sqlite_cata
     metadata = catalog.load_table(TABLE).metadata
     assert max_committed_checkpoint(metadata, "job-a") == 3
     # The walk stops at the remembered snapshot rather than reading its summary (7 here proves which answered).
-    assert max_committed_checkpoint(metadata, "job-a", known=KnownMarker(ours, 7)) == 7
+    remembered = CommittedMarker(7, "stream-x")
+    assert committed_marker(metadata, "job-a", known=KnownMarker(ours, remembered)) == remembered
     head = metadata.snapshot_by_name("main").snapshot_id
-    assert max_committed_checkpoint(metadata, "job-a", known=KnownMarker(head, 9)) == 9
+    assert committed_marker(metadata, "job-a", known=KnownMarker(head, CommittedMarker(9, None))).checkpoint_id == 9
 
 
 def test_a_committer_that_remembers_the_table_still_sees_what_others_did_in_between(

@@ -11,6 +11,7 @@ from icesink.catalog.loader import open_catalog
 from icesink.iceberg import PYICEBERG_VERSION
 from icesink.iceberg.manifests import read_delta_manifest, to_data_file, write_delta_manifest
 from icesink.iceberg.snapshots import commit_prepared, prepare_snapshot
+from icesink.paths import file_uri
 from tests.support import create_orders_table, orders, write_files
 
 
@@ -18,7 +19,7 @@ from tests.support import create_orders_table, orders, write_files
 def table(tmp_path: Path):  # type: ignore[no-untyped-def]
     from icesink.catalog import database
 
-    config = CatalogConfig("t", f"sqlite:///{tmp_path / 'c.db'}", tmp_path.as_uri())
+    config = CatalogConfig("t", f"sqlite:///{tmp_path / 'c.db'}", file_uri(tmp_path))
     database.upgrade(config)
     create_orders_table(config)
     return open_catalog(config).load_table("shop.orders")
@@ -35,7 +36,7 @@ def test_delta_manifest_round_trips_through_pyiceberg_reader(table, tmp_path: Pa
 
     result = write_files(table, "shop.orders", "job", 3, orders(0, 50), task_id=1)
     files = [to_data_file(f, table.metadata.format_version) for f in result.data_files]
-    path = (tmp_path / "delta.avro").as_uri()
+    path = file_uri(tmp_path / "delta.avro")
     manifest = write_delta_manifest(table.metadata, table.io, path, 0, files)
     back = read_delta_manifest(table.io, manifest)
     assert [f.file_path for f in back] == [f.path for f in result.data_files]
@@ -112,7 +113,9 @@ def test_delete_manifest_declares_content_deletes_and_int_equality_ids(table, tm
     result = write_files(table, "shop.orders", "job", 1, orders(0, 5))
     delete = replace(result.data_files[0], content=FileContent.EQUALITY_DELETES, equality_ids=(1,))
     path = tmp_path / "deletes.avro"
-    manifest = write_delta_manifest(table.metadata, table.io, path.as_uri(), 0, [to_data_file(delete, 2)], deletes=True)
+    manifest = write_delta_manifest(
+        table.metadata, table.io, file_uri(path), 0, [to_data_file(delete, 2)], deletes=True
+    )
     meta = _avro_header(path)
     assert meta["content"] == b"deletes"
     schema = json.loads(meta["avro.schema"])

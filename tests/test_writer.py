@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from icesink.errors import BadRowError
+from icesink.paths import file_uri
 from icesink.results import decode_write_result
 from icesink.writer.metrics import truncate_upper_string
 from icesink.writer.spec import ColumnSpec, PartitionFieldSpec, WriterSpec
@@ -46,7 +47,7 @@ def rows(count: int, start: int = 0) -> pa.Table:
 def spec(tmp_path: Path, partitions: tuple[PartitionFieldSpec, ...] = (), **overrides: object) -> WriterSpec:
     base = WriterSpec(
         table_name="shop.orders",
-        data_location=(tmp_path / "data").as_uri(),
+        data_location=file_uri(tmp_path / "data"),
         columns=COLUMNS,
         partition_fields=partitions,
         spec_id=0,

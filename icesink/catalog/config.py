@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from icesink import paths
 from icesink.errors import ConfigError
 
 DEFAULT_CATALOG_NAME = "default"
@@ -22,7 +23,18 @@ EMBEDDED_DIRECTORY = "warehouse"
 
 
 def _embedded_uri(root: Path) -> str:
-    return f"sqlite:///{root / 'catalog.db'}"
+    # SQLAlchemy percent-decodes the database path of a URL; a literal "%" must be written "%25".
+    return f"sqlite:///{str(root / 'catalog.db').replace('%', '%25')}"
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (decoded as SQLAlchemy decodes it); None for other databases."""
+    if not uri.startswith("sqlite:"):
+        return None
+    from sqlalchemy.engine import make_url
+
+    database = make_url(uri).database
+    return Path(database).absolute() if database and database != ":memory:" else None
 
 
 def redact_uri(uri: str) -> str:
@@ -58,7 +70,8 @@ class CatalogConfig:
         cls, root: str | os.PathLike[str] = EMBEDDED_DIRECTORY, name: str = DEFAULT_CATALOG_NAME
     ) -> CatalogConfig:
         path = Path(root).absolute()
-        return cls(name=name, uri=_embedded_uri(path), warehouse=path.as_uri(), embedded=True)
+        paths.check_location("the embedded catalog's directory", str(path))
+        return cls(name=name, uri=_embedded_uri(path), warehouse=paths.file_uri(path), embedded=True)
 
     @classmethod
     def resolve(
@@ -90,14 +103,19 @@ class CatalogConfig:
             return cls.embedded_default(name=name)
         resolved_uri = merged.pop("uri")
         if "warehouse" not in merged:
-            if resolved_uri.startswith("sqlite:///"):
-                merged["warehouse"] = Path(resolved_uri.removeprefix("sqlite:///")).absolute().parent.as_uri()
+            database_file = sqlite_path(resolved_uri)
+            if database_file is not None:
+                merged["warehouse"] = paths.file_uri(database_file.parent)
             else:
                 raise ConfigError(
                     f"catalog {name!r} ({redact_uri(resolved_uri)}) has no warehouse; set "
                     f"PYICEBERG_CATALOG__{name.upper()}__WAREHOUSE or pass warehouse="
                 )
         resolved_warehouse = merged.pop("warehouse")
+        paths.check_location(f"catalog {name!r}: warehouse", resolved_warehouse)
+        if not paths.parse(resolved_warehouse).scheme:
+            # A plain directory: iceberg-rust refuses locations without a scheme.
+            resolved_warehouse = paths.file_uri(resolved_warehouse)
         _validate_uri(name, resolved_uri)
         _validate_properties(name, merged)
         return cls(name=name, uri=resolved_uri, warehouse=resolved_warehouse, properties=merged)

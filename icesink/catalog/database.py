@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, overload
 
-from icesink.catalog.config import CatalogConfig, redact_uri
-from icesink.errors import CatalogNotMigratedError, CatalogUnavailableError, ConfigError
+from icesink.catalog.config import CatalogConfig, redact_uri, sqlite_path
+from icesink.errors import CatalogNotMigratedError, CatalogReplacedError, CatalogUnavailableError, ConfigError
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -64,14 +64,78 @@ def engine(config: CatalogConfig) -> Engine:
         existing = _engines.get(config.uri)
         if existing is not None:
             return existing
-        if config.uri.startswith("sqlite:///"):
-            Path(config.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        database_file = sqlite_path(config.uri)
+        if database_file is not None:
+            database_file.parent.mkdir(parents=True, exist_ok=True)
         with database_errors(config):
             created = create_engine(config.uri, pool_pre_ping=True, **_engine_options(config.uri))
         if config.uri.startswith("sqlite"):
             _use_write_ahead_log(created)
+        if database_file is not None:
+            _watch_database_file(created, config, database_file)
         _engines[config.uri] = created
         return created
+
+
+# SQLite files by URI: the (device, inode) this process's connections opened.
+_files: dict[str, tuple[int, int]] = {}
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+def _watch_database_file(created: Engine, config: CatalogConfig, path: Path) -> None:
+    """Every new connection must open the same file as the first one did.
+
+    SQLite creates a missing database file on connect, and connections opened
+    before a file was deleted or replaced go on writing into the old one: both
+    would commit where no one else looks.
+    """
+    from sqlalchemy import event
+
+    @event.listens_for(created, "do_connect")
+    def _still_there(_dialect, _record, _args, _kwargs) -> None:  # type: ignore[no-untyped-def]
+        # Connecting would create an empty database where the catalog used to be.
+        if config.uri in _files and _file_identity(path) is None:
+            raise _replaced(config, path, missing=True)
+
+    @event.listens_for(created, "connect")
+    def _same_file(_connection, _record) -> None:  # type: ignore[no-untyped-def]
+        identity = _file_identity(path)
+        expected = _files.setdefault(config.uri, identity) if identity is not None else None
+        if identity is None or identity != expected:
+            raise _replaced(config, path, identity is None)
+
+
+def _replaced(config: CatalogConfig, path: Path, missing: bool) -> CatalogReplacedError:
+    what = "was deleted" if missing else "was replaced by another file"
+    return CatalogReplacedError(
+        f"{config.describe()}: the database file {path} {what} while this process was using it; nothing more is "
+        "committed or staged through it. Restore the file from a backup (or point the catalog at the right "
+        "database) and restart; checkpoints not in the catalog are written again from Spark's checkpoint"
+    )
+
+
+def check_database(config: CatalogConfig) -> None:
+    """Before a commit or a staging: the catalog database is still the one this process opened.
+
+    For SQLite, the file at the configured path must be the file the pooled
+    connections write into; otherwise :class:`CatalogReplacedError` (terminal).
+    """
+    path = sqlite_path(config.uri)
+    if path is None:
+        return
+    expected = _files.get(config.uri)
+    if expected is None:
+        return  # no connection yet: the next one will record the file
+    identity = _file_identity(path)
+    if identity != expected:
+        raise _replaced(config, path, identity is None)
 
 
 def _use_write_ahead_log(created: Engine) -> None:
@@ -107,6 +171,7 @@ def dispose_engines() -> None:
         for created in _engines.values():
             created.dispose()
         _engines.clear()
+        _files.clear()
 
 
 def upgrade(config: CatalogConfig) -> None:

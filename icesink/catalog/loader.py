@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from icesink.catalog import database
 from icesink.catalog.config import CatalogConfig
-from icesink.errors import TableNotFoundError
+from icesink.errors import ConfigError, TableNotFoundError
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -32,13 +32,25 @@ def open_catalog(config: CatalogConfig) -> SqlCatalog:
     return catalog
 
 
+def check_identifier(identifier: str) -> None:
+    """``namespace.table``, both parts non-empty; otherwise a :class:`ConfigError` that shows the form."""
+    namespace, _, name = identifier.rpartition(".")
+    if not namespace or not name or any(not part for part in namespace.split(".")):
+        raise ConfigError(
+            f"table {identifier!r} is not a table identifier: write namespace.table, e.g. 'shop.{name or 'orders'}'"
+        )
+
+
 def load_table(catalog: SqlCatalog, config: CatalogConfig, identifier: str) -> Table:
+    """The table, or :class:`TableNotFoundError` naming the catalog."""
     from pyiceberg.exceptions import NoSuchTableError
 
+    check_identifier(identifier)
     with database.database_errors(config):
         try:
             return catalog.load_table(identifier)
         except NoSuchTableError as e:
             raise TableNotFoundError(
-                f"table {identifier!r} does not exist in {config.describe()}; create it first or pass create_table=True"
+                f"table {identifier!r} does not exist in {config.describe()}; create it first (icesink.stream(..., "
+                "create_table=True) does), or check the name and the catalog (`icesink tables list`)"
             ) from e

@@ -20,13 +20,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from icesink.catalog.config import CatalogConfig
-from icesink.catalog.database import database_errors
+from icesink.catalog.database import check_database, database_errors
 from icesink.catalog.loader import load_table
 from icesink.committer.ledger import CheckpointRow, Ledger
 from icesink.committer.policy import plan_snapshots
-from icesink.errors import CommitConflictError, IcesinkError, ManifestError
+from icesink.errors import CommitConflictError, IcesinkError, JobIdConflictError, ManifestError
 from icesink.failpoints import failpoint
-from icesink.iceberg.marker import KnownMarker, marker_properties, max_committed_checkpoint, table_property
+from icesink.iceberg.marker import (
+    CommittedMarker,
+    KnownMarker,
+    committed_marker,
+    marker_properties,
+    marker_table_properties,
+)
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -102,8 +108,10 @@ class TableCommitter:
         conflicts = 0
         while rows:
             cache_key = (str(table.metadata.table_uuid), job_id)
-            marker = max_committed_checkpoint(table.metadata, job_id, known=self._markers.get(cache_key))
-            done = [r for r in rows if marker is not None and r.checkpoint_id <= marker]
+            marker = committed_marker(table.metadata, job_id, known=self._markers.get(cache_key))
+            done = [r for r in rows if marker is not None and r.checkpoint_id <= marker.checkpoint_id]
+            if marker is not None:
+                self._refuse_other_streams(identifier, job_id, marker, done)
             if done:
                 # Committed before the ledger heard of it (a crash after the catalog commit).
                 self._ledger.mark_committed([r.id for r in done], None)
@@ -124,7 +132,8 @@ class TableCommitter:
                 committed = self._try_commit(table, identifier, job_id, group)
             except IcesinkError as e:
                 if not e.transient:  # shown as failed until a commit succeeds; the checkpoints stay staged
-                    self._ledger.mark_failed([r.id for r in group], str(e))
+                    with contextlib.suppress(IcesinkError):  # best effort: the error itself is what matters
+                        self._ledger.mark_failed([r.id for r in group], str(e))
                 raise
             if committed is None:
                 conflicts += 1
@@ -139,7 +148,9 @@ class TableCommitter:
             snapshot = table.metadata.snapshot_by_name("main")
             snapshot_id = snapshot.snapshot_id if snapshot else None
             if snapshot_id is not None:
-                self._markers[cache_key] = KnownMarker(snapshot_id, group[-1].checkpoint_id)
+                self._markers[cache_key] = KnownMarker(
+                    snapshot_id, CommittedMarker(group[-1].checkpoint_id, group[-1].stream_id)
+                )
             failpoint("committer.after-catalog-commit")
             self._ledger.mark_committed([r.id for r in group], snapshot_id)
             failpoint("committer.after-ledger-update")
@@ -159,6 +170,22 @@ class TableCommitter:
             rows = rows[len(group) :]
         return table
 
+    def _refuse_other_streams(
+        self, identifier: str, job_id: str, marker: CommittedMarker, done: Sequence[CheckpointRow]
+    ) -> None:
+        """A checkpoint counts as committed only if the marker comes from the stream that staged it."""
+        strangers = [r for r in done if marker.written_by_another_stream(r.stream_id)]
+        if not strangers:
+            return
+        error = JobIdConflictError(
+            f"table {identifier}: checkpoint {strangers[0].checkpoint_id} of job {job_id} was staged by "
+            f"{strangers[0].describe_stream()}, but the table's checkpoints of that job up to {marker.checkpoint_id} "
+            f"come from stream {marker.stream_id}: two streams share the job id. Nothing of this checkpoint was "
+            "committed and it stays staged; restart the stream that staged it with a job_id of its own"
+        )
+        self._ledger.mark_failed([r.id for r in strangers], str(error))
+        raise error
+
     def _try_commit(self, table: Table, identifier: str, job_id: str, group: Sequence[CheckpointRow]) -> Table | None:
         """Build and swap in one snapshot; None if the head moved under us."""
         from pyiceberg.exceptions import CommitFailedException
@@ -167,9 +194,10 @@ class TableCommitter:
 
         files = [f for row in group for f in self._read_files(table, identifier, row, deletes=False)]
         deletes = [f for row in group for f in self._read_files(table, identifier, row, deletes=True)]
-        properties = marker_properties(job_id, group[-1].checkpoint_id)
+        last = group[-1]
+        properties = marker_properties(job_id, last.checkpoint_id, last.stream_id)
         properties[CHECKPOINT_RANGE_PROPERTY] = _range(group)
-        marker = {table_property(job_id): str(group[-1].checkpoint_id)}
+        marker = marker_table_properties(job_id, last.checkpoint_id, last.stream_id)
         prepared = prepare_snapshot(
             table,
             files,
@@ -187,6 +215,7 @@ class TableCommitter:
                 raise
         failpoint("committer.before-catalog-commit")  # manifests written, nothing committed
         try:
+            check_database(self._config)
             with database_errors(self._config):
                 return commit_prepared(table, prepared)
         except CommitFailedException:

@@ -16,7 +16,7 @@ from icesink.committer.commit import TableCommitter
 from icesink.committer.lease import Lease, LeaseLostError, default_owner
 from icesink.committer.ledger import Ledger
 from icesink.committer.observability import CommitterMetrics
-from icesink.errors import IcesinkError
+from icesink.errors import CatalogReplacedError, IcesinkError
 
 log = logging.getLogger("icesink.committer")
 
@@ -90,6 +90,8 @@ class CommitterDaemon:
                 continue
             try:
                 outcomes = self._committer.commit_pending(table)
+            except CatalogReplacedError:
+                raise  # every table of the catalog is affected: the daemon stops
             except LeaseLostError as e:
                 log.warning("%s; back to standby", e)
                 self._leading = False

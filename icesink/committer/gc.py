@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from icesink import paths
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
@@ -53,7 +54,7 @@ def collect_garbage(
     older_than: datetime.timedelta,
     dry_run: bool = False,
 ) -> GcReport:
-    from icesink.iceberg.files import list_files, normalized_path, referenced_paths
+    from icesink.iceberg.files import list_files, referenced_paths
     from icesink.iceberg.manifests import DeltaManifest, read_delta_manifest
 
     ledger = Ledger(config)
@@ -92,7 +93,7 @@ def collect_garbage(
     table = load_table(catalog, config, identifier)  # after the ledger: see the module docstring
     with database_errors(config):
         keep.update(referenced_paths(table))
-    kept = {normalized_path(p) for p in keep}
+    kept = {paths.normal_form(p) for p in keep}
 
     locations = {table.location().rstrip("/")}
     for configured in ("write.data.path", "write.metadata.path"):
@@ -101,7 +102,7 @@ def collect_garbage(
     for location in sorted(locations):
         for stored in list_files(table, location):
             report.files_seen += 1
-            if normalized_path(stored.uri) in kept:
+            if paths.normal_form(stored.uri) in kept:
                 report.referenced += 1
             elif stored.modified_ms >= cutoff_ms:
                 report.too_young += 1

@@ -11,13 +11,13 @@ from __future__ import annotations
 import datetime
 import enum
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
 from icesink.catalog.config import CatalogConfig
-from icesink.catalog.database import as_utc, database_errors, engine
+from icesink.catalog.database import as_utc, check_database, database_errors, engine
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -47,6 +47,9 @@ checkpoints = sa.Table(
     sa.Column("committed_at", sa.DateTime(timezone=True)),
     sa.Column("manifests_deleted", sa.Boolean(), nullable=False),
     sa.Column("error", sa.Text()),
+    sa.Column("stream_id", sa.String(255)),
+    sa.Column("checkpoint_location", sa.String(1000)),
+    sa.Column("schema_id", sa.Integer()),
 )
 
 
@@ -57,46 +60,49 @@ class CheckpointState(enum.StrEnum):
 
 
 @dataclass(frozen=True)
+class StreamIdentity:
+    """The stream a micro-batch comes from: Spark's query id, kept in its checkpoint location."""
+
+    stream_id: str | None = None
+    checkpoint_location: str | None = None
+
+    def differs_from(self, other_stream_id: str | None) -> bool:
+        """True when both are known and differ."""
+        return self.stream_id is not None and other_stream_id is not None and self.stream_id != other_stream_id
+
+    def describe(self) -> str:
+        if self.stream_id is None:
+            return "a stream that did not say who it is"
+        where = f" (checkpoint location {self.checkpoint_location})" if self.checkpoint_location else ""
+        return f"stream {self.stream_id}{where}"
+
+
+@dataclass(frozen=True, kw_only=True)
 class StagedCheckpoint:
-    """What a writer hands to the ledger for one checkpoint of one table."""
+    """What a writer hands to the ledger for one checkpoint of one table.
+
+    ``stream_id`` (Spark's query id, kept in the checkpoint location) and
+    ``checkpoint_location`` say which stream wrote it: a replay of the same
+    micro-batch comes from the same stream, another stream's checkpoint of the
+    same job id never passes for one. ``schema_id`` is the table schema the
+    files were written with.
+    """
 
     table_identifier: str
     job_id: str
     checkpoint_id: int
     spec_id: int
-    data_manifest: str | None
-    data_manifest_length: int | None
-    data_files: int
-    data_records: int
+    data_manifest: str | None = None
+    data_manifest_length: int | None = None
+    data_files: int = 0
+    data_records: int = 0
     delete_manifest: str | None = None
     delete_manifest_length: int | None = None
     delete_files: int = 0
     delete_records: int = 0
-
-
-@dataclass(frozen=True)
-class CheckpointRow:
-    """One ledger row."""
-
-    id: int
-    table_identifier: str
-    job_id: str
-    checkpoint_id: int
-    state: CheckpointState
-    spec_id: int
-    data_manifest: str | None
-    data_manifest_length: int | None
-    delete_manifest: str | None
-    delete_manifest_length: int | None
-    data_files: int
-    data_records: int
-    delete_files: int
-    delete_records: int
-    snapshot_id: int | None
-    staged_at: datetime.datetime
-    committed_at: datetime.datetime | None
-    manifests_deleted: bool
-    error: str | None
+    stream_id: str | None = None
+    checkpoint_location: str | None = None
+    schema_id: int | None = None
 
     @property
     def manifest_paths(self) -> list[str]:
@@ -107,9 +113,33 @@ class CheckpointRow:
         return self.delete_files > 0
 
     @property
+    def stream(self) -> StreamIdentity:
+        return StreamIdentity(self.stream_id, self.checkpoint_location)
+
+    def describe_stream(self) -> str:
+        """Which stream staged it, for error messages."""
+        return self.stream.describe()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointRow(StagedCheckpoint):
+    """One ledger row: a staged checkpoint and its fate."""
+
+    id: int
+    state: CheckpointState
+    snapshot_id: int | None
+    staged_at: datetime.datetime
+    committed_at: datetime.datetime | None
+    manifests_deleted: bool
+    error: str | None
+
+    @property
     def status(self) -> str:
         """``failed`` for a staged checkpoint whose commit stopped on an error; otherwise the state."""
         return "failed" if self.state == CheckpointState.STAGED and self.error else self.state.value
+
+
+_ROW_FIELDS = tuple(f.name for f in fields(CheckpointRow))
 
 
 @dataclass(frozen=True)
@@ -143,51 +173,26 @@ class Ledger:
         self._config = config
         self._engine = bound or engine(config)
 
-    def _row(self, row: sa.Row) -> CheckpointRow:  # type: ignore[type-arg]
-        m = row._mapping
-        return CheckpointRow(
-            id=m["id"],
-            table_identifier=m["table_identifier"],
-            job_id=m["job_id"],
-            checkpoint_id=m["checkpoint_id"],
-            state=CheckpointState(m["state"]),
-            spec_id=m["spec_id"],
-            data_manifest=m["data_manifest"],
-            data_manifest_length=m["data_manifest_length"],
-            delete_manifest=m["delete_manifest"],
-            delete_manifest_length=m["delete_manifest_length"],
-            data_files=m["data_files"],
-            data_records=m["data_records"],
-            delete_files=m["delete_files"],
-            delete_records=m["delete_records"],
-            snapshot_id=m["snapshot_id"],
-            staged_at=as_utc(m["staged_at"]),
-            committed_at=as_utc(m["committed_at"]),
-            manifests_deleted=m["manifests_deleted"],
-            error=m["error"],
-        )
+    @staticmethod
+    def _row(row: sa.Row) -> CheckpointRow:  # type: ignore[type-arg]
+        values = {name: row._mapping[name] for name in _ROW_FIELDS}
+        values["state"] = CheckpointState(values["state"])
+        values["staged_at"] = as_utc(values["staged_at"])
+        values["committed_at"] = as_utc(values["committed_at"])
+        return CheckpointRow(**values)
 
     def stage(self, staged: StagedCheckpoint, state: CheckpointState = CheckpointState.STAGED) -> bool:
         """Record a staged checkpoint; False if the ledger already had it (the earlier row wins)."""
+        now = _now()
         values = {
+            **asdict(staged),
             "catalog_name": self._config.name,
-            "table_identifier": staged.table_identifier,
-            "job_id": staged.job_id,
-            "checkpoint_id": staged.checkpoint_id,
             "state": state.value,
-            "spec_id": staged.spec_id,
-            "data_manifest": staged.data_manifest,
-            "data_manifest_length": staged.data_manifest_length,
-            "delete_manifest": staged.delete_manifest,
-            "delete_manifest_length": staged.delete_manifest_length,
-            "data_files": staged.data_files,
-            "data_records": staged.data_records,
-            "delete_files": staged.delete_files,
-            "delete_records": staged.delete_records,
-            "staged_at": _now(),
-            "committed_at": _now() if state == CheckpointState.COMMITTED else None,
-            "manifests_deleted": staged.data_manifest is None and staged.delete_manifest is None,
+            "staged_at": now,
+            "committed_at": now if state == CheckpointState.COMMITTED else None,
+            "manifests_deleted": not staged.manifest_paths,
         }
+        check_database(self._config)
         with database_errors(self._config):
             try:
                 with self._engine.begin() as connection:
@@ -212,6 +217,23 @@ class Ledger:
             checkpoints.c.checkpoint_id == checkpoint_id,
         )
         return rows[0] if rows else None
+
+    def streams_of_job(self, table_identifier: str, job_id: str) -> list[StreamIdentity]:
+        """The streams that staged checkpoints of the job (those that recorded who they are)."""
+        c = checkpoints.c
+        query = (
+            sa.select(c.stream_id, sa.func.max(c.checkpoint_location))
+            .where(
+                c.catalog_name == self._config.name,
+                c.table_identifier == table_identifier,
+                c.job_id == job_id,
+                c.stream_id.is_not(None),
+            )
+            .group_by(c.stream_id)
+            .order_by(c.stream_id)
+        )
+        with database_errors(self._config), self._engine.connect() as connection:
+            return [StreamIdentity(stream, location) for stream, location in connection.execute(query)]
 
     def pending(self, table_identifier: str | None = None, job_id: str | None = None) -> list[CheckpointRow]:
         """Staged, not yet committed checkpoints, ordered by table, job and checkpoint."""

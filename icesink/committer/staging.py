@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from icesink.committer.ledger import CheckpointState, Ledger, StagedCheckpoint
+from icesink import paths
+from icesink.committer.ledger import CheckpointState, Ledger, StagedCheckpoint, StreamIdentity
+from icesink.errors import JobIdConflictError
 from icesink.failpoints import failpoint
 from icesink.results import WriteResult
 
@@ -24,27 +27,38 @@ def stage_checkpoint(
     job_id: str,
     checkpoint_id: int,
     results: Sequence[WriteResult],
+    stream: StreamIdentity | None = None,
 ) -> bool:
     """Write the checkpoint's delta manifest and record it in the ledger.
 
-    Returns False when the ledger already had this checkpoint (a retried
-    batch); the earlier staging wins and this attempt's manifest is removed.
+    Returns False when the ledger already had this checkpoint from the same
+    stream (a retried batch); the earlier staging wins and this attempt's
+    manifest is removed. The same checkpoint of the same job staged by
+    another stream is a :class:`JobIdConflictError`: two streams share a job id.
     """
     from icesink.iceberg.manifests import DeltaManifest, to_data_file, write_delta_manifest
 
+    stream = stream or StreamIdentity()
     records = [f for r in results for f in r.data_files]
     delete_records = [f for r in results for f in r.delete_files]
     written = records + delete_records
     # Every file of a checkpoint is written with the spec the driver read for it.
     spec_id = written[0].spec_id if written else table.metadata.default_spec_id
+    empty = StagedCheckpoint(
+        table_identifier=table_identifier,
+        job_id=job_id,
+        checkpoint_id=checkpoint_id,
+        spec_id=spec_id,
+        stream_id=stream.stream_id,
+        checkpoint_location=stream.checkpoint_location,
+        schema_id=table.metadata.current_schema_id,
+    )
     if not written:
         # Nothing to commit; remember the checkpoint so a retry does not rewrite it.
-        return ledger.stage(
-            StagedCheckpoint(table_identifier, job_id, checkpoint_id, spec_id, None, None, 0, 0),
-            state=CheckpointState.COMMITTED,
-        )
+        staged = ledger.stage(empty, state=CheckpointState.COMMITTED)
+        return staged or _same_stream(ledger, table_identifier, job_id, checkpoint_id, stream)
     format_version = table.metadata.format_version
-    prefix = f"icesink-{job_id}-{checkpoint_id:010d}-{uuid.uuid4().hex}"
+    prefix = f"icesink-{paths.segment(job_id, 64)}-{checkpoint_id:010d}-{uuid.uuid4().hex}"
     manifests: dict[bool, DeltaManifest] = {}
     for deletes, group in ((False, records), (True, delete_records)):
         if group:
@@ -54,11 +68,8 @@ def stage_checkpoint(
     failpoint("stage.after-manifest")
     data, deletes_manifest = manifests.get(False), manifests.get(True)
     staged = ledger.stage(
-        StagedCheckpoint(
-            table_identifier=table_identifier,
-            job_id=job_id,
-            checkpoint_id=checkpoint_id,
-            spec_id=spec_id,
+        replace(
+            empty,
             data_manifest=data.path if data else None,
             data_manifest_length=data.length if data else None,
             data_files=len(records),
@@ -70,13 +81,29 @@ def stage_checkpoint(
         )
     )
     if not staged:
+        for manifest in manifests.values():
+            table.io.delete(manifest.path)
+        _same_stream(ledger, table_identifier, job_id, checkpoint_id, stream)
         log.warning(
-            "table %s: checkpoint %d of job %s was already staged; dropping this attempt's manifest",
+            "table %s: checkpoint %d of job %s was already staged; dropped this attempt's manifest",
             table_identifier,
             checkpoint_id,
             job_id,
         )
-        for manifest in manifests.values():
-            table.io.delete(manifest.path)
     failpoint("stage.after-ledger")
     return staged
+
+
+def _same_stream(
+    ledger: Ledger, table_identifier: str, job_id: str, checkpoint_id: int, stream: StreamIdentity
+) -> bool:
+    """False when the checkpoint was staged before by this stream; an error when by another one."""
+    earlier = ledger.get(table_identifier, job_id, checkpoint_id)
+    if earlier is not None and stream.differs_from(earlier.stream_id):
+        raise JobIdConflictError(
+            f"table {table_identifier}: checkpoint {checkpoint_id} of job {job_id} was already staged by "
+            f"{earlier.describe_stream()}, and now {stream.describe()} stages it too: two streams share the job "
+            "id. Nothing of this batch was staged; give each stream a job_id of its own (or drop job_id= to use "
+            "Spark's query id)"
+        )
+    return False

@@ -50,11 +50,3 @@ def list_files(table: Table, location: str) -> list[StoredFile]:
         for info in infos
         if info.type == FileType.File
     ]
-
-
-def normalized_path(uri: str) -> str:
-    """A file's location without scheme, so ``file:///x`` and ``/x`` compare equal."""
-    from pyiceberg.io.pyarrow import PyArrowFileIO
-
-    scheme, _, path = PyArrowFileIO.parse_location(uri)
-    return f"{scheme}:{path}"

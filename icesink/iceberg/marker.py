@@ -1,10 +1,11 @@
 """The committed-checkpoint marker: what the table itself says a job has committed.
 
-Every icesink snapshot carries ``icesink.job-id`` and
-``icesink.max-committed-checkpoint-id`` in its summary. The table, not the
-ledger, is the source of truth: after a crash between the catalog commit and
-the ledger update, the marker reachable from the branch head tells the
-committer the checkpoint is already in.
+Every icesink snapshot carries ``icesink.job-id``,
+``icesink.max-committed-checkpoint-id`` and ``icesink.stream-id`` (the Spark
+query whose checkpoint history the checkpoint ids belong to) in its summary.
+The table, not the ledger, is the source of truth: after a crash between the
+catalog commit and the ledger update, the marker reachable from the branch
+head tells the committer the checkpoint is already in.
 """
 
 from __future__ import annotations
@@ -17,36 +18,55 @@ if TYPE_CHECKING:
 
 JOB_ID_PROPERTY = "icesink.job-id"
 MAX_CHECKPOINT_PROPERTY = "icesink.max-committed-checkpoint-id"
+STREAM_ID_PROPERTY = "icesink.stream-id"
 MAIN_BRANCH = "main"
-# The same marker, also kept as a table property in the same atomic metadata commit,
+# The same marker, also kept as table properties in the same atomic metadata commit,
 # for when snapshot expiry has removed the snapshot that carried it.
 TABLE_PROPERTY_PREFIX = "icesink.max-committed-checkpoint-id."
+STREAM_TABLE_PROPERTY_PREFIX = "icesink.stream-id."
 
 
 def table_property(job_id: str) -> str:
     return f"{TABLE_PROPERTY_PREFIX}{job_id}"
 
 
+def stream_table_property(job_id: str) -> str:
+    return f"{STREAM_TABLE_PROPERTY_PREFIX}{job_id}"
+
+
+@dataclass(frozen=True)
+class CommittedMarker:
+    """The highest checkpoint of a job in the table, and the stream that wrote it (None if not recorded)."""
+
+    checkpoint_id: int
+    stream_id: str | None
+
+    def written_by_another_stream(self, stream_id: str | None) -> bool:
+        """True when both streams are known and differ: the job id's history belongs to someone else."""
+        return self.stream_id is not None and stream_id is not None and self.stream_id != stream_id
+
+
 @dataclass(frozen=True)
 class KnownMarker:
-    """A marker already read: the job's committed checkpoint as of snapshot ``snapshot_id``."""
+    """A marker already read: the job's marker as of snapshot ``snapshot_id``."""
 
     snapshot_id: int
-    checkpoint_id: int | None
+    marker: CommittedMarker | None
 
 
-def max_committed_checkpoint(
+def committed_marker(
     metadata: TableMetadata, job_id: str, branch: str = MAIN_BRANCH, known: KnownMarker | None = None
-) -> int | None:
+) -> CommittedMarker | None:
     """The highest checkpoint of ``job_id`` committed on ``branch``, or None.
 
     Walks the ancestry from the head and stops at the newest snapshot of the
     job: markers only grow along a branch, and snapshots of other writers in
-    between are skipped. When the ancestry holds no snapshot of the job (expiry
-    removed it; pyiceberg also cuts the parent link of the survivors), the
-    table property written in the same metadata commit as every icesink
-    snapshot answers. After a rollback it may name checkpoints whose data was
-    rolled back: they count as committed, as the rollback intended.
+    between (maintenance included) are skipped. When the ancestry holds no
+    snapshot of the job (expiry removed it; pyiceberg also cuts the parent
+    link of the survivors), the table properties written in the same metadata
+    commit as every icesink snapshot answer. After a rollback it may name
+    checkpoints whose data was rolled back: they count as committed, as the
+    rollback intended.
 
     ``known`` ends the walk early: reaching a snapshot whose marker was read
     before answers with that marker, so a committer that remembers the marker
@@ -56,7 +76,7 @@ def max_committed_checkpoint(
     snapshot_id = ref.snapshot_id if ref else None
     while snapshot_id is not None:
         if known is not None and snapshot_id == known.snapshot_id:
-            return known.checkpoint_id
+            return known.marker
         snapshot = metadata.snapshot_by_id(snapshot_id)
         if snapshot is None:  # history expired below this point
             break
@@ -64,11 +84,31 @@ def max_committed_checkpoint(
         if summary is not None and summary[JOB_ID_PROPERTY] == job_id:
             value = summary[MAX_CHECKPOINT_PROPERTY]
             if value is not None:
-                return int(value)
+                return CommittedMarker(int(value), summary[STREAM_ID_PROPERTY])
         snapshot_id = snapshot.parent_snapshot_id
     recorded = metadata.properties.get(table_property(job_id))
-    return int(recorded) if recorded is not None else None
+    if recorded is None:
+        return None
+    return CommittedMarker(int(recorded), metadata.properties.get(stream_table_property(job_id)))
 
 
-def marker_properties(job_id: str, checkpoint_id: int) -> dict[str, str]:
-    return {JOB_ID_PROPERTY: job_id, MAX_CHECKPOINT_PROPERTY: str(checkpoint_id)}
+def max_committed_checkpoint(metadata: TableMetadata, job_id: str, branch: str = MAIN_BRANCH) -> int | None:
+    """Just the checkpoint id of :func:`committed_marker`."""
+    marker = committed_marker(metadata, job_id, branch)
+    return marker.checkpoint_id if marker else None
+
+
+def marker_properties(job_id: str, checkpoint_id: int, stream_id: str | None) -> dict[str, str]:
+    """The snapshot summary entries of a commit of ``checkpoint_id``."""
+    properties = {JOB_ID_PROPERTY: job_id, MAX_CHECKPOINT_PROPERTY: str(checkpoint_id)}
+    if stream_id is not None:
+        properties[STREAM_ID_PROPERTY] = stream_id
+    return properties
+
+
+def marker_table_properties(job_id: str, checkpoint_id: int, stream_id: str | None) -> dict[str, str]:
+    """The table properties written in the same metadata commit, for when expiry removed the snapshots."""
+    properties = {table_property(job_id): str(checkpoint_id)}
+    if stream_id is not None:
+        properties[stream_table_property(job_id)] = stream_id
+    return properties

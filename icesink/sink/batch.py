@@ -26,12 +26,13 @@ from typing import TYPE_CHECKING
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import load_table, open_catalog
 from icesink.committer.commit import TableCommitter
-from icesink.committer.ledger import CheckpointState, Ledger
+from icesink.committer.ledger import CheckpointState, Ledger, StreamIdentity
 from icesink.committer.staging import stage_checkpoint
-from icesink.errors import CheckpointRewindError, ConfigError, IcesinkError
+from icesink.errors import CheckpointRewindError, ConfigError, IcesinkError, JobIdConflictError
 from icesink.failpoints import failpoint
-from icesink.iceberg.marker import max_committed_checkpoint
+from icesink.iceberg.marker import committed_marker
 from icesink.results import decode_write_result
+from icesink.sink.columns import column
 from icesink.sink.schema import plan_projection
 from icesink.sink.spark_writer import SparkParquetWriter, spark_writer_refusal, table_bytes_per_row
 from icesink.sink.tables import writer_spec
@@ -63,6 +64,7 @@ class SinkSettings:
     commit_attempts: int = 8
     expire_snapshots: bool = False
     writer: str = "auto"
+    checkpoint_location: str | None = None
 
 
 class BatchWriter:
@@ -78,6 +80,7 @@ class BatchWriter:
         )
         self._spark_writer = SparkParquetWriter()
         self._writer_in_use: str | None = None
+        self._claimed = False  # this run checked that no other stream uses its job id
 
     def job_id(self, batch_df: DataFrame) -> str:
         if self._settings.job_id:
@@ -88,25 +91,37 @@ class BatchWriter:
             raise ConfigError(f"table {self._settings.table}: cannot find the streaming query id; pass job_id=")
         return query_id
 
+    def stream_identity(self, batch_df: DataFrame) -> StreamIdentity:
+        query_id = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+        return StreamIdentity(query_id or None, self._settings.checkpoint_location)
+
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         identifier = self._settings.table
         job_id = self.job_id(batch_df)
+        stream = self.stream_identity(batch_df)
         checkpoint_id = int(batch_id)
         table = load_table(self._catalog, self._settings.catalog, identifier)
-        marker = max_committed_checkpoint(table.metadata, job_id)
-        if marker is not None and checkpoint_id < marker:
+        marker = committed_marker(table.metadata, job_id)
+        if marker is not None and marker.written_by_another_stream(stream.stream_id):
+            raise _other_stream_error(identifier, job_id, stream, f"stream {marker.stream_id}", marker.checkpoint_id)
+        if not self._claimed:
+            self._claim_job(identifier, job_id, stream)
+        if marker is not None and checkpoint_id < marker.checkpoint_id:
             raise CheckpointRewindError(
-                f"table {identifier} already holds checkpoint {marker} of job {job_id}, but the stream is at "
-                f"checkpoint {checkpoint_id}: it was restarted from an older checkpoint location. Either restore the "
-                f"checkpoint location at or after checkpoint {marker} to continue, or pass a new job_id= to write "
-                "this data again as a new job (rows already committed will then be written twice)"
+                f"table {identifier} already holds checkpoint {marker.checkpoint_id} of job {job_id}, but the stream "
+                f"is at checkpoint {checkpoint_id}: it was restarted from an older copy of its checkpoint location. "
+                f"Either restore the checkpoint location at or after checkpoint {marker.checkpoint_id} to continue, "
+                "or pass a new job_id= to write this data again as a new job (rows already committed will then be "
+                "written twice)"
             )
-        if marker is not None and checkpoint_id == marker:
+        if marker is not None and checkpoint_id == marker.checkpoint_id:
             log.info(
                 "table=%s job=%s checkpoint=%d is already in the table; skipped", identifier, job_id, checkpoint_id
             )
             return
         known = self._ledger.get(identifier, job_id, checkpoint_id)
+        if known is not None and stream.differs_from(known.stream_id):
+            raise _other_stream_error(identifier, job_id, stream, known.describe_stream(), checkpoint_id)
         if known is not None:
             # Spark re-delivered a batch whose staging survived: commit it, never write it again.
             log.info(
@@ -122,10 +137,17 @@ class BatchWriter:
         spec = writer_spec(table, identifier, job_id, self._settings.changes).for_checkpoint(checkpoint_id)
         results = self._write(batch_df, table, spec)
         failpoint("driver.after-write")
-        stage_checkpoint(self._ledger, table, identifier, job_id, checkpoint_id, results)
+        stage_checkpoint(self._ledger, table, identifier, job_id, checkpoint_id, results, stream)
         failpoint("driver.after-stage")
         if self._settings.inline_commit:
             self._commit(job_id)
+
+    def _claim_job(self, identifier: str, job_id: str, stream: StreamIdentity) -> None:
+        """Once per run: a job id whose staged checkpoints come from another stream is not this stream's."""
+        others = [s for s in self._ledger.streams_of_job(identifier, job_id) if stream.differs_from(s.stream_id)]
+        if others:
+            raise _other_stream_error(identifier, job_id, stream, others[0].describe(), None)
+        self._claimed = True
 
     def _write(self, batch_df: DataFrame, table: Table, spec: WriterSpec) -> list[WriteResult]:
         """The one action on the batch: files are written, their results come back to the driver."""
@@ -154,9 +176,13 @@ class BatchWriter:
             self._note_writer("arrow", f"icesink's Arrow writer ({refusal})")
         if changes is not None:
             # Every change of a key must reach the same task to be collapsed there.
-            keys = [F.col(f"`{c.name}`") for c in spec.equality_columns]
+            keys = [column(c.name) for c in spec.equality_columns]
             projected = projected.repartition(batch_df.sparkSession.sparkContext.defaultParallelism, *keys)
-        rows = projected.mapInArrow(write_task(spec), RESULT_SCHEMA_DDL).collect()
+        # pyspark's mapInArrow looks every column up by its name, which fails for names Spark parses
+        # (a backtick, a dot); positional names go in, and the task restores the real ones.
+        names = projected.columns
+        positional = projected.select(*[column(n).alias(f"_{i}") for i, n in enumerate(names)])
+        rows = positional.mapInArrow(write_task(spec, names), RESULT_SCHEMA_DDL).collect()
         return [decode_write_result(row[0]) for row in rows]
 
     def _note_writer(self, writer: str, why: str) -> None:
@@ -177,3 +203,16 @@ class BatchWriter:
                 log.warning("table=%s: commit attempt %d failed (%s); retrying", self._settings.table, attempt, e)
                 time.sleep(delay * random.uniform(0.5, 1.5))
                 delay = min(delay * 2, 10.0)
+
+
+def _other_stream_error(
+    identifier: str, job_id: str, stream: StreamIdentity, holder: str, checkpoint_id: int | None
+) -> JobIdConflictError:
+    """A job id's checkpoints belong to one checkpoint history; this stream's is another one."""
+    held = f"checkpoints up to {checkpoint_id}" if checkpoint_id is not None else "staged checkpoints"
+    return JobIdConflictError(
+        f"table {identifier}: job {job_id} already has {held} from {holder}, and this is {stream.describe()}: "
+        "the checkpoint location is new (or emptied), or another stream runs with the same job id. Nothing of "
+        "this batch was written. Either restart from that stream's checkpoint location to continue its job, or "
+        "pass a job_id= of its own to this stream (or none: Spark's query id is then the job id)"
+    )

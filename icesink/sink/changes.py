@@ -64,7 +64,8 @@ def change_spec(
         raise ConfigError(f"table {identifier} is Iceberg format version 1, which has no delete files; upgrade it to 2")
     ids = []
     for name in equality_fields:
-        field = schema.find_field(name) if name in {f.name for f in schema.fields} else None
+        # Top-level columns by their exact name: find_field would read a dot as a path into a struct.
+        field = next((f for f in schema.fields if f.name == name), None)
         if field is None:
             raise ConfigError(
                 f"table {identifier}: equality field {name!r} is not a column of the table "

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from icesink.errors import SchemaMismatchError, UnsupportedTableError
+from icesink.sink.columns import column
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
@@ -105,10 +106,10 @@ class Projection:
             if source is None:
                 selected.append(F.lit(None).cast(spark_type).alias(name))
             elif cast:
-                selected.append(F.col(f"`{source}`").cast(spark_type).alias(name))
+                selected.append(column(source).cast(spark_type).alias(name))
             else:
-                selected.append(F.col(f"`{source}`").alias(name))
-        selected += [F.col(f"`{name}`") for name in self.passthrough]
+                selected.append(column(source).alias(name))
+        selected += [column(name) for name in self.passthrough]
         return df.select(*selected)
 
 

@@ -34,13 +34,14 @@ import uuid
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
-from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from icesink import paths
 from icesink.failpoints import failpoint
 from icesink.results import FileRecord, WriteResult
+from icesink.sink.columns import column
 from icesink.writer.files import FileNamer
 from icesink.writer.footers import file_record_from_footer
 from icesink.writer.storage import split_location
@@ -75,7 +76,7 @@ def spark_writer_refusal(spec: WriterSpec, projected: DataFrame) -> str | None:
         return "a change stream's rows are collapsed per key before writing, which the Arrow writer does"
     if spec.partition_fields:
         return "the table is partitioned, and Spark has no Iceberg partition transforms"
-    if "://" in spec.data_location and urlparse(spec.data_location).scheme != "file":
+    if not paths.parse(spec.data_location).is_local:
         return (
             f"the data location {spec.data_location} is not a file system path, and pyspark ships no object-store "
             "connector"
@@ -117,18 +118,17 @@ class SparkParquetWriter:
         self._bytes_per_row: float | None = None
 
     def write(self, projected: DataFrame, spec: WriterSpec, table_row_bytes: float | None) -> list[WriteResult]:
-        from pyspark.sql import functions as F
 
         filesystem, data_path = split_location(spec.data_location, spec.storage_options)
         token = uuid.uuid4().hex
-        staging_name = f".icesink-staging-{spec.job_id}-{spec.checkpoint_id:010d}-{token}"
+        staging_name = f".icesink-staging-{paths.segment(spec.job_id, 64)}-{spec.checkpoint_id:010d}-{token}"
         staging_uri = f"{spec.data_location.rstrip('/')}/{staging_name}"
         staging_path = f"{data_path.rstrip('/')}/{staging_name}"
         session = projected.sparkSession
         for key, value in SESSION_SETTINGS.items():
             session.conf.set(key, value)
         with_ids = projected.select(
-            *[F.col(f"`{c.name}`").alias(c.name, metadata={FIELD_ID_METADATA: c.field_id}) for c in spec.columns]
+            *[column(c.name).alias(c.name, metadata={FIELD_ID_METADATA: c.field_id}) for c in spec.columns]
         )
         writer = (
             with_ids.write.option("compression", spec.compression)

@@ -139,6 +139,7 @@ def stream(
         changes=changes,
         passthrough=tuple(passthrough),
         writer=writer,
+        checkpoint_location=checkpoint_location,
     )
     handler = BatchWriter(settings, catalog_handle)
     stream_writer = df.writeStream.foreachBatch(handler).option("checkpointLocation", checkpoint_location)

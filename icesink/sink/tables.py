@@ -6,9 +6,10 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from icesink import paths
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
-from icesink.catalog.loader import load_table
+from icesink.catalog.loader import check_identifier, load_table
 from icesink.errors import ConfigError, TableNotFoundError, UnsupportedTableError
 from icesink.sink.schema import schema_from_spark
 from icesink.writer.spec import ChangeSpec, ColumnSpec, PartitionFieldSpec, WriterSpec, arrow_type
@@ -21,33 +22,47 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql.types import StructType
 
-_TRANSFORM = re.compile(r"^\s*(\w+)\s*\(\s*(?:(\d+)\s*,\s*)?`?([^`()]+?)`?\s*\)\s*$")
+_TRANSFORM = re.compile(r"^\s*(\w+)\s*\(\s*(?:(\d+)\s*,\s*)?(.+?)\s*\)\s*$", re.DOTALL)
 _ALIASES = {"years": "year", "months": "month", "days": "day", "hours": "hour"}
 
 TARGET_FILE_SIZE = "write.target-file-size-bytes"
 TARGET_FILE_SIZE_DEFAULT = 512 * 1024 * 1024
 
 
+def _column_name(text: str) -> str:
+    """A column as written in ``partition_by``: bare, or in backticks with inner backticks doubled."""
+    text = text.strip()
+    if len(text) >= 2 and text[0] == "`" and text[-1] == "`":
+        return text[1:-1].replace("``", "`")
+    return text
+
+
 def parse_partition_by(table: str, schema: Schema, partition_by: Sequence[str]) -> PartitionSpec:
-    """``["region", "day(ts)", "bucket(16, id)", "truncate(4, name)"]`` as an Iceberg partition spec."""
+    """``["region", "day(ts)", "bucket(16, id)", "truncate(4, `first name`)"]`` as an Iceberg partition spec.
+
+    A bare entry is an identity partition of the column with exactly that name
+    (spaces, dots and all); backticks quote a name that would read as a
+    transform, with a backtick inside written twice.
+    """
     from pyiceberg.partitioning import PartitionField, PartitionSpec
     from pyiceberg.transforms import parse_transform
 
     fields = []
     for number, text in enumerate(partition_by):
         match = _TRANSFORM.match(text)
-        if match:
-            name, width, column = match.group(1).lower(), match.group(2), match.group(3).strip()
+        if match and not text.strip().startswith("`"):
+            name, width, column = match.group(1).lower(), match.group(2), _column_name(match.group(3))
             name = _ALIASES.get(name, name)
             transform_text = f"{name}[{width}]" if width else name
         else:
-            column, transform_text = text.strip(), "identity"
-        try:
-            source = schema.find_field(column)
-        except ValueError as e:
+            column, transform_text = _column_name(text), "identity"
+        # Top-level columns by their exact name: find_field would read a dot as a path into a struct.
+        source = next((f for f in schema.fields if f.name == column), None)
+        if source is None:
             raise ConfigError(
-                f"table {table}: partition_by {text!r} names column {column!r}, which is not in the table"
-            ) from e
+                f"table {table}: partition_by {text!r} names column {column!r}, which is not in the table "
+                f"(columns: {', '.join(f.name for f in schema.fields)})"
+            )
         try:
             transform = parse_transform(transform_text)
         except ValueError as e:
@@ -75,32 +90,60 @@ def resolve_table(
     identifier_fields: Sequence[str] = (),
     skip_columns: Sequence[str] = (),
 ) -> Table:
-    """Load the table, creating it (and its namespace) from the DataFrame's schema when allowed."""
+    """Load the table, creating it (and its namespace) from the DataFrame's schema when allowed.
+
+    Another stream or tool creating the same table (or namespace) at the same
+    moment is not an error: the loser uses what the winner created, if it fits.
+    """
     from pyiceberg.exceptions import TableAlreadyExistsError
 
-    if "." not in identifier:
-        raise ConfigError(f"table {identifier!r} needs a namespace, e.g. 'shop.{identifier}'")
+    check_identifier(identifier)
     try:
-        table = load_table(catalog, config, identifier)
+        return _existing(load_table(catalog, config, identifier), identifier, partition_by)
     except TableNotFoundError:
         if not create:
             raise
-    else:
-        if partition_by and not _same_partitioning(table, partition_by):
-            raise ConfigError(
-                f"table {identifier} exists with partitioning {table.spec()}, not {list(partition_by)}; "
-                "drop partition_by or change the table's spec first"
-            )
-        return table
     schema = schema_from_spark(spark_schema, identifier, identifier_fields, skip_columns)
     spec = parse_partition_by(identifier, schema, partition_by)
-    namespace = identifier.rsplit(".", 1)[0]
+    namespace, name = identifier.rsplit(".", 1)
     with database_errors(config):
-        catalog.create_namespace_if_not_exists(namespace)
+        _create_namespace(catalog, namespace)
+        location = _new_table_location(catalog, config, namespace, name)
         try:
-            return catalog.create_table(identifier, schema=schema, partition_spec=spec)
+            return catalog.create_table(identifier, schema=schema, partition_spec=spec, location=location)
         except TableAlreadyExistsError:  # another stream created it first
-            return load_table(catalog, config, identifier)
+            pass
+    return _existing(load_table(catalog, config, identifier), identifier, partition_by)
+
+
+def _existing(table: Table, identifier: str, partition_by: Sequence[str]) -> Table:
+    if partition_by and not _same_partitioning(table, partition_by):
+        raise ConfigError(
+            f"table {identifier} exists with partitioning {table.spec()}, not {list(partition_by)}; "
+            "drop partition_by or change the table's spec first"
+        )
+    return table
+
+
+def _create_namespace(catalog: SqlCatalog, namespace: str) -> None:
+    try:
+        catalog.create_namespace_if_not_exists(namespace)
+    except Exception:
+        # pyiceberg checks, then inserts: a namespace created in between fails the insert.
+        if not catalog.namespace_exists(namespace):
+            raise
+
+
+def _new_table_location(catalog: SqlCatalog, config: CatalogConfig, namespace: str, name: str) -> str:
+    """pyiceberg's default layout (``<warehouse>/<namespace>/<table>``) with names percent-encoded.
+
+    Table and namespace names may hold any character; their directories hold
+    only what every reader parses the same way (see :mod:`icesink.paths`).
+    """
+    base = catalog.load_namespace_properties(namespace).get("location")
+    if base:
+        return paths.join(base, paths.segment(name))
+    return paths.join(config.warehouse, paths.segment(namespace), paths.segment(name))
 
 
 def _same_partitioning(table: Table, partition_by: Sequence[str]) -> bool:

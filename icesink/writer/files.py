@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from icesink import paths
 from icesink.failpoints import failpoint
 from icesink.results import FileContent, FileRecord, PartitionValue
 from icesink.writer.metrics import FileMetrics
@@ -33,7 +34,7 @@ class FileNamer:
     def name(self, sequence: int, kind: str = "data") -> str:
         suffix = "" if kind == "data" else f"-{kind}"
         return (
-            f"{self.job_id}-{self.checkpoint_id:010d}-{self.task_id:05d}-{self.attempt}"
+            f"{paths.segment(self.job_id, 64)}-{self.checkpoint_id:010d}-{self.task_id:05d}-{self.attempt}"
             f"-{self.token}-{sequence:05d}{suffix}.parquet"
         )
 

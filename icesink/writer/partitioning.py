@@ -7,13 +7,13 @@ as integers, decimals as ``Decimal``) because that is what manifests store.
 from __future__ import annotations
 
 import datetime
-import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from icesink import paths
 from icesink.results import PartitionValue
 from icesink.writer.spec import PartitionFieldSpec, WriterSpec
 
@@ -92,8 +92,12 @@ def _human(field: PartitionFieldSpec, value: PartitionValue) -> str:
 
 
 def partition_path(spec: WriterSpec, key: tuple[PartitionValue, ...]) -> str:
-    """The Hive-style directory of a partition, as Iceberg's own writers lay it out."""
+    """The Hive-style directory of a partition, as Iceberg's own writers lay it out.
+
+    Names and values are percent-encoded (:func:`icesink.paths.segment`), and the
+    files' locations keep the encoded form: that is where they are written.
+    """
     return "/".join(
-        f"{urllib.parse.quote(f.name, safe='')}={urllib.parse.quote(_human(f, v), safe='')}"
+        f"{paths.segment(f.name)}={paths.segment(_human(f, v))}"
         for f, v in zip(spec.partition_fields, key, strict=True)
     )

@@ -15,6 +15,8 @@ from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
 
+from icesink import paths
+
 # The pyiceberg S3 properties the executors' pyarrow file system understands.
 S3_PROPERTIES = (
     "s3.endpoint",
@@ -29,7 +31,6 @@ S3_PROPERTIES = (
     "s3.anonymous",
 )
 SECRET_PROPERTIES = frozenset({"s3.access-key-id", "s3.secret-access-key", "s3.session-token"})
-S3_SCHEMES = ("s3", "s3a", "s3n")
 
 
 def storage_options(properties: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -38,12 +39,15 @@ def storage_options(properties: Mapping[str, str]) -> tuple[tuple[str, str], ...
 
 
 def split_location(location: str, options: tuple[tuple[str, str], ...] = ()) -> tuple[pafs.FileSystem, str]:
-    """A pyarrow file system and the path inside it for a local, ``file://`` or ``s3://`` location."""
-    if "://" not in location:
-        return pafs.LocalFileSystem(), location
-    parsed = urlparse(location)
-    if parsed.scheme in S3_SCHEMES:
-        return _s3(options), f"{parsed.netloc}{parsed.path}"
+    """A pyarrow file system and the path inside it for a local, ``file://`` or ``s3://`` location.
+
+    The path is taken literally, never percent-decoded (see :mod:`icesink.paths`).
+    """
+    parsed = paths.parse(location)
+    if parsed.is_local:
+        return pafs.LocalFileSystem(), parsed.path
+    if parsed.is_object_store:
+        return _s3(options), f"{parsed.authority}{parsed.path}"
     filesystem, path = pafs.FileSystem.from_uri(location)
     return filesystem, path
 

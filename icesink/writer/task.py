@@ -6,7 +6,7 @@ partition and yields exactly one row: the encoded :class:`WriteResult`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
 
@@ -85,6 +85,8 @@ class TaskWriter:
         self._write_rows(FileContent.DATA, table)
 
     def _write_rows(self, content: FileContent, table: pa.Table) -> None:
+        if table.num_rows == 0:  # a delete-only checkpoint has no data file, not an empty one
+            return
         for key, rows in split_by_partition(self._spec, table):
             self._writer_for(content, key).write(rows)
         self._bound_memory()
@@ -134,8 +136,14 @@ class TaskWriter:
             writer.abort()
 
 
-def write_task(spec: WriterSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function for one checkpoint of one table."""
+def write_task(
+    spec: WriterSpec, column_names: Sequence[str] | None = None
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function for one checkpoint of one table.
+
+    ``column_names`` are the real names of the incoming columns, by position,
+    when the driver had to hand them over under placeholder names.
+    """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -147,7 +155,7 @@ def write_task(spec: WriterSpec) -> Callable[[Iterator[pa.RecordBatch]], Iterato
         try:
             for batch in batches:
                 if batch.num_rows:
-                    writer.write(batch)
+                    writer.write(batch if column_names is None else batch.rename_columns(list(column_names)))
             result = writer.complete()
         except BaseException:
             # A failed attempt leaves no files behind; the retry writes its own.

@@ -1,0 +1,25 @@
+"""Referring to DataFrame columns by name, whatever the name holds.
+
+Iceberg allows any column name; Spark parses the text of ``F.col`` (a dot
+reaches into a struct, a backtick starts a quoted name). Quoting every name,
+with its own backticks doubled, makes Spark take it literally.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+
+def quoted(name: str) -> str:
+    """``name`` as a Spark SQL identifier that means exactly this column."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def column(name: str) -> Column:
+    """The DataFrame column called ``name`` (dots, backticks, spaces and all)."""
+    from pyspark.sql import functions as F
+
+    return F.col(quoted(name))
