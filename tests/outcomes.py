@@ -82,7 +82,8 @@ def check_outcome(
     from icesink.committer.ledger import Ledger
 
     if expected_rows is None:
-        actual = read_with_iceberg_rust(config, identifier, id_column).column(id_column).to_pylist()
+        quoted = '"' + id_column.replace('"', '""') + '"'
+        actual = read_with_iceberg_rust(config, identifier, quoted).column(id_column).to_pylist()
         expected = list(expected_ids or [])
     else:
         table = read_with_iceberg_rust(config, identifier)

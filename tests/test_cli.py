@@ -7,10 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
 from icesink.cli import main
+from icesink.errors import IcesinkError
 from icesink.paths import file_uri
 from tests.support import create_orders_table, orders, stage_rows
 
@@ -143,3 +146,99 @@ def test_committer_options_name_their_environment_variables() -> None:
     assert result.exit_code == 0
     for name in ("ICESINK_POLL_INTERVAL", "ICESINK_LEASE_TTL", "ICESINK_METRICS_PORT", "ICESINK_EXPIRE_SNAPSHOTS"):
         assert f"env var: {name}" in result.output
+
+
+BAD_ARGUMENTS = [
+    (["scan", "nope"], "is not a table identifier"),
+    (["scan", "shop.nope"], "does not exist"),
+    (["scan", TABLE, "--filter", "id >"], "cannot be parsed"),
+    (["scan", TABLE, "--filter", "no_such_column > 1"], "does not fit the table"),
+    (["scan", TABLE, "--filter", "id > 'abc'"], "does not fit the table"),
+    (["scan", TABLE, "--snapshot", "12345"], "has no snapshot 12345"),
+    (["scan", TABLE, "--limit", "many"], "Invalid value"),
+    (["snapshots", "list", "nope"], "is not a table identifier"),
+    (["snapshots", "list", "shop.nope"], "does not exist"),
+    (["snapshots", "show", TABLE, "12345"], "has no snapshot 12345"),
+    (["snapshots", "show", TABLE, "latest"], "Invalid value"),
+    (["checkpoints", "list", "shop.nope"], "does not exist"),
+    (["checkpoints", "list", ".orders"], "is not a table identifier"),
+    (["committer", "run", "--once", "--table", "shop.nope"], "does not exist"),
+    (["committer", "run", "--once", "--poll-interval", "soon"], "Invalid value"),
+    (["committer", "gc", "--table", "shop.nope"], "does not exist"),
+    (["committer", "gc", "--older-than", "5x"], "is not an age"),
+    (["tables", "lists"], "No such command"),
+]
+
+
+@pytest.mark.parametrize(("arguments", "says"), BAD_ARGUMENTS, ids=[" ".join(a) for a, _ in BAD_ARGUMENTS])
+def test_every_command_with_bad_arguments_says_why_in_one_line_with_exit_code_2(
+    sqlite_catalog: CatalogConfig, arguments: list[str], says: str
+) -> None:
+    committed_table(sqlite_catalog)
+    base = ["--catalog", sqlite_catalog.name, "--uri", sqlite_catalog.uri, "--warehouse", sqlite_catalog.warehouse]
+    result = CliRunner().invoke(main, [*base, *arguments])
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert "Traceback" not in result.output and not isinstance(result.exception, IcesinkError | KeyError)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    if lines[-1].startswith("Error:"):  # click's usage errors: usage, a hint, then the error
+        assert says in lines[-1]
+    else:
+        (line,) = lines
+        assert line.startswith("error: ") and says in line
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        (["--uri", "definitely not a url", "--warehouse", "file:///tmp/w"], "is not a database URL"),
+        (["--uri", "postgresql+psycopg2://nobody@127.0.0.1:1/db", "--warehouse", "file:///tmp/w"], "is unreachable"),
+        (["--uri", "postgresql+psycopg2://nobody@127.0.0.1:1/db"], "has no warehouse"),
+        (["--uri", "sqlite:////tmp/x.db", "--warehouse", "file:///tmp/a#b"], "query or fragment"),
+    ],
+    ids=["not-a-url", "unreachable", "no-warehouse", "warehouse-with-hash"],
+)
+def test_bad_catalog_settings_are_one_line_with_exit_code_2(options: list[str], says: str) -> None:
+    result = CliRunner().invoke(main, [*options, "tables", "list"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    (line,) = [line for line in result.output.splitlines() if line.strip()]
+    assert line.startswith("error: ") and says in line
+
+
+def test_scan_json_is_valid_json_for_every_value(sqlite_catalog: CatalogConfig) -> None:
+    """NaN, infinities, binary and decimals in strict JSON (README, "JSON output")."""
+    import decimal
+
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import BinaryType, DecimalType, DoubleType, LongType, NestedField
+
+    catalog = open_catalog(sqlite_catalog)
+    catalog.create_namespace("odd")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "x", DoubleType()),
+        NestedField(3, "blob", BinaryType()),
+        NestedField(4, "price", DecimalType(38, 10)),
+    )
+    table = catalog.create_table("odd.values", schema)
+    table.append(
+        pa.table(
+            {
+                "id": pa.array([1, 2, 3, 4], pa.int64()),
+                "x": [float("nan"), float("inf"), float("-inf"), 1.5],
+                "blob": [b"\x00\xff", b"", None, b"abc"],
+                "price": [decimal.Decimal("1234567890123456789012345678.0123456789"), None, None, None],
+            },
+            schema=schema.as_arrow(),
+        )
+    )
+
+    def strict(constant: str) -> None:
+        raise AssertionError(f"{constant} is not JSON")
+
+    code, output = invoke(sqlite_catalog, "scan", "odd.values", "--json")
+    assert code == 0, output
+    rows = sorted((json.loads(line, parse_constant=strict) for line in output.splitlines()), key=lambda r: r["id"])
+    assert [r["x"] for r in rows] == ["NaN", "Infinity", "-Infinity", 1.5]
+    assert [r["blob"] for r in rows] == ["AP8=", "", None, "YWJj"]
+    assert rows[0]["price"] == "1234567890123456789012345678.0123456789"

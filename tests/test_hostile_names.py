@@ -36,13 +36,13 @@ from icesink.catalog import database
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.committer.gc import collect_garbage
-from tests.outcomes import iceberg_rust_sql, read_many_with_iceberg_java, read_with_duckdb
+from tests.outcomes import check_outcome, iceberg_rust_sql, read_many_with_iceberg_java, read_with_duckdb
 from tests.streams import order_for_file_source
 from tests.test_paths import hostile_text
 
 pytestmark = [pytest.mark.spark, pytest.mark.interop]
 
-KEY, CITY, NAME, CODE = "order id", "city/name é", "名前.`x`", "a.b"
+KEY, CITY, NAME, CODE = "order.id `k`", "city/name é", "名前.`x`", "a.b"
 COLUMNS = [KEY, CITY, NAME, CODE]
 PARTITIONED = [CITY, "truncate(2, `名前.``x```)", f"bucket(4, {CODE})"]
 _numbers = itertools.count()
@@ -144,6 +144,8 @@ def test_hostile_names_and_values_through_both_writers_and_every_reader(
             ("ns é.keyed", upserted),
         ]:
             written.append((_check_table(config, identifier, expected), expected))
+            ids = [r[KEY] for r in expected]
+            check_outcome(f"hostile names: {identifier}", config, identifier, ids, id_column=KEY)
         database.dispose_engines()
 
     one_example()
@@ -167,3 +169,4 @@ def test_hostile_partition_values_on_object_storage(spark: Any, s3_catalog: Cata
     assert _sorted(iceberg_rust_sql(table, "SELECT * FROM t").to_pylist()) == want
     report = collect_garbage(open_catalog(s3_catalog), s3_catalog, "ns é.objects %", datetime.timedelta(0), True)
     assert report.deleted == [] and report.files_seen > len(values)
+    check_outcome("hostile names on S3", s3_catalog, "ns é.objects %", list(range(len(values))), id_column=KEY)

@@ -111,6 +111,11 @@ def _watch_database_file(created: Engine, config: CatalogConfig, path: Path) -> 
         if identity is None or identity != expected:
             raise _replaced(config, path, identity is None)
 
+    @event.listens_for(created, "checkout")
+    def _still_the_same_file(_connection, _record, _proxy) -> None:  # type: ignore[no-untyped-def]
+        # Every use of a pooled connection, reads included: one stat() call.
+        check_database(config)
+
 
 def _replaced(config: CatalogConfig, path: Path, missing: bool) -> CatalogReplacedError:
     what = "was deleted" if missing else "was replaced by another file"
@@ -122,7 +127,7 @@ def _replaced(config: CatalogConfig, path: Path, missing: bool) -> CatalogReplac
 
 
 def check_database(config: CatalogConfig) -> None:
-    """Before a commit or a staging: the catalog database is still the one this process opened.
+    """The catalog database is still the one this process opened (checked on every connection checkout).
 
     For SQLite, the file at the configured path must be the file the pooled
     connections write into; otherwise :class:`CatalogReplacedError` (terminal).

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from icesink.catalog.config import CatalogConfig
-from icesink.catalog.database import check_database, database_errors
+from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
 from icesink.committer.ledger import CheckpointRow, Ledger
 from icesink.committer.policy import plan_snapshots
@@ -215,7 +215,6 @@ class TableCommitter:
                 raise
         failpoint("committer.before-catalog-commit")  # manifests written, nothing committed
         try:
-            check_database(self._config)
             with database_errors(self._config):
                 return commit_prepared(table, prepared)
         except CommitFailedException:

@@ -188,6 +188,8 @@ class CommitterDaemon:
         """Acquire or renew the lease; log when this committer becomes active or standby."""
         try:
             held = self.lease.acquire()
+        except CatalogReplacedError:
+            raise
         except IcesinkError as e:
             log.warning("cannot reach the lease: %s", e)
             held = False

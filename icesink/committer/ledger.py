@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from icesink.catalog.config import CatalogConfig
-from icesink.catalog.database import as_utc, check_database, database_errors, engine
+from icesink.catalog.database import as_utc, database_errors, engine
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -192,7 +192,6 @@ class Ledger:
             "committed_at": now if state == CheckpointState.COMMITTED else None,
             "manifests_deleted": not staged.manifest_paths,
         }
-        check_database(self._config)
         with database_errors(self._config):
             try:
                 with self._engine.begin() as connection:

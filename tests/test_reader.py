@@ -1,0 +1,76 @@
+"""``icesink.read`` at its edges: mistakes a user can make are IcesinkErrors naming the table and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+import icesink
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from icesink.committer.commit import TableCommitter
+from icesink.committer.ledger import Ledger
+from icesink.committer.staging import stage_checkpoint
+from icesink.errors import BadFilterError, ConfigError, SnapshotNotFoundError, TableNotFoundError
+from icesink.sink.tables import writer_spec
+from icesink.writer.spec import ChangeSpec
+from icesink.writer.task import TaskWriter
+from tests.support import create_orders_table, orders, stage_rows
+
+TABLE = "shop.orders"
+
+
+@pytest.fixture
+def filled(sqlite_catalog: CatalogConfig) -> CatalogConfig:
+    create_orders_table(sqlite_catalog)
+    stage_rows(sqlite_catalog, TABLE, "job", 0, orders(0, 10))
+    TableCommitter(open_catalog(sqlite_catalog), sqlite_catalog, Ledger(sqlite_catalog)).commit_pending(TABLE)
+    return sqlite_catalog
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "says"),
+    [
+        ({"row_filter": "id >"}, BadFilterError, "cannot be parsed"),
+        ({"row_filter": "nope = 1"}, BadFilterError, "does not fit the table (Could not find field with name nope"),
+        ({"row_filter": "id = 'seven'"}, BadFilterError, "does not fit the table"),
+        ({"snapshot_id": 12345}, SnapshotNotFoundError, "has no snapshot 12345"),
+    ],
+    ids=["unparsable", "unknown-column", "wrong-type", "unknown-snapshot"],
+)
+def test_read_mistakes_are_icesink_errors_naming_the_table(
+    filled: CatalogConfig, arguments: dict[str, object], error: type[Exception], says: str
+) -> None:
+    with pytest.raises(error) as raised:
+        icesink.read(TABLE, catalog=filled, **arguments)  # type: ignore[arg-type]
+    assert TABLE in str(raised.value) and says in str(raised.value)
+
+
+def test_read_of_a_missing_or_malformed_table_name(filled: CatalogConfig) -> None:
+    with pytest.raises(TableNotFoundError, match=r"shop\.nope"):
+        icesink.read("shop.nope", catalog=filled)
+    with pytest.raises(ConfigError, match=r"namespace\.table"):
+        icesink.read("orders", catalog=filled)
+    assert icesink.read(TABLE, catalog=filled, row_filter="id >= 5").num_rows == 5
+
+
+def test_a_delete_only_checkpoint_writes_no_data_file_and_is_a_delete_snapshot(filled: CatalogConfig) -> None:
+    import pyarrow as pa
+
+    table = open_catalog(filled).load_table(TABLE)
+    changes = ChangeSpec(equality_field_ids=(1,), op_column="op")
+    spec = writer_spec(table, TABLE, "cdc", changes).for_checkpoint(0)
+    writer = TaskWriter(spec, 0, 0)
+    deletes = (
+        orders(2, 3)
+        .append_column("op", pa.array(["D"] * 3))
+        .append_column("__icesink_order", pa.array(range(3), pa.int64()))
+    )
+    writer.write(deletes)
+    result = writer.complete()
+    assert result.data_files == () and len(result.delete_files) == 1
+    stage_checkpoint(Ledger(filled), table, TABLE, "cdc", 0, [result])
+    TableCommitter(open_catalog(filled), filled, Ledger(filled)).commit_pending(TABLE)
+    snapshot = open_catalog(filled).load_table(TABLE).current_snapshot()
+    assert snapshot.summary.operation.value == "delete"
+    assert snapshot.summary["added-data-files"] is None and snapshot.summary["added-delete-files"] == "1"
+    assert sorted(icesink.read(TABLE, catalog=filled).column("id").to_pylist()) == [0, 1, 5, 6, 7, 8, 9]
