@@ -39,10 +39,10 @@ from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
 from icesink.committer.ledger import Ledger
 from icesink.committer.staging import stage_checkpoint
+from icesink.iceberg.describe import writer_spec
 from icesink.iceberg.manifests import to_data_file
 from icesink.iceberg.snapshots import commit_prepared, prepare_snapshot
 from icesink.results import FileRecord, WriteResult
-from icesink.sink.tables import writer_spec
 from icesink.writer.task import TaskWriter
 
 JOB = "bench-job"

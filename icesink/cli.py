@@ -384,6 +384,13 @@ def committer() -> None:
     show_envvar=True,
     help="Drop snapshots past each table's history.expire.* retention in every commit (keeps commit cost flat).",
 )
+@click.option(
+    "--maintain",
+    is_flag=True,
+    envvar="ICESINK_MAINTAIN",
+    show_envvar=True,
+    help="Between commits, convert leftover equality deletes and compact small files when due (icesink.maintain.*).",
+)
 @click.pass_obj
 def committer_run(
     obj: Context,
@@ -395,6 +402,7 @@ def committer_run(
     metrics_host: str,
     max_failures: int,
     expire_snapshots: bool,
+    maintain: bool,
 ) -> None:
     """Commit staged checkpoints into their tables until stopped (SIGTERM/SIGINT finish the commit in flight).
 
@@ -421,6 +429,7 @@ def committer_run(
         lease_ttl=lease_ttl,
         max_failures=max_failures,
         expire_snapshots=expire_snapshots,
+        maintain=maintain,
     )
     daemon.install_signal_handlers()
     server = None
@@ -481,6 +490,59 @@ def committer_gc(obj: Context, tables: tuple[str, ...], older_than: str, dry_run
         ["table", "files", "referenced", "too young", verb, "ledger rows pruned"],
     )
     _emit(as_json, [asdict(r) for r in reports], text)
+
+
+@main.command("maintain")
+@click.argument("table")
+@click.option(
+    "--all", "everything", is_flag=True, help="Everything worth doing, not only what the thresholds say is due."
+)
+@click.option("--dry-run", is_flag=True, help="Report what would be done; change nothing.")
+@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--lease-ttl",
+    default=10.0,
+    show_default=True,
+    envvar="ICESINK_LEASE_TTL",
+    show_envvar=True,
+    help="Seconds without renewal after which another maintainer of the table may take over.",
+)
+@click.pass_obj
+def maintain(obj: Context, table: str, everything: bool, dry_run: bool, as_json: bool, lease_ttl: float) -> None:
+    """Convert TABLE's equality deletes into position deletes and compact its small files, when due.
+
+    Thresholds are the table's icesink.maintain.* properties; --all does everything worth doing. Safe
+    while streams commit: maintenance commits are checked against what was committed meanwhile.
+    """
+    from dataclasses import asdict
+
+    from icesink.committer.maintainer import Maintainer, describe
+    from icesink.maintenance.policy import MaintenancePolicy
+
+    iceberg_table = obj.table(table)
+    policy = MaintenancePolicy.of(iceberg_table.properties, table)
+
+    def progress(number: int, group: Any, result: Any) -> None:
+        click.echo(
+            f"group {number + 1}/{result.groups_planned}: {len(group.files)} file(s), "
+            f"{group.bytes / 2**20:.1f} MiB; {result.files_written} file(s) written so far, {result.seconds:.1f}s",
+            err=True,
+        )
+
+    report = Maintainer(obj.catalog(), obj.config, lease_ttl=lease_ttl).run(
+        iceberg_table, table, policy, everything=everything, dry_run=dry_run, progress=progress
+    )
+    if dry_run:
+        text = (
+            f"table {table}: {report.before.data_files} data file(s), {report.before.position_delete_files} position "
+            f"and {report.before.equality_delete_files} equality delete file(s); would rewrite "
+            f"{report.planned_files} file(s) in {report.planned_groups} group(s)"
+        )
+        if report.notes:
+            text += "; " + "; ".join(report.notes)
+    else:
+        text = f"table {table}: {describe(report)}"
+    _emit(as_json, asdict(report), text)
 
 
 if __name__ == "__main__":

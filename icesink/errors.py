@@ -70,6 +70,10 @@ class CatalogReplacedError(TerminalError):
     """Raised when the catalog database a process opened is no longer the one at its configured location."""
 
 
+class MaintenanceBusyError(TransientError):
+    """Raised when another maintainer holds a table's maintenance lease."""
+
+
 class CommitConflictError(TransientError):
     """Raised when the table head moved while a commit was being prepared."""
 

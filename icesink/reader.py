@@ -23,16 +23,18 @@ from icesink.errors import BadFilterError, SnapshotNotFoundError
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.manifest import DataFile
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
 
     from icesink.catalog.config import CatalogConfig
-    from icesink.iceberg.scan import PlannedDataFile, PlannedDelete
+    from icesink.iceberg.scan import LiveFile, PlannedDataFile, PlannedDelete
 
 _SEQ = "__icesink_delete_seq"
 _DATA_SEQ = "__icesink_data_seq"
 _ROW = "__icesink_row"
-PartitionKey = tuple[int, tuple[Any, ...]]  # (spec id, partition values); spec -1: applies everywhere
+PartitionKey = tuple[int, tuple[Any, ...]]  # (spec id, partition values)
+GLOBAL: PartitionKey = (-1, ())  # the scope of an unpartitioned delete file: every partition
 
 
 def _comparable_keys(table: pa.Table) -> pa.Table:
@@ -47,22 +49,24 @@ def _values(partition: Any) -> tuple[Any, ...]:
     return tuple(partition[i] for i in range(len(partition)))
 
 
-class _EqualityDeletes:
+def partition_scope(table: Table, data_file: DataFile) -> PartitionKey:
+    """Where an equality delete file applies: its partition, or everywhere for an unpartitioned spec."""
+    spec = table.metadata.specs()[data_file.spec_id]
+    return GLOBAL if spec.is_unpartitioned() else (spec.spec_id, _values(data_file.partition))
+
+
+class EqualityDeletes:
     """The equality delete files of a scan, loaded once, grouped by key columns and partition."""
 
-    def __init__(self, table: Table, schema: Schema, files: Sequence[PlannedDelete]) -> None:
+    def __init__(self, table: Table, schema: Schema, files: Sequence[PlannedDelete | LiveFile]) -> None:
         self._table = table
         self._schema = schema
-        self._groups: dict[tuple[tuple[int, ...], PartitionKey], list[PlannedDelete]] = defaultdict(list)
-        specs = table.metadata.specs()
+        self._groups: dict[tuple[tuple[int, ...], PartitionKey], list[PlannedDelete | LiveFile]] = defaultdict(list)
+        self._newest: dict[tuple[tuple[int, ...], PartitionKey], int] = {}
         for planned in files:
-            delete_file = planned.file
-            ids = tuple(delete_file.equality_ids or ())
-            spec = specs[delete_file.spec_id]
-            scope: PartitionKey = (
-                (-1, ()) if spec.is_unpartitioned() else (spec.spec_id, _values(delete_file.partition))
-            )
-            self._groups[(ids, scope)].append(planned)
+            group = (tuple(planned.file.equality_ids or ()), partition_scope(table, planned.file))
+            self._groups[group].append(planned)
+            self._newest[group] = max(self._newest.get(group, 0), planned.sequence_number)
         self._loaded: dict[tuple[tuple[int, ...], PartitionKey], pa.Table] = {}
 
     def __bool__(self) -> bool:
@@ -73,41 +77,68 @@ class _EqualityDeletes:
         for group in self._groups:
             self._keys(group)
 
+    def files_applying(self, scope: PartitionKey, data_sequence: int) -> int:
+        """How many delete files may remove rows of a data file of ``scope`` with this sequence number."""
+        return sum(
+            1
+            for (_, group_scope), files in self._groups.items()
+            if group_scope in (GLOBAL, scope)
+            for planned in files
+            if planned.sequence_number > data_sequence
+        )
+
+    def key_field_ids(self) -> set[int]:
+        return {i for ids, _ in self._groups for i in ids}
+
+    def may_delete_from(self, scope: PartitionKey, data_sequence: int) -> bool:
+        """Whether any delete could remove rows of a data file of ``scope`` with this sequence number."""
+        return any(newest > data_sequence and group[1] in (GLOBAL, scope) for group, newest in self._newest.items())
+
+    def _names(self, ids: tuple[int, ...]) -> list[str]:
+        return [self._schema.find_column_name(i) or "" for i in ids]
+
     def _keys(self, group: tuple[tuple[int, ...], PartitionKey]) -> pa.Table:
         """Every deleted key of the group with the highest sequence number that deletes it."""
         if group not in self._loaded:
             from icesink.iceberg.scan import read_files
 
             ids, _ = group
-            key_schema = self._schema.select(*[self._schema.find_column_name(i) or "" for i in ids])
+            names = self._names(ids)
+            key_schema = self._schema.select(*names)
             parts = []
             for planned in self._groups[group]:
                 keys = read_files(self._table, key_schema, [(planned.file, frozenset())], None)
                 parts.append(keys.append_column(_SEQ, pa.array([planned.sequence_number] * keys.num_rows, pa.int64())))
-            names = [self._schema.find_column_name(i) or "" for i in ids]
             combined = _comparable_keys(pa.concat_tables(parts, promote_options="permissive"))
             self._loaded[group] = combined.group_by(names, use_threads=False).aggregate([(_SEQ, "max")])
         return self._loaded[group]
 
-    def apply(self, rows: pa.Table, scope: PartitionKey) -> pa.Table:
-        """Drop rows of one partition that a newer equality delete removes.
+    def deleted(self, keys: pa.Table, data_sequence: pa.Array, scope: PartitionKey) -> pa.Array:
+        """Which rows (given by their key columns, named as in the schema) a newer equality delete removes.
 
-        ``rows`` carries each row's data sequence number; one join per delete
-        group serves every data file of the partition at once.
+        ``data_sequence`` holds each row's data sequence number; one join per
+        delete group serves every data file of a partition at once.
         """
+        mask = pa.array([False] * keys.num_rows, pa.bool_())
         for group in self._groups:
             ids, delete_scope = group
-            if delete_scope not in ((-1, ()), scope) or rows.num_rows == 0:
+            if delete_scope not in (GLOBAL, scope) or keys.num_rows == 0:
                 continue
-            names = [self._schema.find_column_name(i) or "" for i in ids]
-            # Join only the key columns (with row positions), then filter the wide rows in place.
-            narrow = _comparable_keys(rows.select(names))
-            narrow = narrow.append_column(_ROW, pa.array(range(rows.num_rows), pa.int64()))
+            names = self._names(ids)
+            # Join only the key columns (with row positions), then map the result back to row order.
+            narrow = _comparable_keys(keys.select(names))
+            narrow = narrow.append_column(_ROW, pa.array(range(keys.num_rows), pa.int64()))
             joined = narrow.join(self._keys(group), keys=names, join_type="left outer")
             newest_delete = pc.take(joined.column(f"{_SEQ}_max"), pc.sort_indices(joined.column(_ROW)))
-            alive = pc.or_kleene(pc.is_null(newest_delete), pc.less_equal(newest_delete, rows.column(_DATA_SEQ)))
-            rows = rows.filter(alive)
-        return rows
+            removed = pc.fill_null(pc.greater(newest_delete, data_sequence), False)
+            mask = pc.or_(mask, removed)
+        return mask
+
+    def apply(self, rows: pa.Table, scope: PartitionKey) -> pa.Table:
+        """Drop rows of one partition that a newer equality delete removes (``rows`` carry their sequence)."""
+        if rows.num_rows == 0:
+            return rows
+        return rows.filter(pc.invert(self.deleted(rows, rows.column(_DATA_SEQ), scope)))
 
 
 def read_table(
@@ -127,7 +158,7 @@ def read_table(
         )
     expression = bound_filter(table, identifier, snapshot_id, row_filter)
     plan = plan_scan(table, snapshot_id, expression)
-    deletes = _EqualityDeletes(table, plan.schema, plan.equality_deletes)
+    deletes = EqualityDeletes(table, plan.schema, plan.equality_deletes)
     deletes.preload()
     columns = plan.schema.as_arrow().names
 

@@ -26,6 +26,7 @@ SETTINGS: dict[str, str] = {
     "ICESINK_METRICS_HOST": "address for the metrics port (127.0.0.1; 0.0.0.0 in a container)",
     "ICESINK_MAX_FAILURES": "failures in a row after which a table makes /healthz answer 503 (5)",
     "ICESINK_EXPIRE_SNAPSHOTS": "true: drop snapshots past each table's history.expire.* retention in every commit",
+    "ICESINK_MAINTAIN": "true: convert leftover equality deletes and compact small files between commits",
     # The example streaming job (examples/stream_job.py)
     "ICESINK_SOURCE_DIR": "directory of newline-delimited JSON order files the example job streams from",
     "ICESINK_TABLE": "table the example job writes (namespace.table)",

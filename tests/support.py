@@ -14,8 +14,8 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.committer.ledger import Ledger
 from icesink.committer.staging import stage_checkpoint
+from icesink.iceberg.describe import writer_spec
 from icesink.results import WriteResult
-from icesink.sink.tables import writer_spec
 from icesink.writer.task import TaskWriter
 
 EPOCH = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)

@@ -10,7 +10,7 @@ import pytest
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
-from tests.outcomes import iceberg_rust_sql, read_with_iceberg_java
+from tests.outcomes import iceberg_rust_sql, read_with_duckdb, read_with_iceberg_java
 from tests.streams import add_input_files, expected_rows, input_stream, run_available
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
@@ -57,17 +57,22 @@ def test_independent_readers_return_exactly_the_input(
     assert len(planned) < len(list(table.scan().plan_files()))
 
 
-@pytest.mark.parametrize("partition_by", [[], ["region", "bucket(4, id)"]], ids=["unpartitioned", "partitioned"])
-def test_independent_readers_apply_our_equality_deletes_like_the_model(
-    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, partition_by: list[str], java_reader: Path
+@pytest.mark.parametrize(
+    ("partition_by", "keep"),
+    [([], True), (["region", "bucket(4, id)"], False)],
+    ids=["unpartitioned-equality-deletes", "partitioned-position-deletes"],
+)
+def test_independent_readers_apply_our_deletes_like_the_model(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, partition_by: list[str], keep: bool, java_reader: Path
 ) -> None:
-    """iceberg-rust and Iceberg Java read the row deltas; Java also proves ``equality_ids`` are list<int>."""
+    """iceberg-rust, Iceberg Java and DuckDB read the row deltas: equality deletes as the stream wrote them
+    (Java also proves ``equality_ids`` are list<int>), and position deletes the committer resolved them into."""
     import random
 
     import icesink
     from tests.changes import ChangeModel, random_checkpoint, sorted_rows, write_checkpoint_file
+    from tests.test_upsert import KEEP_EQUALITY_DELETES, run_cdc
     from tests.test_upsert import TABLE as CDC_TABLE
-    from tests.test_upsert import run_cdc
 
     rng = random.Random(5)
     model = ChangeModel()
@@ -75,9 +80,12 @@ def test_independent_readers_apply_our_equality_deletes_like_the_model(
         changes = random_checkpoint(rng, checkpoint, keys=30, size=80)
         write_checkpoint_file(tmp_path / "in", checkpoint, changes)
         model.apply(changes)
-    run_cdc(spark, sqlite_catalog, tmp_path, partition_by)
+    properties = KEEP_EQUALITY_DELETES if keep else {}
+    run_cdc(spark, sqlite_catalog, tmp_path, partition_by, table_properties=properties)
     table = open_catalog(sqlite_catalog).load_table(CDC_TABLE)
     assert len(table.metadata.snapshots) == 4  # one row delta per checkpoint
+    kind = "added-equality-delete-files" if keep else "added-position-delete-files"
+    assert sum(int(s.summary[kind] or 0) for s in table.metadata.snapshots) > 0
 
     rust = iceberg_rust_sql(table, "SELECT region, id, value, seq FROM t")
     assert sorted_rows(rust) == model.expected()
@@ -86,3 +94,5 @@ def test_independent_readers_apply_our_equality_deletes_like_the_model(
     assert sorted(java, key=lambda r: (r["region"], r["id"])) == model.expected()
 
     assert sorted_rows(icesink.read(table)) == model.expected()
+    (duck,) = read_with_duckdb(table.metadata_location)
+    assert sorted(duck, key=lambda r: (r["region"], r["id"])) == model.expected()

@@ -11,7 +11,7 @@ from icesink.committer.commit import TableCommitter
 from icesink.committer.ledger import Ledger
 from icesink.committer.staging import stage_checkpoint
 from icesink.errors import BadFilterError, ConfigError, SnapshotNotFoundError, TableNotFoundError
-from icesink.sink.tables import writer_spec
+from icesink.iceberg.describe import writer_spec
 from icesink.writer.spec import ChangeSpec
 from icesink.writer.task import TaskWriter
 from tests.support import create_orders_table, orders, stage_rows

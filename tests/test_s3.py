@@ -47,7 +47,7 @@ def icesink_cli(config: CatalogConfig, *args: str) -> subprocess.CompletedProces
 def test_stream_into_s3_committed_by_the_daemon_and_read_by_iceberg_rust(
     spark: Any, s3_catalog: CatalogConfig, tmp_path: Path
 ) -> None:
-    from icesink.sink.tables import writer_spec
+    from icesink.iceberg.describe import writer_spec
 
     batches = [(0, 500), (500, 700)]
     add_input_files(tmp_path / "in", batches)

@@ -39,9 +39,12 @@ if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
 
+    from icesink.maintenance.convert import CommitConversion
+
 log = logging.getLogger("icesink.committer")
 
 CHECKPOINT_RANGE_PROPERTY = "icesink.checkpoint-ids"
+CONVERTED_PROPERTY = "icesink.converted-equality-deletes"
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,14 @@ class TableCommitter:
         # (table uuid, job) -> marker as of this committer's last commit: later walks stop there.
         self._markers: dict[tuple[str, str], KnownMarker] = {}
         self._tables: dict[str, Table] = {}
+
+    def table(self, table_identifier: str) -> Table:
+        """The table as this committer's last commit left it (read from the catalog if it has none)."""
+        return self._tables.get(table_identifier) or load_table(self._catalog, self._config, table_identifier)
+
+    def forget(self, table_identifier: str) -> None:
+        """Read the table from the catalog next time (someone else, maintenance say, committed)."""
+        self._tables.pop(table_identifier, None)
 
     def commit_pending(self, table_identifier: str, job_id: str | None = None) -> list[CommitOutcome]:
         """Commit every pending checkpoint of the table (or of one job of it), in checkpoint order."""
@@ -198,30 +209,59 @@ class TableCommitter:
         properties = marker_properties(job_id, last.checkpoint_id, last.stream_id)
         properties[CHECKPOINT_RANGE_PROPERTY] = _range(group)
         marker = marker_table_properties(job_id, last.checkpoint_id, last.stream_id)
-        prepared = prepare_snapshot(
-            table,
-            files,
-            properties,
-            delete_files=deletes,
-            table_properties=marker,
-            expire_snapshots=self._expire_snapshots,
-        )
-        if self._before_commit is not None:
-            try:
-                self._before_commit()
-            except BaseException:
-                for path in prepared.written_paths:  # never committed: nothing references them
-                    _delete_quietly(table, path)
-                raise
-        failpoint("committer.before-catalog-commit")  # manifests written, nothing committed
+        converted = self._convert(table, identifier, job_id, last.checkpoint_id, deletes) if deletes else None
+        written: list[str] = []
+        if converted is not None:
+            written += converted.written
+            properties[CONVERTED_PROPERTY] = str(converted.equality_deletes)
         try:
+            prepared = prepare_snapshot(
+                table,
+                files,
+                properties,
+                delete_files=converted.position_deletes if converted is not None else deletes,
+                table_properties=marker,
+                expire_snapshots=self._expire_snapshots,
+            )
+            written += prepared.written_paths
+            if self._before_commit is not None:
+                self._before_commit()
+            failpoint("committer.before-catalog-commit")  # manifests written, nothing committed
             with database_errors(self._config):
-                return commit_prepared(table, prepared)
+                committed = commit_prepared(table, prepared)
         except CommitFailedException:
             # The swap was refused, so nothing references what was written for it.
-            for path in prepared.written_paths:
-                _delete_quietly(table, path)
+            _delete_all_quietly(table, written)
             log.info("table=%s job=%s: head moved during commit; re-reading the marker", identifier, job_id)
+            return None
+        except BaseException:
+            _delete_all_quietly(table, written)  # never committed: nothing references them
+            raise
+        if converted is not None:
+            # The staged equality deletes were replaced by position deletes: no snapshot names them.
+            _delete_all_quietly(committed, [str(f.file_path) for f in deletes])
+        return committed
+
+    def _convert(
+        self, table: Table, identifier: str, job_id: str, checkpoint_id: int, deletes: list[DataFile]
+    ) -> CommitConversion | None:
+        """The checkpoint's equality deletes as position deletes on this head, or None to commit them as they are."""
+        from icesink.maintenance.convert import convert_for_commit
+        from icesink.maintenance.policy import MaintenancePolicy
+
+        policy = MaintenancePolicy.of(table.properties, identifier)
+        if not policy.convert_at_commit:
+            return None
+        try:
+            return convert_for_commit(table, deletes, policy, f"{job_id}-{checkpoint_id}")
+        except (OSError, ValueError) as e:  # the equality deletes are as correct, just slower to read
+            log.warning(
+                "table=%s job=%s checkpoint=%d: equality deletes kept, converting them failed: %s",
+                identifier,
+                job_id,
+                checkpoint_id,
+                e,
+            )
             return None
 
     def _read_files(self, table: Table, identifier: str, row: CheckpointRow, deletes: bool) -> list[DataFile]:
@@ -298,3 +338,8 @@ def _range(rows: Sequence[CheckpointRow]) -> str:
 def _delete_quietly(table: Table, path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         table.io.delete(path)
+
+
+def _delete_all_quietly(table: Table, paths: Sequence[str]) -> None:
+    for path in paths:
+        _delete_quietly(table, path)

@@ -15,6 +15,7 @@ from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
 from icesink.committer.lease import Lease, LeaseLostError, default_owner
 from icesink.committer.ledger import Ledger
+from icesink.committer.maintainer import Maintainer
 from icesink.committer.observability import CommitterMetrics
 from icesink.errors import CatalogReplacedError, IcesinkError
 
@@ -43,6 +44,7 @@ class CommitterDaemon:
         owner: str | None = None,
         max_failures: int = 5,
         expire_snapshots: bool = False,
+        maintain: bool = False,
     ) -> None:
         self._config = config
         self._tables = tuple(tables)
@@ -56,6 +58,18 @@ class CommitterDaemon:
         self.lease = Lease(config, scope, owner or default_owner(), ttl=lease_ttl)
         self._committer = TableCommitter(
             self._catalog, config, self._ledger, before_commit=self.lease.check, expire_snapshots=expire_snapshots
+        )
+        self._maintainer = (
+            Maintainer(
+                self._catalog,
+                config,
+                owner=self.lease.owner,
+                before_commit=self.lease.check,
+                waiting=lambda table: table in self._ledger.pending_counts(),
+                lease_ttl=lease_ttl,
+            )
+            if maintain
+            else None
         )
         self._leading = False
         self._retry_at: dict[str, float] = {}
@@ -127,7 +141,20 @@ class CommitterDaemon:
                 skipped=sum(len(o.checkpoint_ids) for o in outcomes if o.already_committed),
                 seconds=[o.seconds for o in snapshots],
             )
+            if snapshots and self._maintainer is not None and not self._stop.is_set():
+                self._maintain(table)
         return waiting
+
+    def _maintain(self, table: str) -> None:
+        """Maintenance between this table's commits; its own failures never stop the commits."""
+        assert self._maintainer is not None
+        try:
+            current = self._committer.table(table)
+        except IcesinkError as e:
+            log.warning("table=%s: maintenance skipped: %s", table, e)
+            return
+        if self._maintainer.between_commits(current, table) is not None:
+            self._committer.forget(table)
 
     def _update_pending(self) -> None:
         try:

@@ -45,9 +45,22 @@ def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
 
+MAINTENANCE_SCOPE_PREFIX = "maintain:"
+
+
+def maintenance_scope(table: str) -> str:
+    """The lease scope of maintenance on one table: separate from commit scopes, one maintainer at a time."""
+    return f"{MAINTENANCE_SCOPE_PREFIX}{table}"
+
+
 def _tables_of(scope: str) -> frozenset[str] | None:
     """The tables a scope covers; None for ``*`` (every table)."""
     return None if scope == "*" else frozenset(scope.split(","))
+
+
+def _kind_of(scope: str) -> str:
+    """Commit scopes and maintenance scopes never overlap each other: maintenance commits are validated."""
+    return "maintain" if scope.startswith(MAINTENANCE_SCOPE_PREFIX) else "commit"
 
 
 def default_owner() -> str:
@@ -148,6 +161,8 @@ class Lease:
         for held in rows:
             if held["scope"] == self.scope or as_utc(held["expires_at"]) <= now or held["owner"] == self.owner:
                 continue
+            if _kind_of(held["scope"]) != _kind_of(self.scope):
+                continue
             theirs = _tables_of(held["scope"])
             overlaps = ours is None or theirs is None or bool(ours & theirs)
             if overlaps and (as_utc(held["acquired_at"]), held["owner"]) < our_start:
@@ -184,3 +199,35 @@ class Lease:
                 .values(expires_at=_now())
             )
         self.epoch = None
+
+
+class LeaseKeeper:
+    """Renews a held lease from a background thread while long work runs (every third of its ttl).
+
+    The work checks :meth:`Lease.check` before it commits anything; a renewal
+    that fails (another owner took over, the database is gone) is left to
+    that check to report.
+    """
+
+    def __init__(self, lease: Lease) -> None:
+        import threading
+
+        self._lease = lease
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name=f"lease {lease.scope}", daemon=True)
+
+    def _renew(self) -> None:
+        import contextlib
+
+        while not self._stop.wait(self._lease.ttl / 3):
+            with contextlib.suppress(Exception):  # reported by the check before the next commit
+                if not self._lease.acquire():
+                    return
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()

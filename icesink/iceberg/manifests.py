@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from pyiceberg.avro.codecs import AvroCompressionCodec
 from pyiceberg.avro.file import AvroOutputFile
@@ -36,6 +36,9 @@ from pyiceberg.types import IntegerType, ListType, NestedField, StructType
 
 from icesink.iceberg import check_pyiceberg_version
 from icesink.results import FileContent, FileRecord
+
+if TYPE_CHECKING:
+    from icesink.iceberg.snapshots import AddedFile
 
 check_pyiceberg_version()
 
@@ -195,18 +198,23 @@ def write_added(
     spec_id: int,
     output: OutputFile,
     snapshot_id: int,
-    files: Sequence[DataFile],
+    files: Sequence[DataFile | AddedFile],
     deletes: bool,
 ) -> ManifestFile:
-    """A manifest listing ``files`` as added by ``snapshot_id``."""
+    """A manifest listing ``files`` as added by ``snapshot_id``.
+
+    A file without its own data sequence number inherits the snapshot's when
+    the manifest list is written (the Iceberg spec's inheritance).
+    """
     writer = manifest_writer(metadata, metadata.specs()[spec_id], output, snapshot_id, deletes)
     with writer:
-        for data_file in files:
+        for added in files:
+            data_file, sequence = (added, None) if isinstance(added, DataFile) else (added.file, added.sequence_number)
             writer.add(
                 ManifestEntry.from_args(
                     status=ManifestEntryStatus.ADDED,
                     snapshot_id=snapshot_id,
-                    sequence_number=None,
+                    sequence_number=sequence,
                     file_sequence_number=None,
                     data_file=data_file,
                 )

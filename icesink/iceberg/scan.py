@@ -108,3 +108,53 @@ def read_files(
     expression = parse_row_filter(row_filter) if row_filter is not None else AlwaysTrue()
     scan = ArrowScan(table.metadata, table.io, schema, expression)
     return scan.to_table([FileScanTask(data_file, delete_files=set(deletes)) for data_file, deletes in files])
+
+
+@dataclass(frozen=True)
+class LiveFile:
+    """A live data or delete file of a snapshot, with its data sequence number."""
+
+    file: DataFile
+    sequence_number: int
+
+    @property
+    def path(self) -> str:
+        return str(self.file.file_path)
+
+    @property
+    def content(self) -> DataFileContent:
+        return self.file.content
+
+
+@dataclass(frozen=True)
+class LiveFiles:
+    """Every live file of a snapshot, by content (no pruning: maintenance looks at all of them)."""
+
+    snapshot_id: int | None
+    sequence_number: int
+    data: list[LiveFile]
+    position_deletes: list[LiveFile]
+    equality_deletes: list[LiveFile]
+
+
+def live_files(table: Table, snapshot_id: int | None = None) -> LiveFiles:
+    """The live files of ``snapshot_id`` (default: the current snapshot)."""
+    metadata = table.metadata
+    snapshot = metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else metadata.current_snapshot()
+    if snapshot is None:
+        return LiveFiles(None, 0, [], [], [])
+    data: list[LiveFile] = []
+    positions: list[LiveFile] = []
+    equality: list[LiveFile] = []
+    for manifest in snapshot.manifests(table.io):
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            live = LiveFile(entry.data_file, entry.sequence_number or 0)
+            kind = entry.data_file.content
+            (
+                data
+                if kind == DataFileContent.DATA
+                else positions
+                if kind == DataFileContent.POSITION_DELETES
+                else equality
+            ).append(live)
+    return LiveFiles(snapshot.snapshot_id, snapshot.sequence_number or 0, data, positions, equality)

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 
-from pyiceberg.manifest import DataFile, ManifestFile, write_manifest_list
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import (
+    DataFile,
+    DataFileContent,
+    ManifestContent,
+    ManifestEntry,
+    ManifestFile,
+    write_manifest_list,
+)
 from pyiceberg.table import Table, TableProperties
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
@@ -30,7 +38,7 @@ from pyiceberg.table.update import (
 )
 
 from icesink.iceberg.expiry import expired_snapshot_ids
-from icesink.iceberg.manifests import compression, write_added
+from icesink.iceberg.manifests import compression, manifest_writer, write_added
 from icesink.iceberg.merging import ManifestMergePolicy, merge_manifests
 
 
@@ -45,9 +53,57 @@ class PreparedSnapshot:
     written_paths: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class AddedFile:
+    """A data or delete file a snapshot adds; ``sequence_number`` None means the snapshot's own.
+
+    Maintenance gives the files it writes an older data sequence number: a
+    compaction's output that of the snapshot it started from (equality deletes
+    committed since still apply to it), converted position deletes that of the
+    equality delete they replace.
+    """
+
+    file: DataFile
+    sequence_number: int | None = None
+
+
+@dataclass(frozen=True)
+class SnapshotChange:
+    """What a snapshot does to the head of its branch.
+
+    Attributes:
+        added: files to add.
+        removed: locations of live files (data or delete) to remove; each must be live on the head.
+        operation: ``append``, ``overwrite``, ``delete`` or ``replace``.
+        properties: extra snapshot summary entries.
+        table_properties: table properties set in the same metadata commit.
+    """
+
+    added: tuple[AddedFile, ...] = ()
+    removed: frozenset[str] = frozenset()
+    operation: Operation = Operation.APPEND
+    properties: Mapping[str, str] = field(default_factory=dict)
+    table_properties: Mapping[str, str] = field(default_factory=dict)
+
+
+class RemovedFileMissingError(Exception):
+    """Raised when a file a change removes is no longer live on the head (someone else removed it)."""
+
+    def __init__(self, paths: frozenset[str]) -> None:
+        super().__init__(f"{len(paths)} file(s) to remove are no longer live, e.g. {sorted(paths)[0]}")
+        self.paths = paths
+
+
 def head_snapshot_id(metadata: TableMetadata, branch: str = MAIN_BRANCH) -> int | None:
     snapshot = metadata.snapshot_by_name(branch)
     return snapshot.snapshot_id if snapshot else None
+
+
+def row_delta_operation(has_data: bool, has_deletes: bool) -> Operation:
+    """Iceberg's RowDelta names: data only → append, deletes only → delete, both → overwrite."""
+    if not has_deletes:
+        return Operation.APPEND
+    return Operation.OVERWRITE if has_data else Operation.DELETE
 
 
 def prepare_snapshot(
@@ -59,52 +115,86 @@ def prepare_snapshot(
     table_properties: Mapping[str, str] | None = None,
     expire_snapshots: bool = False,
 ) -> PreparedSnapshot:
-    """Write the manifests and manifest list of an append or row delta on top of the branch head.
+    """An append or row delta of files written for this snapshot, on top of the branch head.
 
     Data and delete files added together get the snapshot's sequence number,
     so the new equality deletes apply to older data only, never to the rows
-    added beside them. The requirements assert the head this was built on,
-    so the catalog's compare-and-swap rejects it if anyone committed in between.
+    added beside them.
+    """
+    files = [AddedFile(f) for f in data_files]
+    deletes = [AddedFile(f) for f in delete_files]
+    change = SnapshotChange(
+        added=tuple(files + deletes),
+        operation=row_delta_operation(bool(files), bool(deletes)),
+        properties=properties,
+        table_properties=table_properties or {},
+    )
+    return prepare_change(table, change, branch, expire_snapshots)
+
+
+def prepare_change(
+    table: Table,
+    change: SnapshotChange,
+    branch: str = MAIN_BRANCH,
+    expire_snapshots: bool = False,
+    cache: ManifestCache | None = None,
+) -> PreparedSnapshot:
+    """Write the manifests and manifest list of ``change`` on top of the branch head.
+
+    Manifests holding a removed file are rewritten as Iceberg does: the file
+    as DELETED by this snapshot (keeping its sequence numbers), the rest as
+    EXISTING; such a manifest is listed even when nothing in it is live any
+    more, so that readers of this snapshot's history see the removal. The
+    requirements assert the head this was built on, so the catalog's
+    compare-and-swap rejects it if anyone committed in between.
 
     Small manifests are merged as Iceberg's merging appends do, so the
     manifest list stays short however many commits came before. With
     ``expire_snapshots``, snapshots past the table's retention are removed in
     the same metadata commit, which keeps the metadata file (rewritten on every
     commit) from growing with the table's age.
+
+    Raises :class:`RemovedFileMissingError` when a removed file is not live on the head.
     """
     metadata = table.metadata
-    files = list(data_files)
-    deletes = list(delete_files)
     snapshot_id = metadata.new_snapshot_id()
     parent_id = head_snapshot_id(metadata, branch)
     commit_uuid = uuid.uuid4()
     locations = table.location_provider()
     written: list[str] = []
 
+    def new_path(kind: str) -> str:
+        path = locations.new_metadata_location(f"{commit_uuid}-{kind}{len(written)}.avro")
+        written.append(path)
+        return path
+
     new_manifests: list[ManifestFile] = []
-    for kind, group in (("m", files), ("d", deletes)):
-        by_spec: dict[int, list[DataFile]] = {}
-        for data_file in group:
-            by_spec.setdefault(data_file.spec_id, []).append(data_file)
-        for spec_id, spec_files in sorted(by_spec.items()):
-            path = locations.new_metadata_location(f"{commit_uuid}-{kind}{len(new_manifests)}.avro")
-            written.append(path)
-            output = table.io.new_output(path)
-            new_manifests.append(write_added(metadata, spec_id, output, snapshot_id, spec_files, kind == "d"))
+    groups: dict[tuple[bool, int], list[AddedFile]] = {}
+    for added in change.added:
+        deletes = added.file.content != DataFileContent.DATA
+        groups.setdefault((deletes, added.file.spec_id), []).append(added)
+    for (deletes, spec_id), group in sorted(groups.items()):
+        output = table.io.new_output(new_path("d" if deletes else "m"))
+        new_manifests.append(write_added(metadata, spec_id, output, snapshot_id, group, deletes))
 
     existing: list[ManifestFile] = []
     if parent_id is not None:
         parent = metadata.snapshot_by_id(parent_id)
         assert parent is not None
         existing = [m for m in parent.manifests(table.io) if m.has_added_files() or m.has_existing_files()]
+    removed_files: list[DataFile] = []
+    if change.removed:
+        existing, rewritten, removed_files = _remove_files(
+            table, existing, change.removed, snapshot_id, new_path, cache or ManifestCache()
+        )
+        new_manifests += rewritten  # never merged away in this commit: they record the removal
     merge = ManifestMergePolicy.of(metadata.properties)
     existing, merged_paths = merge_manifests(table, existing, new_manifests, snapshot_id, merge, commit_uuid)
     written.extend(merged_paths)
 
-    # Iceberg's RowDelta: deletes only → delete, deletes and data → overwrite, data only → append.
-    operation = Operation.APPEND if not deletes else (Operation.OVERWRITE if files else Operation.DELETE)
-    summary = _summary(metadata, parent_id, operation, files + deletes, properties)
-
+    summary = _summary(
+        metadata, parent_id, change.operation, [a.file for a in change.added], removed_files, change.properties
+    )
     sequence_number = metadata.next_sequence_number()
     list_path = locations.new_metadata_location(f"snap-{snapshot_id}-0-{commit_uuid}.avro")
     written.append(list_path)
@@ -139,9 +229,9 @@ def prepare_snapshot(
             min_snapshots_to_keep=None,
         ),
     )
-    if table_properties:
+    if change.table_properties:
         # Same metadata commit as the snapshot: both land or neither does.
-        updates += (SetPropertiesUpdate(updates=dict(table_properties)),)
+        updates += (SetPropertiesUpdate(updates=dict(change.table_properties)),)
     if expire_snapshots:
         expired = expired_snapshot_ids(metadata, snapshot, branch)
         if expired:
@@ -149,11 +239,61 @@ def prepare_snapshot(
     return PreparedSnapshot(snapshot_id, parent_id, updates, _requirements(metadata, parent_id, branch), tuple(written))
 
 
+class ManifestCache:
+    """Live entries of manifests already read (manifest files never change), for repeated builds."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, list[ManifestEntry]] = {}
+
+    def live_entries(self, io: FileIO, manifest: ManifestFile) -> list[ManifestEntry]:
+        found = self._entries.get(manifest.manifest_path)
+        if found is None:
+            found = manifest.fetch_manifest_entry(io, discard_deleted=True)
+            self._entries[manifest.manifest_path] = found
+        return found
+
+
+def _remove_files(
+    table: Table,
+    manifests: list[ManifestFile],
+    removed: frozenset[str],
+    snapshot_id: int,
+    new_path: Callable[[str], str],
+    cache: ManifestCache,
+) -> tuple[list[ManifestFile], list[ManifestFile], list[DataFile]]:
+    """(untouched manifests, rewritten manifests, removed files)."""
+    metadata = table.metadata
+    kept: list[ManifestFile] = []
+    rewritten: list[ManifestFile] = []
+    removed_files: list[DataFile] = []
+    for manifest in manifests:
+        entries = cache.live_entries(table.io, manifest)
+        if not any(e.data_file.file_path in removed for e in entries):
+            kept.append(manifest)
+            continue
+        deletes = manifest.content == ManifestContent.DELETES
+        spec = metadata.specs()[manifest.partition_spec_id]
+        output = table.io.new_output(new_path("r"))
+        with manifest_writer(metadata, spec, output, snapshot_id, deletes) as writer:
+            for entry in entries:
+                if entry.data_file.file_path in removed:
+                    writer.delete(entry)
+                    removed_files.append(entry.data_file)
+                else:
+                    writer.existing(entry)
+        rewritten.append(writer.to_manifest_file())
+    missing = removed - {f.file_path for f in removed_files}
+    if missing:
+        raise RemovedFileMissingError(frozenset(missing))
+    return kept, rewritten, removed_files
+
+
 def _summary(
     metadata: TableMetadata,
     parent_id: int | None,
     operation: Operation,
     added: list[DataFile],
+    removed: list[DataFile],
     properties: Mapping[str, str],
 ) -> Summary:
     collector = SnapshotSummaryCollector(
@@ -167,11 +307,18 @@ def _summary(
     schema = metadata.schema()
     for data_file in added:
         collector.add_file(data_file, schema=schema, partition_spec=specs[data_file.spec_id])
+    for data_file in removed:
+        collector.remove_file(data_file, schema=schema, partition_spec=specs[data_file.spec_id])
     parent = metadata.snapshot_by_id(parent_id) if parent_id is not None else None
-    return update_snapshot_summaries(
-        Summary(operation=operation, **collector.build(), **properties),
+    # pyiceberg computes totals for append/overwrite/delete only; a replace changes totals the same way.
+    computed = Operation.OVERWRITE if operation == Operation.REPLACE else operation
+    summary = update_snapshot_summaries(
+        Summary(operation=computed, **collector.build(), **properties),
         previous_summary=parent.summary if parent else None,
     )
+    if operation == Operation.REPLACE:
+        summary = Summary(operation=operation, **summary.additional_properties)
+    return summary
 
 
 def _requirements(metadata: TableMetadata, parent_id: int | None, branch: str) -> tuple[TableRequirement, ...]:

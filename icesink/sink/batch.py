@@ -27,15 +27,16 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import load_table, open_catalog
 from icesink.committer.commit import TableCommitter
 from icesink.committer.ledger import CheckpointState, Ledger, StreamIdentity
+from icesink.committer.maintainer import Maintainer
 from icesink.committer.staging import stage_checkpoint
 from icesink.errors import CheckpointRewindError, ConfigError, IcesinkError, JobIdConflictError
 from icesink.failpoints import failpoint
+from icesink.iceberg.describe import writer_spec
 from icesink.iceberg.marker import committed_marker
 from icesink.results import decode_write_result
 from icesink.sink.columns import column
 from icesink.sink.schema import plan_projection
 from icesink.sink.spark_writer import SparkParquetWriter, spark_writer_refusal, table_bytes_per_row
-from icesink.sink.tables import writer_spec
 from icesink.writer.task import RESULT_SCHEMA_DDL, write_task
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ class SinkSettings:
     expire_snapshots: bool = False
     writer: str = "auto"
     checkpoint_location: str | None = None
+    maintain: bool = False
 
 
 class BatchWriter:
@@ -77,6 +79,10 @@ class BatchWriter:
         self._ledger = Ledger(settings.catalog)
         self._committer = TableCommitter(
             self._catalog, settings.catalog, self._ledger, expire_snapshots=settings.expire_snapshots
+        )
+        # The next micro-batch waits for the driver: maintenance stops after icesink.maintain.max-seconds.
+        self._maintainer = (
+            Maintainer(self._catalog, settings.catalog, waiting=lambda table: True) if settings.maintain else None
         )
         self._spark_writer = SparkParquetWriter()
         self._writer_in_use: str | None = None
@@ -195,7 +201,11 @@ class BatchWriter:
         delay = 0.2
         for attempt in range(1, self._settings.commit_attempts + 1):
             try:
-                self._committer.commit_pending(self._settings.table, job_id)
+                outcomes = self._committer.commit_pending(self._settings.table, job_id)
+                if self._maintainer is not None and any(o.snapshot_id is not None for o in outcomes):
+                    identifier = self._settings.table
+                    if self._maintainer.between_commits(self._committer.table(identifier), identifier):
+                        self._committer.forget(identifier)
                 return
             except IcesinkError as e:
                 if not e.transient or attempt == self._settings.commit_attempts:

@@ -28,6 +28,7 @@ def stream(
     trigger: Mapping[str, Any] | None = None,
     create_table: bool = False,
     partition_by: Sequence[str] = (),
+    table_properties: Mapping[str, str] | None = None,
     job_id: str | None = None,
     catalog: str | CatalogConfig | Mapping[str, str] | None = None,
     committer: str = "inline",
@@ -38,6 +39,7 @@ def stream(
     sequence_by: str | None = None,
     expire_snapshots: bool = False,
     writer: str = "auto",
+    maintain: bool = False,
 ) -> StreamingQuery:
     """Start writing a streaming DataFrame into an Iceberg table, exactly once per micro-batch.
 
@@ -48,6 +50,8 @@ def stream(
         trigger: keyword arguments of ``DataStreamWriter.trigger``, e.g. ``{"processingTime": "10 seconds"}``.
         create_table: create the table from the DataFrame's schema if it does not exist.
         partition_by: partition fields of a new table: ``"col"``, ``"day(ts)"``, ``"bucket(16, id)"``, ….
+        table_properties: properties of a new table (``write.target-file-size-bytes``, ``icesink.maintain.*``, …);
+            an existing table keeps its own.
         job_id: a stable name for this writer; by default Spark's query id stored in the checkpoint.
         catalog: catalog name, :class:`CatalogConfig` or properties; default: pyiceberg configuration,
             else the embedded SQLite catalog under ``./warehouse``.
@@ -61,6 +65,10 @@ def stream(
         sequence_by: orders the changes of one key within a micro-batch; the last one wins.
         expire_snapshots: with the inline committer, drop snapshots past the table's ``history.expire.*``
             retention in every commit (as ``icesink committer run --expire-snapshots`` does).
+        maintain: with the inline committer, run the table's due maintenance (equality deletes left in
+            the table become position deletes, small files are compacted) after commits, as
+            ``icesink committer run --maintain`` does; the next micro-batch waits at most
+            ``icesink.maintain.max-seconds`` plus one compaction group.
         writer: who writes the Parquet files. ``"auto"`` (default): Spark's own Parquet writer where it can
             do all the table asks (appends to an unpartitioned table on a file system path), icesink's Arrow
             writer elsewhere; ``"spark"``: Spark's writer or an error saying why not; ``"arrow"``: always
@@ -72,11 +80,12 @@ def stream(
     from pyspark.sql import DataFrame as SparkDataFrame
 
     from icesink.catalog.loader import open_catalog
+    from icesink.iceberg.describe import writer_spec
     from icesink.sink.batch import BatchWriter, SinkSettings
     from icesink.sink.changes import change_spec, check_key_columns, extra_columns, resolve_equality_fields
     from icesink.sink.schema import plan_projection
     from icesink.sink.spark_writer import spark_writer_refusal
-    from icesink.sink.tables import resolve_table, writer_spec
+    from icesink.sink.tables import resolve_table
 
     if not isinstance(df, SparkDataFrame):
         raise NotStreamingError(f"table {table}: icesink.stream needs a Spark DataFrame, got {type(df).__name__}")
@@ -94,6 +103,11 @@ def stream(
     if not checkpoint_location:
         raise ConfigError(
             f"table {table}: checkpoint_location is required; exactly-once needs Spark's checkpoint to survive restarts"
+        )
+    if maintain and committer != "inline":
+        raise ConfigError(
+            f"table {table}: maintain applies to the inline committer; with committer='daemon' "
+            "pass --maintain to icesink committer run"
         )
     if expire_snapshots and committer != "inline":
         raise ConfigError(
@@ -114,7 +128,15 @@ def stream(
     catalog_handle = open_catalog(config)
     non_data = [c for c in (op_column,) if c]
     iceberg_table = resolve_table(
-        catalog_handle, config, table, df.schema, create_table, partition_by, equality_fields or (), non_data
+        catalog_handle,
+        config,
+        table,
+        df.schema,
+        create_table,
+        partition_by,
+        equality_fields or (),
+        non_data,
+        properties={k: str(v) for k, v in (table_properties or {}).items()},
     )
     # Refuse a stream that cannot fit before the query starts.
     keys = resolve_equality_fields(iceberg_table, table, equality_fields)
@@ -140,6 +162,7 @@ def stream(
         passthrough=tuple(passthrough),
         writer=writer,
         checkpoint_location=checkpoint_location,
+        maintain=maintain,
     )
     handler = BatchWriter(settings, catalog_handle)
     stream_writer = df.writeStream.foreachBatch(handler).option("checkpointLocation", checkpoint_location)

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from icesink import paths
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
 from icesink.catalog.loader import check_identifier, load_table
-from icesink.errors import ConfigError, TableNotFoundError, UnsupportedTableError
+from icesink.errors import ConfigError, TableNotFoundError
 from icesink.sink.schema import schema_from_spark
-from icesink.writer.spec import ChangeSpec, ColumnSpec, PartitionFieldSpec, WriterSpec, arrow_type
-from icesink.writer.storage import storage_options
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -24,9 +22,6 @@ if TYPE_CHECKING:
 
 _TRANSFORM = re.compile(r"^\s*(\w+)\s*\(\s*(?:(\d+)\s*,\s*)?(.+?)\s*\)\s*$", re.DOTALL)
 _ALIASES = {"years": "year", "months": "month", "days": "day", "hours": "hour"}
-
-TARGET_FILE_SIZE = "write.target-file-size-bytes"
-TARGET_FILE_SIZE_DEFAULT = 512 * 1024 * 1024
 
 
 def _column_name(text: str) -> str:
@@ -89,8 +84,11 @@ def resolve_table(
     partition_by: Sequence[str],
     identifier_fields: Sequence[str] = (),
     skip_columns: Sequence[str] = (),
+    properties: Mapping[str, str] | None = None,
 ) -> Table:
     """Load the table, creating it (and its namespace) from the DataFrame's schema when allowed.
+
+    ``properties`` are the table properties of a table created here.
 
     Another stream or tool creating the same table (or namespace) at the same
     moment is not an error: the loser uses what the winner created, if it fits.
@@ -110,7 +108,9 @@ def resolve_table(
         _create_namespace(catalog, namespace)
         location = _new_table_location(catalog, config, namespace, name)
         try:
-            return catalog.create_table(identifier, schema=schema, partition_spec=spec, location=location)
+            return catalog.create_table(
+                identifier, schema=schema, partition_spec=spec, location=location, properties=dict(properties or {})
+            )
         except TableAlreadyExistsError:  # another stream created it first
             pass
     return _existing(load_table(catalog, config, identifier), identifier, partition_by)
@@ -152,39 +152,3 @@ def _same_partitioning(table: Table, partition_by: Sequence[str]) -> bool:
     return [(f.source_id, str(f.transform)) for f in wanted.fields] == [
         (f.source_id, str(f.transform)) for f in current.fields
     ]
-
-
-def writer_spec(table: Table, identifier: str, job_id: str, changes: ChangeSpec | None = None) -> WriterSpec:
-    """Describe the table to the executors in plain values."""
-    schema = table.schema()
-    columns = []
-    for field in schema.fields:
-        type_name = str(field.field_type)
-        try:
-            arrow_type(type_name)
-        except ValueError as e:
-            raise UnsupportedTableError(
-                f"table {identifier}: column {field.name!r} has type {type_name}, which icesink cannot write yet"
-            ) from e
-        columns.append(ColumnSpec(field.field_id, field.name, type_name, field.required))
-    spec = table.spec()
-    properties = table.properties
-    try:
-        target = int(properties.get(TARGET_FILE_SIZE, TARGET_FILE_SIZE_DEFAULT))
-    except ValueError as e:
-        raise ConfigError(f"table {identifier}: {TARGET_FILE_SIZE} must be a number of bytes") from e
-    data_location = properties.get("write.data.path") or f"{table.location().rstrip('/')}/data"
-    return WriterSpec(
-        table_name=identifier,
-        data_location=data_location,
-        columns=tuple(columns),
-        partition_fields=tuple(
-            PartitionFieldSpec(f.field_id, f.name, f.source_id, str(f.transform)) for f in spec.fields
-        ),
-        spec_id=spec.spec_id,
-        job_id=job_id,
-        target_file_size_bytes=target,
-        compression=properties.get("write.parquet.compression-codec", "zstd"),
-        storage_options=storage_options(table.io.properties),
-        changes=changes,
-    )

@@ -1,0 +1,109 @@
+"""Swapping a maintenance snapshot in: built on the head, checked against what changed since planning.
+
+Maintenance plans on one snapshot (the base) and writes its files, which may
+take a while; a stream may commit meanwhile. Rather than planning again (which
+a busy stream would never let finish), the change is rebuilt on the new head
+after checking the commits in between, the way Iceberg's ``RewriteFiles``
+validates: only what truly conflicts sends the work back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.database import database_errors
+from icesink.catalog.loader import load_table
+from icesink.errors import CommitConflictError
+from icesink.failpoints import failpoint
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import Table
+
+    from icesink.iceberg.history import ChangesSince
+    from icesink.iceberg.snapshots import SnapshotChange
+
+log = logging.getLogger("icesink.maintenance")
+
+MAINTENANCE_PROPERTY = "icesink.maintenance"
+BASE_SNAPSHOT_PROPERTY = "icesink.maintenance.base-snapshot-id"
+
+
+class ConflictError(Exception):
+    """Raised by a change's validation when a commit since its base makes the work invalid."""
+
+
+@dataclass(frozen=True)
+class MaintenanceTarget:
+    """Where maintenance commits: the catalog and the table, and what to check right before each swap."""
+
+    catalog: SqlCatalog
+    config: CatalogConfig
+    identifier: str
+    before_commit: Callable[[], None] | None = None
+
+
+def commit_change(
+    target: MaintenanceTarget,
+    table: Table,
+    base_snapshot_id: int | None,
+    build: Callable[[Table, ChangesSince], SnapshotChange],
+    attempts: int = 10,
+) -> Table:
+    """Build the change on the head, validate it against the commits since the base, swap it in.
+
+    ``build`` raises :class:`ConflictError` when the commits since the base
+    conflict with the change; a lost compare-and-swap rebuilds on the new
+    head. Files written for a refused attempt are deleted.
+    """
+    from pyiceberg.exceptions import CommitFailedException
+
+    from icesink.iceberg.history import HistoryLostError, changes_since
+    from icesink.iceberg.snapshots import ManifestCache, RemovedFileMissingError, commit_prepared, prepare_change
+
+    cache = ManifestCache()
+    for _ in range(attempts):
+        try:
+            since = changes_since(table, base_snapshot_id)
+        except HistoryLostError as e:
+            raise ConflictError(str(e)) from e
+        change = build(table, since)
+        try:
+            prepared = prepare_change(table, change, cache=cache)
+        except RemovedFileMissingError as e:
+            raise ConflictError(str(e)) from e
+        try:
+            if target.before_commit is not None:
+                target.before_commit()
+            failpoint("maintain.before-commit")
+            with database_errors(target.config):
+                committed = commit_prepared(table, prepared)
+        except CommitFailedException:
+            log.info("table=%s: head moved during a maintenance commit; checking what changed", target.identifier)
+        except BaseException:
+            _delete_quietly(table, prepared.written_paths)
+            raise
+        else:
+            failpoint("maintain.after-commit")
+            return committed
+        _delete_quietly(table, prepared.written_paths)
+        table = load_table(target.catalog, target.config, target.identifier)
+    raise CommitConflictError(
+        f"table {target.identifier}: {attempts} maintenance commits in a row lost to other writers; retry later"
+    )
+
+
+def _delete_quietly(table: Table, locations: tuple[str, ...] | list[str]) -> None:
+    for location in locations:
+        with contextlib.suppress(FileNotFoundError):
+            table.io.delete(location)
+
+
+def delete_files(table: Table, locations: list[str]) -> None:
+    """Remove files this run wrote but will not commit (a conflicting group)."""
+    _delete_quietly(table, locations)

@@ -1,0 +1,345 @@
+"""Compaction: small data files of a partition, and files with deletes, rewritten as few large ones.
+
+The rules, as Iceberg's ``RewriteFiles`` has them:
+
+* A group's files are read with every delete that applies to them as of the
+  base snapshot (position deletes, and equality deletes with a higher data
+  sequence number), and written again as files of up to
+  ``write.target-file-size-bytes``.
+* The new files take the data sequence number of the base snapshot, not a new
+  one: an equality delete committed after the base (a stream's next upsert)
+  has a higher number and still applies to them, so no deleted row comes back.
+* A position delete committed after the base against a file of the group
+  names a row by its old position, which the rewrite does not keep: that
+  group fails, its files are deleted, and a later run retries it. The delete
+  is never lost. Equality deletes never make a group fail, so a stream that
+  upserts all the time cannot starve compaction.
+* Delete files the rewrite leaves with nothing to do are dropped: position
+  deletes whose data files are all rewritten, equality deletes with no live
+  data file below their sequence number in their scope.
+* Each group is its own ``replace`` commit, so one group bounds how long
+  maintenance holds the committer.
+
+Files of an older partition spec are left as they are (and reported).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from icesink.failpoints import failpoint
+from icesink.maintenance.committing import (
+    BASE_SNAPSHOT_PROPERTY,
+    MAINTENANCE_PROPERTY,
+    ConflictError,
+    MaintenanceTarget,
+    commit_change,
+    delete_files,
+)
+from icesink.reader import GLOBAL, EqualityDeletes, PartitionKey, partition_scope
+
+if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.table import Table
+
+    from icesink.iceberg.history import ChangesSince
+    from icesink.iceberg.scan import LiveFile, PlannedDataFile, PlannedDelete
+    from icesink.iceberg.snapshots import SnapshotChange
+    from icesink.maintenance.policy import MaintenancePolicy
+    from icesink.results import FileRecord
+
+log = logging.getLogger("icesink.maintenance")
+
+_DATA_SEQ = "__icesink_data_seq"
+
+
+@dataclass(frozen=True)
+class FileGroup:
+    """Data files of one partition rewritten together, with the position deletes that apply to them."""
+
+    scope: PartitionKey
+    files: tuple[PlannedDataFile, ...]
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.file.file_size_in_bytes for f in self.files)
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    """What is worth rewriting in the table as of ``base_snapshot_id``."""
+
+    base_snapshot_id: int | None
+    base_sequence_number: int
+    groups: tuple[FileGroup, ...]
+    data_files: int
+    older_spec_files: int
+    equality_deletes: tuple[PlannedDelete, ...] = ()
+
+    @property
+    def files(self) -> int:
+        return sum(len(g.files) for g in self.groups)
+
+
+def plan_compaction(table: Table, policy: MaintenancePolicy, everything: bool = False) -> CompactionPlan:
+    """Files to rewrite, grouped by partition and bin-packed up to ``max_group_bytes``.
+
+    A file is a candidate when it is smaller than ``min_file_ratio`` of the
+    target size or has ``delete_file_threshold`` delete files applying to it.
+    A partition is rewritten when it has ``min_input_files`` candidates, or a
+    candidate with deletes (or, with ``everything``, two candidates).
+    """
+    from pyiceberg.expressions import AlwaysTrue
+
+    from icesink.iceberg.describe import target_file_size
+    from icesink.iceberg.scan import plan_scan
+
+    snapshot = table.current_snapshot()
+    planned = plan_scan(table, None, AlwaysTrue())
+    deletes = EqualityDeletes(table, planned.schema, planned.equality_deletes)
+    small = policy.min_file_ratio * target_file_size(table, ".".join(table.name()))
+    default_spec = table.metadata.default_spec_id
+    by_partition: dict[PartitionKey, list[tuple[PlannedDataFile, bool]]] = defaultdict(list)
+    older = 0
+    for data in planned.data:
+        if data.file.spec_id != default_spec:
+            older += 1
+            continue
+        scope = partition_scope(table, data.file)
+        applying = len(data.position_deletes) + deletes.files_applying(scope, data.sequence_number)
+        has_deletes = applying >= policy.delete_file_threshold
+        if has_deletes or data.file.file_size_in_bytes < small:
+            by_partition[scope].append((data, has_deletes))
+    groups: list[FileGroup] = []
+    for scope, candidates in by_partition.items():
+        with_deletes = any(d for _, d in candidates)
+        enough = len(candidates) >= (2 if everything else policy.min_input_files)
+        if not (enough or with_deletes):
+            continue
+        current: list[PlannedDataFile] = []
+        size = 0
+        for data, _ in sorted(candidates, key=lambda c: str(c[0].file.file_path)):
+            if current and size + data.file.file_size_in_bytes > policy.max_group_bytes:
+                groups.append(FileGroup(scope, tuple(current)))
+                current, size = [], 0
+            current.append(data)
+            size += data.file.file_size_in_bytes
+        if current:
+            groups.append(FileGroup(scope, tuple(current)))
+    return CompactionPlan(
+        base_snapshot_id=snapshot.snapshot_id if snapshot else None,
+        base_sequence_number=(snapshot.sequence_number or 0) if snapshot else 0,
+        groups=tuple(groups),
+        data_files=len(planned.data),
+        older_spec_files=older,
+        equality_deletes=tuple(planned.equality_deletes),
+    )
+
+
+@dataclass
+class CompactionResult:
+    """What a compaction run did."""
+
+    groups_planned: int = 0
+    groups_committed: int = 0
+    groups_failed: list[str] = field(default_factory=list)
+    files_rewritten: int = 0
+    bytes_rewritten: int = 0
+    files_written: int = 0
+    bytes_written: int = 0
+    delete_files_dropped: int = 0
+    snapshot_ids: list[int] = field(default_factory=list)
+    seconds: float = 0.0
+    stopped_early: bool = False
+
+
+def compact(
+    target: MaintenanceTarget,
+    table: Table,
+    plan: CompactionPlan,
+    keep_going: Callable[[], bool] = lambda: True,
+    progress: Callable[[int, FileGroup, CompactionResult], None] | None = None,
+) -> tuple[Table, CompactionResult]:
+    """Rewrite the plan's groups, one commit each, while ``keep_going()`` says so.
+
+    ``progress(number, group, result)`` is called after each group.
+    """
+    started = time.monotonic()
+    result = CompactionResult(groups_planned=len(plan.groups))
+    deletes = EqualityDeletes(table, table.schema(), plan.equality_deletes)
+    deletes.preload()
+    for number, group in enumerate(plan.groups):
+        if number and not keep_going():
+            result.stopped_early = True
+            break
+        records = _rewrite(target, table, plan, group, number, deletes)
+        written = [r.path for r in records]
+        failpoint("maintain.compact.after-write")
+        try:
+            table, dropped = _commit_group(target, table, plan, group, records)
+        except ConflictError as e:
+            delete_files(table, written)
+            result.groups_failed.append(str(e))
+            log.info("table=%s: compaction group %d left for the next run: %s", target.identifier, number, e)
+            continue
+        except BaseException:
+            delete_files(table, written)
+            raise
+        snapshot = table.current_snapshot()
+        if snapshot is not None:
+            result.snapshot_ids.append(snapshot.snapshot_id)
+        result.groups_committed += 1
+        result.files_rewritten += len(group.files)
+        result.bytes_rewritten += group.bytes
+        result.files_written += len(records)
+        result.bytes_written += sum(r.file_size_bytes for r in records)
+        result.delete_files_dropped += dropped
+        if progress is not None:
+            result.seconds = time.monotonic() - started
+            progress(number, group, result)
+    result.seconds = time.monotonic() - started
+    return table, result
+
+
+def _rewrite(
+    target: MaintenanceTarget,
+    table: Table,
+    plan: CompactionPlan,
+    group: FileGroup,
+    number: int,
+    deletes: EqualityDeletes,
+) -> list[FileRecord]:
+    """Read the group's rows with the deletes of the base applied and write them as new files."""
+    from icesink.iceberg.describe import writer_spec
+    from icesink.iceberg.scan import read_files
+    from icesink.writer.files import FileNamer, RollingFileWriter
+    from icesink.writer.partitioning import partition_path
+    from icesink.writer.task import conform
+
+    schema = table.schema()
+    spec = writer_spec(table, target.identifier, "maintenance").for_checkpoint(plan.base_sequence_number)
+    partition = group.files[0].file.partition
+    key = tuple(partition[i] for i in range(len(partition)))
+    directory = spec.data_location.rstrip("/")
+    if spec.partition_fields:
+        directory = f"{directory}/{partition_path(spec, key)}"
+    writer = RollingFileWriter(
+        spec, FileNamer("maintenance", plan.base_sequence_number, number, 0), key, directory, spec.columns
+    )
+
+    def read(data: PlannedDataFile) -> pa.Table:
+        rows = read_files(table, schema, [(data.file, data.position_deletes)], None)
+        if deletes.may_delete_from(group.scope, data.sequence_number):
+            rows = rows.append_column(_DATA_SEQ, pa.array([data.sequence_number] * rows.num_rows, pa.int64()))
+            rows = deletes.apply(rows, group.scope).drop_columns([_DATA_SEQ])
+        return rows
+
+    try:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            for rows in pool.map(read, group.files):
+                if rows.num_rows:
+                    writer.write(conform(spec, rows, number))
+        return writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+
+
+def _commit_group(
+    target: MaintenanceTarget, table: Table, plan: CompactionPlan, group: FileGroup, records: list[FileRecord]
+) -> tuple[Table, int]:
+    from pyiceberg.table.snapshots import Operation
+
+    from icesink.iceberg.manifests import to_data_file
+    from icesink.iceberg.snapshots import AddedFile, SnapshotChange
+
+    version = table.metadata.format_version
+    added = tuple(AddedFile(to_data_file(r, version), plan.base_sequence_number) for r in records)
+    replaced = frozenset(str(f.file.file_path) for f in group.files)
+    dropped: list[int] = [0]
+
+    def build(head: Table, since: ChangesSince) -> SnapshotChange:
+        _check_no_new_position_deletes(head, since, group, plan.base_sequence_number)
+        obsolete = _obsolete_deletes(head, replaced, plan.base_sequence_number, group.scope)
+        dropped[0] = len(obsolete)
+        return SnapshotChange(
+            added=added,
+            removed=replaced | obsolete,
+            operation=Operation.REPLACE,
+            properties={MAINTENANCE_PROPERTY: "compact", BASE_SNAPSHOT_PROPERTY: str(plan.base_snapshot_id)},
+        )
+
+    committed = commit_change(target, table, plan.base_snapshot_id, build)
+    return committed, dropped[0]
+
+
+def _check_no_new_position_deletes(head: Table, since: ChangesSince, group: FileGroup, base_sequence: int) -> None:
+    """Iceberg's ``validateNoNewDeletesForDataFiles``: a newer position delete on a replaced file fails the group."""
+    from pyiceberg.manifest import DataFileContent
+
+    replaced = {str(f.file.file_path) for f in group.files}
+    for new in since.added:
+        if new.file.content != DataFileContent.POSITION_DELETES or new.sequence_number <= base_sequence:
+            continue
+        if partition_scope(head, new.file) not in (GLOBAL, group.scope):
+            continue
+        if _may_reference(new.file, replaced):
+            raise ConflictError(f"position delete {new.path} was committed since against a file being rewritten")
+
+
+def _may_reference(delete: DataFile, locations: set[str]) -> bool:
+    """Whether a position delete file's ``file_path`` bounds admit one of ``locations``."""
+    from icesink.writer.position_deletes import FILE_PATH_ID
+
+    lower = (delete.lower_bounds or {}).get(FILE_PATH_ID)
+    upper = (delete.upper_bounds or {}).get(FILE_PATH_ID)
+    if lower is None or upper is None:
+        return True
+    return any(lower <= location.encode("utf-8") <= upper for location in locations)
+
+
+def _obsolete_deletes(
+    head: Table, replaced: frozenset[str], output_sequence: int, scope: PartitionKey
+) -> frozenset[str]:
+    """Delete files reaching ``scope`` with nothing left to do once ``replaced`` are gone (judged on the head)."""
+    from icesink.iceberg.scan import live_files
+
+    live = live_files(head)
+    remaining = [d for d in live.data if d.path not in replaced]
+    remaining_paths = {d.path for d in remaining}
+    obsolete: set[str] = set()
+    for delete in live.position_deletes:
+        if partition_scope(head, delete.file) == scope and not _referenced_paths(head, delete) & remaining_paths:
+            obsolete.add(delete.path)
+    for delete in live.equality_deletes:
+        delete_scope = partition_scope(head, delete.file)
+        # The rewritten files keep the base's sequence number: a newer equality delete still applies to them.
+        if delete_scope not in (GLOBAL, scope) or output_sequence < delete.sequence_number:
+            continue
+        reaches = [d for d in remaining if delete_scope == GLOBAL or partition_scope(head, d.file) == delete_scope]
+        if not any(d.sequence_number < delete.sequence_number for d in reaches):
+            obsolete.add(delete.path)
+    return frozenset(obsolete)
+
+
+def _referenced_paths(table: Table, delete: LiveFile) -> frozenset[str]:
+    """The data files a position delete file names: its bounds when they name one, else its ``file_path`` column."""
+    import pyarrow.parquet as pq
+
+    from icesink.writer.position_deletes import FILE_PATH_ID
+
+    lower = (delete.file.lower_bounds or {}).get(FILE_PATH_ID)
+    upper = (delete.file.upper_bounds or {}).get(FILE_PATH_ID)
+    if lower is not None and lower == upper:
+        return frozenset({lower.decode("utf-8")})
+    with table.io.new_input(delete.path).open() as stream:
+        column = pq.ParquetFile(stream).read(columns=["file_path"]).column("file_path")
+    return frozenset(str(v) for v in column.unique().to_pylist())

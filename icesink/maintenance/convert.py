@@ -1,0 +1,213 @@
+"""Equality deletes become position deletes: at commit time, and in bulk for what is left.
+
+**At commit time** (:func:`convert_for_commit`): the committer builds each
+snapshot on a head it knows, and its compare-and-swap asserts that head, so
+the rows a checkpoint's equality deletes remove can be found in the head's
+data files and named by position in the same commit. If anyone commits in
+between, the swap fails and the committer resolves again on the new head. The
+equality delete never reaches the table; a checkpoint that only inserts new
+keys becomes a plain append.
+
+**In bulk** (:func:`convert_equality_deletes`): equality deletes that are in
+the table anyway (a commit over ``convert-max-rows``, another engine's
+writes, tables from before) are resolved in one pass over the data files
+they may touch, and replaced by position deletes in one ``delete`` commit
+(Iceberg's name for a row delta that only deletes). The position deletes keep
+the data sequence number of the equality deletes they replace, as Iceberg's
+``RewriteFiles`` does for delete files, so concurrent maintenance by other
+engines judges them exactly as it judged the originals.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from icesink import paths
+from icesink.failpoints import failpoint
+from icesink.maintenance.committing import (
+    BASE_SNAPSHOT_PROPERTY,
+    MAINTENANCE_PROPERTY,
+    ConflictError,
+    MaintenanceTarget,
+    commit_change,
+    delete_files,
+)
+from icesink.maintenance.positions import DeletedRows, deleted_rows
+from icesink.reader import GLOBAL, EqualityDeletes, PartitionKey, partition_scope
+from icesink.results import FileRecord
+
+if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.table import Table
+
+    from icesink.iceberg.history import ChangesSince
+    from icesink.iceberg.scan import LiveFile
+    from icesink.maintenance.policy import MaintenancePolicy
+
+log = logging.getLogger("icesink.maintenance")
+
+
+def write_position_delete_files(table: Table, rows: list[DeletedRows], label: str) -> list[FileRecord]:
+    """One position delete file per partition, next to the data files it deletes from."""
+    from icesink.writer.position_deletes import write_position_deletes
+    from icesink.writer.storage import storage_options
+
+    by_partition: dict[tuple[int, PartitionKey], list[DeletedRows]] = defaultdict(list)
+    for found in rows:
+        by_partition[(found.data.file.spec_id, found.scope)].append(found)
+    options = storage_options(table.io.properties)
+    codec = table.properties.get("write.parquet.compression-codec", "zstd")
+    records = []
+    for (spec_id, _), group in by_partition.items():
+        directory = group[0].data.path.rsplit("/", 1)[0]
+        location = paths.join(directory, f"{paths.segment(label, 64)}-{uuid.uuid4().hex}-pos-deletes.parquet")
+        partition = tuple(group[0].data.file.partition[i] for i in range(len(group[0].data.file.partition)))
+        deletes = {found.data.path: found.positions for found in group}
+        records.append(write_position_deletes(location, deletes, spec_id, partition, options, codec))
+    return records
+
+
+@dataclass(frozen=True)
+class CommitConversion:
+    """A checkpoint's equality deletes, resolved on the head it is committed on."""
+
+    position_deletes: list[DataFile]
+    written: list[str]
+    rows: int
+    equality_deletes: int
+
+
+def convert_for_commit(
+    table: Table, staged: list[DataFile], policy: MaintenancePolicy, label: str
+) -> CommitConversion | None:
+    """Position deletes for ``staged`` equality deletes on the table's head; None when over ``convert_max_rows``.
+
+    Every live data file has a lower sequence number than the commit that
+    will carry the deletes, so every data file in their scope is a candidate.
+    """
+    from icesink.iceberg.manifests import to_data_file
+    from icesink.iceberg.scan import LiveFile, live_files
+
+    sequence = table.metadata.next_sequence_number()
+    deletes = EqualityDeletes(table, table.schema(), [LiveFile(f, sequence) for f in staged])
+    live = live_files(table)
+    candidates = [d for d in live.data if deletes.may_delete_from(partition_scope(table, d.file), d.sequence_number)]
+    rows = sum(d.file.record_count for d in candidates)
+    if rows > policy.convert_max_rows:
+        log.info(
+            "table=%s: %d rows may hold keys of this checkpoint's deletes (over %d); keeping equality deletes",
+            ".".join(table.name()),
+            rows,
+            policy.convert_max_rows,
+        )
+        return None
+    found = deleted_rows(table, table.schema(), candidates, deletes)
+    records = write_position_delete_files(table, found, label)
+    version = table.metadata.format_version
+    return CommitConversion(
+        position_deletes=[to_data_file(r, version) for r in records],
+        written=[r.path for r in records],
+        rows=sum(len(f.positions) for f in found),
+        equality_deletes=len(staged),
+    )
+
+
+@dataclass(frozen=True)
+class ConversionResult:
+    """What a bulk conversion did."""
+
+    equality_delete_files: int
+    position_delete_files: int
+    deleted_rows: int
+    data_files_read: int
+    snapshot_id: int | None
+    seconds: float
+    conflict: str | None = None
+
+
+def convert_equality_deletes(target: MaintenanceTarget, table: Table, label: str = "maintenance") -> ConversionResult:
+    """Replace every equality delete of the table by position deletes, in one commit."""
+    from pyiceberg.manifest import DataFileContent
+    from pyiceberg.table.snapshots import Operation
+
+    from icesink.iceberg.manifests import to_data_file
+    from icesink.iceberg.scan import live_files
+    from icesink.iceberg.snapshots import AddedFile, SnapshotChange
+
+    started = time.monotonic()
+    live = live_files(table)
+    schema = table.schema()
+    deletes = EqualityDeletes(table, schema, live.equality_deletes)
+    candidates = [d for d in live.data if deletes.may_delete_from(partition_scope(table, d.file), d.sequence_number)]
+    found = deleted_rows(table, schema, candidates, deletes)
+    failpoint("maintain.convert.after-resolve")
+    records = write_position_delete_files(table, found, label)
+    written = [r.path for r in records]
+    failpoint("maintain.convert.after-write")
+    newest = _newest_delete_per_scope(table, live.equality_deletes)
+    version = table.metadata.format_version
+    added = tuple(AddedFile(to_data_file(r, version), _sequence_for(table, r, newest)) for r in records)
+    removed = frozenset(e.path for e in live.equality_deletes)
+    referenced = frozenset(f.data.path for f in found)
+
+    def build(head: Table, since: ChangesSince) -> SnapshotChange:
+        gone = (removed | referenced) & since.removed
+        if gone:
+            raise ConflictError(f"{len(gone)} file(s) this conversion depends on were removed since, e.g. {min(gone)}")
+        for new in since.added:
+            if new.file.content == DataFileContent.DATA and _older_than_a_delete(head, new, newest):
+                raise ConflictError(f"data file {new.path} was added since with an older sequence number")
+        return SnapshotChange(
+            added=added,
+            removed=removed,
+            operation=Operation.DELETE,
+            properties={
+                MAINTENANCE_PROPERTY: "convert-equality-deletes",
+                BASE_SNAPSHOT_PROPERTY: str(live.snapshot_id),
+            },
+        )
+
+    try:
+        committed = commit_change(target, table, live.snapshot_id, build)
+    except ConflictError as e:
+        delete_files(table, written)
+        log.info("table=%s: equality delete conversion left for the next run: %s", target.identifier, e)
+        return ConversionResult(len(removed), 0, 0, len(candidates), None, time.monotonic() - started, str(e))
+    except BaseException:
+        delete_files(table, written)
+        raise
+    snapshot = committed.current_snapshot()
+    return ConversionResult(
+        equality_delete_files=len(removed),
+        position_delete_files=len(records),
+        deleted_rows=sum(len(f.positions) for f in found),
+        data_files_read=len(candidates),
+        snapshot_id=snapshot.snapshot_id if snapshot else None,
+        seconds=time.monotonic() - started,
+    )
+
+
+def _newest_delete_per_scope(table: Table, deletes: list[LiveFile]) -> dict[PartitionKey, int]:
+    newest: dict[PartitionKey, int] = {}
+    for delete in deletes:
+        scope = partition_scope(table, delete.file)
+        newest[scope] = max(newest.get(scope, 0), delete.sequence_number)
+    return newest
+
+
+def _sequence_for(table: Table, record: FileRecord, newest: dict[PartitionKey, int]) -> int:
+    """The newest equality delete that can reach the record's partition: its rows were removed by one of them."""
+    spec = table.metadata.specs()[record.spec_id]
+    scope: PartitionKey = GLOBAL if spec.is_unpartitioned() else (record.spec_id, tuple(record.partition))
+    return max(newest.get(scope, 0), newest.get(GLOBAL, 0))
+
+
+def _older_than_a_delete(table: Table, data: LiveFile, newest: dict[PartitionKey, int]) -> bool:
+    """A data file added since the base that a converted equality delete would have reached."""
+    scope = partition_scope(table, data.file)
+    return data.sequence_number < max(newest.get(scope, 0), newest.get(GLOBAL, 0))

@@ -1,0 +1,93 @@
+"""When maintenance is due, and how much of it may run at once: table properties with named defaults.
+
+Every setting is a table property, so one table can be tuned without touching
+the committer (``ALTER TABLE ... SET TBLPROPERTIES`` in any engine, or
+pyiceberg's ``transaction().set_properties``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+from icesink.errors import ConfigError
+
+PREFIX = "icesink."
+
+
+@dataclass(frozen=True)
+class MaintenancePolicy:
+    """The maintenance settings of one table.
+
+    Attributes:
+        convert_at_commit: ``icesink.equality-deletes.convert-at-commit`` (true): the committer
+            turns a checkpoint's equality deletes into position deletes in its own commit, so
+            readers never see them.
+        convert_max_rows: ``icesink.equality-deletes.convert-max-rows`` (20,000,000): above this
+            many rows in the data files a checkpoint's deletes may touch, the commit keeps its
+            equality deletes (reading that many keys would hold the commit up) and maintenance
+            converts them later, many checkpoints in one pass.
+        equality_delete_files: ``icesink.maintain.equality-delete-files`` (1): maintenance converts
+            equality deletes once the table has this many.
+        min_input_files: ``icesink.maintain.min-input-files`` (5): a partition is compacted once it
+            has this many files to rewrite (smaller than ``min_file_ratio`` of the target size, or
+            with deletes applying to them); fewer are left alone unless one has deletes.
+        min_file_ratio: ``icesink.maintain.min-file-ratio`` (0.75): files below this share of
+            ``write.target-file-size-bytes`` are small.
+        delete_file_threshold: ``icesink.maintain.delete-file-threshold`` (1): a data file with at
+            least this many delete files applying to it is rewritten, whatever its size.
+        min_commits: ``icesink.maintain.min-commits`` (10): between commits, the committer looks for
+            compaction work after this many commits since the last maintenance (conversion is
+            checked after every commit: it costs nothing to know).
+        max_group_bytes: ``icesink.maintain.max-group-bytes`` (256 MiB): one compaction commit
+            rewrites at most this many bytes, which bounds how long it holds the committer.
+        max_seconds: ``icesink.maintain.max-seconds`` (10): between commits, maintenance starts no
+            new group after this many seconds while checkpoints wait. A waiting checkpoint is
+            delayed by at most this plus one group.
+    """
+
+    convert_at_commit: bool = True
+    convert_max_rows: int = 20_000_000
+    equality_delete_files: int = 1
+    min_input_files: int = 5
+    min_file_ratio: float = 0.75
+    delete_file_threshold: int = 1
+    min_commits: int = 10
+    max_group_bytes: int = 256 * 1024 * 1024
+    max_seconds: float = 10.0
+
+    @classmethod
+    def of(cls, properties: Mapping[str, str], identifier: str) -> MaintenancePolicy:
+        """The policy from the table's properties; a malformed value is a ConfigError naming it."""
+        values: dict[str, object] = {}
+        for f in fields(cls):
+            name = PROPERTY_NAMES[f.name]
+            raw = properties.get(name)
+            if raw is None:
+                continue
+            kind = type(getattr(cls(), f.name))
+            try:
+                if kind is bool:
+                    if raw.lower() not in ("true", "false"):
+                        raise ValueError(raw)
+                    values[f.name] = raw.lower() == "true"
+                else:
+                    values[f.name] = kind(raw)
+            except ValueError as e:
+                raise ConfigError(
+                    f"table {identifier}: table property {name}={raw!r} is not a valid {kind.__name__}"
+                ) from e
+        return cls(**values)  # type: ignore[arg-type]
+
+
+PROPERTY_NAMES = {
+    "convert_at_commit": "icesink.equality-deletes.convert-at-commit",
+    "convert_max_rows": "icesink.equality-deletes.convert-max-rows",
+    "equality_delete_files": "icesink.maintain.equality-delete-files",
+    "min_input_files": "icesink.maintain.min-input-files",
+    "min_file_ratio": "icesink.maintain.min-file-ratio",
+    "delete_file_threshold": "icesink.maintain.delete-file-threshold",
+    "min_commits": "icesink.maintain.min-commits",
+    "max_group_bytes": "icesink.maintain.max-group-bytes",
+    "max_seconds": "icesink.maintain.max-seconds",
+}

@@ -1,0 +1,82 @@
+"""Which rows of which data files equality deletes remove: their positions.
+
+An equality delete removes, from data files of its partition (or of every
+partition, for an unpartitioned delete file) whose data sequence number is
+strictly lower than its own, the rows whose key columns equal one of its
+keys. Reading only the key columns of the candidate files, in file order,
+turns that into row positions: the content of position delete files, which
+every Iceberg reader applies (pyiceberg included) and which cost a reader no
+join.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from icesink.reader import EqualityDeletes, PartitionKey, partition_scope
+from icesink.writer.spec import FIELD_ID_KEY
+
+if TYPE_CHECKING:
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
+
+    from icesink.iceberg.scan import LiveFile
+
+
+@dataclass(frozen=True)
+class DeletedRows:
+    """The positions equality deletes remove from one data file."""
+
+    data: LiveFile
+    scope: PartitionKey
+    positions: pa.Array
+
+
+def candidates(table: Table, data: Sequence[LiveFile], deletes: EqualityDeletes) -> list[LiveFile]:
+    """Data files some delete may remove rows from (same scope, lower data sequence number)."""
+    return [d for d in data if deletes.may_delete_from(partition_scope(table, d.file), d.sequence_number)]
+
+
+def read_key_columns(table: Table, schema: Schema, data: LiveFile, field_ids: set[int]) -> pa.Table:
+    """The key columns of a data file, every row in file order, named as in ``schema``.
+
+    Columns are found by Parquet field id (a renamed column keeps its id); a
+    file written without field ids is read by the schema's names.
+    """
+    with table.io.new_input(str(data.file.file_path)).open() as stream:
+        parquet = pq.ParquetFile(stream)
+        by_id: dict[int, str] = {}
+        for field in parquet.schema_arrow:
+            raw = (field.metadata or {}).get(FIELD_ID_KEY)
+            if raw is not None:
+                by_id[int(raw)] = field.name
+        in_file = {i: by_id.get(i) or schema.find_column_name(i) or "" for i in sorted(field_ids)}
+        read = parquet.read(columns=list(in_file.values())).select(list(in_file.values()))
+    return read.rename_columns([schema.find_column_name(i) or "" for i in in_file])
+
+
+def deleted_rows(
+    table: Table, schema: Schema, data: Sequence[LiveFile], deletes: EqualityDeletes, threads: int = 4
+) -> list[DeletedRows]:
+    """For every data file with rows the deletes remove: those rows' positions (files without any are left out)."""
+    deletes.preload()
+    field_ids = deletes.key_field_ids()
+
+    def resolve(live: LiveFile) -> DeletedRows | None:
+        keys = read_key_columns(table, schema, live, field_ids)
+        scope = partition_scope(table, live.file)
+        sequence = pa.array([live.sequence_number] * keys.num_rows, pa.int64())
+        removed = deletes.deleted(keys, sequence, scope)
+        positions = pc.indices_nonzero(removed)
+        return DeletedRows(live, scope, positions) if len(positions) else None
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        found = list(pool.map(resolve, candidates(table, data, deletes)))
+    return [f for f in found if f is not None]

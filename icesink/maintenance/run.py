@@ -1,0 +1,146 @@
+"""One maintenance run on one table: what is due, doing it, and a report of before and after."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from icesink.maintenance.committing import MAINTENANCE_PROPERTY, MaintenanceTarget
+from icesink.maintenance.policy import MaintenancePolicy
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+    from pyiceberg.table.metadata import TableMetadata
+
+    from icesink.maintenance.compact import CompactionResult, FileGroup
+    from icesink.maintenance.convert import ConversionResult
+
+log = logging.getLogger("icesink.maintenance")
+
+
+@dataclass(frozen=True)
+class TableStats:
+    """The live files of a table at one moment."""
+
+    data_files: int
+    data_bytes: int
+    position_delete_files: int
+    equality_delete_files: int
+    delete_bytes: int
+
+    @classmethod
+    def of(cls, table: Table) -> TableStats:
+        from icesink.iceberg.scan import live_files
+
+        live = live_files(table)
+        deletes = live.position_deletes + live.equality_deletes
+        return cls(
+            data_files=len(live.data),
+            data_bytes=sum(f.file.file_size_in_bytes for f in live.data),
+            position_delete_files=len(live.position_deletes),
+            equality_delete_files=len(live.equality_deletes),
+            delete_bytes=sum(f.file.file_size_in_bytes for f in deletes),
+        )
+
+
+@dataclass(frozen=True)
+class Due:
+    """What a table needs now."""
+
+    convert: bool
+    compact: bool
+
+    def __bool__(self) -> bool:
+        return self.convert or self.compact
+
+
+def equality_deletes_in(metadata: TableMetadata) -> bool:
+    """From the current snapshot's summary totals: no manifest is read."""
+    snapshot = metadata.current_snapshot()
+    if snapshot is None or snapshot.summary is None:
+        return False
+    return int(snapshot.summary["total-equality-deletes"] or 0) > 0
+
+
+def commits_since_maintenance(metadata: TableMetadata, limit: int) -> int:
+    """Snapshots on the head's ancestry since the last maintenance commit, counting at most ``limit``."""
+    snapshot = metadata.current_snapshot()
+    count = 0
+    while snapshot is not None and count < limit:
+        if snapshot.summary is not None and snapshot.summary[MAINTENANCE_PROPERTY] is not None:
+            break
+        count += 1
+        snapshot = metadata.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+    return count
+
+
+def due(table: Table, policy: MaintenancePolicy) -> Due:
+    """Cheap to ask after every commit: conversion from the summary, compaction every ``min_commits``."""
+    metadata = table.metadata
+    return Due(
+        convert=equality_deletes_in(metadata),
+        compact=commits_since_maintenance(metadata, policy.min_commits) >= policy.min_commits,
+    )
+
+
+@dataclass
+class MaintenanceReport:
+    """What a run found and did; ``icesink maintain`` prints it."""
+
+    table: str
+    dry_run: bool
+    before: TableStats
+    after: TableStats | None = None
+    conversion: ConversionResult | None = None
+    compaction: CompactionResult | None = None
+    planned_groups: int = 0
+    planned_files: int = 0
+    older_spec_files: int = 0
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def maintain_table(
+    target: MaintenanceTarget,
+    table: Table,
+    policy: MaintenancePolicy,
+    *,
+    everything: bool = False,
+    dry_run: bool = False,
+    keep_going: Callable[[], bool] = lambda: True,
+    progress: Callable[[int, FileGroup, CompactionResult], None] | None = None,
+) -> tuple[Table, MaintenanceReport]:
+    """Convert equality deletes and compact what is due (everything with ``everything``)."""
+    from icesink.catalog.loader import load_table
+    from icesink.maintenance.compact import compact, plan_compaction
+    from icesink.maintenance.convert import convert_equality_deletes
+
+    started = time.monotonic()
+    report = MaintenanceReport(table=target.identifier, dry_run=dry_run, before=TableStats.of(table))
+    if table.current_snapshot() is None:
+        report.notes.append("the table has no snapshot yet")
+        return table, report
+    todo = Due(convert=True, compact=True) if everything else due(table, policy)
+    todo = Due(convert=todo.convert and report.before.equality_delete_files > 0, compact=todo.compact)
+    if todo.convert and not dry_run:
+        report.conversion = convert_equality_deletes(target, table)
+        table = load_table(target.catalog, target.config, target.identifier)
+    if todo.compact:
+        plan = plan_compaction(table, policy, everything=everything)
+        report.planned_groups, report.planned_files = len(plan.groups), plan.files
+        report.older_spec_files = plan.older_spec_files
+        if plan.older_spec_files:
+            report.notes.append(f"{plan.older_spec_files} data file(s) of older partition specs are left as they are")
+        if plan.groups and not dry_run:
+            table, report.compaction = compact(target, table, plan, keep_going, progress)
+    if dry_run and report.before.equality_delete_files:
+        report.notes.append(f"would convert {report.before.equality_delete_files} equality delete file(s)")
+    report.after = TableStats.of(table) if not dry_run else None
+    report.seconds = time.monotonic() - started
+    return table, report

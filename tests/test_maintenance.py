@@ -1,0 +1,348 @@
+"""Maintenance: equality deletes become position deletes, small files are compacted, nothing changes rows.
+
+Checkpoints are written by the executors' own task writer and committed by
+the committer, as a stream would; races are made exact by committing another
+checkpoint from inside a maintenance run's last moment before its
+compare-and-swap. Every end state is read by icesink, pyiceberg's own scan
+and iceberg-rust, and compared with a plain-Python model.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import icesink
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from icesink.committer.commit import TableCommitter
+from icesink.committer.gc import collect_garbage
+from icesink.committer.ledger import Ledger
+from icesink.committer.maintainer import Maintainer
+from icesink.committer.staging import stage_checkpoint
+from icesink.iceberg.describe import writer_spec
+from icesink.iceberg.marker import committed_marker
+from icesink.iceberg.scan import live_files
+from icesink.maintenance.committing import MaintenanceTarget
+from icesink.maintenance.compact import compact, plan_compaction
+from icesink.maintenance.convert import convert_equality_deletes
+from icesink.maintenance.policy import MaintenancePolicy
+from icesink.writer.spec import ChangeSpec
+from icesink.writer.task import TaskWriter
+from tests.outcomes import check_outcome, iceberg_rust_sql
+
+TABLE = "shop.kv"
+KEEP = {"icesink.equality-deletes.convert-at-commit": "false"}
+ROOT = Path(__file__).parent.parent
+
+
+class Model:
+    """The table's expected state: key -> value."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, str] = {}
+
+    def apply(self, changes: list[tuple[int, str, str]]) -> None:
+        for key, value, op in changes:
+            if op == "D":
+                self.rows.pop(key, None)
+            else:
+                self.rows[key] = value
+
+    def expected(self) -> list[tuple[int, str]]:
+        return sorted(self.rows.items())
+
+
+def create(config: CatalogConfig, properties: dict[str, str] | None = None, partition_by: tuple[str, ...] = ()) -> Any:
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    from icesink.sink.tables import parse_partition_by
+
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "v", StringType(), required=False),
+        identifier_field_ids=[1],
+    )
+    catalog = open_catalog(config)
+    catalog.create_namespace_if_not_exists("shop")
+    spec = parse_partition_by(TABLE, schema, partition_by)
+    return catalog.create_table(TABLE, schema, partition_spec=spec, properties=properties or {})
+
+
+def random_changes(rng: random.Random, checkpoint: int, keys: int = 120, size: int = 60) -> list[tuple[int, str, str]]:
+    return [(rng.randrange(keys), f"v{checkpoint}-{n}", rng.choice("IUUD")) for n in range(size)]
+
+
+def commit_changes(
+    config: CatalogConfig, checkpoint: int, changes: list[tuple[int, str, str]], job: str = "cdc"
+) -> None:
+    """Write, stage and commit one checkpoint of changes, as a stream with the inline committer does."""
+    catalog = open_catalog(config)
+    table = catalog.load_table(TABLE)
+    spec = writer_spec(table, TABLE, job, ChangeSpec(equality_field_ids=(1,), op_column="op")).for_checkpoint(
+        checkpoint
+    )
+    writer = TaskWriter(spec, 0, 0)
+    writer.write(
+        pa.table(
+            {
+                "id": pa.array([c[0] for c in changes], pa.int64()),
+                "v": [c[1] for c in changes],
+                "op": [c[2] for c in changes],
+                "__icesink_order": pa.array(range(len(changes)), pa.int64()),
+            }
+        )
+    )
+    stage_checkpoint(Ledger(config), table, TABLE, job, checkpoint, [writer.complete()])
+    TableCommitter(catalog, config, Ledger(config)).commit_pending(TABLE)
+
+
+def rows_by_every_reader(config: CatalogConfig) -> list[list[tuple[int, str]]]:
+    """icesink.read, pyiceberg's scan (when no equality delete is left) and iceberg-rust."""
+    table = open_catalog(config).load_table(TABLE)
+
+    def pairs(t: pa.Table) -> list[tuple[int, str]]:
+        return sorted((r["id"], r["v"]) for r in t.to_pylist())
+
+    found = [pairs(icesink.read(table)), pairs(iceberg_rust_sql(table, "SELECT id, v FROM t"))]
+    if not live_files(table).equality_deletes:
+        found.append(pairs(table.scan().to_arrow()))
+    return found
+
+
+def target(config: CatalogConfig, before_commit: Callable[[], None] | None = None) -> MaintenanceTarget:
+    return MaintenanceTarget(open_catalog(config), config, TABLE, before_commit)
+
+
+def fill(config: CatalogConfig, checkpoints: int, seed: int = 1, properties: dict[str, str] | None = None) -> Model:
+    create(config, properties)
+    rng = random.Random(seed)
+    model = Model()
+    for checkpoint in range(checkpoints):
+        changes = random_changes(rng, checkpoint)
+        commit_changes(config, checkpoint, changes)
+        model.apply(changes)
+    return model
+
+
+def test_equality_deletes_become_position_deletes_and_pyiceberg_reads_the_table(catalog_config: CatalogConfig) -> None:
+    model = fill(catalog_config, 5, properties=KEEP)
+    table = open_catalog(catalog_config).load_table(TABLE)
+    assert len(live_files(table).equality_deletes) == 5
+    with pytest.raises(ValueError, match="equality deletes"):  # what a pyiceberg user sees before
+        table.scan().to_arrow()
+    marker = committed_marker(table.metadata, "cdc")
+    result = convert_equality_deletes(target(catalog_config), table)
+    assert result.conflict is None and result.equality_delete_files == 5 and result.position_delete_files == 1
+    table = open_catalog(catalog_config).load_table(TABLE)
+    live = live_files(table)
+    assert live.equality_deletes == [] and len(live.position_deletes) == 1
+    # The position deletes keep the newest replaced equality delete's sequence number.
+    assert live.position_deletes[0].sequence_number == 5
+    snapshot = table.current_snapshot()
+    assert snapshot.summary.operation.value == "delete"
+    assert snapshot.summary["icesink.maintenance"] == "convert-equality-deletes"
+    assert snapshot.summary["icesink.job-id"] is None and committed_marker(table.metadata, "cdc") == marker
+    for rows in rows_by_every_reader(catalog_config):
+        assert rows == model.expected()
+
+
+def test_compaction_rewrites_small_files_with_their_deletes_at_the_base_sequence_number(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    model = fill(sqlite_catalog, 6)
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    before = live_files(table)
+    assert len(before.data) == 6 and len(before.position_deletes) >= 4
+    plan = plan_compaction(table, MaintenancePolicy())
+    assert len(plan.groups) == 1 and plan.files == 6
+    table, result = compact(target(sqlite_catalog), table, plan)
+    assert result.groups_committed == 1 and result.files_written == 1
+    after = live_files(table)
+    assert len(after.data) == 1 and after.position_deletes == [] and after.equality_deletes == []
+    assert after.data[0].sequence_number == plan.base_sequence_number
+    assert after.data[0].file.record_count == len(model.rows)
+    snapshot = table.current_snapshot()
+    assert snapshot.summary.operation.value == "replace" and snapshot.summary["icesink.maintenance"] == "compact"
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()
+    # gc keeps what older snapshots still read; the table reads the same after it.
+    collect_garbage(open_catalog(sqlite_catalog), sqlite_catalog, TABLE, datetime.timedelta(0))
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()
+
+
+def test_an_equality_delete_committed_during_compaction_still_applies_to_the_rewritten_rows(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    """The new files keep the base's sequence number, so the later upsert's delete reaches them."""
+    model = fill(sqlite_catalog, 4, properties=KEEP)
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    plan = plan_compaction(table, MaintenancePolicy(), everything=True)
+    key = next(iter(model.rows))
+    raced = [False]
+
+    def upsert_meanwhile() -> None:
+        if not raced[0]:
+            raced[0] = True
+            commit_changes(sqlite_catalog, 100, [(key, "updated during compaction", "U")])
+
+    table, result = compact(target(sqlite_catalog, upsert_meanwhile), table, plan)
+    model.apply([(key, "updated during compaction", "U")])
+    assert raced[0] and result.groups_committed == 1 and result.groups_failed == []
+    assert table.current_snapshot().summary["icesink.maintenance"] == "compact"  # built on the moved head
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()
+
+
+def test_a_position_delete_committed_during_compaction_fails_the_group_and_a_later_run_retries_it(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    model = fill(sqlite_catalog, 4)  # position deletes: the committer converts at commit time
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    plan = plan_compaction(table, MaintenancePolicy(), everything=True)
+    key = next(iter(model.rows))
+    raced = [False]
+
+    def delete_meanwhile() -> None:
+        if not raced[0]:
+            raced[0] = True
+            commit_changes(sqlite_catalog, 100, [(key, "", "D")])
+
+    table, result = compact(target(sqlite_catalog, delete_meanwhile), table, plan)
+    model.apply([(key, "", "D")])
+    assert raced[0] and result.groups_committed == 0
+    assert "position delete" in result.groups_failed[0]
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()  # the delete is in, nothing was lost
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    table, retried = compact(
+        target(sqlite_catalog), table, plan_compaction(table, MaintenancePolicy(), everything=True)
+    )
+    assert retried.groups_committed == 1
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()
+
+
+def test_a_compaction_committed_during_conversion_sends_the_conversion_back_without_losing_a_delete(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    model = fill(sqlite_catalog, 4, properties=KEEP)
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    raced = [False]
+
+    def compact_meanwhile() -> None:
+        if not raced[0]:
+            raced[0] = True
+            other = open_catalog(sqlite_catalog).load_table(TABLE)
+            compact(target(sqlite_catalog), other, plan_compaction(other, MaintenancePolicy(), everything=True))
+
+    result = convert_equality_deletes(target(sqlite_catalog, compact_meanwhile), table)
+    assert raced[0] and result.conflict is not None and "removed since" in result.conflict
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()
+    # The compaction applied every equality delete and dropped them: nothing is left to convert.
+    assert live_files(open_catalog(sqlite_catalog).load_table(TABLE)).equality_deletes == []
+
+
+def test_maintenance_commits_never_move_a_jobs_marker_and_streams_go_on(catalog_config: CatalogConfig) -> None:
+    model = fill(catalog_config, 3, properties=KEEP)
+    maintainer = Maintainer(open_catalog(catalog_config), catalog_config)
+    table = open_catalog(catalog_config).load_table(TABLE)
+    maintainer.run(table, TABLE, MaintenancePolicy(), everything=True)
+    rng = random.Random(9)
+    for checkpoint in range(3, 6):  # the job continues after two maintenance commits
+        changes = random_changes(rng, checkpoint)
+        commit_changes(catalog_config, checkpoint, changes)
+        model.apply(changes)
+    table = open_catalog(catalog_config).load_table(TABLE)
+    assert committed_marker(table.metadata, "cdc").checkpoint_id == 5
+    operations = [s.summary.operation.value for s in table.metadata.snapshots]
+    assert operations.count("replace") == 1 and operations.count("delete") >= 1
+    for rows in rows_by_every_reader(catalog_config):
+        assert rows == model.expected()
+
+
+def test_between_commits_only_what_is_due_runs_and_a_second_maintainer_waits(sqlite_catalog: CatalogConfig) -> None:
+    from icesink.committer.lease import Lease, maintenance_scope
+    from icesink.errors import MaintenanceBusyError
+
+    fill(sqlite_catalog, 3, properties={"icesink.maintain.min-commits": "100"})
+    maintainer = Maintainer(open_catalog(sqlite_catalog), sqlite_catalog)
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    assert maintainer.between_commits(table, TABLE) is None  # no equality deletes, compaction not due yet
+    other = Lease(sqlite_catalog, maintenance_scope(TABLE), "someone-else", ttl=60)
+    assert other.acquire()
+    with pytest.raises(MaintenanceBusyError, match="another maintainer"):
+        maintainer.run(table, TABLE, MaintenancePolicy(), everything=True)
+    other.release()
+    report = maintainer.run(table, TABLE, MaintenancePolicy(), everything=True)
+    assert report.compaction is not None and report.compaction.groups_committed == 1
+
+
+def test_bad_maintenance_properties_are_named() -> None:
+    from icesink.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"icesink\.maintain\.max-seconds='soon' is not a valid float"):
+        MaintenancePolicy.of({"icesink.maintain.max-seconds": "soon"}, "shop.kv")
+    assert MaintenancePolicy.of({"icesink.maintain.min-commits": "3"}, "shop.kv").min_commits == 3
+
+
+# --- Crash cases: a real `icesink maintain` process killed at each moment --------------------------------
+
+
+def run_maintain(config: CatalogConfig, failpoint: str = "") -> int:
+    env = {k: v for k, v in os.environ.items() if k != "ICESINK_FAILPOINTS"}
+    if failpoint:
+        env["ICESINK_FAILPOINTS"] = failpoint
+    base = ["--catalog", config.name, "--uri", config.uri, "--warehouse", config.warehouse]
+    done = subprocess.run(
+        [sys.executable, "-m", "icesink.cli", *base, "maintain", TABLE, "--all", "--lease-ttl", "1"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+    )
+    return done.returncode
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize(
+    "moment",
+    [
+        "maintain.convert.after-resolve",
+        "maintain.convert.after-write",
+        "maintain.compact.after-write",
+        "maintain.before-commit",
+        "maintain.after-commit",
+    ],
+)
+def test_maintenance_killed_at_every_moment_leaves_the_table_exact(catalog_config: CatalogConfig, moment: str) -> None:
+    model = fill(catalog_config, 4, properties=KEEP)
+    assert run_maintain(catalog_config, moment) == -signal.SIGKILL
+    for rows in rows_by_every_reader(catalog_config):
+        assert rows == model.expected()
+    # What the killed run wrote but never committed is garbage that gc removes; the table still reads exactly.
+    from tests.support import age_everything
+
+    age_everything(Path(catalog_config.warehouse.removeprefix("file://")))
+    collect_garbage(open_catalog(catalog_config), catalog_config, TABLE, datetime.timedelta(hours=1))
+    time.sleep(1.1)  # the killed maintainer's lease expires
+    assert run_maintain(catalog_config) == 0
+    table = open_catalog(catalog_config).load_table(TABLE)
+    live = live_files(table)
+    assert live.equality_deletes == [] and len(live.data) == 1
+    for rows in rows_by_every_reader(catalog_config):
+        assert rows == model.expected()
+    check_outcome(f"maintenance killed at {moment}", catalog_config, TABLE, sorted(model.rows))
