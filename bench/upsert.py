@@ -2,11 +2,14 @@
 
 (a) icesink: a 10,000-row change batch (half updates of existing keys, half
     inserts) streamed with ``equality_fields=["id"]`` into a 1,000,000-row table
-    of 100 data files, end to end (stream start to committed snapshot);
+    of 100 data files, end to end (stream start to committed snapshot), with
+    icesink's default (the committer resolves the batch's equality deletes into
+    position deletes in the same commit) and with
+    ``icesink.equality-deletes.convert-at-commit=false`` (equality deletes kept);
 (b) pyiceberg ``table.upsert`` of the same batch into an identical table.
-Then ``icesink.read`` of the icesink table after 1, 10 and 50 such batches,
-against reading the same rows compacted into a table without delete files,
-and against reading the initial 100 files (the same layout, no deletes).
+Then ``icesink.read`` of the (default) icesink table after 1, 10 and 50 such
+batches, against reading the same rows compacted into a table without delete
+files, and against reading the initial 100 files (the same layout, no deletes).
 
     .venv/bin/python bench/upsert.py [--rows 1000000] [--files 100] [--batch 10000]
 """
@@ -95,6 +98,7 @@ def main() -> None:
     import icesink
     from icesink.catalog.config import CatalogConfig
     from icesink.catalog.loader import open_catalog
+    from icesink.paths import file_uri
 
     work = Path(tempfile.mkdtemp(prefix="icesink-bench-upsert-"))
     spark = (
@@ -106,7 +110,7 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        config = CatalogConfig("bench", f"sqlite:///{work / 'catalog.db'}", (work / "wh").as_uri(), embedded=True)
+        config = CatalogConfig("bench", f"sqlite:///{work / 'catalog.db'}", file_uri(work / "wh"), embedded=True)
         catalog = open_catalog(config)
         catalog.create_namespace("bench")
         inputs = work / "changes"
@@ -142,11 +146,16 @@ def main() -> None:
         # (a) and (b): the same first change batch into identical tables, on fresh tables every round.
         first = change_batch(args.rows, args.batch, 0)
         pq.write_table(first, inputs / "batch-00000.parquet")
-        icesink_times, pyiceberg_times = [], []
+        icesink_times, keep_times, pyiceberg_times = [], [], []
+        keep = {"icesink.equality-deletes.convert-at-commit": "false"}
         for round_number in range(args.repeat):
             build_table(catalog, f"bench.icesink_{round_number}", args.rows, args.files)
+            kept = build_table(catalog, f"bench.keep_{round_number}", args.rows, args.files)
+            with kept.transaction() as transaction:
+                transaction.set_properties(keep)
             peer = build_table(catalog, f"bench.pyiceberg_{round_number}", args.rows, args.files)
             icesink_times.append(stream_changes(f"bench.icesink_{round_number}", f"ckpt-{round_number}"))
+            keep_times.append(stream_changes(f"bench.keep_{round_number}", f"ckpt-keep-{round_number}"))
             started = time.perf_counter()
             result = peer.upsert(first.cast(peer.schema().as_arrow()), join_cols=["id"])
             pyiceberg_times.append(time.perf_counter() - started)
@@ -154,7 +163,11 @@ def main() -> None:
         ours = icesink.read("bench.icesink_0", catalog=config).sort_by("id")
         theirs = catalog.load_table("bench.pyiceberg_0").scan().to_arrow().sort_by("id")
         assert ours.to_pylist() == theirs.select(ours.column_names).to_pylist(), "both upserts must agree"
+        assert icesink.read("bench.keep_0", catalog=config).sort_by("id").to_pylist() == ours.to_pylist()
+        # With position deletes, pyiceberg reads icesink's table itself.
+        assert catalog.load_table("bench.icesink_0").scan().to_arrow().sort_by("id").to_pylist() == ours.to_pylist()
         icesink_seconds = statistics.median(icesink_times)
+        keep_seconds = statistics.median(keep_times)
         pyiceberg_seconds = statistics.median(pyiceberg_times)
 
         # The 100 original files alone (time travel to before the first upsert): the layout's own read cost.
@@ -208,10 +221,13 @@ def main() -> None:
                     "table_files": args.files,
                     "change_rows": args.batch,
                     "icesink_upsert_seconds": round(icesink_seconds, 3),
+                    "icesink_keeping_equality_deletes_seconds": round(keep_seconds, 3),
                     "pyiceberg_upsert_seconds": round(pyiceberg_seconds, 3),
                     "icesink_rounds": [round(t, 3) for t in icesink_times],
+                    "icesink_keeping_equality_deletes_rounds": [round(t, 3) for t in keep_times],
                     "pyiceberg_rounds": [round(t, 3) for t in pyiceberg_times],
                     "speedup": round(pyiceberg_seconds / icesink_seconds, 1),
+                    "speedup_keeping_equality_deletes": round(pyiceberg_seconds / keep_seconds, 1),
                     "read_seconds_initial_files_no_deletes": round(statistics.median(base), 3),
                     "reads_after_batches": reads,
                 },

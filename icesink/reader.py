@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from icesink.arrays import positions, repeated
 from icesink.errors import BadFilterError, SnapshotNotFoundError
 
 if TYPE_CHECKING:
@@ -108,7 +109,7 @@ class EqualityDeletes:
             parts = []
             for planned in self._groups[group]:
                 keys = read_files(self._table, key_schema, [(planned.file, frozenset())], None)
-                parts.append(keys.append_column(_SEQ, pa.array([planned.sequence_number] * keys.num_rows, pa.int64())))
+                parts.append(keys.append_column(_SEQ, repeated(planned.sequence_number, keys.num_rows)))
             combined = _comparable_keys(pa.concat_tables(parts, promote_options="permissive"))
             self._loaded[group] = combined.group_by(names, use_threads=False).aggregate([(_SEQ, "max")])
         return self._loaded[group]
@@ -119,7 +120,7 @@ class EqualityDeletes:
         ``data_sequence`` holds each row's data sequence number; one join per
         delete group serves every data file of a partition at once.
         """
-        mask = pa.array([False] * keys.num_rows, pa.bool_())
+        mask = repeated(False, keys.num_rows)
         for group in self._groups:
             ids, delete_scope = group
             if delete_scope not in (GLOBAL, scope) or keys.num_rows == 0:
@@ -127,7 +128,7 @@ class EqualityDeletes:
             names = self._names(ids)
             # Join only the key columns (with row positions), then map the result back to row order.
             narrow = _comparable_keys(keys.select(names))
-            narrow = narrow.append_column(_ROW, pa.array(range(keys.num_rows), pa.int64()))
+            narrow = narrow.append_column(_ROW, positions(keys.num_rows))
             joined = narrow.join(self._keys(group), keys=names, join_type="left outer")
             newest_delete = pc.take(joined.column(f"{_SEQ}_max"), pc.sort_indices(joined.column(_ROW)))
             removed = pc.fill_null(pc.greater(newest_delete, data_sequence), False)
@@ -149,7 +150,7 @@ def read_table(
     Raises :class:`SnapshotNotFoundError` for a snapshot the table does not have and
     :class:`BadFilterError` for a filter that does not parse or names no column of the table.
     """
-    from icesink.iceberg.scan import plan_scan, read_files
+    from icesink.iceberg.scan import plan_scan, position_deletes_by_file, read_files
 
     identifier = ".".join(table.name())
     if snapshot_id is not None and table.metadata.snapshot_by_id(snapshot_id) is None:
@@ -160,12 +161,13 @@ def read_table(
     plan = plan_scan(table, snapshot_id, expression)
     deletes = EqualityDeletes(table, plan.schema, plan.equality_deletes)
     deletes.preload()
+    positions = position_deletes_by_file(table, [d for item in plan.data for d in item.position_deletes])
     columns = plan.schema.as_arrow().names
 
     def read_one(item: PlannedDataFile) -> pa.Table:
-        rows = read_files(table, plan.schema, [(item.file, item.position_deletes)], expression)
+        rows = read_files(table, plan.schema, [(item.file, item.position_deletes)], expression, positions)
         if deletes:
-            rows = rows.append_column(_DATA_SEQ, pa.array([item.sequence_number] * rows.num_rows, pa.int64()))
+            rows = rows.append_column(_DATA_SEQ, repeated(item.sequence_number, rows.num_rows))
         return rows
 
     with ThreadPoolExecutor(max_workers=8) as pool:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
 
+    from icesink.iceberg.scan import ManifestCache
     from icesink.maintenance.convert import CommitConversion
 
 log = logging.getLogger("icesink.committer")
@@ -87,6 +88,7 @@ class TableCommitter:
         # (table uuid, job) -> marker as of this committer's last commit: later walks stop there.
         self._markers: dict[tuple[str, str], KnownMarker] = {}
         self._tables: dict[str, Table] = {}
+        self._manifests: dict[str, ManifestCache] = {}  # per table: entries read for converting deletes
 
     def table(self, table_identifier: str) -> Table:
         """The table as this committer's last commit left it (read from the catalog if it has none)."""
@@ -246,6 +248,7 @@ class TableCommitter:
         self, table: Table, identifier: str, job_id: str, checkpoint_id: int, deletes: list[DataFile]
     ) -> CommitConversion | None:
         """The checkpoint's equality deletes as position deletes on this head, or None to commit them as they are."""
+        from icesink.iceberg.scan import ManifestCache
         from icesink.maintenance.convert import convert_for_commit
         from icesink.maintenance.policy import MaintenancePolicy
 
@@ -253,7 +256,8 @@ class TableCommitter:
         if not policy.convert_at_commit:
             return None
         try:
-            return convert_for_commit(table, deletes, policy, f"{job_id}-{checkpoint_id}")
+            cache = self._manifests.setdefault(identifier, ManifestCache())
+            return convert_for_commit(table, deletes, policy, f"{job_id}-{checkpoint_id}", cache)
         except (OSError, ValueError) as e:  # the equality deletes are as correct, just slower to read
             log.warning(
                 "table=%s job=%s checkpoint=%d: equality deletes kept, converting them failed: %s",

@@ -18,6 +18,7 @@ from icesink.committer.ledger import Ledger
 from icesink.committer.maintainer import Maintainer
 from icesink.committer.observability import CommitterMetrics
 from icesink.errors import CatalogReplacedError, IcesinkError
+from icesink.maintenance.run import MaintenanceReport
 
 log = logging.getLogger("icesink.committer")
 
@@ -78,6 +79,11 @@ class CommitterDaemon:
         self._last_errors: dict[str, str] = {}
         self._max_failures = max_failures
         self.metrics = CommitterMetrics()
+
+    @property
+    def maintenance_reports(self) -> list[MaintenanceReport]:
+        """Every maintenance run this daemon did (``--maintain``)."""
+        return self._maintainer.reports if self._maintainer is not None else []
 
     def stop(self, *_: object) -> None:
         """Finish the commit in flight, then return from :meth:`run`."""

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
 from pyiceberg.expressions import BooleanExpression
-from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry, ManifestFile
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
@@ -94,20 +96,82 @@ def parse_row_filter(row_filter: str | BooleanExpression) -> BooleanExpression:
     return _parse_row_filter(row_filter)
 
 
+def position_deletes_by_file(
+    table: Table, delete_files: Iterable[DataFile], threads: int = 8
+) -> dict[str, list[pa.ChunkedArray]]:
+    """The positions every position delete file names, by data file location: each file read once.
+
+    pyiceberg's own reader splits a delete file with one filter per data file
+    it names (quadratic for delete files that name many); one group-by does it
+    in a single pass.
+    """
+    import pyarrow.parquet as pq
+
+    def read(delete_file: DataFile) -> pa.Table:
+        with table.io.new_input(str(delete_file.file_path)).open() as stream:
+            rows = pq.ParquetFile(stream).read(columns=["file_path", "pos"])
+        return rows.group_by("file_path", use_threads=False).aggregate([("pos", "list")])
+
+    found: dict[str, list[pa.ChunkedArray]] = {}
+    unique = list({str(f.file_path): f for f in delete_files}.values())
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for grouped in pool.map(read, unique):
+            paths = grouped.column("file_path").to_pylist()
+            lists = grouped.column("pos_list").combine_chunks()
+            for i, path in enumerate(paths):
+                found.setdefault(path, []).append(pa.chunked_array([lists[i].values]))
+    return found
+
+
 def read_files(
     table: Table,
     schema: Schema,
     files: Sequence[tuple[DataFile, frozenset[DataFile]]],
     row_filter: str | BooleanExpression | None,
+    positions: dict[str, list[pa.ChunkedArray]] | None = None,
 ) -> pa.Table:
-    """Rows of data files (position deletes applied) projected onto ``schema`` by field id."""
+    """Rows of data files (position deletes applied) projected onto ``schema`` by field id.
+
+    ``positions`` (from :func:`position_deletes_by_file`) lets callers that
+    read many files one by one read the delete files once.
+    """
     from pyiceberg.expressions import AlwaysTrue
-    from pyiceberg.io.pyarrow import ArrowScan
+    from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
     from pyiceberg.table import FileScanTask
 
     expression = parse_row_filter(row_filter) if row_filter is not None else AlwaysTrue()
     scan = ArrowScan(table.metadata, table.io, schema, expression)
-    return scan.to_table([FileScanTask(data_file, delete_files=set(deletes)) for data_file, deletes in files])
+    if positions is None:
+        positions = position_deletes_by_file(table, [d for _, deletes in files for d in deletes])
+    tasks = [FileScanTask(data_file, delete_files=set(deletes)) for data_file, deletes in files]
+    batches = list(scan._record_batches_from_scan_tasks_and_deletes(tasks, positions))
+    if not batches:
+        return schema_to_pyarrow(schema, include_field_ids=False).empty_table()
+    return pa.concat_tables([pa.Table.from_batches([b]) for b in batches], promote_options="permissive")
+
+
+class ManifestCache:
+    """Live entries of manifests already read (manifest files never change).
+
+    A committer keeps one across its commits, so each commit reads only the
+    manifests added since the last one.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[str, list[ManifestEntry]] = {}
+
+    def retain(self, manifests: Iterable[ManifestFile]) -> None:
+        """Forget every manifest but these (those of the current snapshot)."""
+        keep = {m.manifest_path for m in manifests}
+        for path in [p for p in self._entries if p not in keep]:
+            del self._entries[path]
+
+    def live_entries(self, io: FileIO, manifest: ManifestFile) -> list[ManifestEntry]:
+        found = self._entries.get(manifest.manifest_path)
+        if found is None:
+            found = manifest.fetch_manifest_entry(io, discard_deleted=True)
+            self._entries[manifest.manifest_path] = found
+        return found
 
 
 @dataclass(frozen=True)
@@ -137,7 +201,7 @@ class LiveFiles:
     equality_deletes: list[LiveFile]
 
 
-def live_files(table: Table, snapshot_id: int | None = None) -> LiveFiles:
+def live_files(table: Table, snapshot_id: int | None = None, cache: ManifestCache | None = None) -> LiveFiles:
     """The live files of ``snapshot_id`` (default: the current snapshot)."""
     metadata = table.metadata
     snapshot = metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else metadata.current_snapshot()
@@ -146,8 +210,10 @@ def live_files(table: Table, snapshot_id: int | None = None) -> LiveFiles:
     data: list[LiveFile] = []
     positions: list[LiveFile] = []
     equality: list[LiveFile] = []
-    for manifest in snapshot.manifests(table.io):
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+    manifests = snapshot.manifests(table.io)
+    for manifest in manifests:
+        entries = cache.live_entries(table.io, manifest) if cache else manifest.fetch_manifest_entry(table.io, True)
+        for entry in entries:
             live = LiveFile(entry.data_file, entry.sequence_number or 0)
             kind = entry.data_file.content
             (
@@ -157,4 +223,6 @@ def live_files(table: Table, snapshot_id: int | None = None) -> LiveFiles:
                 if kind == DataFileContent.POSITION_DELETES
                 else equality
             ).append(live)
+    if cache is not None:
+        cache.retain(manifests)
     return LiveFiles(snapshot.snapshot_id, snapshot.sequence_number or 0, data, positions, equality)

@@ -6,12 +6,10 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from pyiceberg.io import FileIO
 from pyiceberg.manifest import (
     DataFile,
     DataFileContent,
     ManifestContent,
-    ManifestEntry,
     ManifestFile,
     write_manifest_list,
 )
@@ -40,6 +38,7 @@ from pyiceberg.table.update import (
 from icesink.iceberg.expiry import expired_snapshot_ids
 from icesink.iceberg.manifests import compression, manifest_writer, write_added
 from icesink.iceberg.merging import ManifestMergePolicy, merge_manifests
+from icesink.iceberg.scan import ManifestCache
 
 
 @dataclass(frozen=True)
@@ -239,20 +238,6 @@ def prepare_change(
     return PreparedSnapshot(snapshot_id, parent_id, updates, _requirements(metadata, parent_id, branch), tuple(written))
 
 
-class ManifestCache:
-    """Live entries of manifests already read (manifest files never change), for repeated builds."""
-
-    def __init__(self) -> None:
-        self._entries: dict[str, list[ManifestEntry]] = {}
-
-    def live_entries(self, io: FileIO, manifest: ManifestFile) -> list[ManifestEntry]:
-        found = self._entries.get(manifest.manifest_path)
-        if found is None:
-            found = manifest.fetch_manifest_entry(io, discard_deleted=True)
-            self._entries[manifest.manifest_path] = found
-        return found
-
-
 def _remove_files(
     table: Table,
     manifests: list[ManifestFile],
@@ -261,26 +246,34 @@ def _remove_files(
     new_path: Callable[[str], str],
     cache: ManifestCache,
 ) -> tuple[list[ManifestFile], list[ManifestFile], list[DataFile]]:
-    """(untouched manifests, rewritten manifests, removed files)."""
+    """(untouched manifests, rewritten manifests, removed files).
+
+    All manifests of one content and spec that hold a removed file are
+    rewritten as one: a compaction that replaces most of a table leaves a
+    reader one manifest of DELETED entries to skip, not one per earlier commit.
+    """
     metadata = table.metadata
     kept: list[ManifestFile] = []
-    rewritten: list[ManifestFile] = []
-    removed_files: list[DataFile] = []
+    affected: dict[tuple[ManifestContent, int], list[ManifestFile]] = {}
     for manifest in manifests:
         entries = cache.live_entries(table.io, manifest)
-        if not any(e.data_file.file_path in removed for e in entries):
+        if any(e.data_file.file_path in removed for e in entries):
+            affected.setdefault((manifest.content, manifest.partition_spec_id), []).append(manifest)
+        else:
             kept.append(manifest)
-            continue
-        deletes = manifest.content == ManifestContent.DELETES
-        spec = metadata.specs()[manifest.partition_spec_id]
+    rewritten: list[ManifestFile] = []
+    removed_files: list[DataFile] = []
+    for (content, spec_id), group in affected.items():
+        deletes = content == ManifestContent.DELETES
         output = table.io.new_output(new_path("r"))
-        with manifest_writer(metadata, spec, output, snapshot_id, deletes) as writer:
-            for entry in entries:
-                if entry.data_file.file_path in removed:
-                    writer.delete(entry)
-                    removed_files.append(entry.data_file)
-                else:
-                    writer.existing(entry)
+        with manifest_writer(metadata, metadata.specs()[spec_id], output, snapshot_id, deletes) as writer:
+            for manifest in group:
+                for entry in cache.live_entries(table.io, manifest):
+                    if entry.data_file.file_path in removed:
+                        writer.delete(entry)
+                        removed_files.append(entry.data_file)
+                    else:
+                        writer.existing(entry)
         rewritten.append(writer.to_manifest_file())
     missing = removed - {f.file_path for f in removed_files}
     if missing:

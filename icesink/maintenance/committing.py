@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("icesink.maintenance")
 
 MAINTENANCE_PROPERTY = "icesink.maintenance"
+# Its values: what the maintenance commit did.
+CONVERT = "convert-equality-deletes"
+COMPACT = "compact"
 BASE_SNAPSHOT_PROPERTY = "icesink.maintenance.base-snapshot-id"
 
 
@@ -64,7 +67,8 @@ def commit_change(
     from pyiceberg.exceptions import CommitFailedException
 
     from icesink.iceberg.history import HistoryLostError, changes_since
-    from icesink.iceberg.snapshots import ManifestCache, RemovedFileMissingError, commit_prepared, prepare_change
+    from icesink.iceberg.scan import ManifestCache
+    from icesink.iceberg.snapshots import RemovedFileMissingError, commit_prepared, prepare_change
 
     cache = ManifestCache()
     for _ in range(attempts):

@@ -35,9 +35,11 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from icesink.arrays import repeated
 from icesink.failpoints import failpoint
 from icesink.maintenance.committing import (
     BASE_SNAPSHOT_PROPERTY,
+    COMPACT,
     MAINTENANCE_PROPERTY,
     ConflictError,
     MaintenanceTarget,
@@ -219,13 +221,14 @@ def _rewrite(
 ) -> list[FileRecord]:
     """Read the group's rows with the deletes of the base applied and write them as new files."""
     from icesink.iceberg.describe import writer_spec
-    from icesink.iceberg.scan import read_files
+    from icesink.iceberg.scan import position_deletes_by_file, read_files
     from icesink.writer.files import FileNamer, RollingFileWriter
     from icesink.writer.partitioning import partition_path
     from icesink.writer.task import conform
 
     schema = table.schema()
     spec = writer_spec(table, target.identifier, "maintenance").for_checkpoint(plan.base_sequence_number)
+    arrow_schema = spec.arrow_schema()
     partition = group.files[0].file.partition
     key = tuple(partition[i] for i in range(len(partition)))
     directory = spec.data_location.rstrip("/")
@@ -235,10 +238,12 @@ def _rewrite(
         spec, FileNamer("maintenance", plan.base_sequence_number, number, 0), key, directory, spec.columns
     )
 
+    positions = position_deletes_by_file(table, [d for f in group.files for d in f.position_deletes])
+
     def read(data: PlannedDataFile) -> pa.Table:
-        rows = read_files(table, schema, [(data.file, data.position_deletes)], None)
+        rows = read_files(table, schema, [(data.file, data.position_deletes)], None, positions)
         if deletes.may_delete_from(group.scope, data.sequence_number):
-            rows = rows.append_column(_DATA_SEQ, pa.array([data.sequence_number] * rows.num_rows, pa.int64()))
+            rows = rows.append_column(_DATA_SEQ, repeated(data.sequence_number, rows.num_rows))
             rows = deletes.apply(rows, group.scope).drop_columns([_DATA_SEQ])
         return rows
 
@@ -246,7 +251,8 @@ def _rewrite(
         with ThreadPoolExecutor(max_workers=4) as pool:
             for rows in pool.map(read, group.files):
                 if rows.num_rows:
-                    writer.write(conform(spec, rows, number))
+                    # One physical type per column (files read back as string or large_string alike).
+                    writer.write(conform(spec, rows, number).cast(arrow_schema))
         return writer.close()
     except BaseException:
         writer.abort()
@@ -274,7 +280,7 @@ def _commit_group(
             added=added,
             removed=replaced | obsolete,
             operation=Operation.REPLACE,
-            properties={MAINTENANCE_PROPERTY: "compact", BASE_SNAPSHOT_PROPERTY: str(plan.base_snapshot_id)},
+            properties={MAINTENANCE_PROPERTY: COMPACT, BASE_SNAPSHOT_PROPERTY: str(plan.base_snapshot_id)},
         )
 
     committed = commit_change(target, table, plan.base_snapshot_id, build)

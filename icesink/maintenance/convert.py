@@ -31,6 +31,7 @@ from icesink import paths
 from icesink.failpoints import failpoint
 from icesink.maintenance.committing import (
     BASE_SNAPSHOT_PROPERTY,
+    CONVERT,
     MAINTENANCE_PROPERTY,
     ConflictError,
     MaintenanceTarget,
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from icesink.iceberg.history import ChangesSince
-    from icesink.iceberg.scan import LiveFile
+    from icesink.iceberg.scan import LiveFile, ManifestCache
     from icesink.maintenance.policy import MaintenancePolicy
 
 log = logging.getLogger("icesink.maintenance")
@@ -83,7 +84,7 @@ class CommitConversion:
 
 
 def convert_for_commit(
-    table: Table, staged: list[DataFile], policy: MaintenancePolicy, label: str
+    table: Table, staged: list[DataFile], policy: MaintenancePolicy, label: str, cache: ManifestCache | None = None
 ) -> CommitConversion | None:
     """Position deletes for ``staged`` equality deletes on the table's head; None when over ``convert_max_rows``.
 
@@ -95,7 +96,7 @@ def convert_for_commit(
 
     sequence = table.metadata.next_sequence_number()
     deletes = EqualityDeletes(table, table.schema(), [LiveFile(f, sequence) for f in staged])
-    live = live_files(table)
+    live = live_files(table, cache=cache)
     candidates = [d for d in live.data if deletes.may_delete_from(partition_scope(table, d.file), d.sequence_number)]
     rows = sum(d.file.record_count for d in candidates)
     if rows > policy.convert_max_rows:
@@ -167,7 +168,7 @@ def convert_equality_deletes(target: MaintenanceTarget, table: Table, label: str
             removed=removed,
             operation=Operation.DELETE,
             properties={
-                MAINTENANCE_PROPERTY: "convert-equality-deletes",
+                MAINTENANCE_PROPERTY: CONVERT,
                 BASE_SNAPSHOT_PROPERTY: str(live.snapshot_id),
             },
         )

@@ -11,6 +11,7 @@ join.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from icesink.arrays import repeated
 from icesink.reader import EqualityDeletes, PartitionKey, partition_scope
 from icesink.writer.spec import FIELD_ID_KEY
 
@@ -65,18 +67,31 @@ def read_key_columns(table: Table, schema: Schema, data: LiveFile, field_ids: se
 def deleted_rows(
     table: Table, schema: Schema, data: Sequence[LiveFile], deletes: EqualityDeletes, threads: int = 4
 ) -> list[DeletedRows]:
-    """For every data file with rows the deletes remove: those rows' positions (files without any are left out)."""
+    """For every data file with rows the deletes remove: those rows' positions (files without any are left out).
+
+    Key columns are read in parallel; then one join per partition scope serves
+    all its files (a join per file would cost more than the reads).
+    """
     deletes.preload()
     field_ids = deletes.key_field_ids()
-
-    def resolve(live: LiveFile) -> DeletedRows | None:
-        keys = read_key_columns(table, schema, live, field_ids)
-        scope = partition_scope(table, live.file)
-        sequence = pa.array([live.sequence_number] * keys.num_rows, pa.int64())
-        removed = deletes.deleted(keys, sequence, scope)
-        positions = pc.indices_nonzero(removed)
-        return DeletedRows(live, scope, positions) if len(positions) else None
-
+    files = candidates(table, data, deletes)
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        found = list(pool.map(resolve, candidates(table, data, deletes)))
-    return [f for f in found if f is not None]
+        keys = list(pool.map(lambda live: read_key_columns(table, schema, live, field_ids), files))
+    by_scope: dict[PartitionKey, list[int]] = defaultdict(list)
+    for number, live in enumerate(files):
+        by_scope[partition_scope(table, live.file)].append(number)
+    found: list[DeletedRows] = []
+    for scope, numbers in by_scope.items():
+        rows = pa.concat_tables([keys[n] for n in numbers], promote_options="permissive")
+        sizes = [keys[n].num_rows for n in numbers]
+        sequence = pa.concat_arrays(
+            [repeated(files[n].sequence_number, size) for n, size in zip(numbers, sizes, strict=True)]
+        )
+        removed = deletes.deleted(rows, sequence, scope)
+        start = 0
+        for n, size in zip(numbers, sizes, strict=True):
+            positions = pc.indices_nonzero(removed.slice(start, size))
+            if len(positions):
+                found.append(DeletedRows(files[n], scope, positions))
+            start += size
+    return found

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from icesink.maintenance.committing import MAINTENANCE_PROPERTY, MaintenanceTarget
+from icesink.maintenance.committing import COMPACT, MAINTENANCE_PROPERTY, MaintenanceTarget
 from icesink.maintenance.policy import MaintenancePolicy
 
 if TYPE_CHECKING:
@@ -65,12 +65,12 @@ def equality_deletes_in(metadata: TableMetadata) -> bool:
     return int(snapshot.summary["total-equality-deletes"] or 0) > 0
 
 
-def commits_since_maintenance(metadata: TableMetadata, limit: int) -> int:
-    """Snapshots on the head's ancestry since the last maintenance commit, counting at most ``limit``."""
+def commits_since_compaction(metadata: TableMetadata, limit: int) -> int:
+    """Snapshots on the head's ancestry since the last compaction, counting at most ``limit``."""
     snapshot = metadata.current_snapshot()
     count = 0
     while snapshot is not None and count < limit:
-        if snapshot.summary is not None and snapshot.summary[MAINTENANCE_PROPERTY] is not None:
+        if snapshot.summary is not None and snapshot.summary[MAINTENANCE_PROPERTY] == COMPACT:
             break
         count += 1
         snapshot = metadata.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
@@ -78,11 +78,19 @@ def commits_since_maintenance(metadata: TableMetadata, limit: int) -> int:
 
 
 def due(table: Table, policy: MaintenancePolicy) -> Due:
-    """Cheap to ask after every commit: conversion from the summary, compaction every ``min_commits``."""
+    """Cheap to ask after every commit: conversion from the summary, compaction every ``min_commits``.
+
+    Only a threshold above one equality delete file makes the question read manifests (to count them).
+    """
+    from icesink.iceberg.scan import live_files
+
     metadata = table.metadata
+    convert = equality_deletes_in(metadata)
+    if convert and policy.equality_delete_files > 1:
+        convert = len(live_files(table).equality_deletes) >= policy.equality_delete_files
     return Due(
-        convert=equality_deletes_in(metadata),
-        compact=commits_since_maintenance(metadata, policy.min_commits) >= policy.min_commits,
+        convert=convert,
+        compact=commits_since_compaction(metadata, policy.min_commits) >= policy.min_commits,
     )
 
 

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icesink import paths
+from icesink.arrays import positions
 from icesink.results import PartitionValue
 from icesink.writer.spec import PartitionFieldSpec, WriterSpec
 
@@ -65,7 +66,7 @@ def split_by_partition(spec: WriterSpec, table: pa.Table) -> Iterator[tuple[tupl
         yield (keys[0][0].as_py(),), table  # the common case of a batch within one partition
         return
     names = [f"k{i}" for i in range(len(keys))]
-    index = pa.table([*keys, pa.array(range(table.num_rows), pa.int64())], names=[*names, "row"])
+    index = pa.table([*keys, positions(table.num_rows)], names=[*names, "row"])
     groups = index.group_by(names, use_threads=False).aggregate([("row", "list")])
     for i in range(groups.num_rows):
         key = tuple(groups.column(name)[i].as_py() for name in names)
