@@ -12,134 +12,21 @@ data sequence number is strictly lower than its own.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from icesink.arrays import positions, repeated
+from icesink.arrays import repeated
 from icesink.errors import BadFilterError, SnapshotNotFoundError
+from icesink.iceberg.deletes import EqualityDeletes, PartitionKey, partition_scope
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
-    from pyiceberg.manifest import DataFile
-    from pyiceberg.schema import Schema
     from pyiceberg.table import Table
 
     from icesink.catalog.config import CatalogConfig
-    from icesink.iceberg.scan import LiveFile, PlannedDataFile, PlannedDelete
-
-_SEQ = "__icesink_delete_seq"
-_DATA_SEQ = "__icesink_data_seq"
-_ROW = "__icesink_row"
-PartitionKey = tuple[int, tuple[Any, ...]]  # (spec id, partition values)
-GLOBAL: PartitionKey = (-1, ())  # the scope of an unpartitioned delete file: every partition
-
-
-def _comparable_keys(table: pa.Table) -> pa.Table:
-    """Key columns in one physical type: Arrow joins refuse string against large_string, and
-    pyiceberg's reader returns either, depending on the file and the filter."""
-    widened = {pa.string(): pa.large_string(), pa.binary(): pa.large_binary()}
-    schema = pa.schema([f.with_type(widened.get(f.type, f.type)) for f in table.schema])
-    return table.cast(schema) if schema != table.schema else table
-
-
-def _values(partition: Any) -> tuple[Any, ...]:
-    return tuple(partition[i] for i in range(len(partition)))
-
-
-def partition_scope(table: Table, data_file: DataFile) -> PartitionKey:
-    """Where an equality delete file applies: its partition, or everywhere for an unpartitioned spec."""
-    spec = table.metadata.specs()[data_file.spec_id]
-    return GLOBAL if spec.is_unpartitioned() else (spec.spec_id, _values(data_file.partition))
-
-
-class EqualityDeletes:
-    """The equality delete files of a scan, loaded once, grouped by key columns and partition."""
-
-    def __init__(self, table: Table, schema: Schema, files: Sequence[PlannedDelete | LiveFile]) -> None:
-        self._table = table
-        self._schema = schema
-        self._groups: dict[tuple[tuple[int, ...], PartitionKey], list[PlannedDelete | LiveFile]] = defaultdict(list)
-        self._newest: dict[tuple[tuple[int, ...], PartitionKey], int] = {}
-        for planned in files:
-            group = (tuple(planned.file.equality_ids or ()), partition_scope(table, planned.file))
-            self._groups[group].append(planned)
-            self._newest[group] = max(self._newest.get(group, 0), planned.sequence_number)
-        self._loaded: dict[tuple[tuple[int, ...], PartitionKey], pa.Table] = {}
-
-    def __bool__(self) -> bool:
-        return bool(self._groups)
-
-    def preload(self) -> None:
-        """Load every group once, before data files are read in parallel."""
-        for group in self._groups:
-            self._keys(group)
-
-    def files_applying(self, scope: PartitionKey, data_sequence: int) -> int:
-        """How many delete files may remove rows of a data file of ``scope`` with this sequence number."""
-        return sum(
-            1
-            for (_, group_scope), files in self._groups.items()
-            if group_scope in (GLOBAL, scope)
-            for planned in files
-            if planned.sequence_number > data_sequence
-        )
-
-    def key_field_ids(self) -> set[int]:
-        return {i for ids, _ in self._groups for i in ids}
-
-    def may_delete_from(self, scope: PartitionKey, data_sequence: int) -> bool:
-        """Whether any delete could remove rows of a data file of ``scope`` with this sequence number."""
-        return any(newest > data_sequence and group[1] in (GLOBAL, scope) for group, newest in self._newest.items())
-
-    def _names(self, ids: tuple[int, ...]) -> list[str]:
-        return [self._schema.find_column_name(i) or "" for i in ids]
-
-    def _keys(self, group: tuple[tuple[int, ...], PartitionKey]) -> pa.Table:
-        """Every deleted key of the group with the highest sequence number that deletes it."""
-        if group not in self._loaded:
-            from icesink.iceberg.scan import read_files
-
-            ids, _ = group
-            names = self._names(ids)
-            key_schema = self._schema.select(*names)
-            parts = []
-            for planned in self._groups[group]:
-                keys = read_files(self._table, key_schema, [(planned.file, frozenset())], None)
-                parts.append(keys.append_column(_SEQ, repeated(planned.sequence_number, keys.num_rows)))
-            combined = _comparable_keys(pa.concat_tables(parts, promote_options="permissive"))
-            self._loaded[group] = combined.group_by(names, use_threads=False).aggregate([(_SEQ, "max")])
-        return self._loaded[group]
-
-    def deleted(self, keys: pa.Table, data_sequence: pa.Array, scope: PartitionKey) -> pa.Array:
-        """Which rows (given by their key columns, named as in the schema) a newer equality delete removes.
-
-        ``data_sequence`` holds each row's data sequence number; one join per
-        delete group serves every data file of a partition at once.
-        """
-        mask = repeated(False, keys.num_rows)
-        for group in self._groups:
-            ids, delete_scope = group
-            if delete_scope not in (GLOBAL, scope) or keys.num_rows == 0:
-                continue
-            names = self._names(ids)
-            # Join only the key columns (with row positions), then map the result back to row order.
-            narrow = _comparable_keys(keys.select(names))
-            narrow = narrow.append_column(_ROW, positions(keys.num_rows))
-            joined = narrow.join(self._keys(group), keys=names, join_type="left outer")
-            newest_delete = pc.take(joined.column(f"{_SEQ}_max"), pc.sort_indices(joined.column(_ROW)))
-            removed = pc.fill_null(pc.greater(newest_delete, data_sequence), False)
-            mask = pc.or_(mask, removed)
-        return mask
-
-    def apply(self, rows: pa.Table, scope: PartitionKey) -> pa.Table:
-        """Drop rows of one partition that a newer equality delete removes (``rows`` carry their sequence)."""
-        if rows.num_rows == 0:
-            return rows
-        return rows.filter(pc.invert(self.deleted(rows, rows.column(_DATA_SEQ), scope)))
+    from icesink.iceberg.scan import PlannedDataFile
 
 
 def read_table(
@@ -165,10 +52,7 @@ def read_table(
     columns = plan.schema.as_arrow().names
 
     def read_one(item: PlannedDataFile) -> pa.Table:
-        rows = read_files(table, plan.schema, [(item.file, item.position_deletes)], expression, positions)
-        if deletes:
-            rows = rows.append_column(_DATA_SEQ, repeated(item.sequence_number, rows.num_rows))
-        return rows
+        return read_files(table, plan.schema, [(item.file, item.position_deletes)], expression, positions)
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         parts = list(pool.map(read_one, plan.data))
@@ -176,12 +60,15 @@ def read_table(
         return plan.schema.as_arrow().empty_table()
     if not deletes:
         return pa.concat_tables(parts, promote_options="permissive").select(columns)
-    by_scope: dict[PartitionKey, list[pa.Table]] = defaultdict(list)
+    # One join per partition serves all its files: rows carry their file's data sequence number.
+    by_scope: dict[PartitionKey, list[tuple[pa.Table, int]]] = defaultdict(list)
     for item, rows in zip(plan.data, parts, strict=True):
-        by_scope[(item.file.spec_id, _values(item.file.partition))].append(rows)
-    alive = [
-        deletes.apply(pa.concat_tables(group, promote_options="permissive"), scope) for scope, group in by_scope.items()
-    ]
+        by_scope[partition_scope(table, item.file)].append((rows, item.sequence_number))
+    alive = []
+    for scope, group in by_scope.items():
+        rows = pa.concat_tables([r for r, _ in group], promote_options="permissive")
+        sequence = pa.concat_arrays([repeated(seq, r.num_rows) for r, seq in group])
+        alive.append(deletes.apply(rows, sequence, scope))
     return pa.concat_tables(alive, promote_options="permissive").select(columns)
 
 

@@ -10,11 +10,16 @@ from icesink.committer.commit import TableCommitter
 from icesink.committer.ledger import CheckpointState, Ledger
 from icesink.errors import ManifestError
 from icesink.iceberg.manifests import to_data_file
-from icesink.iceberg.marker import JOB_ID_PROPERTY, MAX_CHECKPOINT_PROPERTY, max_committed_checkpoint
+from icesink.iceberg.marker import JOB_ID_PROPERTY, MAX_CHECKPOINT_PROPERTY, committed_marker
 from icesink.iceberg.snapshots import commit_prepared, prepare_snapshot
 from tests.support import create_orders_table, orders, stage_rows, table_ids, write_files
 
 TABLE = "shop.orders"
+
+
+def max_committed_checkpoint(metadata: object, job_id: str) -> int | None:
+    marker = committed_marker(metadata, job_id)  # type: ignore[arg-type]
+    return marker.checkpoint_id if marker else None
 
 
 def committer(config: CatalogConfig) -> TableCommitter:

@@ -28,13 +28,33 @@ def _embedded_uri(root: Path) -> str:
 
 
 def sqlite_path(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URI (decoded as SQLAlchemy decodes it); None for other databases."""
-    if not uri.startswith("sqlite:"):
-        return None
-    from sqlalchemy.engine import make_url
+    """The database file of an SQLite URI, absolute (decoded as SQLAlchemy and SQLite decode it).
 
-    database = make_url(uri).database
-    return Path(database).absolute() if database and database != ":memory:" else None
+    None for other databases and for in-memory SQLite. SQLite's own URI
+    filenames (``sqlite:///file:/abs/db?uri=true``) are understood too.
+    """
+    from urllib.parse import unquote
+
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(uri)
+    except ArgumentError:
+        return None
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    database = url.database
+    if str(url.query.get("uri", "")).lower() == "true" and database.startswith("file:"):
+        if url.query.get("mode") == "memory":
+            return None
+        location = database.removeprefix("file:").split("?", 1)[0].split("#", 1)[0]
+        if location.startswith("//"):  # file://host/path: only the local host is allowed
+            location = "/" + location[2:].split("/", 1)[-1]
+        database = unquote(location)
+        if not database or database == ":memory:":
+            return None
+    return Path(database).absolute()
 
 
 def redact_uri(uri: str) -> str:

@@ -77,7 +77,9 @@ def engine(config: CatalogConfig) -> Engine:
         return created
 
 
-# SQLite files by URI: the (device, inode) this process's connections opened.
+# SQLite files by URI: the file's path (resolved once: a later chdir must not move it) and the
+# (device, inode) this process's connections opened.
+_paths: dict[str, Path] = {}
 _files: dict[str, tuple[int, int]] = {}
 
 
@@ -97,6 +99,8 @@ def _watch_database_file(created: Engine, config: CatalogConfig, path: Path) -> 
     would commit where no one else looks.
     """
     from sqlalchemy import event
+
+    _paths[config.uri] = path
 
     @event.listens_for(created, "do_connect")
     def _still_there(_dialect, _record, _args, _kwargs) -> None:  # type: ignore[no-untyped-def]
@@ -132,7 +136,7 @@ def check_database(config: CatalogConfig) -> None:
     For SQLite, the file at the configured path must be the file the pooled
     connections write into; otherwise :class:`CatalogReplacedError` (terminal).
     """
-    path = sqlite_path(config.uri)
+    path = _paths.get(config.uri)
     if path is None:
         return
     expected = _files.get(config.uri)
@@ -177,6 +181,7 @@ def dispose_engines() -> None:
             created.dispose()
         _engines.clear()
         _files.clear()
+        _paths.clear()
 
 
 def upgrade(config: CatalogConfig) -> None:

@@ -203,6 +203,7 @@ class TableCommitter:
         """Build and swap in one snapshot; None if the head moved under us."""
         from pyiceberg.exceptions import CommitFailedException
 
+        from icesink.iceberg.files import delete_quietly
         from icesink.iceberg.snapshots import commit_prepared, prepare_snapshot
 
         files = [f for row in group for f in self._read_files(table, identifier, row, deletes=False)]
@@ -229,19 +230,22 @@ class TableCommitter:
             if self._before_commit is not None:
                 self._before_commit()
             failpoint("committer.before-catalog-commit")  # manifests written, nothing committed
+        except BaseException:
+            delete_quietly(table.io, written)  # never committed: nothing references them
+            raise
+        try:
             with database_errors(self._config):
                 committed = commit_prepared(table, prepared)
         except CommitFailedException:
             # The swap was refused, so nothing references what was written for it.
-            _delete_all_quietly(table, written)
+            delete_quietly(table.io, written)
             log.info("table=%s job=%s: head moved during commit; re-reading the marker", identifier, job_id)
             return None
-        except BaseException:
-            _delete_all_quietly(table, written)  # never committed: nothing references them
-            raise
+        # Any other error leaves the swap's outcome unknown (a connection lost during COMMIT): what was
+        # written stays, since the table may name it; the marker decides on the retry, gc removes orphans.
         if converted is not None:
             # The staged equality deletes were replaced by position deletes: no snapshot names them.
-            _delete_all_quietly(committed, [str(f.file_path) for f in deletes])
+            delete_quietly(committed.io, [str(f.file_path) for f in deletes])
         return committed
 
     def _convert(
@@ -297,12 +301,14 @@ class TableCommitter:
 
     def _cleanup(self, table: Table, rows: Sequence[CheckpointRow]) -> None:
         """Delete temporary manifests of committed checkpoints; a failure here is only logged."""
+        from icesink.iceberg.files import delete_quietly
+
         cleaned = []
         for row in rows:
             try:
                 for path in row.manifest_paths:
                     failpoint("committer.during-cleanup")
-                    _delete_quietly(table, path)
+                    delete_quietly(table.io, [path])
                 cleaned.append(row.id)
             except OSError as e:  # the next run (or gc) retries
                 log.warning(
@@ -337,13 +343,3 @@ class TableCommitter:
 def _range(rows: Sequence[CheckpointRow]) -> str:
     first, last = rows[0].checkpoint_id, rows[-1].checkpoint_id
     return str(first) if first == last else f"{first}-{last}"
-
-
-def _delete_quietly(table: Table, path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        table.io.delete(path)
-
-
-def _delete_all_quietly(table: Table, paths: Sequence[str]) -> None:
-    for path in paths:
-        _delete_quietly(table, path)

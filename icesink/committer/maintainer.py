@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from icesink.catalog.config import CatalogConfig
 from icesink.committer.lease import Lease, LeaseKeeper, default_owner, maintenance_scope
-from icesink.errors import ConfigError, IcesinkError, MaintenanceBusyError
+from icesink.errors import CatalogReplacedError, ConfigError, MaintenanceBusyError
 from icesink.maintenance.committing import MaintenanceTarget
 from icesink.maintenance.policy import MaintenancePolicy
 from icesink.maintenance.run import MaintenanceReport, due, maintain_table
@@ -74,11 +74,16 @@ class Maintainer:
             return not self._waiting(identifier) or time.monotonic() - started < policy.max_seconds
 
         try:
-            return self.run(table, identifier, policy, keep_going=keep_going)
+            # With checkpoints waiting, bulk conversion (one pass, it cannot stop halfway) runs only as far as
+            # a commit would convert: up to convert-max-rows rows to read.
+            limit = policy.convert_max_rows if self._waiting(identifier) else None
+            return self.run(table, identifier, policy, keep_going=keep_going, convert_max_rows=limit)
         except MaintenanceBusyError as e:
             log.info("table=%s: %s", identifier, e)
-        except IcesinkError as e:
-            log.warning("table=%s: maintenance failed, commits go on: %s", identifier, e)
+        except CatalogReplacedError:
+            raise  # every table of the catalog is affected
+        except Exception:  # whatever went wrong, the table is as it was and the commits go on
+            log.exception("table=%s: maintenance failed; commits go on", identifier)
         return None
 
     def run(
@@ -91,8 +96,12 @@ class Maintainer:
         dry_run: bool = False,
         keep_going: Callable[[], bool] = lambda: True,
         progress: Callable[[int, FileGroup, CompactionResult], None] | None = None,
+        convert_max_rows: int | None = None,
     ) -> MaintenanceReport:
-        """One maintenance run under the table's maintenance lease."""
+        """One maintenance run under the table's maintenance lease.
+
+        A conversion that would read more than ``convert_max_rows`` rows is left to a later run.
+        """
         lease = Lease(self._config, maintenance_scope(identifier), self._owner, ttl=self._lease_ttl)
         if not lease.acquire():
             raise MaintenanceBusyError(
@@ -116,6 +125,7 @@ class Maintainer:
                     dry_run=dry_run,
                     keep_going=keep_going,
                     progress=progress,
+                    convert_max_rows=convert_max_rows,
                 )
         finally:
             lease.release()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 
 
@@ -50,3 +53,10 @@ def list_files(table: Table, location: str) -> list[StoredFile]:
         for info in infos
         if info.type == FileType.File
     ]
+
+
+def delete_quietly(io: FileIO, locations: Iterable[str]) -> None:
+    """Delete files nothing references (never-committed output); one already gone is fine."""
+    for location in locations:
+        with contextlib.suppress(FileNotFoundError):
+            io.delete(location)

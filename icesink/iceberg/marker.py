@@ -92,12 +92,6 @@ def committed_marker(
     return CommittedMarker(int(recorded), metadata.properties.get(stream_table_property(job_id)))
 
 
-def max_committed_checkpoint(metadata: TableMetadata, job_id: str, branch: str = MAIN_BRANCH) -> int | None:
-    """Just the checkpoint id of :func:`committed_marker`."""
-    marker = committed_marker(metadata, job_id, branch)
-    return marker.checkpoint_id if marker else None
-
-
 def marker_properties(job_id: str, checkpoint_id: int, stream_id: str | None) -> dict[str, str]:
     """The snapshot summary entries of a commit of ``checkpoint_id``."""
     properties = {JOB_ID_PROPERTY: job_id, MAX_CHECKPOINT_PROPERTY: str(checkpoint_id)}

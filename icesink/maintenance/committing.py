@@ -9,9 +9,8 @@ validates: only what truly conflicts sends the work back.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -56,58 +55,62 @@ def commit_change(
     table: Table,
     base_snapshot_id: int | None,
     build: Callable[[Table, ChangesSince], SnapshotChange],
+    written: Sequence[str] = (),
     attempts: int = 10,
 ) -> Table:
     """Build the change on the head, validate it against the commits since the base, swap it in.
 
     ``build`` raises :class:`ConflictError` when the commits since the base
     conflict with the change; a lost compare-and-swap rebuilds on the new
-    head. Files written for a refused attempt are deleted.
+    head. ``written`` are the files the change adds: they are deleted when the
+    change is refused or fails before its swap, and kept when the swap itself
+    failed with an unknown outcome (the table may name them; gc removes them
+    if it does not).
     """
     from pyiceberg.exceptions import CommitFailedException
 
+    from icesink.iceberg.files import delete_quietly
     from icesink.iceberg.history import HistoryLostError, changes_since
     from icesink.iceberg.scan import ManifestCache
     from icesink.iceberg.snapshots import RemovedFileMissingError, commit_prepared, prepare_change
 
     cache = ManifestCache()
-    for _ in range(attempts):
-        try:
-            since = changes_since(table, base_snapshot_id)
-        except HistoryLostError as e:
-            raise ConflictError(str(e)) from e
-        change = build(table, since)
-        try:
-            prepared = prepare_change(table, change, cache=cache)
-        except RemovedFileMissingError as e:
-            raise ConflictError(str(e)) from e
-        try:
-            if target.before_commit is not None:
-                target.before_commit()
-            failpoint("maintain.before-commit")
-            with database_errors(target.config):
-                committed = commit_prepared(table, prepared)
-        except CommitFailedException:
-            log.info("table=%s: head moved during a maintenance commit; checking what changed", target.identifier)
-        except BaseException:
-            _delete_quietly(table, prepared.written_paths)
-            raise
-        else:
+    outcome_unknown = False
+    try:
+        for _ in range(attempts):
+            try:
+                since = changes_since(table, base_snapshot_id)
+            except HistoryLostError as e:
+                raise ConflictError(str(e)) from e
+            change = build(table, since)
+            try:
+                prepared = prepare_change(table, change, cache=cache)
+            except RemovedFileMissingError as e:
+                raise ConflictError(str(e)) from e
+            try:
+                if target.before_commit is not None:
+                    target.before_commit()
+                failpoint("maintain.before-commit")
+            except BaseException:
+                delete_quietly(table.io, prepared.written_paths)
+                raise
+            try:
+                with database_errors(target.config):
+                    committed = commit_prepared(table, prepared)
+            except CommitFailedException:
+                log.info("table=%s: head moved during a maintenance commit; checking what changed", target.identifier)
+                delete_quietly(table.io, prepared.written_paths)
+                table = load_table(target.catalog, target.config, target.identifier)
+                continue
+            except BaseException:
+                outcome_unknown = True
+                raise
             failpoint("maintain.after-commit")
             return committed
-        _delete_quietly(table, prepared.written_paths)
-        table = load_table(target.catalog, target.config, target.identifier)
-    raise CommitConflictError(
-        f"table {target.identifier}: {attempts} maintenance commits in a row lost to other writers; retry later"
-    )
-
-
-def _delete_quietly(table: Table, locations: tuple[str, ...] | list[str]) -> None:
-    for location in locations:
-        with contextlib.suppress(FileNotFoundError):
-            table.io.delete(location)
-
-
-def delete_files(table: Table, locations: list[str]) -> None:
-    """Remove files this run wrote but will not commit (a conflicting group)."""
-    _delete_quietly(table, locations)
+        raise CommitConflictError(
+            f"table {target.identifier}: {attempts} maintenance commits in a row lost to other writers; retry later"
+        )
+    except BaseException:
+        if not outcome_unknown:
+            delete_quietly(table.io, written)
+        raise

@@ -37,6 +37,7 @@ import pyarrow as pa
 
 from icesink.arrays import repeated
 from icesink.failpoints import failpoint
+from icesink.iceberg.deletes import GLOBAL, EqualityDeletes, PartitionKey, partition_scope
 from icesink.maintenance.committing import (
     BASE_SNAPSHOT_PROPERTY,
     COMPACT,
@@ -44,9 +45,7 @@ from icesink.maintenance.committing import (
     ConflictError,
     MaintenanceTarget,
     commit_change,
-    delete_files,
 )
-from icesink.reader import GLOBAL, EqualityDeletes, PartitionKey, partition_scope
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -59,8 +58,6 @@ if TYPE_CHECKING:
     from icesink.results import FileRecord
 
 log = logging.getLogger("icesink.maintenance")
-
-_DATA_SEQ = "__icesink_data_seq"
 
 
 @dataclass(frozen=True)
@@ -183,18 +180,13 @@ def compact(
             result.stopped_early = True
             break
         records = _rewrite(target, table, plan, group, number, deletes)
-        written = [r.path for r in records]
         failpoint("maintain.compact.after-write")
         try:
             table, dropped = _commit_group(target, table, plan, group, records)
         except ConflictError as e:
-            delete_files(table, written)
             result.groups_failed.append(str(e))
             log.info("table=%s: compaction group %d left for the next run: %s", target.identifier, number, e)
             continue
-        except BaseException:
-            delete_files(table, written)
-            raise
         snapshot = table.current_snapshot()
         if snapshot is not None:
             result.snapshot_ids.append(snapshot.snapshot_id)
@@ -241,18 +233,21 @@ def _rewrite(
     positions = position_deletes_by_file(table, [d for f in group.files for d in f.position_deletes])
 
     def read(data: PlannedDataFile) -> pa.Table:
+        # One physical type per column (files read back as string or large_string alike).
         rows = read_files(table, schema, [(data.file, data.position_deletes)], None, positions)
-        if deletes.may_delete_from(group.scope, data.sequence_number):
-            rows = rows.append_column(_DATA_SEQ, repeated(data.sequence_number, rows.num_rows))
-            rows = deletes.apply(rows, group.scope).drop_columns([_DATA_SEQ])
-        return rows
+        return conform(spec, rows, number).cast(arrow_schema)
 
     try:
         with ThreadPoolExecutor(max_workers=4) as pool:
-            for rows in pool.map(read, group.files):
-                if rows.num_rows:
-                    # One physical type per column (files read back as string or large_string alike).
-                    writer.write(conform(spec, rows, number).cast(arrow_schema))
+            parts = list(pool.map(read, group.files))
+        rows = pa.concat_tables(parts)
+        if deletes:  # one join for the whole group: rows carry their file's data sequence number
+            sequence = pa.concat_arrays(
+                [repeated(f.sequence_number, p.num_rows) for f, p in zip(group.files, parts, strict=True)]
+            )
+            rows = deletes.apply(rows, sequence, group.scope)
+        for start in range(0, rows.num_rows, spec.row_group_rows):  # row groups (and files) of the usual size
+            writer.write(rows.slice(start, spec.row_group_rows))
         return writer.close()
     except BaseException:
         writer.abort()
@@ -283,7 +278,7 @@ def _commit_group(
             properties={MAINTENANCE_PROPERTY: COMPACT, BASE_SNAPSHOT_PROPERTY: str(plan.base_snapshot_id)},
         )
 
-    committed = commit_change(target, table, plan.base_snapshot_id, build)
+    committed = commit_change(target, table, plan.base_snapshot_id, build, [r.path for r in records])
     return committed, dropped[0]
 
 
@@ -297,7 +292,8 @@ def _check_no_new_position_deletes(head: Table, since: ChangesSince, group: File
             continue
         if partition_scope(head, new.file) not in (GLOBAL, group.scope):
             continue
-        if _may_reference(new.file, replaced):
+        # The bounds say "maybe" for a delete file naming many data files; its file_path column says for sure.
+        if _may_reference(new.file, replaced) and _referenced_paths(head, new) & replaced:
             raise ConflictError(f"position delete {new.path} was committed since against a file being rewritten")
 
 

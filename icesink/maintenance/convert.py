@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from icesink import paths
 from icesink.failpoints import failpoint
+from icesink.iceberg.deletes import GLOBAL, EqualityDeletes, PartitionKey, partition_scope
 from icesink.maintenance.committing import (
     BASE_SNAPSHOT_PROPERTY,
     CONVERT,
@@ -36,10 +37,8 @@ from icesink.maintenance.committing import (
     ConflictError,
     MaintenanceTarget,
     commit_change,
-    delete_files,
 )
-from icesink.maintenance.positions import DeletedRows, deleted_rows
-from icesink.reader import GLOBAL, EqualityDeletes, PartitionKey, partition_scope
+from icesink.maintenance.positions import DeletedRows, candidates, deleted_rows
 from icesink.results import FileRecord
 
 if TYPE_CHECKING:
@@ -97,8 +96,8 @@ def convert_for_commit(
     sequence = table.metadata.next_sequence_number()
     deletes = EqualityDeletes(table, table.schema(), [LiveFile(f, sequence) for f in staged])
     live = live_files(table, cache=cache)
-    candidates = [d for d in live.data if deletes.may_delete_from(partition_scope(table, d.file), d.sequence_number)]
-    rows = sum(d.file.record_count for d in candidates)
+    reached = candidates(table, live.data, deletes)
+    rows = sum(d.file.record_count for d in reached)
     if rows > policy.convert_max_rows:
         log.info(
             "table=%s: %d rows may hold keys of this checkpoint's deletes (over %d); keeping equality deletes",
@@ -107,7 +106,7 @@ def convert_for_commit(
             policy.convert_max_rows,
         )
         return None
-    found = deleted_rows(table, table.schema(), candidates, deletes)
+    found = deleted_rows(table, table.schema(), reached, deletes)
     records = write_position_delete_files(table, found, label)
     version = table.metadata.format_version
     return CommitConversion(
@@ -129,10 +128,16 @@ class ConversionResult:
     snapshot_id: int | None
     seconds: float
     conflict: str | None = None
+    skipped: str | None = None
 
 
-def convert_equality_deletes(target: MaintenanceTarget, table: Table, label: str = "maintenance") -> ConversionResult:
-    """Replace every equality delete of the table by position deletes, in one commit."""
+def convert_equality_deletes(
+    target: MaintenanceTarget, table: Table, label: str = "maintenance", max_rows: int | None = None
+) -> ConversionResult:
+    """Replace every equality delete of the table by position deletes, in one commit.
+
+    With ``max_rows``, a conversion that would read the keys of more rows is left for later.
+    """
     from pyiceberg.manifest import DataFileContent
     from pyiceberg.table.snapshots import Operation
 
@@ -144,8 +149,12 @@ def convert_equality_deletes(target: MaintenanceTarget, table: Table, label: str
     live = live_files(table)
     schema = table.schema()
     deletes = EqualityDeletes(table, schema, live.equality_deletes)
-    candidates = [d for d in live.data if deletes.may_delete_from(partition_scope(table, d.file), d.sequence_number)]
-    found = deleted_rows(table, schema, candidates, deletes)
+    reached = candidates(table, live.data, deletes)
+    rows = sum(d.file.record_count for d in reached)
+    if max_rows is not None and rows > max_rows:
+        why = f"equality deletes reaching {rows} rows (over {max_rows}) left for a run while no checkpoint waits"
+        return ConversionResult(len(live.equality_deletes), 0, 0, 0, None, time.monotonic() - started, skipped=why)
+    found = deleted_rows(table, schema, reached, deletes)
     failpoint("maintain.convert.after-resolve")
     records = write_position_delete_files(table, found, label)
     written = [r.path for r in records]
@@ -174,20 +183,16 @@ def convert_equality_deletes(target: MaintenanceTarget, table: Table, label: str
         )
 
     try:
-        committed = commit_change(target, table, live.snapshot_id, build)
+        committed = commit_change(target, table, live.snapshot_id, build, written)
     except ConflictError as e:
-        delete_files(table, written)
         log.info("table=%s: equality delete conversion left for the next run: %s", target.identifier, e)
-        return ConversionResult(len(removed), 0, 0, len(candidates), None, time.monotonic() - started, str(e))
-    except BaseException:
-        delete_files(table, written)
-        raise
+        return ConversionResult(len(removed), 0, 0, len(reached), None, time.monotonic() - started, str(e))
     snapshot = committed.current_snapshot()
     return ConversionResult(
         equality_delete_files=len(removed),
         position_delete_files=len(records),
         deleted_rows=sum(len(f.positions) for f in found),
-        data_files_read=len(candidates),
+        data_files_read=len(reached),
         snapshot_id=snapshot.snapshot_id if snapshot else None,
         seconds=time.monotonic() - started,
     )

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from icesink.arrays import repeated
-from icesink.reader import EqualityDeletes, PartitionKey, partition_scope
+from icesink.iceberg.deletes import EqualityDeletes, PartitionKey, partition_scope
 from icesink.writer.spec import FIELD_ID_KEY
 
 if TYPE_CHECKING:
@@ -69,12 +69,13 @@ def deleted_rows(
 ) -> list[DeletedRows]:
     """For every data file with rows the deletes remove: those rows' positions (files without any are left out).
 
-    Key columns are read in parallel; then one join per partition scope serves
-    all its files (a join per file would cost more than the reads).
+    ``data`` are the :func:`candidates`. Key columns are read in parallel; then
+    one join per partition scope serves all its files (a join per file would
+    cost more than the reads).
     """
     deletes.preload()
     field_ids = deletes.key_field_ids()
-    files = candidates(table, data, deletes)
+    files = list(data)
     with ThreadPoolExecutor(max_workers=threads) as pool:
         keys = list(pool.map(lambda live: read_key_columns(table, schema, live, field_ids), files))
     by_scope: dict[PartitionKey, list[int]] = defaultdict(list)

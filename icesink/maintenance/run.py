@@ -123,6 +123,7 @@ def maintain_table(
     dry_run: bool = False,
     keep_going: Callable[[], bool] = lambda: True,
     progress: Callable[[int, FileGroup, CompactionResult], None] | None = None,
+    convert_max_rows: int | None = None,
 ) -> tuple[Table, MaintenanceReport]:
     """Convert equality deletes and compact what is due (everything with ``everything``)."""
     from icesink.catalog.loader import load_table
@@ -137,7 +138,9 @@ def maintain_table(
     todo = Due(convert=True, compact=True) if everything else due(table, policy)
     todo = Due(convert=todo.convert and report.before.equality_delete_files > 0, compact=todo.compact)
     if todo.convert and not dry_run:
-        report.conversion = convert_equality_deletes(target, table)
+        report.conversion = convert_equality_deletes(target, table, max_rows=convert_max_rows)
+        if report.conversion.skipped:
+            report.notes.append(report.conversion.skipped)
         table = load_table(target.catalog, target.config, target.identifier)
     if todo.compact:
         plan = plan_compaction(table, policy, everything=everything)

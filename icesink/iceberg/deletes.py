@@ -1,0 +1,171 @@
+"""Equality deletes by the Iceberg rules, for reading and for maintenance.
+
+An equality delete removes, from data files of its partition (or of every
+partition, for an unpartitioned delete file) whose data sequence number is
+strictly lower than its own, the rows whose key columns equal one of its keys,
+``null`` equal to ``null``. Keys are matched with Arrow joins: one per delete
+group and partition, whatever the number of data files.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from icesink.arrays import positions, repeated
+
+if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
+
+    from icesink.iceberg.scan import LiveFile, PlannedDelete
+
+_SEQ = "__icesink_delete_seq"
+_ROW = "__icesink_row"
+_NULL = "__icesink_null_"
+PartitionKey = tuple[int, tuple[Any, ...]]  # (spec id, partition values)
+GLOBAL: PartitionKey = (-1, ())  # the scope of an unpartitioned delete file: every partition
+
+
+def _zero(kind: pa.DataType) -> pa.Scalar:
+    """Any valid value of ``kind``: the stand-in for null in a join key (a flag column tells them apart)."""
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return pa.scalar("", kind)
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind):
+        return pa.array([b"\0" * getattr(kind, "byte_width", 0)], kind)[0]
+    if pa.types.is_boolean(kind):
+        return pa.scalar(False)
+    if pa.types.is_date32(kind) or pa.types.is_time32(kind):
+        return pa.array([0], pa.int32()).cast(kind)[0]
+    return pa.array([0], pa.int64()).cast(kind)[0]
+
+
+def comparable_keys(table: pa.Table, names: Sequence[str]) -> tuple[pa.Table, list[str]]:
+    """Key columns ready for a null-safe join, and the join's key names.
+
+    Arrow joins refuse string against large_string (pyiceberg's reader returns
+    either) and never match nulls, where Iceberg's equality does: each key
+    column is widened, its nulls replaced by a stand-in, and a flag column
+    says which rows were null.
+    """
+    widened = {pa.string(): pa.large_string(), pa.binary(): pa.large_binary()}
+    columns: list[pa.ChunkedArray | pa.Array] = []
+    keys: list[str] = []
+    for name in names:
+        column = table.column(name)
+        kind = widened.get(column.type, column.type)
+        if kind != column.type:
+            column = column.cast(kind)
+        keys.append(name)
+        if column.null_count:
+            columns.append(pc.fill_null(column, _zero(kind)))
+            columns.append(pc.is_null(table.column(name)))
+        else:
+            columns.append(column)
+            columns.append(repeated(False, len(column)))
+        keys.append(f"{_NULL}{name}")
+    labels = [label for name in names for label in (name, f"{_NULL}{name}")]
+    return pa.table(columns, names=labels), keys
+
+
+def _values(partition: Any) -> tuple[Any, ...]:
+    return tuple(partition[i] for i in range(len(partition)))
+
+
+def partition_scope(table: Table, data_file: DataFile) -> PartitionKey:
+    """Where an equality delete file applies: its partition, or everywhere for an unpartitioned spec."""
+    spec = table.metadata.specs()[data_file.spec_id]
+    return GLOBAL if spec.is_unpartitioned() else (spec.spec_id, _values(data_file.partition))
+
+
+class EqualityDeletes:
+    """The equality delete files of a scan, loaded once, grouped by key columns and partition."""
+
+    def __init__(self, table: Table, schema: Schema, files: Sequence[PlannedDelete | LiveFile]) -> None:
+        self._table = table
+        self._schema = schema
+        self._groups: dict[tuple[tuple[int, ...], PartitionKey], list[PlannedDelete | LiveFile]] = defaultdict(list)
+        self._newest: dict[tuple[tuple[int, ...], PartitionKey], int] = {}
+        for planned in files:
+            group = (tuple(planned.file.equality_ids or ()), partition_scope(table, planned.file))
+            self._groups[group].append(planned)
+            self._newest[group] = max(self._newest.get(group, 0), planned.sequence_number)
+        self._loaded: dict[tuple[tuple[int, ...], PartitionKey], pa.Table] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._groups)
+
+    def preload(self) -> None:
+        """Load every group once, before data files are read in parallel."""
+        for group in self._groups:
+            self._keys(group)
+
+    def files_applying(self, scope: PartitionKey, data_sequence: int) -> int:
+        """How many delete files may remove rows of a data file of ``scope`` with this sequence number."""
+        return sum(
+            1
+            for (_, group_scope), files in self._groups.items()
+            if group_scope in (GLOBAL, scope)
+            for planned in files
+            if planned.sequence_number > data_sequence
+        )
+
+    def key_field_ids(self) -> set[int]:
+        return {i for ids, _ in self._groups for i in ids}
+
+    def may_delete_from(self, scope: PartitionKey, data_sequence: int) -> bool:
+        """Whether any delete could remove rows of a data file of ``scope`` with this sequence number."""
+        return any(newest > data_sequence and group[1] in (GLOBAL, scope) for group, newest in self._newest.items())
+
+    def _names(self, ids: tuple[int, ...]) -> list[str]:
+        return [self._schema.find_column_name(i) or "" for i in ids]
+
+    def _keys(self, group: tuple[tuple[int, ...], PartitionKey]) -> pa.Table:
+        """Every deleted key of the group with the highest sequence number that deletes it."""
+        if group not in self._loaded:
+            from icesink.iceberg.scan import read_files
+
+            ids, _ = group
+            names = self._names(ids)
+            key_schema = self._schema.select(*names)
+            parts = []
+            for planned in self._groups[group]:
+                keys = read_files(self._table, key_schema, [(planned.file, frozenset())], None)
+                parts.append(keys.append_column(_SEQ, repeated(planned.sequence_number, keys.num_rows)))
+            combined = pa.concat_tables(parts, promote_options="permissive")
+            keys, join_names = comparable_keys(combined, names)
+            keys = keys.append_column(_SEQ, combined.column(_SEQ))
+            self._loaded[group] = keys.group_by(join_names, use_threads=False).aggregate([(_SEQ, "max")])
+        return self._loaded[group]
+
+    def deleted(self, keys: pa.Table, data_sequence: pa.Array, scope: PartitionKey) -> pa.Array:
+        """Which rows (given by their key columns, named as in the schema) a newer equality delete removes.
+
+        ``data_sequence`` holds each row's data sequence number; one join per
+        delete group serves every data file of a partition at once.
+        """
+        mask = repeated(False, keys.num_rows)
+        for group in self._groups:
+            ids, delete_scope = group
+            if delete_scope not in (GLOBAL, scope) or keys.num_rows == 0:
+                continue
+            names = self._names(ids)
+            # Join only the key columns (with row positions), then map the result back to row order.
+            narrow, join_names = comparable_keys(keys, names)
+            narrow = narrow.append_column(_ROW, positions(keys.num_rows))
+            joined = narrow.join(self._keys(group), keys=join_names, join_type="left outer")
+            newest_delete = pc.take(joined.column(f"{_SEQ}_max"), pc.sort_indices(joined.column(_ROW)))
+            removed = pc.fill_null(pc.greater(newest_delete, data_sequence), False)
+            mask = pc.or_(mask, removed)
+        return mask
+
+    def apply(self, rows: pa.Table, data_sequence: pa.Array, scope: PartitionKey) -> pa.Table:
+        """Drop the rows of one partition that a newer equality delete removes."""
+        if rows.num_rows == 0:
+            return rows
+        return rows.filter(pc.invert(self.deleted(rows, data_sequence, scope)))
