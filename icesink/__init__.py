@@ -20,6 +20,7 @@ from icesink.errors import (
 
 if TYPE_CHECKING:
     from icesink.catalog.config import CatalogConfig
+    from icesink.changelog.api import changes, read_stream, register
     from icesink.reader import read
     from icesink.sink.stream import stream
 
@@ -34,7 +35,10 @@ __all__ = [
     "TableNotFoundError",
     "TerminalError",
     "TransientError",
+    "changes",
     "read",
+    "read_stream",
+    "register",
     "stream",
 ]
 
@@ -48,6 +52,10 @@ def __getattr__(name: str) -> Any:
         from icesink.reader import read
 
         return read
+    if name in ("changes", "read_stream", "register"):
+        from icesink.changelog import api
+
+        return getattr(api, name)
     if name == "CatalogConfig":
         from icesink.catalog.config import CatalogConfig
 

@@ -259,6 +259,43 @@ def scan(obj: Context, table: str, limit: int, row_filter: str | None, snapshot_
     click.echo(f"({len(records)} of {total} rows)")
 
 
+@main.command("changes")
+@click.argument("table")
+@click.option("--from", "start", type=int, help="Changes after this snapshot (default: from the oldest state kept).")
+@click.option("--to", "end", type=int, help="Up to and including this snapshot (default: the head).")
+@click.option(
+    "--mode", type=click.Choice(["changelog", "append"]), default="changelog", show_default=True, help="What to list."
+)
+@click.option("--net", "net_changes", is_flag=True, help="Collapse each key's changes to its net change.")
+@click.option("--limit", default=20, show_default=True, help="Changes to show (0: all).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per change.")
+@click.pass_obj
+def changes(
+    obj: Context,
+    table: str,
+    start: int | None,
+    end: int | None,
+    mode: str,
+    net_changes: bool,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Print what changed in TABLE between two snapshots: inserts, deletes, update_before/update_after pairs."""
+    from icesink.changelog.api import changes as read_changes
+
+    rows = read_changes(obj.table(table), start, end, mode, net_changes=net_changes)
+    total = rows.num_rows
+    if limit:
+        rows = rows.slice(0, limit)
+    records = rows.to_pylist()
+    if as_json:
+        for record in records:
+            click.echo(_json(record, indent=None))
+        return
+    click.echo(_table([list(r.values()) for r in records], rows.column_names))
+    click.echo(f"({len(records)} of {total} changes)")
+
+
 @main.group()
 def checkpoints() -> None:
     """Checkpoints staged by streams, per job."""

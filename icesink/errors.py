@@ -78,6 +78,10 @@ class CommitConflictError(TransientError):
     """Raised when the table head moved while a commit was being prepared."""
 
 
+class StartingSnapshotExpiredError(TerminalError):
+    """Raised when a change read starts at a snapshot the table no longer keeps (expired or rolled back)."""
+
+
 class SnapshotNotFoundError(TerminalError):
     """Raised when a snapshot id names no snapshot of the table."""
 

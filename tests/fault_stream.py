@@ -2,7 +2,8 @@
 
 Usage: python -m tests.fault_stream INPUT CHECKPOINT CATALOG_NAME URI WAREHOUSE TABLE COMMITTER [MODE [WRITER]]
 
-MODE is ``append`` (default: orders) or ``cdc`` (changes keyed by region and id);
+MODE is ``append`` (default: orders), ``cdc`` (changes keyed by region and id) or ``changelog``
+(INPUT is then a table whose changelog, read with ``icesink.read_stream``, is applied to TABLE);
 WRITER is ``icesink.stream``'s ``writer`` (default ``auto``).
 """
 
@@ -24,17 +25,27 @@ def main(argv: list[str]) -> None:
     from tests.streams import SPARK_SCHEMA, local_session
 
     spark = local_session()
-    schema = SPARK_CHANGE_SCHEMA if mode == "cdc" else SPARK_SCHEMA
-    df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(input_dir)
-    changes = {"equality_fields": ["region", "id"], "op_column": "op", "sequence_by": "seq"} if mode == "cdc" else {}
+    # resolve(): object-store settings come from PYICEBERG_CATALOG__<NAME>__S3__* variables.
+    catalog = CatalogConfig.resolve(name=name, uri=uri, warehouse=warehouse)
+    changes: dict[str, object] = {}
+    if mode == "changelog":
+        source = icesink.read_stream(
+            spark, input_dir, catalog={"name": name, "uri": uri, "warehouse": warehouse}, max_files_per_trigger=2
+        )
+        df = source.drop("_commit_snapshot_id", "_commit_timestamp")
+        changes = {"equality_fields": ["region", "id"], "op_column": "_change_type", "sequence_by": "_change_ordinal"}
+    else:
+        schema = SPARK_CHANGE_SCHEMA if mode == "cdc" else SPARK_SCHEMA
+        df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(input_dir)
+    if mode == "cdc":
+        changes = {"equality_fields": ["region", "id"], "op_column": "op", "sequence_by": "seq"}
     query = icesink.stream(
         df,
         table=table,
         checkpoint_location=checkpoint,
         trigger={"availableNow": True},
         create_table=True,
-        # resolve(): object-store settings come from PYICEBERG_CATALOG__<NAME>__S3__* variables.
-        catalog=CatalogConfig.resolve(name=name, uri=uri, warehouse=warehouse),
+        catalog=catalog,
         committer=committer,
         writer=writer,
         **changes,  # type: ignore[arg-type]

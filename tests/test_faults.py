@@ -232,6 +232,60 @@ def test_cdc_stream_killed_mid_batch_ends_equal_to_the_model(
     ]
 
 
+def test_a_changelog_pipeline_with_both_streams_killed_at_random_ends_with_b_equal_to_a(
+    pg_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    """CDC into A; A's changelog (icesink.read_stream) into B; both SIGKILLed at random and restarted."""
+    import icesink
+
+    seed = int(os.environ.get("ICESINK_FAULT_SEED", time.time_ns() % 10_000))
+    rng = random.Random(seed)
+    model = cdc_input(tmp_path, checkpoints=6)
+    copy_path = tmp_path / "copy"
+    copy_path.mkdir()
+
+    def start_copy() -> subprocess.Popen[bytes]:
+        args = [CDC_TABLE, str(copy_path / "ckpt"), pg_catalog.name, pg_catalog.uri, pg_catalog.warehouse]
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.fault_stream", *args, "shop.copy", "inline", "changelog"],
+            cwd=ROOT,
+            env=_env(),
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=open(copy_path / "stream.log", "ab"),
+        )
+
+    kills = 0
+    for _ in range(2):
+        source = start_stream(pg_catalog, tmp_path, mode="cdc")
+        time.sleep(rng.uniform(2.0, 6.0))
+        copy = start_copy()
+        for process in (source, copy):
+            try:
+                process.wait(rng.uniform(3.0, 9.0))
+            except subprocess.TimeoutExpired:
+                kills += 1
+            _kill_group(process)
+    run_to_completion(pg_catalog, tmp_path, mode="cdc")
+    assert wait(start_copy()) == 0, (copy_path / "stream.log").read_text()[-3000:]
+    assert sorted_rows(icesink.read(CDC_TABLE, catalog=pg_catalog)) == model.expected()
+    copied = icesink.read("shop.copy", catalog=pg_catalog).drop_columns(["_change_ordinal"])
+    assert sorted_rows(copied) == model.expected()
+    check_outcome(
+        f"changelog pipeline, {kills} SIGKILLs (seed {seed}): A", pg_catalog, CDC_TABLE, expected_rows=model.expected()
+    )
+    from tests.outcomes import read_with_iceberg_rust
+
+    rust = read_with_iceberg_rust(pg_catalog, "shop.copy", "region, id, value, seq")
+    assert sorted_rows(rust) == model.expected()
+    check_outcome(
+        f"changelog pipeline, {kills} SIGKILLs (seed {seed}): B",
+        pg_catalog,
+        "shop.copy",
+        [r["id"] for r in model.expected()],
+    )
+
+
 def test_committer_killed_right_after_a_row_delta_commit_applies_no_delete_twice(
     pg_catalog: CatalogConfig, tmp_path: Path
 ) -> None:

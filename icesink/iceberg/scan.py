@@ -96,10 +96,10 @@ def parse_row_filter(row_filter: str | BooleanExpression) -> BooleanExpression:
     return _parse_row_filter(row_filter)
 
 
-def position_deletes_by_file(
+def position_deletes_of(
     table: Table, delete_files: Iterable[DataFile], threads: int = 8
-) -> dict[str, list[pa.ChunkedArray]]:
-    """The positions every position delete file names, by data file location: each file read once.
+) -> dict[str, dict[str, pa.Array]]:
+    """Per position delete file: the positions it names, by data file location (each file read once).
 
     pyiceberg's own reader splits a delete file with one filter per data file
     it names (quadratic for delete files that name many); one group-by does it
@@ -107,19 +107,26 @@ def position_deletes_by_file(
     """
     import pyarrow.parquet as pq
 
-    def read(delete_file: DataFile) -> pa.Table:
+    def read(delete_file: DataFile) -> dict[str, pa.Array]:
         with table.io.new_input(str(delete_file.file_path)).open() as stream:
             rows = pq.ParquetFile(stream).read(columns=["file_path", "pos"])
-        return rows.group_by("file_path", use_threads=False).aggregate([("pos", "list")])
+        grouped = rows.group_by("file_path", use_threads=False).aggregate([("pos", "list")])
+        lists = grouped.column("pos_list").combine_chunks()
+        return {path: lists[i].values for i, path in enumerate(grouped.column("file_path").to_pylist())}
 
-    found: dict[str, list[pa.ChunkedArray]] = {}
     unique = list({str(f.file_path): f for f in delete_files}.values())
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        for grouped in pool.map(read, unique):
-            paths = grouped.column("file_path").to_pylist()
-            lists = grouped.column("pos_list").combine_chunks()
-            for i, path in enumerate(paths):
-                found.setdefault(path, []).append(pa.chunked_array([lists[i].values]))
+        return dict(zip((str(f.file_path) for f in unique), pool.map(read, unique), strict=True))
+
+
+def position_deletes_by_file(
+    table: Table, delete_files: Iterable[DataFile], threads: int = 8
+) -> dict[str, list[pa.ChunkedArray]]:
+    """The positions every position delete file names, merged by data file location."""
+    found: dict[str, list[pa.ChunkedArray]] = {}
+    for by_data_file in position_deletes_of(table, delete_files, threads).values():
+        for path, positions in by_data_file.items():
+            found.setdefault(path, []).append(pa.chunked_array([positions]))
     return found
 
 
@@ -226,3 +233,34 @@ def live_files(table: Table, snapshot_id: int | None = None, cache: ManifestCach
     if cache is not None:
         cache.retain(manifests)
     return LiveFiles(snapshot.snapshot_id, snapshot.sequence_number or 0, data, positions, equality)
+
+
+def planned_files(table: Table, snapshot_id: int | None, cache: ManifestCache | None = None) -> PlannedScan:
+    """Every live data file of a snapshot with the position deletes that apply to it, and its equality deletes.
+
+    Unlike :func:`plan_scan`, nothing is pruned, and manifests already read (``cache``) are not read again.
+    """
+    from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus
+    from pyiceberg.table.delete_file_index import DeleteFileIndex
+
+    live = live_files(table, snapshot_id, cache)
+    index = DeleteFileIndex()
+    for delete in live.position_deletes:
+        entry = ManifestEntry.from_args(
+            status=ManifestEntryStatus.EXISTING,
+            snapshot_id=0,
+            sequence_number=delete.sequence_number,
+            file_sequence_number=delete.sequence_number,
+            data_file=delete.file,
+        )
+        index.add_delete_file(entry, partition_key=delete.file.partition)
+    data = [
+        PlannedDataFile(
+            d.file,
+            d.sequence_number,
+            frozenset(index.for_data_file(d.sequence_number, d.file, partition_key=d.file.partition)),
+        )
+        for d in live.data
+    ]
+    equality = [PlannedDelete(e.file, e.sequence_number) for e in live.equality_deletes]
+    return PlannedScan(scan_schema(table, snapshot_id), data, equality)

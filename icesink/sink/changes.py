@@ -6,14 +6,24 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from icesink.errors import ConfigError
-from icesink.writer.changes import DELETE, INSERT, UPDATE
+from icesink.writer.changes import DELETE, INSERT, SKIP, UPDATE
 from icesink.writer.spec import ChangeSpec
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql.types import StructType
 
-DEFAULT_OP_VALUES: Mapping[str, str] = {"I": INSERT, "U": UPDATE, "D": DELETE}
+DEFAULT_OP_VALUES: Mapping[str, str] = {
+    "I": INSERT,
+    "U": UPDATE,
+    "D": DELETE,
+    # A changelog read with icesink.read_stream: its _change_type values. The old row of an update
+    # says nothing the new one does not.
+    "insert": INSERT,
+    "update_after": UPDATE,
+    "delete": DELETE,
+    "update_before": SKIP,
+}
 
 
 def resolve_equality_fields(table: Table, identifier: str, equality_fields: Sequence[str] | None) -> list[str]:
@@ -88,9 +98,11 @@ def change_spec(
     if sequence_by is not None and sequence_by not in columns:
         raise ConfigError(f"table {identifier}: sequence_by column {sequence_by!r} is not a column of the DataFrame")
     values = dict(op_values or DEFAULT_OP_VALUES)
-    unknown = {kind for kind in values.values() if kind not in (INSERT, UPDATE, DELETE)}
+    unknown = {kind for kind in values.values() if kind not in (INSERT, UPDATE, DELETE, SKIP)}
     if unknown:
-        raise ConfigError(f"table {identifier}: op_values map to {sorted(unknown)}; use 'insert', 'update' or 'delete'")
+        raise ConfigError(
+            f"table {identifier}: op_values map to {sorted(unknown)}; use 'insert', 'update', 'delete' or 'skip'"
+        )
     return ChangeSpec(
         equality_field_ids=tuple(ids),
         op_column=op_column,

@@ -102,7 +102,7 @@ class Projection:
 
         selected: list[Column] = []
         for (name, source, cast), field in zip(self.columns, table_schema.fields, strict=True):
-            spark_type = _spark_type_of(field.field_type)
+            spark_type = spark_type_of(field.field_type)
             if source is None:
                 selected.append(F.lit(None).cast(spark_type).alias(name))
             elif cast:
@@ -113,7 +113,8 @@ class Projection:
         return df.select(*selected)
 
 
-def _spark_type_of(iceberg: IcebergType) -> DataType:
+def spark_type_of(iceberg: IcebergType) -> DataType:
+    """The Spark type of an Iceberg primitive type (timestamptz: TimestampType, timestamp: TimestampNTZType)."""
     from pyiceberg import types as it
     from pyspark.sql import types as st
 

@@ -16,6 +16,7 @@ from icesink.errors import BadRowError
 from icesink.writer.spec import WriterSpec
 
 INSERT, UPDATE, DELETE = "insert", "update", "delete"
+SKIP = "skip"  # a change that changes nothing here (a changelog's update_before)
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ def collapse(spec: WriterSpec, table: pa.Table, task_id: int) -> CollapsedChange
         order.append((changes.sequence_column, "ascending", "at_start"))
     order.append((changes.order_column, "ascending", "at_start"))
     table = table.append_column("__icesink_kind", kinds)
+    table = table.filter(pc.not_equal(kinds, SKIP))
     table = table.take(pc.sort_indices(table, sort_keys=order))
     # After sorting, a row is its key's last change when the next row has another key.
     last = _last_of_each_key(table, keys)

@@ -1,0 +1,116 @@
+"""``icesink.changes`` (batch), ``icesink.read_stream`` and ``icesink.register`` (Spark)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from icesink.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.table import Table
+    from pyspark.sql import DataFrame, SparkSession
+
+    from icesink.catalog.config import CatalogConfig
+
+MODES = ("changelog", "append")
+
+
+def check_mode(identifier: str, mode: str, net_changes: bool, table: Table) -> None:
+    if mode not in MODES:
+        raise ConfigError(f"table {identifier}: mode must be one of {MODES}, not {mode!r}")
+    if net_changes and mode != "changelog":
+        raise ConfigError(f"table {identifier}: net_changes applies to mode='changelog'")
+    if net_changes and not table.schema().identifier_field_ids:
+        raise ConfigError(
+            f"table {identifier} has no identifier fields, so a key's changes cannot be collapsed: set the table's "
+            "identifier fields (icesink.stream(..., equality_fields=...) does) or read without net_changes"
+        )
+
+
+def changes(
+    table: str | Table,
+    start_snapshot: int | None,
+    end_snapshot: int | None = None,
+    mode: str = "changelog",
+    *,
+    net_changes: bool = False,
+    catalog: str | CatalogConfig | Mapping[str, str] | None = None,
+) -> pa.Table:
+    """The changes committed to ``main`` after ``start_snapshot`` up to ``end_snapshot`` (default: the head).
+
+    Args:
+        table: ``namespace.table`` (looked up in ``catalog``) or a pyiceberg ``Table``.
+        start_snapshot: the snapshot the changes come after (exclusive); None starts before the oldest
+            snapshot kept (its rows as inserts when older history has expired).
+        end_snapshot: the last snapshot whose changes are included.
+        mode: ``"changelog"`` (every change, with ``_change_type``, ``_change_ordinal`` (the commit's
+            sequence number), ``_commit_snapshot_id`` and ``_commit_timestamp``) or ``"append"`` (the
+            rows each snapshot added, table columns only).
+        net_changes: collapse each key's changes to its net change (needs the table's identifier fields).
+    """
+    from icesink.catalog.config import resolve_catalog
+    from icesink.catalog.loader import load_table, open_catalog
+    from icesink.changelog.compute import compute_changes, empty_changelog
+    from icesink.changelog.plan import Planner
+    from icesink.errors import SnapshotNotFoundError
+
+    if isinstance(table, str):
+        config = resolve_catalog(catalog)
+        table = load_table(open_catalog(config), config, table)
+    identifier = ".".join(table.name())
+    check_mode(identifier, mode, net_changes, table)
+    metadata = table.metadata
+    for name, snapshot_id in (("start", start_snapshot), ("end", end_snapshot)):
+        if snapshot_id is not None and metadata.snapshot_by_id(snapshot_id) is None:
+            raise SnapshotNotFoundError(
+                f"table {identifier} has no snapshot {snapshot_id} ({name} of the range); "
+                f"`icesink snapshots list {identifier}` lists them"
+            )
+    head = metadata.current_snapshot()
+    end = end_snapshot if end_snapshot is not None else (head.snapshot_id if head else None)
+    schema = table.schema()
+    if end is None or end == start_snapshot:
+        return empty_changelog(schema) if mode == "changelog" else schema.as_arrow().empty_table()
+    planner = Planner(table)
+    parts = []
+    snapshots = planner.snapshots(start_snapshot, end)
+    if start_snapshot is None and snapshots and snapshots[0].parent_snapshot_id is not None:
+        parts += planner.state(snapshots[0])  # older history expired: the oldest state kept, as inserts
+        snapshots = snapshots[1:]
+    for snapshot in snapshots:
+        parts += planner.changes(snapshot)
+    return compute_changes(table, schema, parts, mode, net_changes)
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``spark.readStream.format("icesink")`` (and ``writeStream.format("icesink")``) available."""
+    from icesink.datasource import IcesinkDataSource
+
+    spark.dataSource.register(IcesinkDataSource)
+
+
+def read_stream(
+    spark: SparkSession,
+    table: str,
+    *,
+    catalog: str | Mapping[str, str] | None = None,
+    **options: Any,
+) -> DataFrame:
+    """The table's changes as a streaming DataFrame (see ``spark.readStream.format("icesink")`` in the README).
+
+    Options: ``mode`` (``changelog``/``append``), ``starting`` (``earliest``, ``latest``, a snapshot id or an
+    ISO timestamp), ``max-files-per-trigger``, ``max-rows-per-trigger``, ``net-changes``; ``catalog`` is a
+    catalog name or pyiceberg properties as for :func:`icesink.stream`.
+    """
+    register(spark)
+    reader = spark.readStream.format("icesink").option("table", table)
+    if isinstance(catalog, str):
+        reader = reader.option("catalog", catalog)
+    elif catalog is not None:
+        for key, value in catalog.items():
+            reader = reader.option(f"catalog.{key}", str(value))
+    for key, value in options.items():
+        reader = reader.option(key.replace("_", "-"), str(value).lower() if isinstance(value, bool) else str(value))
+    return reader.load()

@@ -1,0 +1,279 @@
+"""Computing changes from planned files: which rows were alive before a snapshot and after it.
+
+Runs wherever the rows are needed (a Spark executor for a stream, the driver
+for ``icesink.changes``). For every data file a snapshot may have changed, all
+its rows are read in file order, and two masks say which were alive before
+and after: position deletes by position, equality deletes by key and data
+sequence number. Rows alive before and not after were deleted; rows of added
+files alive after were inserted. Within a snapshot, a deleted and an inserted
+row with the same identifier fields are an update (``update_before`` /
+``update_after``); identical deleted and inserted rows (a copy-on-write
+rewrite) are no change at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from icesink.arrays import positions, repeated
+from icesink.iceberg.deletes import EqualityDeletes, PartitionKey, comparable_keys
+
+if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
+
+    from icesink.changelog.plan import SnapshotChanges
+    from icesink.iceberg.scan import LiveFile
+
+CHANGE_TYPE = "_change_type"
+CHANGE_ORDINAL = "_change_ordinal"
+COMMIT_SNAPSHOT_ID = "_commit_snapshot_id"
+COMMIT_TIMESTAMP = "_commit_timestamp"
+INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER = "insert", "delete", "update_before", "update_after"
+CHANGE_FIELDS = pa.schema(
+    [
+        pa.field(CHANGE_TYPE, pa.string(), nullable=False),
+        pa.field(CHANGE_ORDINAL, pa.int64(), nullable=False),
+        pa.field(COMMIT_SNAPSHOT_ID, pa.int64(), nullable=False),
+        pa.field(COMMIT_TIMESTAMP, pa.timestamp("us", tz="UTC"), nullable=False),
+    ]
+)
+_ROW = "__icesink_row"
+_SIDE = "__icesink_side"
+
+
+class _Reader:
+    """Reads a task's data files and the position deletes they need, each delete file once."""
+
+    def __init__(self, table: Table, schema: Schema, parts: Sequence[SnapshotChanges]) -> None:
+        from icesink.iceberg.scan import position_deletes_of
+
+        self.table = table
+        self.schema = schema
+        files: dict[str, DataFile] = {}
+        for part in parts:
+            for changed in part.changed:
+                for f in changed.before | (changed.after or frozenset()):
+                    files[str(f.file_path)] = f
+            for added in part.added:
+                for f in added.after:
+                    files[str(f.file_path)] = f
+        self._positions = position_deletes_of(table, files.values())
+
+    def rows(self, live: LiveFile) -> pa.Table:
+        """Every row of the file, in file order (no delete applied)."""
+        from icesink.iceberg.scan import read_files
+
+        return read_files(self.table, self.schema, [(live.file, frozenset())], None, {})
+
+    def alive(
+        self,
+        rows: pa.Table,
+        live: LiveFile,
+        position_deletes: frozenset[DataFile],
+        equality: EqualityDeletes,
+        scope: PartitionKey,
+    ) -> pa.Array:
+        removed = repeated(False, rows.num_rows)
+        named = [
+            self._positions[str(f.file_path)][live.path]
+            for f in position_deletes
+            if live.path in self._positions.get(str(f.file_path), {})
+        ]
+        if named:
+            removed = pc.is_in(positions(rows.num_rows), value_set=pa.concat_arrays(named))
+        if equality and rows.num_rows:
+            sequence = repeated(live.sequence_number, rows.num_rows)
+            removed = pc.or_(removed, equality.deleted(rows, sequence, scope))
+        return pc.invert(removed)
+
+
+def deleted_and_inserted(reader: _Reader, part: SnapshotChanges) -> tuple[pa.Table, pa.Table]:
+    """The rows one snapshot deleted and inserted in one partition."""
+    table, schema = reader.table, reader.schema
+    before = EqualityDeletes(table, schema, part.equality_before)
+    after = EqualityDeletes(table, schema, part.equality_after)
+    empty = schema.as_arrow().empty_table()
+    deleted = [empty]
+    for changed in part.changed:
+        rows = reader.rows(changed.data)
+        was = reader.alive(rows, changed.data, changed.before, before, part.scope)
+        if changed.after is None:
+            deleted.append(rows.filter(was))
+            continue
+        still = reader.alive(rows, changed.data, changed.after, after, part.scope)
+        deleted.append(rows.filter(pc.and_(was, pc.invert(still))))
+    inserted = [empty]
+    for added in part.added:
+        rows = reader.rows(added.data)
+        inserted.append(rows.filter(reader.alive(rows, added.data, added.after, after, part.scope)))
+    return (
+        pa.concat_tables(deleted, promote_options="permissive"),
+        pa.concat_tables(inserted, promote_options="permissive"),
+    )
+
+
+def _matches(left: pa.Table, right: pa.Table, names: list[str]) -> tuple[pa.Array, pa.Array]:
+    """Row indices of ``left`` and ``right`` equal on ``names`` (null equal to null), each row used once."""
+    left_keys, join_names = comparable_keys(left, names)
+    right_keys, _ = comparable_keys(right, names)
+    left_keys = left_keys.append_column(_ROW, positions(left.num_rows))
+    right_keys = right_keys.append_column(_SIDE, positions(right.num_rows))
+    joined = left_keys.join(right_keys, keys=join_names, join_type="inner")
+    if joined.num_rows == 0:
+        empty = pa.array([], pa.int64())
+        return empty, empty
+    # One partner per row on either side, in a stable order.
+    joined = joined.sort_by([(_ROW, "ascending"), (_SIDE, "ascending")])
+    left_index = joined.column(_ROW).to_pylist()
+    right_index = joined.column(_SIDE).to_pylist()
+    used_left: set[int] = set()
+    used_right: set[int] = set()
+    pairs_left, pairs_right = [], []
+    for a, b in zip(left_index, right_index, strict=True):
+        if a in used_left or b in used_right:
+            continue
+        used_left.add(a)
+        used_right.add(b)
+        pairs_left.append(a)
+        pairs_right.append(b)
+    return pa.array(pairs_left, pa.int64()), pa.array(pairs_right, pa.int64())
+
+
+def _without(table: pa.Table, indices: pa.Array) -> pa.Table:
+    if len(indices) == 0:
+        return table
+    return table.filter(pc.invert(pc.is_in(positions(table.num_rows), value_set=indices)))
+
+
+def _labelled(rows: pa.Table, kind: str, part: SnapshotChanges) -> pa.Table:
+    commit = part.commit
+    count = rows.num_rows
+    return pa.table(
+        [
+            *rows.columns,
+            pa.array([kind] * count, pa.string()),
+            repeated(commit.sequence_number, count),
+            repeated(commit.snapshot_id, count),
+            repeated(commit.timestamp_ms * 1000, count).cast(pa.timestamp("us", tz="UTC")),
+        ],
+        names=[*rows.column_names, *CHANGE_FIELDS.names],
+    )
+
+
+def changelog(deleted: pa.Table, inserted: pa.Table, keys: list[str], part: SnapshotChanges) -> pa.Table:
+    """One snapshot's changes in one partition, labelled; updates paired by ``keys`` (none: no pairing)."""
+    if deleted.num_rows and inserted.num_rows:
+        # Rows rewritten unchanged (copy-on-write) are not changes.
+        same_left, same_right = _matches(deleted, inserted, list(deleted.column_names))
+        deleted, inserted = _without(deleted, same_left), _without(inserted, same_right)
+    parts = []
+    if keys and deleted.num_rows and inserted.num_rows:
+        old, new = _matches(deleted, inserted, keys)
+        if len(old):
+            befores = _labelled(deleted.take(old), UPDATE_BEFORE, part)
+            afters = _labelled(inserted.take(new), UPDATE_AFTER, part)
+            # Each update_before right before its update_after.
+            order = pc.sort_indices(
+                pa.table(
+                    {
+                        "i": pa.concat_arrays([positions(len(old)), positions(len(new))]),
+                        "s": pa.concat_arrays([repeated(0, len(old)), repeated(1, len(new))]),
+                    }
+                ),
+                sort_keys=[("i", "ascending"), ("s", "ascending")],
+            )
+            parts.append(pa.concat_tables([befores, afters]).take(order))
+            deleted, inserted = _without(deleted, old), _without(inserted, new)
+    parts.append(_labelled(deleted, DELETE, part))
+    parts.append(_labelled(inserted, INSERT, part))
+    return pa.concat_tables(parts, promote_options="permissive")
+
+
+def compute_changes(
+    table: Table, schema: Schema, parts: Sequence[SnapshotChanges], mode: str, net_changes: bool
+) -> pa.Table:
+    """The changes of ``parts`` (one or more snapshots, oldest first) as one Arrow table.
+
+    ``mode`` ``"changelog"``: every change with the change columns; ``"append"``:
+    the rows each snapshot added, table columns only. With ``net_changes``,
+    the changes of one key across all parts collapse to the net change.
+    """
+    reader = _Reader(table, schema, parts)
+    keys = [schema.find_column_name(i) or "" for i in schema.identifier_field_ids]
+    if mode == "append":
+        inserted = [deleted_and_inserted(reader, part)[1] for part in parts if part.added]
+        return pa.concat_tables(inserted or [schema.as_arrow().empty_table()], promote_options="permissive")
+    labelled = []
+    for part in parts:
+        deleted, inserted = deleted_and_inserted(reader, part)
+        labelled.append(changelog(deleted, inserted, keys, part))
+    if not labelled:
+        return empty_changelog(schema)
+    changes = pa.concat_tables(labelled, promote_options="permissive")
+    return net(changes, keys) if net_changes else changes
+
+
+def empty_changelog(schema: Schema) -> pa.Table:
+    fields = [*schema.as_arrow(), *CHANGE_FIELDS]
+    return pa.schema(fields).empty_table()
+
+
+def net(changes: pa.Table, keys: list[str]) -> pa.Table:
+    """Per key, the net change over all the changes (oldest first): what a reader of just the end state sees.
+
+    A key whose row existed before the first change and after the last is one
+    update (nothing, if the row is unchanged); one that existed only before is
+    a delete; only after, an insert; neither, nothing.
+    """
+    if changes.num_rows == 0:
+        return changes
+    kinds = changes.column(CHANGE_TYPE)
+    side = pc.if_else(pc.is_in(kinds, value_set=pa.array([DELETE, UPDATE_BEFORE])), 0, 1)
+    ordered = changes.append_column(_SIDE, side).append_column(_ROW, positions(changes.num_rows))
+    key_table, join_names = comparable_keys(ordered, keys)
+    sort = [(name, "ascending") for name in join_names]
+    sort += [(CHANGE_ORDINAL, "ascending"), (_SIDE, "ascending"), (_ROW, "ascending")]
+    combined = pa.table(
+        [*key_table.columns, ordered.column(CHANGE_ORDINAL), ordered.column(_SIDE), ordered.column(_ROW)],
+        names=[*join_names, CHANGE_ORDINAL, _SIDE, _ROW],
+    )
+    order = pc.sort_indices(combined, sort_keys=sort)
+    sorted_keys = key_table.take(order)
+    rows = sorted_keys.num_rows
+    differs = repeated(False, max(rows - 1, 0))
+    for name in join_names:
+        column = sorted_keys.column(name).combine_chunks()
+        differs = pc.or_(differs, pc.not_equal(column.slice(0, rows - 1), column.slice(1)))
+    first = pa.concat_arrays([pa.array([True]), differs])
+    last = pa.concat_arrays([differs, pa.array([True])])
+    ordered_rows = ordered.take(order)
+    firsts, lasts = ordered_rows.filter(first), ordered_rows.filter(last)  # aligned: one row per key each
+    existed = pc.equal(firsts.column(_SIDE), 0)
+    exists = pc.equal(lasts.column(_SIDE), 1)
+    data_names = [n for n in changes.column_names if n not in CHANGE_FIELDS.names]
+    unchanged = pa.array(
+        [
+            a == b
+            for a, b in zip(firsts.select(data_names).to_pylist(), lasts.select(data_names).to_pylist(), strict=True)
+        ],
+        pa.bool_(),
+    )
+    updated = pc.and_(pc.and_(existed, exists), pc.invert(unchanged))
+    out = [
+        _relabel(firsts.filter(updated), UPDATE_BEFORE),
+        _relabel(lasts.filter(updated), UPDATE_AFTER),
+        _relabel(firsts.filter(pc.and_(existed, pc.invert(exists))), DELETE),
+        _relabel(lasts.filter(pc.and_(pc.invert(existed), exists)), INSERT),
+    ]
+    return pa.concat_tables(out).select(changes.column_names)
+
+
+def _relabel(rows: pa.Table, kind: str) -> pa.Table:
+    index = rows.column_names.index(CHANGE_TYPE)
+    return rows.set_column(index, CHANGE_TYPE, pa.array([kind] * rows.num_rows, pa.string()))

@@ -1,0 +1,321 @@
+"""``spark.readStream.format("icesink")``: a table's changes as a stream, on pyspark's Python data source API.
+
+The shape of Flink's FLIP-27 sources: the stream reader (the split
+enumerator, on the driver) turns offsets, which are snapshots of the table's
+``main`` branch, into partitions (the splits: per snapshot and table
+partition, the data files it added and the ones whose rows it changed); Spark
+ships them to executors, which read them (:mod:`icesink.changelog.compute`). The
+offsets live in the reading query's checkpoint, so a restarted reader goes on
+after the last snapshot it committed; if that snapshot has expired meanwhile,
+the reader stops with :class:`~icesink.errors.StartingSnapshotExpiredError`
+rather than skip changes silently.
+
+Options (named as Iceberg's Spark source names them where it has them):
+
+* ``table`` (required), ``catalog`` (a name) or ``catalog.<key>`` (pyiceberg properties);
+* ``mode``: ``changelog`` (default) or ``append``;
+* ``starting``: ``earliest`` (default: the oldest state kept, then every change),
+  ``latest`` (changes from now on), a snapshot id (its changes and later ones),
+  or a timestamp (ISO 8601, or milliseconds since the epoch: changes committed at or after it);
+* ``max-files-per-trigger``, ``max-rows-per-trigger``: bound a micro-batch (at
+  least one snapshot is always read);
+* ``net-changes``: collapse a key's changes within a micro-batch.
+
+``Trigger.AvailableNow`` reads up to the head as of the query's start.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxFiles,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from icesink.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
+    from pyspark.sql.types import StructType
+
+    from icesink.changelog.plan import Planner, SnapshotChanges
+
+BEFORE_FIRST = -1  # the offset before a table's first snapshot (or its oldest one kept)
+# Parts are grouped into one Spark task until it reads about this many rows.
+ROWS_PER_TASK = 2_000_000
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The options of a change stream, checked once."""
+
+    table: str
+    catalog_name: str | None
+    catalog_properties: tuple[tuple[str, str], ...]
+    mode: str
+    starting: str
+    max_files: int | None
+    max_rows: int | None
+    net_changes: bool
+
+    @classmethod
+    def of(cls, options: Mapping[str, str]) -> ReadOptions:
+        table = options.get("table") or options.get("path")
+        if not table:
+            raise ConfigError('readStream.format("icesink") needs .option("table", "namespace.table")')
+        limits: dict[str, int | None] = {}
+        for name in ("max-files-per-trigger", "max-rows-per-trigger"):
+            raw = options.get(name)
+            if raw is None:
+                limits[name] = None
+                continue
+            if not raw.isdigit() or int(raw) < 1:
+                raise ConfigError(f"table {table}: option {name}={raw!r} must be a positive whole number")
+            limits[name] = int(raw)
+        net = str(options.get("net-changes", "false")).lower()
+        if net not in ("true", "false"):
+            raise ConfigError(f"table {table}: option net-changes={net!r} must be true or false")
+        properties = tuple(sorted((k[len("catalog.") :], v) for k, v in options.items() if k.startswith("catalog.")))
+        return cls(
+            table=table,
+            catalog_name=options.get("catalog"),
+            catalog_properties=properties,
+            mode=options.get("mode", "changelog"),
+            starting=options.get("starting", "earliest"),
+            max_files=limits["max-files-per-trigger"],
+            max_rows=limits["max-rows-per-trigger"],
+            net_changes=net == "true",
+        )
+
+    def load(self) -> Table:
+        from icesink.catalog.config import resolve_catalog
+        from icesink.catalog.loader import load_table, open_catalog
+
+        catalog: Any = dict(self.catalog_properties) if self.catalog_properties else self.catalog_name
+        if self.catalog_properties and self.catalog_name:
+            catalog = {**catalog, "name": self.catalog_name}
+        config = resolve_catalog(catalog)
+        return load_table(open_catalog(config), config, self.table)
+
+
+def spark_schema(schema: Schema, mode: str) -> StructType:
+    """The DataFrame schema of a change stream: the table's columns, then the change columns."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
+
+    from icesink.sink.schema import spark_type_of
+
+    fields = [StructField(f.name, spark_type_of(f.field_type), not f.required) for f in schema.fields]
+    if mode == "changelog":
+        fields += [
+            StructField("_change_type", StringType(), False),
+            StructField("_change_ordinal", LongType(), False),
+            StructField("_commit_snapshot_id", LongType(), False),
+            StructField("_commit_timestamp", TimestampType(), False),
+        ]
+    return StructType(fields)
+
+
+@dataclass(frozen=True)
+class ChangeTask:
+    """One Spark task (the value of its ``InputPartition``): snapshot parts read in order on one executor."""
+
+    metadata_location: str
+    io_properties: tuple[tuple[str, str], ...]
+    schema: Schema
+    parts: tuple[SnapshotChanges, ...]
+    mode: str
+    net_changes: bool
+
+
+class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are snapshots of ``main``; partitions are the planned changes between two of them."""
+
+    def __init__(self, options: ReadOptions, schema: StructType) -> None:
+        self._options = options
+        self._columns = [f.name for f in schema.fields]
+        self._ceiling: int | None = None  # AvailableNow: no offset past the head as of the query's start
+        self._state: tuple[Table, Planner] | None = None
+        self._schema = self._table.schema()  # the one the declared columns come from
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Spark ships the reader to executors for read(): the catalog (and its database engine) stays here.
+        return {**self.__dict__, "_state": None}
+
+    @property
+    def _table(self) -> Table:
+        return self._loaded()[0]
+
+    @property
+    def _planner(self) -> Planner:
+        return self._loaded()[1]
+
+    def _loaded(self) -> tuple[Table, Planner]:
+        from icesink.changelog.plan import Planner
+
+        if self._state is None:
+            table = self._options.load()
+            self._state = (table, Planner(table))
+        return self._state
+
+    def _refresh(self) -> Table:
+        from icesink.changelog.plan import Planner
+
+        table, planner = self._loaded()
+        fresh = table.refresh()
+        if fresh.metadata_location != table.metadata_location:
+            planner = Planner(fresh, cache=planner.cache)
+        self._state = (fresh, planner)
+        return fresh
+
+    def _head(self) -> int:
+        snapshot = self._table.current_snapshot()
+        return snapshot.snapshot_id if snapshot is not None else BEFORE_FIRST
+
+    def initialOffset(self) -> dict[str, Any]:
+        table = self._refresh()
+        starting = self._options.starting.strip().lower()
+        if starting == "earliest":
+            return {"snapshot_id": BEFORE_FIRST}
+        if starting == "latest":
+            return {"snapshot_id": self._head()}
+        ancestry = self._ancestry()
+        if starting.lstrip("-").isdigit() and table.metadata.snapshot_by_id(int(starting)) is not None:
+            snapshot = table.metadata.snapshot_by_id(int(starting))
+            assert snapshot is not None
+            return {"snapshot_id": snapshot.parent_snapshot_id or BEFORE_FIRST}
+        moment = _timestamp_ms(self._options.table, self._options.starting)
+        for snapshot in ancestry:  # oldest first
+            if snapshot.timestamp_ms >= moment:
+                return {"snapshot_id": snapshot.parent_snapshot_id or BEFORE_FIRST}
+        return {"snapshot_id": self._head()}
+
+    def _ancestry(self) -> list[Any]:
+        head = self._head()
+        return [] if head == BEFORE_FIRST else self._planner.snapshots(None, head)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._refresh()
+        self._ceiling = self._head()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self._options.max_files is not None:
+            return ReadMaxFiles(self._options.max_files)
+        if self._options.max_rows is not None:
+            return ReadMaxRows(self._options.max_rows)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self._refresh()
+        head = self._head() if self._ceiling is None else self._ceiling
+        begin = start["snapshot_id"]
+        if head in (BEFORE_FIRST, begin):
+            return start
+        snapshots = self._planner.snapshots(None if begin == BEFORE_FIRST else begin, head)
+        files = rows = 0
+        chosen = begin
+        for snapshot in snapshots:
+            summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+            files += sum(
+                int(summary.get(k, 0) or 0) for k in ("added-data-files", "added-delete-files", "deleted-data-files")
+            )
+            rows += sum(
+                int(summary.get(k, 0) or 0)
+                for k in ("added-records", "deleted-records", "added-position-deletes", "added-equality-deletes")
+            )
+            over = (isinstance(limit, ReadMaxFiles) and files > limit.max_files) or (
+                isinstance(limit, ReadMaxRows) and rows > limit.max_rows
+            )
+            if over and chosen != begin:
+                break
+            chosen = snapshot.snapshot_id
+            if over:
+                break
+        return {"snapshot_id": chosen}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        first, last = start["snapshot_id"], end["snapshot_id"]
+        if first == last or last == BEFORE_FIRST:
+            return []
+        table = self._refresh()
+        snapshots = self._planner.snapshots(None if first == BEFORE_FIRST else first, last)
+        parts: list[SnapshotChanges] = []
+        if first == BEFORE_FIRST and snapshots and snapshots[0].parent_snapshot_id is not None:
+            parts += self._planner.state(snapshots[0])  # older history expired: the oldest state kept
+            snapshots = snapshots[1:]
+        for snapshot in snapshots:
+            parts += self._planner.changes(snapshot)
+        return [InputPartition(self._task(table, group)) for group in self._group(parts)]
+
+    def _group(self, parts: list[SnapshotChanges]) -> list[list[SnapshotChanges]]:
+        if self._options.net_changes:  # a key's changes must meet in one task: all of its partition's
+            by_scope: dict[Any, list[SnapshotChanges]] = {}
+            for part in parts:
+                by_scope.setdefault(part.scope, []).append(part)
+            return list(by_scope.values())
+        groups: list[list[SnapshotChanges]] = []
+        rows = 0
+        for part in parts:
+            if not groups or rows + part.rows > ROWS_PER_TASK:
+                groups.append([])
+                rows = 0
+            groups[-1].append(part)
+            rows += part.rows
+        return groups
+
+    def _task(self, table: Table, parts: list[SnapshotChanges]) -> ChangeTask:
+        return ChangeTask(
+            metadata_location=table.metadata_location,
+            io_properties=tuple(sorted((k, str(v)) for k, v in table.io.properties.items())),
+            schema=self._schema,
+            parts=tuple(parts),
+            mode=self._options.mode,
+            net_changes=self._options.net_changes,
+        )
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from pyiceberg.table import StaticTable
+
+        from icesink.changelog.compute import compute_changes
+
+        task: ChangeTask = partition.value
+        table = StaticTable.from_metadata(task.metadata_location, properties=dict(task.io_properties))
+        rows = compute_changes(table, task.schema, task.parts, task.mode, task.net_changes)
+        yield from _conformed(rows, self._columns).to_batches()
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to release: the offsets live in the reading query's checkpoint."""
+
+
+def _conformed(rows: pa.Table, columns: list[str]) -> pa.Table:
+    """The declared columns in the declared physical types (Spark refuses large_string where it said string)."""
+    import pyarrow as pa
+
+    narrowed = {pa.large_string(): pa.string(), pa.large_binary(): pa.binary()}
+    rows = rows.select(columns)
+    schema = pa.schema([f.with_type(narrowed.get(f.type, f.type)) for f in rows.schema])
+    return rows.cast(schema) if schema != rows.schema else rows
+
+
+def _timestamp_ms(table: str, text: str) -> int:
+    if text.strip().isdigit():
+        return int(text.strip())
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip())
+    except ValueError as e:
+        raise ConfigError(
+            f"table {table}: starting={text!r} is none of earliest, latest, a snapshot id of the table, or a "
+            "timestamp (ISO 8601 like 2026-11-23T10:00:00+00:00, or milliseconds since the epoch)"
+        ) from e
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return int(moment.timestamp() * 1000)

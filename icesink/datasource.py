@@ -1,0 +1,44 @@
+"""The ``icesink`` format of pyspark's Python data source API, registered by :func:`icesink.register`.
+
+* ``spark.readStream.format("icesink")``: a table's changes (:mod:`icesink.changelog.source`);
+* ``df.writeStream.format("icesink")``: appends (:mod:`icesink.sink.datasource_writer`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import DataSource
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+    from icesink.changelog.source import ChangeStreamReader
+    from icesink.sink.datasource_writer import IcesinkStreamWriter
+
+
+class IcesinkDataSource(DataSource):
+    """The ``icesink`` format."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "icesink"
+
+    def schema(self) -> StructType:
+        from icesink.changelog.api import check_mode
+        from icesink.changelog.source import ReadOptions, spark_schema
+
+        options = ReadOptions.of(self.options)
+        table = options.load()
+        check_mode(options.table, options.mode, options.net_changes, table)
+        return spark_schema(table.schema(), options.mode)
+
+    def streamReader(self, schema: StructType) -> ChangeStreamReader:
+        from icesink.changelog.source import ChangeStreamReader, ReadOptions
+
+        return ChangeStreamReader(ReadOptions.of(self.options), schema)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> IcesinkStreamWriter:
+        from icesink.sink.datasource_writer import IcesinkStreamWriter
+
+        return IcesinkStreamWriter.create(dict(self.options), schema)

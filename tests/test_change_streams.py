@@ -1,0 +1,182 @@
+"""``spark.readStream.format("icesink")``: a table's changes as a stream, exactly once, into the next table.
+
+Table A receives checkpoints as a stream would write them; the change stream
+of A is read with real Spark micro-batches. Replaying what the reader
+delivered must give A's state; a second icesink stream turns A's changelog
+into table B, which must equal A (and the model) whatever micro-batches the
+reader cut.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import icesink
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from icesink.committer.maintainer import Maintainer
+from icesink.maintenance.policy import MaintenancePolicy
+from tests.outcomes import check_outcome, iceberg_rust_sql
+from tests.test_changelog import replay
+from tests.test_maintenance import TABLE, Model, commit_changes, create, random_changes
+
+pytestmark = pytest.mark.spark
+
+
+def fill(config: CatalogConfig, checkpoints: int, seed: int, start: int = 0, model: Model | None = None) -> Model:
+    model = model or Model()
+    rng = random.Random(seed)
+    for checkpoint in range(start, start + checkpoints):
+        changes = random_changes(rng, checkpoint, keys=50, size=40)
+        commit_changes(config, checkpoint, changes)
+        model.apply(changes)
+    return model
+
+
+def collect(spark: Any, config: CatalogConfig, checkpoint: Path, **options: Any) -> tuple[pa.Table, list[int]]:
+    """Run the change stream with Trigger.AvailableNow; everything it delivered, and the rows per micro-batch."""
+    batches: list[pa.Table] = []
+
+    def keep(batch: Any, _: int) -> None:
+        batches.append(pa.Table.from_pylist([row.asDict() for row in batch.collect()]))
+
+    stream = icesink.read_stream(spark, TABLE, catalog={"uri": config.uri, "warehouse": config.warehouse}, **options)
+    stream.writeStream.foreachBatch(keep).option("checkpointLocation", str(checkpoint)).trigger(
+        availableNow=True
+    ).start().awaitTermination()
+    delivered = [b for b in batches if b.num_rows]
+    rows = pa.concat_tables(delivered) if delivered else pa.table({})
+    return rows, [b.num_rows for b in batches]
+
+
+def state_of(config: CatalogConfig) -> dict[int, str]:
+    return {r["id"]: r["v"] for r in icesink.read(TABLE, catalog=config).to_pylist()}
+
+
+def test_the_change_stream_delivers_every_change_once_across_restarts_and_limits(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    create(sqlite_catalog)
+    model = fill(sqlite_catalog, 4, seed=1)
+    first, batch_sizes = collect(spark, sqlite_catalog, tmp_path / "ckpt", max_files_per_trigger=1)
+    assert len([n for n in batch_sizes if n]) >= 4  # the read limit cut the backlog into micro-batches
+    assert replay({}, first) == model.rows
+    # More commits, a maintenance run and a restart: only what came since is delivered.
+    fill(sqlite_catalog, 3, seed=2, start=4, model=model)
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    Maintainer(open_catalog(sqlite_catalog), sqlite_catalog).run(table, TABLE, MaintenancePolicy(), everything=True)
+    second, _ = collect(spark, sqlite_catalog, tmp_path / "ckpt")
+    assert replay(replay({}, first), second) == model.rows == state_of(sqlite_catalog)
+    maintenance = {s.snapshot_id for s in table.refresh().metadata.snapshots if s.summary["icesink.maintenance"]}
+    assert maintenance and not set(second.column("_commit_snapshot_id").to_pylist()) & maintenance
+
+
+def test_starting_at_a_snapshot_a_time_or_now(spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path) -> None:
+    create(sqlite_catalog)
+    fill(sqlite_catalog, 2, seed=3)
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    middle = max(table.metadata.snapshots, key=lambda s: s.sequence_number)
+    time.sleep(0.05)
+    model = fill(sqlite_catalog, 2, seed=4, start=2)
+    later = sorted(table.refresh().metadata.snapshots, key=lambda s: s.sequence_number)[2:]
+    by_snapshot, _ = collect(spark, sqlite_catalog, tmp_path / "a", starting=str(middle.snapshot_id))
+    assert set(by_snapshot.column("_commit_snapshot_id").to_pylist()) == {middle.snapshot_id} | {
+        s.snapshot_id for s in later
+    }
+    by_time, _ = collect(spark, sqlite_catalog, tmp_path / "b", starting=str(later[0].timestamp_ms))
+    assert set(by_time.column("_commit_snapshot_id").to_pylist()) == {s.snapshot_id for s in later}
+    _, sizes = collect(spark, sqlite_catalog, tmp_path / "c", starting="latest")
+    assert sum(sizes) == 0
+    fill(sqlite_catalog, 1, seed=5, start=4, model=model)
+    newest, _ = collect(spark, sqlite_catalog, tmp_path / "c", starting="latest")
+    head = table.refresh().current_snapshot()
+    assert set(newest.column("_commit_snapshot_id").to_pylist()) == {head.snapshot_id}
+
+
+def test_a_restart_after_the_last_read_snapshot_expired_stops_with_the_reason(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    create(sqlite_catalog)
+    fill(sqlite_catalog, 2, seed=6)
+    collect(spark, sqlite_catalog, tmp_path / "ckpt")
+    fill(sqlite_catalog, 2, seed=7, start=2)
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    read_up_to = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number)[1].snapshot_id
+    table.maintenance.expire_snapshots().by_id(read_up_to).commit()
+    with pytest.raises(Exception) as raised:
+        collect(spark, sqlite_catalog, tmp_path / "ckpt")
+    message = str(raised.value)
+    assert f"snapshot {read_up_to}" in message and "history.expire.max-snapshot-age-ms" in message
+
+
+def test_a_changelog_pipeline_makes_table_b_equal_table_a(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    """A → read_stream(changelog) → icesink.stream(op_column="_change_type") → B, over several runs."""
+    create(sqlite_catalog, partition_by=("bucket(4, id)",))
+    model = Model()
+    for run, seed in enumerate((10, 11, 12)):
+        fill(sqlite_catalog, 3, seed=seed, start=run * 3, model=model)
+        stream = icesink.read_stream(
+            spark,
+            TABLE,
+            catalog={"uri": sqlite_catalog.uri, "warehouse": sqlite_catalog.warehouse},
+            max_files_per_trigger=2,
+        )
+        icesink.stream(
+            stream.drop("_commit_snapshot_id", "_commit_timestamp"),
+            table="shop.copy",
+            checkpoint_location=str(tmp_path / "b"),
+            trigger={"availableNow": True},
+            create_table=True,
+            equality_fields=["id"],
+            op_column="_change_type",
+            sequence_by="_change_ordinal",
+            catalog=sqlite_catalog,
+        ).awaitTermination()
+        copy = {r["id"]: r["v"] for r in icesink.read("shop.copy", catalog=sqlite_catalog).to_pylist()}
+        assert copy == model.rows == state_of(sqlite_catalog), f"run {run}"
+    table = open_catalog(sqlite_catalog).load_table("shop.copy")
+    rust = {r["id"]: r["v"] for r in iceberg_rust_sql(table, "SELECT id, v FROM t").to_pylist()}
+    assert rust == model.rows
+    check_outcome("changelog pipeline A -> B", sqlite_catalog, "shop.copy", sorted(model.rows))
+
+
+def test_the_spark_native_sink_appends_each_batch_once(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    from tests.streams import add_input_files, expected_rows, input_stream
+    from tests.support import create_orders_table
+
+    create_orders_table(sqlite_catalog, "shop.orders")
+    icesink.register(spark)
+
+    def run() -> None:
+        (
+            input_stream(spark, tmp_path / "in")
+            .writeStream.format("icesink")
+            .option("table", "shop.orders")
+            .option("job_id", "native")
+            .option("catalog.uri", sqlite_catalog.uri)
+            .option("catalog.warehouse", sqlite_catalog.warehouse)
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start()
+            .awaitTermination()
+        )
+
+    add_input_files(tmp_path / "in", [(0, 100), (100, 50)])
+    run()
+    add_input_files(tmp_path / "in", [(150, 25)])
+    run()
+    rows = icesink.read("shop.orders", catalog=sqlite_catalog).sort_by("id")
+    assert rows.to_pylist() == expected_rows([(0, 100), (100, 50), (150, 25)]).to_pylist()
+    table = open_catalog(sqlite_catalog).load_table("shop.orders")
+    assert {s.summary["icesink.job-id"] for s in table.metadata.snapshots} == {"native"}
+    assert table.current_snapshot().summary["icesink.max-committed-checkpoint-id"] == "2"

@@ -1,0 +1,170 @@
+"""``icesink.changes``: the changes between two snapshots, checked against a model of what was written.
+
+Checkpoints are written and committed as a stream would (no Spark here; the
+streaming source is in ``test_change_streams.py``). Replaying a changelog on
+the model's state at its start snapshot must give the model's state at its
+end snapshot, and every ``delete``/``update_before`` must carry the row's old
+values.
+"""
+
+from __future__ import annotations
+
+import datetime
+import random
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import icesink
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from icesink.committer.maintainer import Maintainer
+from icesink.errors import ConfigError, SnapshotNotFoundError, StartingSnapshotExpiredError
+from icesink.maintenance.policy import MaintenancePolicy
+from tests.test_maintenance import KEEP, TABLE, Model, commit_changes, create, random_changes
+
+State = dict[int, str]
+
+
+def replay(state: State, changes: pa.Table) -> State:
+    """Apply a changelog; every old row it names must be the row the state holds."""
+    state = dict(state)
+    for change in changes.to_pylist():
+        kind, key, value = change["_change_type"], change["id"], change["v"]
+        if kind in ("delete", "update_before"):
+            assert state.get(key) == value, f"{kind} of {key} says {value!r}, the row was {state.get(key)!r}"
+            del state[key]
+        else:
+            assert key not in state, f"{kind} of {key}, which is there already"
+            state[key] = value
+    return state
+
+
+def history(
+    config: CatalogConfig, checkpoints: int, seed: int, properties: dict[str, str] | None = None
+) -> list[State]:
+    """Commit random checkpoints; the model's state after each."""
+    create(config, properties)
+    rng = random.Random(seed)
+    model = Model()
+    states = []
+    for checkpoint in range(checkpoints):
+        changes = random_changes(rng, checkpoint, keys=40, size=30)
+        commit_changes(config, checkpoint, changes)
+        model.apply(changes)
+        states.append(dict(model.rows))
+    return states
+
+
+def snapshots(config: CatalogConfig) -> list[Any]:
+    table = open_catalog(config).load_table(TABLE)
+    return sorted(table.metadata.snapshots, key=lambda s: s.sequence_number)
+
+
+@pytest.mark.parametrize("properties", [{}, KEEP], ids=["position-deletes", "equality-deletes"])
+def test_a_changelog_replayed_on_the_start_state_gives_the_end_state(
+    sqlite_catalog: CatalogConfig, properties: dict[str, str]
+) -> None:
+    states = history(sqlite_catalog, 6, seed=3, properties=properties)
+    ids = [s.snapshot_id for s in snapshots(sqlite_catalog)]
+    for start in range(len(ids)):
+        for end in range(start + 1, len(ids)):
+            changes = icesink.changes(TABLE, ids[start], ids[end], catalog=sqlite_catalog)
+            assert replay(states[start], changes) == states[end], (start, end)
+    everything = icesink.changes(TABLE, None, catalog=sqlite_catalog)
+    assert replay({}, everything) == states[-1]
+    kinds = set(everything.column("_change_type").to_pylist())
+    assert kinds == {"insert", "delete", "update_before", "update_after"}
+    # The change columns: ordinal = the commit's sequence number, and the commit's snapshot and time.
+    by_snapshot = {s.snapshot_id: s for s in snapshots(sqlite_catalog)}
+    for change in everything.to_pylist():
+        snapshot = by_snapshot[change["_commit_snapshot_id"]]
+        assert change["_change_ordinal"] == snapshot.sequence_number
+        moment = datetime.datetime.fromtimestamp(snapshot.timestamp_ms / 1000, datetime.UTC)
+        assert change["_commit_timestamp"] == moment
+
+
+def test_updates_are_paired_by_key_and_net_changes_collapse_them(sqlite_catalog: CatalogConfig) -> None:
+    create(sqlite_catalog)
+    commit_changes(sqlite_catalog, 0, [(1, "a", "I"), (2, "b", "I"), (3, "c", "I")])
+    commit_changes(sqlite_catalog, 1, [(1, "a2", "U"), (2, "", "D"), (4, "d", "I")])
+    commit_changes(sqlite_catalog, 2, [(1, "a3", "U"), (4, "", "D"), (5, "e", "I"), (3, "c", "U")])
+    first, second, third = (s.snapshot_id for s in snapshots(sqlite_catalog))
+
+    def rows(table: pa.Table) -> list[tuple[str, int, str]]:
+        return sorted((c["_change_type"], c["id"], c["v"]) for c in table.to_pylist())
+
+    assert rows(icesink.changes(TABLE, first, second, catalog=sqlite_catalog)) == [
+        ("delete", 2, "b"),
+        ("insert", 4, "d"),
+        ("update_after", 1, "a2"),
+        ("update_before", 1, "a"),
+    ]
+    # Key 3 rewritten with the same value is no change; key 4 came and went: nothing net.
+    net = icesink.changes(TABLE, first, third, net_changes=True, catalog=sqlite_catalog)
+    assert rows(net) == [("delete", 2, "b"), ("insert", 5, "e"), ("update_after", 1, "a3"), ("update_before", 1, "a")]
+    appended = icesink.changes(TABLE, first, third, mode="append", catalog=sqlite_catalog)
+    assert appended.column_names == ["id", "v"]
+    assert sorted(appended.to_pylist(), key=lambda r: (r["id"], r["v"])) == [
+        {"id": 1, "v": "a2"},
+        {"id": 1, "v": "a3"},
+        {"id": 3, "v": "c"},
+        {"id": 4, "v": "d"},
+        {"id": 5, "v": "e"},
+    ]
+
+
+def test_maintenance_snapshots_change_no_rows(sqlite_catalog: CatalogConfig) -> None:
+    states = history(sqlite_catalog, 4, seed=5, properties=KEEP)
+    before = snapshots(sqlite_catalog)[-1].snapshot_id
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    Maintainer(open_catalog(sqlite_catalog), sqlite_catalog).run(table, TABLE, MaintenancePolicy(), everything=True)
+    after = snapshots(sqlite_catalog)
+    assert {s.summary["icesink.maintenance"] for s in after[-2:]} == {"convert-equality-deletes", "compact"}
+    assert icesink.changes(TABLE, before, catalog=sqlite_catalog).num_rows == 0
+    # Reading across the maintenance commits still replays to the same state.
+    first = after[0].snapshot_id
+    commit_changes(sqlite_catalog, 10, [(7, "after maintenance", "U")])
+    expected = {**states[-1], 7: "after maintenance"}
+    assert replay(states[0], icesink.changes(TABLE, first, catalog=sqlite_catalog)) == expected
+
+
+def test_copy_on_write_rewrites_by_another_engine_show_only_the_changed_rows(sqlite_catalog: CatalogConfig) -> None:
+    """pyiceberg's own delete rewrites whole files: the rows copied unchanged are not changes."""
+    from pyiceberg.expressions import EqualTo
+
+    create(sqlite_catalog)
+    commit_changes(sqlite_catalog, 0, [(k, f"v{k}", "I") for k in range(10)])
+    before = snapshots(sqlite_catalog)[-1].snapshot_id
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    table.delete(EqualTo("id", 4))
+    changes = icesink.changes(TABLE, before, catalog=sqlite_catalog)
+    assert [(c["_change_type"], c["id"], c["v"]) for c in changes.to_pylist()] == [("delete", 4, "v4")]
+
+
+def test_bad_ranges_and_options_are_named(sqlite_catalog: CatalogConfig) -> None:
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    history(sqlite_catalog, 2, seed=1)
+    with pytest.raises(SnapshotNotFoundError, match="has no snapshot 12345"):
+        icesink.changes(TABLE, 12345, catalog=sqlite_catalog)
+    with pytest.raises(ConfigError, match="mode must be one of"):
+        icesink.changes(TABLE, None, mode="diff", catalog=sqlite_catalog)
+    catalog = open_catalog(sqlite_catalog)
+    catalog.create_table("shop.plain", Schema(NestedField(1, "x", LongType())))
+    with pytest.raises(ConfigError, match="no identifier fields"):
+        icesink.changes("shop.plain", None, net_changes=True, catalog=sqlite_catalog)
+
+
+def test_a_start_snapshot_that_expired_is_an_error_naming_it_and_the_retention(sqlite_catalog: CatalogConfig) -> None:
+    from icesink.changelog.plan import Planner
+
+    history(sqlite_catalog, 3, seed=2)
+    ids = [s.snapshot_id for s in snapshots(sqlite_catalog)]
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    table.maintenance.expire_snapshots().by_id(ids[0]).commit()  # expiry reaches the reader's last snapshot
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    with pytest.raises(StartingSnapshotExpiredError, match=rf"snapshot {ids[0]}.*history\.expire\.max-snapshot-age-ms"):
+        Planner(table).snapshots(ids[0], ids[-1])
