@@ -36,7 +36,9 @@ from upsert import SPARK_SCHEMA, build_table, change_batch
 def timed_stream(spark: Any, table: str, config: Any, checkpoint: Path, **options: Any) -> float:
     import icesink
 
-    df = icesink.read_stream(spark, table, catalog={"uri": config.uri, "warehouse": config.warehouse}, **options)
+    df = icesink.read_stream(
+        spark, table, catalog={"name": config.name, "uri": config.uri, "warehouse": config.warehouse}, **options
+    )
     started = time.perf_counter()
     query = df.writeStream.format("noop").option("checkpointLocation", str(checkpoint)).trigger(availableNow=True)
     query.start().awaitTermination()

@@ -132,7 +132,7 @@ def main() -> None:
     cli(["maintain", KEYED, "--all"], standalone_mode=False)
     print(f"\nSnapshots of {KEYED}: appends, row deltas, the maintenance commit\n")
     cli(["snapshots", "list", KEYED], standalone_mode=False)
-    print(f"\nA few rows of {KEYED}, read by pyiceberg itself (no equality deletes left for it to refuse):\n")
+    print(f"\nA few rows of {KEYED}, read by pyiceberg itself (it refuses equality deletes; icesink wrote none):\n")
     from icesink.catalog.config import CatalogConfig
     from icesink.catalog.loader import open_catalog
 

@@ -46,7 +46,9 @@ def collect(spark: Any, config: CatalogConfig, checkpoint: Path, **options: Any)
     def keep(batch: Any, _: int) -> None:
         batches.append(pa.Table.from_pylist([row.asDict() for row in batch.collect()]))
 
-    stream = icesink.read_stream(spark, TABLE, catalog={"uri": config.uri, "warehouse": config.warehouse}, **options)
+    stream = icesink.read_stream(
+        spark, TABLE, catalog={"name": config.name, "uri": config.uri, "warehouse": config.warehouse}, **options
+    )
     stream.writeStream.foreachBatch(keep).option("checkpointLocation", str(checkpoint)).trigger(
         availableNow=True
     ).start().awaitTermination()
@@ -126,7 +128,7 @@ def test_a_changelog_pipeline_makes_table_b_equal_table_a(
         stream = icesink.read_stream(
             spark,
             TABLE,
-            catalog={"uri": sqlite_catalog.uri, "warehouse": sqlite_catalog.warehouse},
+            catalog={"name": sqlite_catalog.name, "uri": sqlite_catalog.uri, "warehouse": sqlite_catalog.warehouse},
             max_files_per_trigger=2,
         )
         icesink.stream(
@@ -163,6 +165,7 @@ def test_the_spark_native_sink_appends_each_batch_once(
             .writeStream.format("icesink")
             .option("table", "shop.orders")
             .option("job_id", "native")
+            .option("catalog", sqlite_catalog.name)
             .option("catalog.uri", sqlite_catalog.uri)
             .option("catalog.warehouse", sqlite_catalog.warehouse)
             .option("checkpointLocation", str(tmp_path / "ckpt"))

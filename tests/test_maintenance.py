@@ -317,18 +317,20 @@ def run_maintain(config: CatalogConfig, failpoint: str = "") -> int:
     return done.returncode
 
 
+MOMENTS = [
+    "maintain.convert.after-resolve",
+    "maintain.convert.after-write",
+    "maintain.compact.after-write",
+    "maintain.before-commit",
+    "maintain.after-commit",
+]
+
+
 @pytest.mark.faults
-@pytest.mark.parametrize(
-    "moment",
-    [
-        "maintain.convert.after-resolve",
-        "maintain.convert.after-write",
-        "maintain.compact.after-write",
-        "maintain.before-commit",
-        "maintain.after-commit",
-    ],
-)
+@pytest.mark.parametrize("moment", MOMENTS)
 def test_maintenance_killed_at_every_moment_leaves_the_table_exact(catalog_config: CatalogConfig, moment: str) -> None:
+    if catalog_config.uri.startswith("sqlite") and moment not in ("maintain.before-commit", "maintain.after-commit"):
+        pytest.skip("covered on PostgreSQL; SQLite runs the moments around the catalog commit")
     model = fill(catalog_config, 4, properties=KEEP)
     assert run_maintain(catalog_config, moment) == -signal.SIGKILL
     for rows in rows_by_every_reader(catalog_config):

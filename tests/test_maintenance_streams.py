@@ -72,7 +72,7 @@ def test_cdc_streams_maintained_inline_equal_the_model_after_every_micro_batch(
         config = _catalog(request, tmp_path, "sqlite")
         rng = random.Random(41)
         model = ChangeModel()
-        for checkpoint in range(6):
+        for checkpoint in range(5):
             changes = random_checkpoint(rng, checkpoint)
             write_checkpoint_file(tmp_path / "in", checkpoint, changes)
             model.apply(changes)
@@ -90,7 +90,7 @@ def test_cdc_streams_maintained_inline_equal_the_model_after_every_micro_batch(
 def test_a_fast_stream_and_the_maintaining_daemon_on_one_table(
     spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, java_reader: Path
 ) -> None:
-    checkpoints = 12
+    checkpoints = 8
     rng = random.Random(43)
     model = ChangeModel()
     for checkpoint in range(checkpoints):

@@ -199,3 +199,12 @@ def resolve_catalog(catalog: str | CatalogConfig | Mapping[str, str] | None) -> 
         warehouse=properties.pop("warehouse", None),
         properties=properties,
     )
+
+
+def catalog_from_options(options: Mapping[str, str]) -> CatalogConfig:
+    """A data source's catalog: ``catalog`` (a name) and ``catalog.<key>`` (pyiceberg properties)."""
+    properties = {k[len("catalog.") :]: str(v) for k, v in options.items() if k.startswith("catalog.")}
+    name = options.get("catalog")
+    if properties:
+        return resolve_catalog({**properties, **({"name": name} if name else {})})
+    return resolve_catalog(name)

@@ -60,8 +60,7 @@ class ReadOptions:
     """The options of a change stream, checked once."""
 
     table: str
-    catalog_name: str | None
-    catalog_properties: tuple[tuple[str, str], ...]
+    catalog: tuple[tuple[str, str], ...]  # the catalog options: "catalog" and "catalog.<key>"
     mode: str
     starting: str
     max_files: int | None
@@ -85,11 +84,10 @@ class ReadOptions:
         net = str(options.get("net-changes", "false")).lower()
         if net not in ("true", "false"):
             raise ConfigError(f"table {table}: option net-changes={net!r} must be true or false")
-        properties = tuple(sorted((k[len("catalog.") :], v) for k, v in options.items() if k.startswith("catalog.")))
+        catalog = tuple(sorted((k, str(v)) for k, v in options.items() if k == "catalog" or k.startswith("catalog.")))
         return cls(
             table=table,
-            catalog_name=options.get("catalog"),
-            catalog_properties=properties,
+            catalog=catalog,
             mode=options.get("mode", "changelog"),
             starting=options.get("starting", "earliest"),
             max_files=limits["max-files-per-trigger"],
@@ -98,13 +96,10 @@ class ReadOptions:
         )
 
     def load(self) -> Table:
-        from icesink.catalog.config import resolve_catalog
+        from icesink.catalog.config import catalog_from_options
         from icesink.catalog.loader import load_table, open_catalog
 
-        catalog: Any = dict(self.catalog_properties) if self.catalog_properties else self.catalog_name
-        if self.catalog_properties and self.catalog_name:
-            catalog = {**catalog, "name": self.catalog_name}
-        config = resolve_catalog(catalog)
+        config = catalog_from_options(dict(self.catalog))
         return load_table(open_catalog(config), config, self.table)
 
 
@@ -142,7 +137,7 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self._options = options
-        self._columns = [f.name for f in schema.fields]
+        self._declared = schema
         self._ceiling: int | None = None  # AvailableNow: no offset past the head as of the query's start
         self._state: tuple[Table, Planner] | None = None
         self._schema = self._table.schema()  # the one the declared columns come from
@@ -290,20 +285,20 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         task: ChangeTask = partition.value
         table = StaticTable.from_metadata(task.metadata_location, properties=dict(task.io_properties))
         rows = compute_changes(table, task.schema, task.parts, task.mode, task.net_changes)
-        yield from _conformed(rows, self._columns).to_batches()
+        yield from _conformed(rows, self._declared).to_batches()
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: the offsets live in the reading query's checkpoint."""
 
 
-def _conformed(rows: pa.Table, columns: list[str]) -> pa.Table:
-    """The declared columns in the declared physical types (Spark refuses large_string where it said string)."""
+def _conformed(rows: pa.Table, declared: StructType) -> pa.Table:
+    """The declared columns in exactly the declared Arrow types and nullability, as Spark checks them."""
     import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
 
-    narrowed = {pa.large_string(): pa.string(), pa.large_binary(): pa.binary()}
-    rows = rows.select(columns)
-    schema = pa.schema([f.with_type(narrowed.get(f.type, f.type)) for f in rows.schema])
-    return rows.cast(schema) if schema != rows.schema else rows
+    schema = to_arrow_schema(declared, timezone="UTC")
+    columns = [rows.column(f.name).cast(f.type) for f in schema]
+    return pa.Table.from_arrays(columns, schema=schema)
 
 
 def _timestamp_ms(table: str, text: str) -> int:

@@ -62,7 +62,7 @@ class IcesinkStreamWriter(DataSourceStreamArrowWriter):
     @classmethod
     def create(cls, options: dict[str, str], schema: StructType) -> IcesinkStreamWriter:
         """Check the options and the DataFrame against the table, on the driver, before anything runs."""
-        from icesink.catalog.config import resolve_catalog
+        from icesink.catalog.config import catalog_from_options
         from icesink.catalog.loader import load_table, open_catalog
         from icesink.iceberg.describe import writer_spec
         from icesink.sink.schema import plan_projection
@@ -76,9 +76,7 @@ class IcesinkStreamWriter(DataSourceStreamArrowWriter):
                 f'table {table}: writeStream.format("icesink") needs .option("job_id", ...): the data source API '
                 "does not tell a writer its query id (icesink.stream derives it)"
             )
-        properties = {k[len("catalog.") :]: v for k, v in options.items() if k.startswith("catalog.")}
-        catalog = properties or options.get("catalog")
-        config = resolve_catalog(catalog)
+        config = catalog_from_options(options)
         iceberg_table = load_table(open_catalog(config), config, table)
         projection = plan_projection(schema, iceberg_table.schema(), table)
         if any(source != name or cast for name, source, cast in projection.columns):
