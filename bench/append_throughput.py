@@ -13,6 +13,9 @@ icesink runs.
 
     .venv/bin/python bench/append_throughput.py [--rows 2000000] [--repeat 3] [--batches 1] [--s3]
 
+With ``--native`` the same stream is also written through ``df.writeStream.format("icesink")``
+(pyspark's Python data source sink: appends through the Arrow writer).
+
 With ``--s3`` icesink also writes the same stream into a bucket on moto's S3
 server on 127.0.0.1 (the Arrow writer: Spark has no S3 connector here), and the
 report adds its ratio to icesink's local-disk throughput with the same writer.
@@ -88,8 +91,9 @@ def spark_stream_write(spark, source: Path, target: Path, checkpoint: Path, file
 
 def local_catalog(work: Path):  # type: ignore[no-untyped-def]
     from icesink.catalog.config import CatalogConfig
+    from icesink.paths import file_uri
 
-    return CatalogConfig("bench", f"sqlite:///{work / 'catalog.db'}", (work / "warehouse").as_uri(), embedded=True)
+    return CatalogConfig("bench", f"sqlite:///{work / 'catalog.db'}", file_uri(work / "warehouse"), embedded=True)
 
 
 def s3_catalog(work: Path, endpoint: str):  # type: ignore[no-untyped-def]
@@ -163,6 +167,34 @@ def icesink_write(spark, source: Path, work: Path, run: str, files_per_batch: in
     return time.perf_counter() - started
 
 
+def native_write(spark, source: Path, work: Path, run: str, files_per_batch: int, config) -> float:  # type: ignore[no-untyped-def]
+    """``df.writeStream.format("icesink")``: pyspark's Python data source sink (appends, the Arrow writer)."""
+    import icesink
+    from icesink.catalog.loader import open_catalog
+    from icesink.sink.schema import schema_from_spark
+
+    name = f"bench.native_{run}"
+    df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", files_per_batch).parquet(str(source))
+    catalog = open_catalog(config)
+    catalog.create_namespace_if_not_exists("bench")
+    catalog.create_table(name, schema=schema_from_spark(df.schema, name))
+    icesink.register(spark)
+    started = time.perf_counter()
+    query = (
+        df.writeStream.format("icesink")
+        .option("table", name)
+        .option("job_id", f"native-{run}")
+        .option("catalog", config.name)
+        .option("catalog.uri", config.uri)
+        .option("catalog.warehouse", config.warehouse)
+        .option("checkpointLocation", str(work / f"ckpt-native-{run}"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=2_000_000)
@@ -172,6 +204,7 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--conf", action="append", default=[], help="extra Spark setting KEY=VALUE (repeatable)")
     parser.add_argument("--s3", action="store_true", help="also write to moto's S3 server on loopback")
+    parser.add_argument("--native", action="store_true", help='also writeStream.format("icesink")')
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         endpoint = stack.enter_context(moto_server()) if args.s3 else None
@@ -206,7 +239,9 @@ def run_benchmark(args: argparse.Namespace, endpoint: str | None) -> None:
         if s3 is not None:
             icesink_write(spark, work / "input", work, "warm_s3", files_per_batch, s3, "auto")
         spark_stream_write(spark, work / "input", work / "warm-stream", work / "warm-stream-ckpt", files_per_batch)
-        spark_times, stream_times, icesink_times, arrow_times, s3_times = [], [], [], [], []
+        if args.native:
+            native_write(spark, work / "input", work, "warm", files_per_batch, local)
+        spark_times, stream_times, icesink_times, arrow_times, s3_times, native_times = [], [], [], [], [], []
         with PeakMemory() as memory:
             for run in range(args.repeat):
                 spark_times.append(spark_write(spark, work / "input", work / f"spark-{run}"))
@@ -221,6 +256,8 @@ def run_benchmark(args: argparse.Namespace, endpoint: str | None) -> None:
                 arrow_times.append(
                     icesink_write(spark, work / "input", work, f"arrow_{run}", files_per_batch, local, "arrow")
                 )
+                if args.native:
+                    native_times.append(native_write(spark, work / "input", work, str(run), files_per_batch, local))
                 if s3 is not None:
                     s3_times.append(
                         icesink_write(spark, work / "input", work, f"s3_{run}", files_per_batch, s3, "auto")
@@ -236,6 +273,15 @@ def run_benchmark(args: argparse.Namespace, endpoint: str | None) -> None:
                 "icesink_s3_rows_per_s": round(s3_rate),
                 "ratio_s3_to_local_disk_arrow_writer": round(s3_rate / arrow_rate, 3),
                 "icesink_s3_seconds": [round(t, 2) for t in s3_times],
+            }
+        native_report = {}
+        if native_times:
+            native_rate = args.rows / statistics.median(native_times)
+            native_report = {
+                "icesink_native_sink_rows_per_s": round(native_rate),
+                "ratio_native_sink_to_icesink_stream": round(native_rate / icesink_rate, 3),
+                "ratio_native_sink_to_arrow_writer": round(native_rate / arrow_rate, 3),
+                "icesink_native_sink_seconds": [round(t, 2) for t in native_times],
             }
         report = {
             "rows": args.rows,
@@ -255,6 +301,7 @@ def run_benchmark(args: argparse.Namespace, endpoint: str | None) -> None:
             "icesink_arrow_writer_seconds": [round(t, 2) for t in arrow_times],
             "peak_rss_mib": memory.mib(),
             **s3_report,
+            **native_report,
         }
         print(json.dumps(report, indent=2))
     finally:
