@@ -139,7 +139,8 @@ def test_stream_killed_mid_batch_and_restarted_writes_every_row_once(
         check_outcome(f"stream SIGKILL at {moment}, after gc", catalog_config, TABLE, EXPECTED)
 
 
-def test_stream_killed_at_random_moments_writes_every_row_once(catalog_config: CatalogConfig, tmp_path: Path) -> None:
+def test_stream_killed_at_random_moments_writes_every_row_once(pg_catalog: CatalogConfig, tmp_path: Path) -> None:
+    catalog_config = pg_catalog  # the chosen moments run on both catalogs; random ones on the production one
     seed = int(os.environ.get("ICESINK_FAULT_SEED", time.time_ns() % 10_000))
     rng = random.Random(seed)
     batches = [(i * 5000, 5000) for i in range(8)]
@@ -211,7 +212,8 @@ def cdc_input(tmp_path: Path, checkpoints: int = 4) -> ChangeModel:
     return model
 
 
-@pytest.mark.parametrize("moment", ["writer.after-file", "driver.after-stage", "committer.after-catalog-commit"])
+# writer.after-file is covered by the append cases; these are the moments a row delta adds.
+@pytest.mark.parametrize("moment", ["driver.after-stage", "committer.after-catalog-commit"])
 def test_cdc_stream_killed_mid_batch_ends_equal_to_the_model(
     pg_catalog: CatalogConfig, tmp_path: Path, moment: str
 ) -> None:
@@ -240,7 +242,7 @@ def test_a_changelog_pipeline_with_both_streams_killed_at_random_ends_with_b_equ
 
     seed = int(os.environ.get("ICESINK_FAULT_SEED", time.time_ns() % 10_000))
     rng = random.Random(seed)
-    model = cdc_input(tmp_path, checkpoints=5)
+    model = cdc_input(tmp_path, checkpoints=4)
     copy_path = tmp_path / "copy"
     copy_path.mkdir()
 

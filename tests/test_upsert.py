@@ -175,7 +175,7 @@ def _bad(spark: Any, config: CatalogConfig, tmp_path: Path, **kwargs: Any) -> An
         ({"equality_fields": ["region", "nope"]}, "equality field 'nope' is not a column of the DataFrame"),
         ({"sequence_by": "updated_at"}, "sequence_by column 'updated_at' is not a column of the DataFrame"),
         ({"op_column": "operation"}, "op_column 'operation' is not a column of the DataFrame"),
-        ({"op_values": {"c": "create"}}, "use 'insert', 'update' or 'delete'"),
+        ({"op_values": {"c": "create"}}, "use 'insert', 'update', 'delete' or 'skip'"),
         ({"partition_by": ["value"]}, "'value' is not among the equality fields"),
     ],
 )

@@ -87,6 +87,7 @@ class BatchWriter:
         self._spark_writer = SparkParquetWriter()
         self._writer_in_use: str | None = None
         self._claimed = False  # this run checked that no other stream uses its job id
+        self.last_phases: dict[str, float] = {}  # of the last micro-batch written, for profiles
 
     def job_id(self, batch_df: DataFrame) -> str:
         if self._settings.job_id:
@@ -103,6 +104,7 @@ class BatchWriter:
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         identifier = self._settings.table
+        phases = Phases()
         job_id = self.job_id(batch_df)
         stream = self.stream_identity(batch_df)
         checkpoint_id = int(batch_id)
@@ -140,13 +142,17 @@ class BatchWriter:
             if known.state == CheckpointState.STAGED and self._settings.inline_commit:
                 self._commit(job_id)
             return
+        phases.done("check")
         spec = writer_spec(table, identifier, job_id, self._settings.changes).for_checkpoint(checkpoint_id)
-        results = self._write(batch_df, table, spec)
+        results = self._write(batch_df, table, spec, phases)
         failpoint("driver.after-write")
         stage_checkpoint(self._ledger, table, identifier, job_id, checkpoint_id, results, stream)
+        phases.done("stage")
         failpoint("driver.after-stage")
         if self._settings.inline_commit:
-            self._commit(job_id)
+            self._commit(job_id, phases)
+        self.last_phases = phases.milliseconds
+        log.info("table=%s checkpoint=%d took %s", identifier, checkpoint_id, phases)
 
     def _claim_job(self, identifier: str, job_id: str, stream: StreamIdentity) -> None:
         """Once per run: a job id whose staged checkpoints come from another stream is not this stream's."""
@@ -155,7 +161,7 @@ class BatchWriter:
             raise _other_stream_error(identifier, job_id, stream, others[0].describe(), None)
         self._claimed = True
 
-    def _write(self, batch_df: DataFrame, table: Table, spec: WriterSpec) -> list[WriteResult]:
+    def _write(self, batch_df: DataFrame, table: Table, spec: WriterSpec, phases: Phases) -> list[WriteResult]:
         """The one action on the batch: files are written, their results come back to the driver."""
         from pyspark.sql import functions as F
 
@@ -173,7 +179,7 @@ class BatchWriter:
                 self._note_writer("spark", "Spark's Parquet writer")
                 snapshot = table.current_snapshot()
                 summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else None
-                return self._spark_writer.write(projected, spec, table_bytes_per_row(summary))
+                return self._spark_writer.write(projected, spec, table_bytes_per_row(summary), phases)
             if self._settings.writer == "spark":
                 raise ConfigError(
                     f"table {self._settings.table}, checkpoint {spec.checkpoint_id}: writer='spark' cannot write "
@@ -189,6 +195,7 @@ class BatchWriter:
         names = projected.columns
         positional = projected.select(*[column(n).alias(f"_{i}") for i, n in enumerate(names)])
         rows = positional.mapInArrow(write_task(spec, names), RESULT_SCHEMA_DDL).collect()
+        phases.done("write")
         return [decode_write_result(row[0]) for row in rows]
 
     def _note_writer(self, writer: str, why: str) -> None:
@@ -196,16 +203,19 @@ class BatchWriter:
             self._writer_in_use = writer
             log.info("table=%s: files are written by %s", self._settings.table, why)
 
-    def _commit(self, job_id: str) -> None:
+    def _commit(self, job_id: str, phases: Phases | None = None) -> None:
         """Commit this job's pending checkpoints, retrying transient failures with capped backoff."""
+        phases = phases or Phases()
         delay = 0.2
         for attempt in range(1, self._settings.commit_attempts + 1):
             try:
                 outcomes = self._committer.commit_pending(self._settings.table, job_id)
+                phases.done("commit")
                 if self._maintainer is not None and any(o.snapshot_id is not None for o in outcomes):
                     identifier = self._settings.table
                     if self._maintainer.between_commits(self._committer.table(identifier), identifier):
                         self._committer.forget(identifier)
+                    phases.done("maintain")
                 return
             except IcesinkError as e:
                 if not e.transient or attempt == self._settings.commit_attempts:
@@ -226,3 +236,19 @@ def _other_stream_error(
         "this batch was written. Either restart from that stream's checkpoint location to continue its job, or "
         "pass a job_id= of its own to this stream (or none: Spark's query id is then the job id)"
     )
+
+
+class Phases:
+    """Where a micro-batch's time goes on the driver, phase by phase (logged at INFO, kept for profiles)."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+        self.milliseconds: dict[str, float] = {}
+
+    def done(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.milliseconds[phase] = self.milliseconds.get(phase, 0.0) + (now - self._last) * 1000
+        self._last = now
+
+    def __str__(self) -> str:
+        return " ".join(f"{name}={ms:.0f}ms" for name, ms in self.milliseconds.items())

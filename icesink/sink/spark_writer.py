@@ -49,6 +49,7 @@ from icesink.writer.storage import split_location
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
+    from icesink.sink.batch import Phases
     from icesink.writer.spec import WriterSpec
 
 log = logging.getLogger("icesink.stream")
@@ -117,7 +118,9 @@ class SparkParquetWriter:
     def __init__(self) -> None:
         self._bytes_per_row: float | None = None
 
-    def write(self, projected: DataFrame, spec: WriterSpec, table_row_bytes: float | None) -> list[WriteResult]:
+    def write(
+        self, projected: DataFrame, spec: WriterSpec, table_row_bytes: float | None, phases: Phases | None = None
+    ) -> list[WriteResult]:
 
         filesystem, data_path = split_location(spec.data_location, spec.storage_options)
         token = uuid.uuid4().hex
@@ -142,8 +145,12 @@ class SparkParquetWriter:
             writer = writer.option("maxRecordsPerFile", str(rows))
         try:
             writer.parquet(staging_uri)
+            if phases is not None:
+                phases.done("write")
             failpoint("spark-writer.after-write")
             results = self._move_into_table(filesystem, staging_path, data_path, spec)
+            if phases is not None:
+                phases.done("footers+moves")
         finally:
             # What is left: Hadoop's checksum files, or a failed write's remains.
             if filesystem.get_file_info(staging_path).type != pafs.FileType.NotFound:

@@ -1,0 +1,73 @@
+"""Iceberg Java 1.9.2's own streaming sink: ``writeStream.format("iceberg")`` into a Hadoop-catalog table.
+
+Runs in the interop environment (``make install-interop``: pyspark 3.5.9 and the
+Iceberg 1.9.2 Spark runtime jar from PyPI), never in icesink's:
+
+    .venv-iceberg-java/bin/python bench/java_append.py INPUT WAREHOUSE ROUNDS [--partition-by-day]
+
+Each round streams the Parquet files in INPUT (one micro-batch, Trigger.AvailableNow)
+into a fresh table; the first round warms Spark up and is not reported. Prints one
+JSON line: the seconds of every measured round (Spark already started, as a
+long-running streaming job finds it).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+import time
+
+SCHEMA = "id long, name string, amount double, ts timestamp"
+
+
+def main(source: str, warehouse: str, rounds: int, by_day: bool) -> None:
+    import snowpark_connect_deps_iceberg
+    from pyspark.sql import SparkSession
+
+    jars = glob.glob(
+        os.path.join(
+            os.path.dirname(snowpark_connect_deps_iceberg.__file__), "jars", "iceberg-spark-runtime-3.5_2.12-*.jar"
+        )
+    )
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.jars", ",".join(jars))
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+        .config("spark.sql.catalog.lake", "org.apache.iceberg.spark.SparkCatalog")
+        .config("spark.sql.catalog.lake.type", "hadoop")
+        .config("spark.sql.catalog.lake.warehouse", warehouse)
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    partitioning = "PARTITIONED BY (days(ts))" if by_day else ""
+    times = []
+    for number in range(rounds + 1):
+        table = f"lake.bench.java_{number}"
+        spark.sql(
+            f"CREATE TABLE {table} (id bigint, name string, amount double, ts timestamp) USING iceberg "
+            f"{partitioning} TBLPROPERTIES ('write.parquet.compression-codec'='zstd')"
+        )
+        df = spark.readStream.schema(SCHEMA).parquet(source)
+        started = time.perf_counter()
+        query = (
+            df.writeStream.format("iceberg")
+            .outputMode("append")
+            .option("fanout-enabled", "true")
+            .option("checkpointLocation", f"{warehouse.removeprefix('file://')}/ckpt-{number}")
+            .trigger(availableNow=True)
+            .toTable(table)
+        )
+        query.awaitTermination()
+        if number:
+            times.append(time.perf_counter() - started)
+    print(json.dumps({"seconds": times}))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), "--partition-by-day" in sys.argv[4:])
