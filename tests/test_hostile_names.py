@@ -158,7 +158,11 @@ def test_hostile_names_and_values_through_both_writers_and_every_reader(
 
 @pytest.mark.s3
 def test_hostile_partition_values_on_object_storage(spark: Any, s3_catalog: CatalogConfig, tmp_path: Path) -> None:
-    """The same rule on S3: keys hold the encoded segments, manifests name them exactly."""
+    """The same rule on S3, under a warehouse prefix with a space and non-ASCII letters: keys hold the
+    encoded segments, manifests name them exactly."""
+    from dataclasses import replace
+
+    s3_catalog = replace(s3_catalog, warehouse=f"{s3_catalog.warehouse.rstrip('/')}/my wh é 名")
     values = ["New York", "São Paulo", "50%", "a/b", "q?h#", "", None, "😀" * 3, "e\u0301", "\u00e9", "x" * 300]
     rows = _rows(values)
     _input(tmp_path / "in", [rows])

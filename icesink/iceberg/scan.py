@@ -40,6 +40,12 @@ class PlannedScan:
     equality_deletes: list[PlannedDelete]
 
 
+def _with_live_entries(manifests: list[ManifestFile]) -> list[ManifestFile]:
+    """Manifests that list a live file: one of only DELETED entries (what a rewrite leaves for one
+    snapshot, so that history can be checked) need not be read."""
+    return [m for m in manifests if m.has_added_files() or m.has_existing_files()]
+
+
 def scan_schema(table: Table, snapshot_id: int | None) -> Schema:
     """The schema a read of ``snapshot_id`` (None: the current snapshot) returns rows in."""
     metadata = table.metadata
@@ -67,7 +73,7 @@ def plan_scan(table: Table, snapshot_id: int | None, row_filter: str | BooleanEx
     data_entries: list[ManifestEntry] = []
     positions = DeleteFileIndex()
     equality: list[PlannedDelete] = []
-    for entries in planner.plan_manifest_entries(snapshot.manifests(table.io)):
+    for entries in planner.plan_manifest_entries(_with_live_entries(snapshot.manifests(table.io))):
         for entry in entries:
             content = entry.data_file.content
             if content == DataFileContent.DATA:
@@ -217,7 +223,7 @@ def live_files(table: Table, snapshot_id: int | None = None, cache: ManifestCach
     data: list[LiveFile] = []
     positions: list[LiveFile] = []
     equality: list[LiveFile] = []
-    manifests = snapshot.manifests(table.io)
+    manifests = _with_live_entries(snapshot.manifests(table.io))
     for manifest in manifests:
         entries = cache.live_entries(table.io, manifest) if cache else manifest.fetch_manifest_entry(table.io, True)
         for entry in entries:
