@@ -16,6 +16,7 @@ import json
 import math
 import os
 import sys
+import uuid
 from typing import Any
 
 
@@ -27,7 +28,7 @@ def _extension(module: Any) -> str:
 def _plain(value: Any) -> Any:
     if isinstance(value, bytes | bytearray):
         return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
-    if isinstance(value, decimal.Decimal):
+    if isinstance(value, decimal.Decimal | uuid.UUID):
         return str(value)
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)

@@ -3,8 +3,8 @@
 Runs in its own virtual environment (pyspark 3.5.9 and the Iceberg 1.9.2
 Spark runtime jar shipped in ``snowpark-connect-deps-iceberg``), never in
 icesink's: ``python java_reader.py JSON`` where JSON is a list of
-``[metadata_json, [column, …]]``; one Spark session reads them all and
-prints ``{"table": i, "row": {...}}`` per row.
+``[metadata_json, [column, …]]`` or ``[metadata_json, [column, …], {read option: value}]``; one
+Spark session reads them all and prints ``{"table": i, "row": {...}}`` per row.
 """
 
 from __future__ import annotations
@@ -37,8 +37,11 @@ def main(tables: list[tuple[str, list[str]]]) -> None:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    for number, (metadata_location, columns) in enumerate(tables):
-        frame = spark.read.format("iceberg").load(metadata_location)
+    for number, (metadata_location, columns, *options) in enumerate(tables):
+        reader = spark.read.format("iceberg")
+        for key, value in (options[0] if options else {}).items():
+            reader = reader.option(key, value)
+        frame = reader.load(metadata_location)
         for row in frame.select(*[quoted(c) for c in columns]).collect():
             values = dict(zip(columns, row, strict=True))
             print(json.dumps({"table": number, "row": values}, default=str))

@@ -130,9 +130,11 @@ def format_outcomes() -> str:
     return "\n".join(lines)
 
 
-def read_with_iceberg_java(python: Path, metadata_location: str, columns: list[str]) -> list[dict[str, Any]]:
+def read_with_iceberg_java(
+    python: Path, metadata_location: str, columns: list[str], options: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
     """Iceberg 1.9.2's Java reader, through Spark 3.5 in its own environment (``java_reader`` fixture)."""
-    return read_many_with_iceberg_java(python, [(metadata_location, columns)])[0]
+    return read_many_with_iceberg_java(python, [(metadata_location, columns, options or {})])[0]
 
 
 def _json_lines_of(command: list[str], tables: int, env: dict[str, str] | None = None) -> list[list[dict[str, Any]]]:
@@ -149,7 +151,7 @@ def _json_lines_of(command: list[str], tables: int, env: dict[str, str] | None =
     return rows
 
 
-def read_many_with_iceberg_java(python: Path, tables: list[tuple[str, list[str]]]) -> list[list[dict[str, Any]]]:
+def read_many_with_iceberg_java(python: Path, tables: list[Any]) -> list[list[dict[str, Any]]]:
     """Several tables in one JVM (starting Spark 3.5 is most of the cost)."""
     import json
     import os

@@ -192,7 +192,10 @@ def test_unknown_table_without_create_table(spark: Any, catalog_config: CatalogC
     [
         ("name string, amount double, ts timestamp", "required column 'id'"),
         ("id string, name string, amount double, ts timestamp", "column 'id' is long in the table but string"),
-        ("id long, name string, amount double, ts timestamp, extra int", "'extra' are not in the table"),
+        (
+            "id long, name string, amount double, ts timestamp, extra int",
+            r"DataFrame column 'extra' \(int\) is not in the table",
+        ),
     ],
 )
 def test_dataframe_that_does_not_fit_the_table_is_refused_before_starting(

@@ -297,8 +297,20 @@ def _conformed(rows: pa.Table, declared: StructType) -> pa.Table:
     from pyspark.sql.pandas.types import to_arrow_schema
 
     schema = to_arrow_schema(declared, timezone="UTC")
-    columns = [rows.column(f.name).cast(f.type) for f in schema]
+    columns = [_as_spark_value(rows.column(f.name), f.type) for f in schema]
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _as_spark_value(column: pa.ChunkedArray, wanted: pa.DataType) -> pa.ChunkedArray:
+    """A column in the Arrow type Spark declared; uuids (which Spark reads as strings) in their text form."""
+    import uuid
+
+    import pyarrow as pa
+
+    if isinstance(column.type, pa.UuidType):
+        text = [None if b is None else str(uuid.UUID(bytes=b)) for b in column.combine_chunks().storage.to_pylist()]
+        return pa.chunked_array([pa.array(text, wanted)])
+    return column.cast(wanted)
 
 
 def _timestamp_ms(table: str, text: str) -> int:

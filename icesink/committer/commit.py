@@ -24,7 +24,13 @@ from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
 from icesink.committer.ledger import CheckpointRow, Ledger
 from icesink.committer.policy import plan_snapshots
-from icesink.errors import CommitConflictError, IcesinkError, JobIdConflictError, ManifestError
+from icesink.errors import (
+    CommitConflictError,
+    IcesinkError,
+    JobIdConflictError,
+    ManifestError,
+    SchemaMismatchError,
+)
 from icesink.failpoints import failpoint
 from icesink.iceberg.marker import (
     CommittedMarker,
@@ -206,8 +212,18 @@ class TableCommitter:
         from icesink.iceberg.files import delete_quietly
         from icesink.iceberg.snapshots import commit_prepared, prepare_snapshot
 
-        files = [f for row in group for f in self._read_files(table, identifier, row, deletes=False)]
-        deletes = [f for row in group for f in self._read_files(table, identifier, row, deletes=True)]
+        per_row = [
+            (row, self._read_files(table, identifier, row, False), self._read_files(table, identifier, row, True))
+            for row in group
+        ]
+        if any(row.schema_id not in (None, table.metadata.current_schema_id) for row in group):
+            fresh = load_table(self._catalog, self._config, identifier)
+            if fresh.metadata_location != table.metadata_location:
+                return None  # judged on the table as it is now, after the re-read a lost swap does too
+        for row, row_files, row_deletes in per_row:
+            self._check_schema(table, identifier, row, row_files, row_deletes)
+        files = [f for _, row_files, _ in per_row for f in row_files]
+        deletes = [f for _, _, row_deletes in per_row for f in row_deletes]
         last = group[-1]
         properties = marker_properties(job_id, last.checkpoint_id, last.stream_id)
         properties[CHECKPOINT_RANGE_PROPERTY] = _range(group)
@@ -247,6 +263,35 @@ class TableCommitter:
             # The staged equality deletes were replaced by position deletes: no snapshot names them.
             delete_quietly(committed.io, [str(f.file_path) for f in deletes])
         return committed
+
+    def _check_schema(
+        self, table: Table, identifier: str, row: CheckpointRow, files: list[DataFile], deletes: list[DataFile]
+    ) -> None:
+        """Files written against an older schema are committed only if the table still reads them correctly."""
+        from icesink.iceberg.schemas import schema_by_id, written_schema_problem
+
+        current = table.schema()
+        if row.schema_id is None or row.schema_id == current.schema_id:
+            return
+        written = schema_by_id(table, row.schema_id)
+        problem: str | None
+        if written is None:
+            problem = "that schema is not in the table's metadata any more"
+        else:
+            nulls: dict[int, int] = {}
+            for data_file in files:
+                for field_id, count in (data_file.null_value_counts or {}).items():
+                    nulls[field_id] = nulls.get(field_id, 0) + count
+            keys = {i for d in deletes for i in (d.equality_ids or ())}
+            problem = written_schema_problem(current, written, nulls, keys)
+        if problem is None:
+            return
+        raise SchemaMismatchError(
+            f"table {identifier}, job {row.job_id}, checkpoint {row.checkpoint_id}: its files were written with "
+            f"schema {row.schema_id}, but the table is at schema {current.schema_id} and {problem}. Nothing of the "
+            "checkpoint was committed and it stays staged: change the table so that it accepts them again (make "
+            "the column optional, restore it or its type), and the committer commits it on its next attempt"
+        )
 
     def _convert(
         self, table: Table, identifier: str, job_id: str, checkpoint_id: int, deletes: list[DataFile]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import enum
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING
@@ -50,6 +51,7 @@ checkpoints = sa.Table(
     sa.Column("stream_id", sa.String(255)),
     sa.Column("checkpoint_location", sa.String(1000)),
     sa.Column("schema_id", sa.Integer()),
+    sa.Column("column_ids", sa.Text()),  # JSON: DataFrame column -> field id
 )
 
 
@@ -85,7 +87,7 @@ class StagedCheckpoint:
     ``checkpoint_location`` say which stream wrote it: a replay of the same
     micro-batch comes from the same stream, another stream's checkpoint of the
     same job id never passes for one. ``schema_id`` is the table schema the
-    files were written with.
+    files were written with, ``column_ids`` which field each DataFrame column went to.
     """
 
     table_identifier: str
@@ -103,6 +105,7 @@ class StagedCheckpoint:
     stream_id: str | None = None
     checkpoint_location: str | None = None
     schema_id: int | None = None
+    column_ids: tuple[tuple[str, int], ...] | None = None  # DataFrame column -> the field it was written to
 
     @property
     def manifest_paths(self) -> list[str]:
@@ -177,6 +180,8 @@ class Ledger:
     def _row(row: sa.Row) -> CheckpointRow:  # type: ignore[type-arg]
         values = {name: row._mapping[name] for name in _ROW_FIELDS}
         values["state"] = CheckpointState(values["state"])
+        if values["column_ids"] is not None:
+            values["column_ids"] = tuple((str(k), int(v)) for k, v in json.loads(values["column_ids"]).items())
         values["staged_at"] = as_utc(values["staged_at"])
         values["committed_at"] = as_utc(values["committed_at"])
         return CheckpointRow(**values)
@@ -191,6 +196,7 @@ class Ledger:
             "staged_at": now,
             "committed_at": now if state == CheckpointState.COMMITTED else None,
             "manifests_deleted": not staged.manifest_paths,
+            "column_ids": json.dumps(dict(staged.column_ids)) if staged.column_ids is not None else None,
         }
         with database_errors(self._config):
             try:
@@ -233,6 +239,27 @@ class Ledger:
         )
         with database_errors(self._config), self._engine.connect() as connection:
             return [StreamIdentity(stream, location) for stream, location in connection.execute(query)]
+
+    def last_columns(self, table_identifier: str, job_id: str) -> tuple[int | None, dict[str, int] | None]:
+        """The schema id and DataFrame column → field id of the job's latest checkpoint that recorded them."""
+        c = checkpoints.c
+        query = (
+            sa.select(c.schema_id, c.column_ids)
+            .where(
+                c.catalog_name == self._config.name,
+                c.table_identifier == table_identifier,
+                c.job_id == job_id,
+                c.schema_id.is_not(None),
+            )
+            .order_by(c.checkpoint_id.desc())
+            .limit(1)
+        )
+        with database_errors(self._config), self._engine.connect() as connection:
+            found = connection.execute(query).first()
+        if found is None:
+            return None, None
+        schema_id, column_ids = found
+        return schema_id, ({str(k): int(v) for k, v in json.loads(column_ids).items()} if column_ids else None)
 
     def pending(self, table_identifier: str | None = None, job_id: str | None = None) -> list[CheckpointRow]:
         """Staged, not yet committed checkpoints, ordered by table, job and checkpoint."""

@@ -28,6 +28,8 @@ def stage_checkpoint(
     checkpoint_id: int,
     results: Sequence[WriteResult],
     stream: StreamIdentity | None = None,
+    schema_id: int | None = None,
+    column_ids: dict[str, int] | None = None,
 ) -> bool:
     """Write the checkpoint's delta manifest and record it in the ledger.
 
@@ -35,6 +37,8 @@ def stage_checkpoint(
     stream (a retried batch); the earlier staging wins and this attempt's
     manifest is removed. The same checkpoint of the same job staged by
     another stream is a :class:`JobIdConflictError`: two streams share a job id.
+    ``schema_id`` is the schema the files were written with (default: the table's current one),
+    ``column_ids`` which field each DataFrame column was written to.
     """
     from icesink.iceberg.manifests import DeltaManifest, to_data_file, write_delta_manifest
 
@@ -51,7 +55,8 @@ def stage_checkpoint(
         spec_id=spec_id,
         stream_id=stream.stream_id,
         checkpoint_location=stream.checkpoint_location,
-        schema_id=table.metadata.current_schema_id,
+        schema_id=table.metadata.current_schema_id if schema_id is None else schema_id,
+        column_ids=tuple(sorted(column_ids.items())) if column_ids is not None else None,
     )
     if not written:
         # Nothing to commit; remember the checkpoint so a retry does not rewrite it.

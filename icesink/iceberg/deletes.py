@@ -143,10 +143,11 @@ class EqualityDeletes:
             self._loaded[group] = keys.group_by(join_names, use_threads=False).aggregate([(_SEQ, "max")])
         return self._loaded[group]
 
-    def deleted(self, keys: pa.Table, data_sequence: pa.Array, scope: PartitionKey) -> pa.Array:
+    def deleted(self, keys: pa.Table, data_sequence: pa.Array | pa.Scalar, scope: PartitionKey) -> pa.Array:
         """Which rows (given by their key columns, named as in the schema) a newer equality delete removes.
 
-        ``data_sequence`` holds each row's data sequence number; one join per
+        ``data_sequence`` holds each row's data sequence number (or one for all
+        rows); one hash lookup (one join, for a key of several columns) per
         delete group serves every data file of a partition at once.
         """
         mask = repeated(False, keys.num_rows)
@@ -155,16 +156,39 @@ class EqualityDeletes:
             if delete_scope not in (GLOBAL, scope) or keys.num_rows == 0:
                 continue
             names = self._names(ids)
-            # Join only the key columns (with row positions), then map the result back to row order.
-            narrow, join_names = comparable_keys(keys, names)
-            narrow = narrow.append_column(_ROW, positions(keys.num_rows))
-            joined = narrow.join(self._keys(group), keys=join_names, join_type="left outer")
-            newest_delete = pc.take(joined.column(f"{_SEQ}_max"), pc.sort_indices(joined.column(_ROW)))
+            newest_delete = (
+                self._newest_delete_of_one_column(keys, names[0], group)
+                if len(names) == 1
+                else self._newest_delete_by_join(keys, names, group)
+            )
             removed = pc.fill_null(pc.greater(newest_delete, data_sequence), False)
             mask = pc.or_(mask, removed)
         return mask
 
-    def apply(self, rows: pa.Table, data_sequence: pa.Array, scope: PartitionKey) -> pa.Table:
+    def _newest_delete_of_one_column(
+        self, keys: pa.Table, name: str, group: tuple[tuple[int, ...], PartitionKey]
+    ) -> pa.Array:
+        """Per row, the sequence number of the newest delete of its key (null: none), by hash lookup."""
+        loaded = self._keys(group)
+        stored = loaded.column(name).combine_chunks()
+        # The loaded keys stand in a value for null and flag it; a lookup matches nulls itself.
+        value_set = pc.if_else(loaded.column(f"{_NULL}{name}").combine_chunks(), pa.scalar(None, stored.type), stored)
+        column = keys.column(name)
+        if column.type != stored.type:
+            column = column.cast(stored.type)
+        index = pc.index_in(column, value_set=value_set, skip_nulls=False)
+        return pc.take(loaded.column(f"{_SEQ}_max"), index)
+
+    def _newest_delete_by_join(
+        self, keys: pa.Table, names: list[str], group: tuple[tuple[int, ...], PartitionKey]
+    ) -> pa.Array:
+        """The same for a key of several columns: join the key columns (with row positions), back in row order."""
+        narrow, join_names = comparable_keys(keys, names)
+        narrow = narrow.append_column(_ROW, positions(keys.num_rows))
+        joined = narrow.join(self._keys(group), keys=join_names, join_type="left outer")
+        return pc.take(joined.column(f"{_SEQ}_max"), pc.sort_indices(joined.column(_ROW)))
+
+    def apply(self, rows: pa.Table, data_sequence: pa.Array | pa.Scalar, scope: PartitionKey) -> pa.Table:
         """Drop the rows of one partition that a newer equality delete removes."""
         if rows.num_rows == 0:
             return rows

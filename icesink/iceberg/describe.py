@@ -58,4 +58,5 @@ def writer_spec(table: Table, identifier: str, job_id: str, changes: ChangeSpec 
         compression=properties.get("write.parquet.compression-codec", "zstd"),
         storage_options=storage_options(table.io.properties),
         changes=changes,
+        schema_id=schema.schema_id,
     )

@@ -47,9 +47,13 @@ def _with_live_entries(manifests: list[ManifestFile]) -> list[ManifestFile]:
 
 
 def scan_schema(table: Table, snapshot_id: int | None) -> Schema:
-    """The schema a read of ``snapshot_id`` (None: the current snapshot) returns rows in."""
+    """The schema a read of ``snapshot_id`` returns rows in: the snapshot's own for time travel, as Iceberg
+    readers do; the table's current schema for a read of the table as it is (None), so that a column
+    renamed, added or dropped since the last commit reads as the table now says."""
     metadata = table.metadata
-    snapshot = metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else metadata.current_snapshot()
+    if snapshot_id is None:
+        return metadata.schema()
+    snapshot = metadata.snapshot_by_id(snapshot_id)
     if snapshot is not None and snapshot.schema_id is not None:
         return metadata.schema_by_id(snapshot.schema_id) or metadata.schema()
     return metadata.schema()

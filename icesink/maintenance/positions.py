@@ -85,8 +85,13 @@ def deleted_rows(
     for scope, numbers in by_scope.items():
         rows = pa.concat_tables([keys[n] for n in numbers], promote_options="permissive")
         sizes = [keys[n].num_rows for n in numbers]
-        sequence = pa.concat_arrays(
-            [repeated(files[n].sequence_number, size) for n, size in zip(numbers, sizes, strict=True)]
+        sequences = {files[n].sequence_number for n in numbers}
+        sequence: pa.Array | pa.Scalar = (
+            pa.scalar(sequences.pop(), pa.int64())
+            if len(sequences) == 1  # the common case: one number for all, no array of it
+            else pa.concat_arrays(
+                [repeated(files[n].sequence_number, size) for n, size in zip(numbers, sizes, strict=True)]
+            )
         )
         removed = deletes.deleted(rows, sequence, scope)
         start = 0

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from icesink.catalog.config import CatalogConfig
@@ -35,7 +35,8 @@ from icesink.iceberg.describe import writer_spec
 from icesink.iceberg.marker import committed_marker
 from icesink.results import decode_write_result
 from icesink.sink.columns import column
-from icesink.sink.schema import plan_projection
+from icesink.sink.evolution import SchemaTracker
+from icesink.sink.schema import Projection
 from icesink.sink.spark_writer import SparkParquetWriter, spark_writer_refusal, table_bytes_per_row
 from icesink.writer.task import RESULT_SCHEMA_DDL, write_task
 
@@ -67,6 +68,7 @@ class SinkSettings:
     writer: str = "auto"
     checkpoint_location: str | None = None
     maintain: bool = False
+    evolve_schema: bool = False
 
 
 class BatchWriter:
@@ -83,6 +85,12 @@ class BatchWriter:
         # The next micro-batch waits for the driver: maintenance stops after icesink.maintain.max-seconds.
         self._maintainer = (
             Maintainer(self._catalog, settings.catalog, waiting=lambda table: True) if settings.maintain else None
+        )
+        passthrough = list(settings.passthrough)
+        if settings.changes is not None:
+            passthrough.append(settings.changes.order_column)
+        self._schema = SchemaTracker(
+            self._catalog, settings.catalog, self._ledger, settings.table, passthrough, settings.evolve_schema
         )
         self._spark_writer = SparkParquetWriter()
         self._writer_in_use: str | None = None
@@ -142,11 +150,29 @@ class BatchWriter:
             if known.state == CheckpointState.STAGED and self._settings.inline_commit:
                 self._commit(job_id)
             return
+        table, projection = self._schema.fit(batch_df.schema, table, job_id, checkpoint_id)
         phases.done("check")
-        spec = writer_spec(table, identifier, job_id, self._settings.changes).for_checkpoint(checkpoint_id)
-        results = self._write(batch_df, table, spec, phases)
+        spec = replace(
+            writer_spec(table, identifier, job_id, self._settings.changes).for_checkpoint(checkpoint_id),
+            nulls_in_required=self._settings.evolve_schema,
+        )
+        results = self._write(batch_df, table, spec, projection, phases)
         failpoint("driver.after-write")
-        stage_checkpoint(self._ledger, table, identifier, job_id, checkpoint_id, results, stream)
+        optional = self._schema.required_nulls(spec, results)
+        if optional:
+            table = self._schema.make_optional(table, optional, checkpoint_id)
+        stage_checkpoint(
+            self._ledger,
+            table,
+            identifier,
+            job_id,
+            checkpoint_id,
+            results,
+            stream,
+            spec.schema_id,
+            projection.field_ids,
+        )
+        self._schema.remember(projection)
         phases.done("stage")
         failpoint("driver.after-stage")
         if self._settings.inline_commit:
@@ -161,17 +187,16 @@ class BatchWriter:
             raise _other_stream_error(identifier, job_id, stream, others[0].describe(), None)
         self._claimed = True
 
-    def _write(self, batch_df: DataFrame, table: Table, spec: WriterSpec, phases: Phases) -> list[WriteResult]:
+    def _write(
+        self, batch_df: DataFrame, table: Table, spec: WriterSpec, projection: Projection, phases: Phases
+    ) -> list[WriteResult]:
         """The one action on the batch: files are written, their results come back to the driver."""
         from pyspark.sql import functions as F
 
         changes = self._settings.changes
-        passthrough = list(self._settings.passthrough)
         if changes is not None:
             # Input position, taken before the shuffle: the tie-breaker between changes of one key.
             batch_df = batch_df.withColumn(changes.order_column, F.monotonically_increasing_id())
-            passthrough.append(changes.order_column)
-        projection = plan_projection(batch_df.schema, table.schema(), self._settings.table, passthrough)
         projected = projection.apply(batch_df, table.schema())
         if self._settings.writer != "arrow":
             refusal = spark_writer_refusal(spec, projected)

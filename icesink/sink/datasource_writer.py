@@ -79,7 +79,7 @@ class IcesinkStreamWriter(DataSourceStreamArrowWriter):
         config = catalog_from_options(options)
         iceberg_table = load_table(open_catalog(config), config, table)
         projection = plan_projection(schema, iceberg_table.schema(), table)
-        if any(source != name or cast for name, source, cast in projection.columns):
+        if any(c.source != c.name or c.cast for c in projection.columns):
             raise ConfigError(
                 f"table {table}: the DataFrame's columns must be the table's, by name and type "
                 f"({', '.join(f.name for f in iceberg_table.schema().fields)}); select and cast them first"
@@ -138,7 +138,7 @@ class IcesinkStreamWriter(DataSourceStreamArrowWriter):
                 replace(r, checkpoint_id=batchId)
                 for r in (decode_write_result(m.result) for m in messages if isinstance(m, WrittenFiles))
             ]
-            stage_checkpoint(ledger, table, self._table, self._job_id, batchId, results)
+            stage_checkpoint(ledger, table, self._table, self._job_id, batchId, results, schema_id=self._spec.schema_id)
         TableCommitter(catalog, self._config, ledger).commit_pending(self._table, self._job_id)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

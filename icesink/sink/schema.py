@@ -6,18 +6,19 @@ fit the table is refused with the column named, before any file is written.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from icesink.errors import SchemaMismatchError, UnsupportedTableError
+from icesink.iceberg.schemas import AddColumn, SchemaChange, WidenColumn, can_promote
 from icesink.sink.columns import column
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
     from pyiceberg.types import IcebergType
     from pyspark.sql import Column, DataFrame
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql.types import DataType, StructField, StructType
 
 
 def iceberg_type_of(spark_type: DataType, column: str, table: str) -> IcebergType:
@@ -38,6 +39,7 @@ def iceberg_type_of(spark_type: DataType, column: str, table: str) -> IcebergTyp
         (st.DateType, it.DateType()),
         (st.TimestampType, it.TimestamptzType()),
         (st.TimestampNTZType, it.TimestampType()),
+        (st.TimeType, it.TimeType()),
     ]
     for spark_class, iceberg in mapping:
         if type(spark_type) is spark_class:
@@ -46,7 +48,8 @@ def iceberg_type_of(spark_type: DataType, column: str, table: str) -> IcebergTyp
         return it.DecimalType(spark_type.precision, spark_type.scale)
     raise UnsupportedTableError(
         f"table {table}: column {column!r} has Spark type {spark_type.simpleString()}, which icesink cannot "
-        "write yet (supported: boolean, integers, float, double, decimal, string, binary, date, timestamp); "
+        "write yet (supported: boolean, integers, float, double, decimal, string, binary, date, timestamp, "
+        "timestamp_ntz, time); "
         "cast or drop the column"
     )
 
@@ -81,36 +84,60 @@ def _accepts(target: IcebergType, source: IcebergType) -> bool:
 
     if target == source:
         return True
-    if isinstance(target, it.LongType) and isinstance(source, it.IntegerType):
-        return True
-    if isinstance(target, it.DoubleType) and isinstance(source, it.FloatType):
-        return True
+    # Iceberg types Spark lacks, filled from the type a user would use (checked per row by the writer).
+    if isinstance(target, it.UUIDType):
+        return isinstance(source, it.StringType | it.BinaryType)
+    if isinstance(target, it.FixedType):
+        return isinstance(source, it.BinaryType)
     if isinstance(target, it.DecimalType) and isinstance(source, it.DecimalType):
         return source.scale == target.scale and source.precision <= target.precision
-    return False
+    return can_promote(source, target)
+
+
+@dataclass(frozen=True)
+class ColumnSource:
+    """Where one table column's values come from in the DataFrame (None: written as nulls)."""
+
+    name: str  # the table column
+    field_id: int
+    source: str | None
+    cast: bool = False
 
 
 @dataclass(frozen=True)
 class Projection:
     """How to turn each batch into the table's columns, in the table's order."""
 
-    columns: tuple[tuple[str, str | None, bool], ...]  # (table column, source column or None, needs cast)
+    columns: tuple[ColumnSource, ...]
     passthrough: tuple[str, ...] = ()  # DataFrame columns the writer needs besides the table's
 
     def apply(self, df: DataFrame, table_schema: Schema) -> DataFrame:
         from pyspark.sql import functions as F
 
         selected: list[Column] = []
-        for (name, source, cast), field in zip(self.columns, table_schema.fields, strict=True):
+        for source, field in zip(self.columns, table_schema.fields, strict=True):
             spark_type = spark_type_of(field.field_type)
-            if source is None:
-                selected.append(F.lit(None).cast(spark_type).alias(name))
-            elif cast:
-                selected.append(column(source).cast(spark_type).alias(name))
+            if source.source is None:
+                selected.append(F.lit(None).cast(spark_type).alias(source.name))
+            elif source.cast:
+                selected.append(column(source.source).cast(spark_type).alias(source.name))
             else:
-                selected.append(column(source).alias(name))
+                selected.append(column(source.source).alias(source.name))
         selected += [column(name) for name in self.passthrough]
         return df.select(*selected)
+
+    @property
+    def field_ids(self) -> dict[str, int]:
+        """DataFrame column → the table field it was written to (what a rename must not change)."""
+        return {c.source: c.field_id for c in self.columns if c.source is not None}
+
+
+@dataclass(frozen=True)
+class SchemaPlan:
+    """A DataFrame matched with a table schema: the projection, or the changes the table needs first."""
+
+    projection: Projection | None
+    changes: tuple[SchemaChange, ...] = ()
 
 
 def spark_type_of(iceberg: IcebergType) -> DataType:
@@ -131,44 +158,119 @@ def spark_type_of(iceberg: IcebergType) -> DataType:
         it.DateType: st.DateType(),
         it.TimestamptzType: st.TimestampType(),
         it.TimestampType: st.TimestampNTZType(),
+        it.TimeType: st.TimeType(),
+        it.UUIDType: st.StringType(),
+        it.FixedType: st.BinaryType(),
     }
     return mapping[type(iceberg)]
 
 
 def plan_projection(
-    spark_schema: StructType, table_schema: Schema, table: str, passthrough: Sequence[str] = ()
+    spark_schema: StructType,
+    table_schema: Schema,
+    table: str,
+    passthrough: Sequence[str] = (),
+    field_ids: Mapping[str, int] | None = None,
 ) -> Projection:
-    """Check that the DataFrame fits the table and say how to project it; raise naming the column otherwise."""
-    by_name = {f.name: f for f in spark_schema.fields if f.name not in passthrough}
-    by_lower = {f.name.lower(): f for f in spark_schema.fields}
-    used: set[str] = set()
-    columns: list[tuple[str, str | None, bool]] = []
+    """Check that the DataFrame fits the table as it is and say how to project it; raise naming the column."""
+    plan = plan_schema(spark_schema, table_schema, table, passthrough, field_ids)
+    if plan.changes:
+        raise SchemaMismatchError(schema_refusal(table, plan.changes[0]))
+    assert plan.projection is not None
+    return plan.projection
+
+
+def plan_schema(
+    spark_schema: StructType,
+    table_schema: Schema,
+    table: str,
+    passthrough: Sequence[str] = (),
+    field_ids: Mapping[str, int] | None = None,
+) -> SchemaPlan:
+    """Match the DataFrame's columns with the table's, or list the (lossless) changes the table needs first.
+
+    A DataFrame column this stream wrote before (``field_ids``: column → field
+    id, from the schema of its last checkpoint) goes to the same field id, so
+    that a column renamed in the table meanwhile keeps receiving its values;
+    other columns match by name (exact first, then ignoring case). What no
+    evolution may do (a dropped column, a narrower or other type, a missing
+    required column) raises :class:`SchemaMismatchError` naming the column.
+    """
+    from pyiceberg import types as it
+
+    data_fields = [f for f in spark_schema.fields if f.name not in passthrough]
+    by_id = {f.field_id: f for f in table_schema.fields}
+    by_name = {f.name: f for f in table_schema.fields}
+    by_lower = {f.name.lower(): f for f in table_schema.fields}
+    source_of: dict[int, StructField] = {}
+    new_columns: list[StructField] = []
+    for spark_field in data_fields:
+        known = (field_ids or {}).get(spark_field.name)
+        if known is not None:
+            target = by_id.get(known)
+            if target is None:
+                raise SchemaMismatchError(
+                    f"table {table}: column {spark_field.name!r} (field id {known}), which this stream writes, was "
+                    "dropped from the table by someone else; icesink never re-creates a dropped column. Nothing of "
+                    "this batch was written: add the column back to the table, or drop it from the DataFrame and "
+                    "restart the stream"
+                )
+        else:
+            target = by_name.get(spark_field.name) or by_lower.get(spark_field.name.lower())
+        if target is None or target.field_id in source_of:
+            new_columns.append(spark_field)
+        else:
+            source_of[target.field_id] = spark_field
+    columns: list[ColumnSource] = []
+    changes: list[SchemaChange] = []
     for field in table_schema.fields:
         if not field.field_type.is_primitive:
             raise UnsupportedTableError(
                 f"table {table}: column {field.name!r} is {field.field_type}; icesink writes primitive columns only"
             )
-        source = by_name.get(field.name) or by_lower.get(field.name.lower())
+        source = source_of.get(field.field_id)
         if source is None:
             if field.required:
                 raise SchemaMismatchError(
                     f"table {table}: required column {field.name!r} ({field.field_type}) is missing from the "
-                    f"DataFrame (columns: {', '.join(by_name) or 'none'}); add it to the DataFrame"
+                    f"DataFrame (columns: {', '.join(f.name for f in data_fields) or 'none'}); add it to the DataFrame"
                 )
-            columns.append((field.name, None, False))
+            columns.append(ColumnSource(field.name, field.field_id, None))
             continue
-        used.add(source.name)
         actual = iceberg_type_of(source.dataType, source.name, table)
-        if not _accepts(field.field_type, actual):
+        if _accepts(field.field_type, actual):
+            # uuid and fixed arrive as Spark strings or binaries; the writer converts and checks them.
+            cast = actual != field.field_type and not isinstance(field.field_type, it.UUIDType | it.FixedType)
+            columns.append(ColumnSource(field.name, field.field_id, source.name, cast))
+        elif can_promote(field.field_type, actual):
+            changes.append(WidenColumn(field.name, field.field_id, field.field_type, actual))
+        else:
             raise SchemaMismatchError(
                 f"table {table}: column {field.name!r} is {field.field_type} in the table but "
-                f"{source.dataType.simpleString()} in the DataFrame; cast it in the DataFrame"
+                f"{source.dataType.simpleString()} in the DataFrame, which is neither the same type nor a widening "
+                "Iceberg allows (int to long, float to double, a decimal's precision); cast it in the DataFrame"
             )
-        columns.append((field.name, source.name, actual != field.field_type))
-    extra = [name for name in by_name if name not in used]
-    if extra:
-        raise SchemaMismatchError(
-            f"table {table}: DataFrame column(s) {', '.join(repr(e) for e in extra)} are not in the table; "
-            "drop them from the DataFrame or add them to the table schema first"
+    changes += [AddColumn(f.name, iceberg_type_of(f.dataType, f.name, table)) for f in new_columns]
+    if changes:
+        return SchemaPlan(None, tuple(changes))
+    return SchemaPlan(Projection(tuple(columns), tuple(passthrough)))
+
+
+def schema_refusal(table: str, change: SchemaChange) -> str:
+    """Why a DataFrame does not fit a table that icesink may not evolve."""
+    if isinstance(change, AddColumn):
+        return (
+            f"table {table}: DataFrame column {change.name!r} ({change.field_type}) is not in the table; drop it "
+            "from the DataFrame, add it to the table first, or pass evolve_schema=True to add it as an optional "
+            "column"
         )
-    return Projection(tuple(columns), tuple(passthrough))
+    if isinstance(change, WidenColumn):
+        return (
+            f"table {table}: column {change.name!r} is {change.old_type} in the table but {change.new_type} in the "
+            f"DataFrame; cast it to {change.old_type} in the DataFrame, or pass evolve_schema=True to widen the "
+            "table's column"
+        )
+    return (
+        f"table {table}: column {change.name!r} is required but receives nulls; fix the input, or pass "
+        "evolve_schema=True to make the column optional"
+    )

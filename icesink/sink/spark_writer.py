@@ -45,6 +45,7 @@ from icesink.sink.columns import column
 from icesink.writer.files import FileNamer
 from icesink.writer.footers import file_record_from_footer
 from icesink.writer.storage import split_location
+from icesink.writer.values import needs_conversion
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -84,6 +85,12 @@ def spark_writer_refusal(spec: WriterSpec, projected: DataFrame) -> str | None:
         )
     if spec.compression.lower() not in SPARK_CODECS:
         return f"Spark's Parquet writer has no {spec.compression!r} codec (write.parquet.compression-codec)"
+    converted = [c.name for c in spec.columns if needs_conversion(c.iceberg_type)]
+    if converted:
+        return (
+            f"column(s) {', '.join(repr(n) for n in converted)} have Iceberg types Spark's Parquet writer does not "
+            "write (uuid, fixed, time); the Arrow writer converts and checks them"
+        )
     nullable = {f.name: f.nullable for f in projected.schema.fields}
     unchecked = [c.name for c in spec.columns if c.required and nullable.get(c.name, True)]
     if unchecked:

@@ -40,6 +40,7 @@ def stream(
     expire_snapshots: bool = False,
     writer: str = "auto",
     maintain: bool = False,
+    evolve_schema: bool = False,
 ) -> StreamingQuery:
     """Start writing a streaming DataFrame into an Iceberg table, exactly once per micro-batch.
 
@@ -69,6 +70,12 @@ def stream(
             the table become position deletes, small files are compacted) after commits, as
             ``icesink committer run --maintain`` does; the next micro-batch waits at most
             ``icesink.maintain.max-seconds`` plus one compaction group.
+        evolve_schema: let the stream change the table's schema where the DataFrame no longer fits it and
+            the change loses nothing: DataFrame columns the table lacks are added as optional columns, a
+            wider type widens the column (int to long, float to double, a decimal's precision), a required
+            column that receives nulls becomes optional. Each change is a metadata commit of its own, made
+            before the checkpoint that needs it. Without it, each of these stops the stream with the column
+            named. Renames, drops and narrowing are never made.
         writer: who writes the Parquet files. ``"auto"`` (default): Spark's own Parquet writer where it can
             do all the table asks (appends to an unpartitioned table on a file system path), icesink's Arrow
             writer elsewhere; ``"spark"``: Spark's writer or an error saying why not; ``"arrow"``: always
@@ -80,10 +87,13 @@ def stream(
     from pyspark.sql import DataFrame as SparkDataFrame
 
     from icesink.catalog.loader import open_catalog
+    from icesink.committer.ledger import Ledger
+    from icesink.errors import SchemaMismatchError
     from icesink.iceberg.describe import writer_spec
     from icesink.sink.batch import BatchWriter, SinkSettings
     from icesink.sink.changes import change_spec, check_key_columns, extra_columns, resolve_equality_fields
-    from icesink.sink.schema import plan_projection
+    from icesink.sink.evolution import known_field_ids
+    from icesink.sink.schema import plan_schema, schema_refusal
     from icesink.sink.spark_writer import spark_writer_refusal
     from icesink.sink.tables import resolve_table
 
@@ -145,10 +155,13 @@ def stream(
     if keys:
         changes = change_spec(iceberg_table, table, df.schema, keys, op_column, op_values, sequence_by)
         passthrough = extra_columns(changes, iceberg_table)
-    projection = plan_projection(df.schema, iceberg_table.schema(), table, passthrough)
+    known = known_field_ids(Ledger(config), iceberg_table, table, job_id or query_id_of(checkpoint_location))
+    plan = plan_schema(df.schema, iceberg_table.schema(), table, passthrough, known)
+    if plan.changes and not evolve_schema:
+        raise SchemaMismatchError(schema_refusal(table, plan.changes[0]))
     spec = writer_spec(iceberg_table, table, job_id or "check", changes)
-    if writer == "spark":
-        refusal = spark_writer_refusal(spec, projection.apply(df, iceberg_table.schema()))
+    if writer == "spark" and plan.projection is not None:
+        refusal = spark_writer_refusal(spec, plan.projection.apply(df, iceberg_table.schema()))
         if refusal:
             raise ConfigError(f"table {table}: writer='spark' cannot write this stream: {refusal}")
 
@@ -163,6 +176,7 @@ def stream(
         writer=writer,
         checkpoint_location=checkpoint_location,
         maintain=maintain,
+        evolve_schema=evolve_schema,
     )
     handler = BatchWriter(settings, catalog_handle)
     stream_writer = df.writeStream.foreachBatch(handler).option("checkpointLocation", checkpoint_location)
@@ -171,3 +185,21 @@ def stream(
     if query_name:
         stream_writer = stream_writer.queryName(query_name)
     return stream_writer.start()
+
+
+def query_id_of(checkpoint_location: str) -> str | None:
+    """The id Spark keeps in a local checkpoint location's ``metadata`` file (the default job id)."""
+    import json
+    from pathlib import Path
+
+    from icesink import paths
+
+    try:
+        location = paths.parse(checkpoint_location)
+        if not location.is_local:
+            return None
+        with open(Path(location.path) / "metadata", encoding="utf-8") as f:
+            value = json.loads(f.readline()).get("id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None

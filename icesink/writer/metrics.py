@@ -33,7 +33,7 @@ def to_bound_bytes(iceberg_type: str, value: Any) -> bytes:
         return b"\x01" if value else b"\x00"
     if iceberg_type in ("int", "date"):
         return struct.pack("<i", value)
-    if iceberg_type in ("long", "timestamp", "timestamptz"):
+    if iceberg_type in ("long", "timestamp", "timestamptz", "time"):
         return struct.pack("<q", value)
     if iceberg_type == "float":
         return struct.pack("<f", value)
@@ -41,7 +41,7 @@ def to_bound_bytes(iceberg_type: str, value: Any) -> bytes:
         return struct.pack("<d", value)
     if iceberg_type == "string":
         return value.encode("utf-8")  # type: ignore[no-any-return]
-    if iceberg_type == "binary":
+    if iceberg_type == "binary" or iceberg_type.startswith("fixed"):
         return bytes(value)
     if iceberg_type.startswith("decimal"):
         scale = int(iceberg_type.rstrip(")").split(",")[1])
@@ -79,7 +79,7 @@ def truncate_upper_binary(value: bytes, length: int = TRUNCATE_LENGTH) -> bytes 
 
 def _comparable(array: pa.ChunkedArray | pa.Array, iceberg_type: str) -> pa.ChunkedArray | pa.Array:
     # Compare temporal values as their stored integers: that is also what the bound holds.
-    if iceberg_type in ("timestamp", "timestamptz"):
+    if iceberg_type in ("timestamp", "timestamptz", "time"):
         return array.cast(pa.int64())
     if iceberg_type == "date":
         return array.cast(pa.int32())
@@ -99,6 +99,10 @@ class ColumnStats:
     def update(self, array: pa.ChunkedArray | pa.Array) -> None:
         self.null_count += array.null_count
         kind = self.column.iceberg_type
+        if kind == "uuid":
+            # No bounds: Iceberg implementations have ordered UUIDs differently (signed vs unsigned),
+            # and a bound read in the other order would prune files that hold matches.
+            return
         values = _comparable(array, kind)
         if kind in ("float", "double"):
             nan = pc.is_nan(values)

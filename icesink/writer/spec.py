@@ -15,6 +15,7 @@ import pyarrow as pa
 FIELD_ID_KEY = b"PARQUET:field_id"
 
 _DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
+_FIXED = re.compile(r"fixed\[(\d+)\]")
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,9 @@ class WriterSpec:
     # Object-store settings, credentials among them: never part of a repr, log line or error message.
     storage_options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     changes: ChangeSpec | None = None
+    schema_id: int = 0  # the table schema the columns come from, recorded with the checkpoint
+    # evolve_schema=True: a required column (never a key) may receive nulls; the driver makes it optional.
+    nulls_in_required: bool = False
 
     def for_checkpoint(self, checkpoint_id: int) -> WriterSpec:
         return replace(self, checkpoint_id=checkpoint_id)
@@ -86,14 +90,24 @@ class WriterSpec:
         raise KeyError(field_id)
 
     @property
+    def equality_field_ids(self) -> tuple[int, ...]:
+        return self.changes.equality_field_ids if self.changes else ()
+
+    @property
     def equality_columns(self) -> tuple[ColumnSpec, ...]:
         if self.changes is None:
             return ()
         return tuple(self.column_by_id(fid) for fid in self.changes.equality_field_ids)
 
+    def may_hold_nulls(self, column: ColumnSpec) -> bool:
+        """Whether the column's values may be null in this checkpoint's files."""
+        if not column.required:
+            return True
+        return self.nulls_in_required and column.field_id not in self.equality_field_ids
+
     def arrow_schema(self) -> pa.Schema:
         """The Arrow schema of data files, carrying Iceberg field ids for Parquet."""
-        return pa.schema([arrow_field(c) for c in self.columns])
+        return pa.schema([arrow_field(c, nullable=self.may_hold_nulls(c)) for c in self.columns])
 
 
 def arrow_type(iceberg_type: str) -> pa.DataType:
@@ -109,19 +123,24 @@ def arrow_type(iceberg_type: str) -> pa.DataType:
         "timestamptz": pa.timestamp("us", tz="UTC"),
         "string": pa.string(),
         "binary": pa.binary(),
+        "time": pa.time64("us"),
+        "uuid": pa.uuid(),
     }
     if iceberg_type in simple:
         return simple[iceberg_type]
     match = _DECIMAL.fullmatch(iceberg_type)
     if match:
         return pa.decimal128(int(match.group(1)), int(match.group(2)))
+    match = _FIXED.fullmatch(iceberg_type)
+    if match:
+        return pa.binary(int(match.group(1)))
     raise ValueError(f"Iceberg type {iceberg_type!r} is not supported by the icesink writer")
 
 
-def arrow_field(column: ColumnSpec) -> pa.Field:
+def arrow_field(column: ColumnSpec, nullable: bool | None = None) -> pa.Field:
     return pa.field(
         column.name,
         arrow_type(column.iceberg_type),
-        nullable=not column.required,
+        nullable=not column.required if nullable is None else nullable,
         metadata={FIELD_ID_KEY: str(column.field_id).encode()},
     )

@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from icesink.errors import BadRowError
 from icesink.results import FileContent, FileRecord, PartitionValue, WriteResult, encode_write_result
+from icesink.writer import values
 from icesink.writer.changes import check_keys, collapse
 from icesink.writer.files import FileNamer, RollingFileWriter
 from icesink.writer.partitioning import partition_path, split_by_partition
@@ -42,15 +43,22 @@ def conform(spec: WriterSpec, batch: pa.RecordBatch | pa.Table, task_id: int) ->
     schema = spec.arrow_schema()
     for column, target in zip(spec.columns, schema, strict=True):
         array = table.column(column.name)
-        if column.required and array.null_count:
+        if array.null_count and not spec.may_hold_nulls(column):
+            evolve = "" if column.field_id in spec.equality_field_ids else " (or pass evolve_schema=True)"
             raise BadRowError(
                 f"table {spec.table_name}, checkpoint {spec.checkpoint_id}, task {task_id}: column "
-                f"{column.name!r} is required but {array.null_count} row(s) have no value; "
-                "fix the input (or make the column optional) and restart the stream"
+                f"{column.name!r} is required but {array.null_count} row(s) have no value; fix the input and "
+                f"restart the stream{evolve}"
             )
         wanted = arrow_type(column.iceberg_type)
         if array.type != wanted and array.type not in _SAME_FAMILY.get(wanted, ()):
-            array = array.cast(wanted)
+            try:
+                array = values.convert(array, column.iceberg_type, wanted)
+            except values.BadValues as e:
+                raise BadRowError(
+                    f"table {spec.table_name}, checkpoint {spec.checkpoint_id}, task {task_id}: column "
+                    f"{column.name!r} ({column.iceberg_type}): {e}; fix the input and restart the stream"
+                ) from e
         arrays.append(array)
         fields.append(target.with_type(array.type))
     table_names = {c.name for c in spec.columns}

@@ -1,0 +1,126 @@
+"""Table schemas as a stream sees them: evolving one, and checking old files against a newer one.
+
+Only additive, lossless changes are ever made here (Iceberg's rules for a
+schema change that every reader of old files survives): a new optional
+column, a primitive widened (``int`` → ``long``, ``float`` → ``double``, a
+decimal's precision), a required column made optional. Renames, drops and
+narrowing are never icesink's decision.
+
+Each change set is one metadata commit of its own (pyiceberg's public
+``update_schema``, which asserts the schema it started from): a concurrent
+schema change makes it fail, and the caller re-reads the table and plans again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
+    from pyiceberg.types import IcebergType
+
+
+@dataclass(frozen=True)
+class AddColumn:
+    """A DataFrame column the table lacks: added as an optional top-level column."""
+
+    name: str
+    field_type: IcebergType
+
+    def describe(self) -> str:
+        return f"added column {self.name!r} ({self.field_type})"
+
+
+@dataclass(frozen=True)
+class WidenColumn:
+    """A column whose values arrive in a wider type than the table's."""
+
+    name: str
+    field_id: int
+    old_type: IcebergType
+    new_type: IcebergType
+
+    def describe(self) -> str:
+        return f"widened column {self.name!r} from {self.old_type} to {self.new_type}"
+
+
+@dataclass(frozen=True)
+class MakeOptional:
+    """A required column that received nulls."""
+
+    name: str
+    field_id: int
+
+    def describe(self) -> str:
+        return f"made column {self.name!r} optional"
+
+
+SchemaChange = AddColumn | WidenColumn | MakeOptional
+
+
+def can_promote(old: IcebergType, new: IcebergType) -> bool:
+    """Iceberg's type promotions: values of ``old`` read back unchanged as ``new``."""
+    from pyiceberg import types as it
+
+    if isinstance(old, it.IntegerType) and isinstance(new, it.LongType):
+        return True
+    if isinstance(old, it.FloatType) and isinstance(new, it.DoubleType):
+        return True
+    if isinstance(old, it.DecimalType) and isinstance(new, it.DecimalType):
+        return old.scale == new.scale and old.precision < new.precision
+    return False
+
+
+def apply_schema_changes(table: Table, changes: Sequence[SchemaChange]) -> Table:
+    """Commit ``changes`` as one schema update; pyiceberg's ``CommitFailedException`` if the schema moved."""
+    with table.update_schema() as update:
+        for change in changes:
+            # Paths as tuples: a name with a dot is one column, not a path into a struct.
+            if isinstance(change, AddColumn):
+                update.add_column((change.name,), change.field_type, required=False)
+            elif isinstance(change, WidenColumn):
+                update.update_column((change.name,), field_type=change.new_type)
+            else:
+                update.make_column_optional((change.name,))
+    return table
+
+
+def schema_by_id(table: Table, schema_id: int) -> Schema | None:
+    return next((s for s in table.metadata.schemas if s.schema_id == schema_id), None)
+
+
+def written_schema_problem(
+    current: Schema,
+    written: Schema,
+    null_counts: Mapping[int, int],
+    equality_ids: Iterable[int] = (),
+) -> str | None:
+    """Why files written with ``written`` cannot be committed into a table at ``current``, or None.
+
+    Files name their columns by field id: a column renamed since, added as
+    optional, dropped, widened or made optional reads correctly from them. What
+    does not: a column that is now required and which the files lack or hold
+    nulls in (``null_counts``: field id → nulls over the checkpoint's data
+    files), a type that is not a promotion of the written one, and equality
+    deletes keyed on a column the table no longer has.
+    """
+    written_fields = {f.field_id: f for f in written.fields}
+    for field in current.fields:
+        old = written_fields.get(field.field_id)
+        if old is None:
+            if field.required:
+                return f"column {field.name!r} is required now and its files do not have it"
+            continue
+        if field.required and null_counts.get(field.field_id, 0) > 0:
+            return f"column {field.name!r} is required now and its files hold {null_counts[field.field_id]} null(s)"
+        if old.field_type != field.field_type and not can_promote(old.field_type, field.field_type):
+            return f"column {field.name!r} is {field.field_type} now and its files hold {old.field_type}"
+    current_ids = {f.field_id for f in current.fields}
+    for field_id in equality_ids:
+        if field_id not in current_ids:
+            name = written_fields[field_id].name if field_id in written_fields else str(field_id)
+            return f"its equality deletes are keyed on column {name!r}, which the table no longer has"
+    return None

@@ -1,0 +1,354 @@
+"""Schemas that change while data flows: evolve_schema, another tool's changes, old checkpoints on new schemas."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import icesink
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from icesink.committer.commit import TableCommitter
+from icesink.committer.ledger import Ledger
+from icesink.errors import SchemaMismatchError
+from icesink.iceberg.schemas import AddColumn, WidenColumn, written_schema_problem
+from icesink.sink.schema import plan_projection, plan_schema
+from tests.streams import order_for_file_source
+from tests.support import create_orders_table, orders, stage_rows
+
+TABLE = "shop.events"
+
+
+def _spark_schema(ddl: str) -> Any:
+    """``"id long, qty int, total decimal(7,2)"`` as a Spark schema, without a Spark session."""
+    import re
+
+    from pyspark.sql import types as st
+
+    simple = {"long": st.LongType(), "int": st.IntegerType(), "float": st.FloatType(), "double": st.DoubleType()}
+    simple["string"] = st.StringType()
+    fields = []
+    for name, type_name in re.findall(r"(`[^`]+`|\w+) (\w+(?:\(\d+,\d+\))?)", ddl):
+        decimal = re.fullmatch(r"decimal\((\d+),(\d+)\)", type_name)
+        spark_type = st.DecimalType(int(decimal[1]), int(decimal[2])) if decimal else simple[type_name]
+        fields.append(st.StructField(name.strip("`"), spark_type))
+    return st.StructType(fields)
+
+
+def _table_schema(*fields: tuple[int, str, Any, bool]) -> Any:
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField
+
+    return Schema(*(NestedField(i, name, t, required=r) for i, name, t, r in fields))
+
+
+# --- planning, without Spark running --------------------------------------------------------------------------
+
+
+def test_plan_lists_lossless_changes_and_refuses_the_rest() -> None:
+    from pyiceberg.types import DecimalType, DoubleType, FloatType, IntegerType, LongType, StringType
+
+    table = _table_schema(
+        (1, "id", LongType(), True),
+        (2, "qty", IntegerType(), False),
+        (3, "price", FloatType(), False),
+        (4, "total", DecimalType(9, 2), False),
+        (5, "note", StringType(), False),
+    )
+    fits = plan_schema(_spark_schema("id long, qty int, price float, total decimal(7,2)"), table, "t")
+    assert fits.changes == ()
+    assert fits.projection is not None
+    assert [(c.name, c.source, c.cast) for c in fits.projection.columns] == [
+        ("id", "id", False),
+        ("qty", "qty", False),
+        ("price", "price", False),
+        ("total", "total", True),
+        ("note", None, False),  # an optional column the DataFrame lacks: nulls
+    ]
+    wider = plan_schema(
+        _spark_schema("id long, qty long, price double, total decimal(12,2), `new col.x` string"), table, "t"
+    )
+    assert wider.projection is None
+    assert wider.changes == (
+        WidenColumn("qty", 2, IntegerType(), LongType()),
+        WidenColumn("price", 3, FloatType(), DoubleType()),
+        WidenColumn("total", 4, DecimalType(9, 2), DecimalType(12, 2)),
+        AddColumn("new col.x", StringType()),
+    )
+    with pytest.raises(SchemaMismatchError, match=r"DataFrame column 'extra' \(int\).*evolve_schema=True"):
+        plan_projection(_spark_schema("id long, extra int"), table, "t")
+    with pytest.raises(SchemaMismatchError, match=r"'qty' is int in the table but long.*evolve_schema=True"):
+        plan_projection(_spark_schema("id long, qty long"), table, "t")
+    for ddl, column in [
+        ("id int, qty string", "qty"),  # another type
+        ("id long, total decimal(12,3)", "total"),  # another scale
+        ("id long, price decimal(5,2)", "price"),
+    ]:
+        with pytest.raises(SchemaMismatchError, match=f"column '{column}' is .* neither the same type nor a widening"):
+            plan_schema(_spark_schema(ddl), table, "t")
+    with pytest.raises(SchemaMismatchError, match="required column 'id'"):
+        plan_schema(_spark_schema("qty int"), table, "t")
+
+
+def test_columns_written_before_follow_renames_and_a_dropped_one_is_named() -> None:
+    from pyiceberg.types import LongType, StringType
+
+    renamed = _table_schema((1, "id", LongType(), True), (2, "customer", StringType(), False))
+    dataframe = _spark_schema("id long, name string")
+    with pytest.raises(SchemaMismatchError, match="'name'"):
+        plan_projection(dataframe, renamed, "t")  # by name alone, 'name' is a new column
+    projection = plan_projection(dataframe, renamed, "t", field_ids={"id": 1, "name": 2})
+    assert [(c.name, c.field_id, c.source) for c in projection.columns] == [("id", 1, "id"), ("customer", 2, "name")]
+    assert projection.field_ids == {"id": 1, "name": 2}
+    dropped = _table_schema((1, "id", LongType(), True))
+    with pytest.raises(SchemaMismatchError, match=r"column 'name' \(field id 2\).*dropped from the table"):
+        plan_schema(dataframe, dropped, "t", field_ids={"id": 1, "name": 2})
+
+
+def test_files_of_an_older_schema_fit_a_newer_one_only_where_readers_get_them_right() -> None:
+    from pyiceberg.types import IntegerType, LongType, StringType
+
+    written = _table_schema(
+        (1, "id", LongType(), True), (2, "qty", IntegerType(), False), (3, "s", StringType(), False)
+    )
+    fine = [
+        _table_schema((1, "id", LongType(), True), (2, "qty", LongType(), False), (3, "s", StringType(), False)),
+        _table_schema((1, "key", LongType(), True), (3, "s", StringType(), False)),  # renamed, dropped
+        _table_schema((1, "id", LongType(), True), (2, "qty", IntegerType(), False), (9, "n", StringType(), False)),
+    ]
+    for current in fine:
+        assert written_schema_problem(current, written, {3: 5}, equality_ids=[1]) is None
+    added_required = _table_schema((1, "id", LongType(), True), (9, "must", StringType(), True))
+    assert "'must' is required now and its files do not have it" in str(
+        written_schema_problem(added_required, written, {})
+    )
+    now_required = _table_schema((1, "id", LongType(), True), (3, "s", StringType(), True))
+    assert written_schema_problem(now_required, written, {3: 0}) is None
+    problem = written_schema_problem(now_required, written, {3: 2})
+    assert "'s' is required now and its files hold 2 null(s)" in str(problem)
+    other_type = _table_schema((1, "id", LongType(), True), (2, "qty", StringType(), False))
+    assert "'qty' is string now and its files hold int" in str(written_schema_problem(other_type, written, {}))
+    without_key = _table_schema((2, "qty", IntegerType(), False))
+    assert "keyed on column 'id'" in str(written_schema_problem(without_key, written, {}, equality_ids=[1]))
+
+
+# --- the committer meets checkpoints staged under an older schema -----------------------------------------------
+
+
+def test_checkpoint_staged_under_an_older_schema_commits_only_while_it_fits(catalog_config: CatalogConfig) -> None:
+    from pyiceberg.types import StringType
+
+    create_orders_table(catalog_config, TABLE)
+    assert stage_rows(catalog_config, TABLE, "job", 0, orders(0, 5))
+    assert stage_rows(catalog_config, TABLE, "job", 1, orders(5, 5))
+    catalog = open_catalog(catalog_config)
+    ledger = Ledger(catalog_config)
+    # Another tool renames a column and adds an optional one: the staged files still read correctly.
+    with catalog.load_table(TABLE).update_schema() as update:
+        update.rename_column("name", "customer")
+        update.add_column("region", StringType())
+    committer = TableCommitter(catalog, catalog_config, ledger)
+    committer.commit_pending(TABLE, "job")
+    rows = icesink.read(TABLE, catalog=catalog_config).sort_by("id")
+    assert rows.column("id").to_pylist() == list(range(10))
+    assert rows.column("customer").to_pylist() == orders(0, 10).column("name").to_pylist()
+    assert rows.column("region").null_count == 10
+
+    # A required column the staged files cannot have: refused, nothing committed, the checkpoint stays staged.
+    later = orders(10, 5).rename_columns(["id", "customer", "amount", "ts"])
+    assert stage_rows(catalog_config, TABLE, "job", 2, later.append_column("region", pa.nulls(5, pa.string())))
+    with catalog.load_table(TABLE).update_schema(allow_incompatible_changes=True) as update:
+        update.add_column("tenant", StringType(), required=True)
+    snapshots_before = len(catalog.load_table(TABLE).snapshots())
+    committer = TableCommitter(catalog, catalog_config, ledger)
+    with pytest.raises(SchemaMismatchError) as refused:
+        committer.commit_pending(TABLE, "job")
+    message = str(refused.value)
+    assert f"table {TABLE}, job job, checkpoint 2" in message
+    assert "column 'tenant' is required now and its files do not have it" in message
+    assert "stays staged" in message
+    assert len(catalog.load_table(TABLE).snapshots()) == snapshots_before
+    (row,) = ledger.pending(TABLE, "job")
+    assert row.checkpoint_id == 2 and row.status == "failed"
+    # Once the table accepts the files again, the same checkpoint commits.
+    with catalog.load_table(TABLE).update_schema() as update:
+        update.make_column_optional("tenant")
+    TableCommitter(catalog, catalog_config, ledger).commit_pending(TABLE, "job")
+    assert ledger.pending(TABLE) == []
+    rows = icesink.read(TABLE, catalog=catalog_config).sort_by("id")
+    assert rows.column("id").to_pylist() == list(range(15))
+    assert rows.column("tenant").null_count == 15
+
+
+# --- streams ------------------------------------------------------------------------------------------------------
+
+
+def _events(start: int, count: int, extra: bool = False) -> pa.Table:
+    """Events; ``extra``: the producer's later version (a new column, qty as long, price as double)."""
+    ids = list(range(start, start + count))
+    columns: dict[str, pa.Array] = {
+        "id": pa.array(ids, pa.int64()),
+        "qty": pa.array([i % 7 for i in ids], pa.int64() if extra else pa.int32()),
+        "price": pa.array([i / 4 for i in ids], pa.float64() if extra else pa.float32()),
+    }
+    if extra:
+        columns["coupon code"] = pa.array([f"c{i}" if i % 2 else None for i in ids], pa.string())
+    return pa.table(columns)
+
+
+def _add_file(directory: Path, table: pa.Table) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    number = len(list(directory.glob("*.parquet")))
+    path = directory / f"part-{number:05d}.parquet"
+    pq.write_table(table, directory / ".tmp")
+    (directory / ".tmp").rename(path)
+    order_for_file_source(path, number)
+
+
+def _run(spark: Any, directory: Path, ddl: str, config: CatalogConfig, checkpoint: Path, **options: Any) -> None:
+    df = spark.readStream.schema(ddl).option("maxFilesPerTrigger", 1).parquet(str(directory))
+    query = icesink.stream(
+        df, table=TABLE, checkpoint_location=str(checkpoint), trigger={"availableNow": True}, catalog=config, **options
+    )
+    query.awaitTermination()
+
+
+@pytest.mark.spark
+def test_evolve_schema_adds_columns_and_widens_types_when_the_producer_changes(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    old_ddl = "id long, qty int, price float"
+    new_ddl = "id long, qty long, price double, `coupon code` string"
+    source, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    _add_file(source, _events(0, 4))
+    _run(spark, source, old_ddl, sqlite_catalog, checkpoint, create_table=True)
+    _add_file(source, _events(4, 4, extra=True))
+    # Without the option, the new producer version is refused before anything is written.
+    with pytest.raises(
+        SchemaMismatchError, match=r"'qty' is int in the table but long in the DataFrame.*evolve_schema"
+    ):
+        _run(spark, source, new_ddl, sqlite_catalog, checkpoint)
+    catalog = open_catalog(sqlite_catalog)
+    assert len(catalog.load_table(TABLE).schemas()) == 1
+    _run(spark, source, new_ddl, sqlite_catalog, checkpoint, evolve_schema=True)
+
+    table = catalog.load_table(TABLE)
+    assert [(f.field_id, f.name, str(f.field_type), f.required) for f in table.schema().fields] == [
+        (1, "id", "long", False),
+        (2, "qty", "long", False),
+        (3, "price", "double", False),
+        (4, "coupon code", "string", False),
+    ]
+    # One schema change, committed before the checkpoint that needed it; each checkpoint one snapshot.
+    assert len(table.schemas()) == 2
+    snapshots = table.snapshots()
+    assert [s.schema_id for s in snapshots] == [0, 1]
+    expected = pa.concat_tables(
+        [
+            _events(0, 4)
+            .cast(pa.schema([("id", pa.int64()), ("qty", pa.int64()), ("price", pa.float64())]))
+            .append_column("coupon code", pa.nulls(4, pa.string())),
+            _events(4, 4, extra=True),
+        ]
+    )
+    ours = icesink.read(TABLE, catalog=sqlite_catalog).sort_by("id")
+    assert ours.to_pylist() == expected.to_pylist()
+    theirs = table.scan().to_arrow().sort_by("id")  # pyiceberg reads the old files through the new schema
+    assert theirs.to_pylist() == expected.to_pylist()
+
+
+@pytest.mark.spark
+def test_evolve_schema_makes_a_required_column_optional_when_nulls_arrive(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import IntegerType, LongType, NestedField
+
+    catalog = open_catalog(sqlite_catalog)
+    catalog.create_namespace_if_not_exists("shop")
+    catalog.create_table(
+        TABLE, Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "qty", IntegerType(), True))
+    )
+    source = tmp_path / "in"
+    _add_file(source, pa.table({"id": pa.array([1, 2, 3], pa.int64()), "qty": pa.array([5, None, 7], pa.int32())}))
+    with pytest.raises(Exception, match=r"column 'qty' is required but 1 row\(s\) have no value.*evolve_schema=True"):
+        _run(spark, source, "id long, qty int", sqlite_catalog, tmp_path / "ckpt")
+    assert catalog.load_table(TABLE).current_snapshot() is None
+    _run(spark, source, "id long, qty int", sqlite_catalog, tmp_path / "ckpt", evolve_schema=True)
+    table = catalog.load_table(TABLE)
+    assert [f.required for f in table.schema().fields] == [True, False]
+    assert table.scan().to_arrow().sort_by("id").column("qty").to_pylist() == [5, None, 7]
+
+
+def _wait(condition: Any, what: str, seconds: float = 90) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+@pytest.mark.spark
+def test_another_tool_renames_adds_and_drops_columns_while_the_stream_runs(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    from pyiceberg.types import StringType
+
+    ddl = "id long, name string, amount double, ts timestamp"
+    source, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    create_orders_table(sqlite_catalog, TABLE)
+    catalog = open_catalog(sqlite_catalog)
+
+    def start() -> Any:
+        df = spark.readStream.schema(ddl).option("maxFilesPerTrigger", 1).parquet(str(source))
+        return icesink.stream(
+            df,
+            table=TABLE,
+            checkpoint_location=str(checkpoint),
+            trigger={"processingTime": "200 milliseconds"},
+            catalog=sqlite_catalog,
+        )
+
+    def committed(count: int) -> bool:
+        snapshot = catalog.load_table(TABLE).current_snapshot()
+        return snapshot is not None and int(snapshot.summary["total-records"]) == count
+
+    _add_file(source, orders(0, 3))
+    query = start()
+    try:
+        _wait(lambda: committed(3), "the first micro-batch")
+        with catalog.load_table(TABLE).update_schema() as update:
+            update.rename_column("name", "customer")
+            update.add_column("region", StringType())
+        _add_file(source, orders(3, 3))
+        _wait(lambda: committed(6), "the micro-batch after the rename")
+        with catalog.load_table(TABLE).update_schema() as update:
+            update.delete_column("amount")
+        _add_file(source, orders(6, 3))
+        with pytest.raises(Exception) as stopped:
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    assert "column 'amount' (field id 3), which this stream writes, was dropped from the table" in str(stopped.value)
+    assert committed(6)  # the batch after the drop wrote nothing
+
+    rows = icesink.read(TABLE, catalog=sqlite_catalog).sort_by("id")
+    assert rows.column_names == ["id", "customer", "ts", "region"]
+    assert rows.column("customer").to_pylist() == orders(0, 6).column("name").to_pylist()
+    assert rows.column("region").null_count == 6
+
+    # Restarted without the dropped column (its DataFrame still calls the renamed one 'name'), the stream
+    # remembers which field its 'name' went to and lands the batch it stopped at.
+    df = spark.readStream.schema(ddl).option("maxFilesPerTrigger", 1).parquet(str(source)).drop("amount")
+    icesink.stream(
+        df, table=TABLE, checkpoint_location=str(checkpoint), trigger={"availableNow": True}, catalog=sqlite_catalog
+    ).awaitTermination()
+    rows = icesink.read(TABLE, catalog=sqlite_catalog).sort_by("id")
+    assert rows.column("id").to_pylist() == list(range(9))
+    assert rows.column("customer").to_pylist() == orders(0, 9).column("name").to_pylist()
+    assert len(catalog.load_table(TABLE).schemas()) == 3  # the stream changed no schema itself
