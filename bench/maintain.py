@@ -29,7 +29,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,35 +39,14 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
-from upsert import SPARK_SCHEMA, build_table, change_batch, iceberg_schema
-
-ROOT = Path(__file__).parent.parent
-JAVA_PYTHON = ROOT / ".venv-iceberg-java" / "bin" / "python"
+from upsert import JAVA_PYTHON, SPARK_SCHEMA, build_table, change_batch, hadoop_copy, iceberg_schema, run_java
 
 
 def java_rewrite(warehouse: Path, metadata_location: str, name: str) -> dict[str, Any]:
     """Copy the metadata into a Hadoop-catalog table and let Iceberg Java rewrite it; returns its report."""
-    metadata = warehouse / "bench" / name / "metadata"
-    metadata.mkdir(parents=True)
-    shutil.copy(metadata_location.removeprefix("file://"), metadata / "v1.metadata.json")
-    (metadata / "version-hint.text").write_text("1")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
-    done = subprocess.run(
-        [
-            str(JAVA_PYTHON),
-            str(ROOT / "bench" / "java_rewrite.py"),
-            f"file://{warehouse}",  # with a scheme: iceberg-rust refuses the plain paths Hadoop writes otherwise
-            f"bench.{name}",
-            "delete-file-threshold=1",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1800,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(done.stderr[-3000:])
-    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    metadata = hadoop_copy(warehouse, metadata_location, name)
+    # The warehouse with a scheme: iceberg-rust refuses the plain paths Hadoop writes otherwise.
+    report = run_java("java_rewrite.py", f"file://{warehouse}", f"bench.{name}", "delete-file-threshold=1")
     version = int((metadata / "version-hint.text").read_text().strip())
     report["metadata_location"] = f"file://{metadata / f'v{version}.metadata.json'}"
     return report

@@ -6,7 +6,10 @@
     icesink's default (the committer resolves the batch's equality deletes into
     position deletes in the same commit) and with
     ``icesink.equality-deletes.convert-at-commit=false`` (equality deletes kept);
-(b) pyiceberg ``table.upsert`` of the same batch into an identical table.
+(b) pyiceberg ``table.upsert`` of the same batch into an identical table;
+(c) Iceberg Java 1.9.2's ``MERGE INTO`` (merge-on-read; Spark 3.5 in the interop
+    environment, a process of its own per round, timed inside the started
+    session) of the same batch into an identical copy in a Hadoop catalog.
 Then ``icesink.read`` of the (default) icesink table after 1, 10 and 50 such
 batches, against reading the same rows compacted into a table without delete
 files, and against reading the initial 100 files (the same layout, no deletes).
@@ -73,6 +76,40 @@ def build_table(catalog: Any, name: str, total: int, files: int) -> Any:
     return catalog.load_table(name)
 
 
+ROOT = Path(__file__).parent.parent
+JAVA_PYTHON = ROOT / ".venv-iceberg-java" / "bin" / "python"
+
+
+def hadoop_copy(warehouse: Path, metadata_location: str, name: str) -> Path:
+    """The table's current metadata as table ``bench.<name>`` of a Hadoop catalog (its metadata directory).
+
+    Data files stay where they are; the copy's commits write new metadata files of their own.
+    """
+    metadata = warehouse / "bench" / name / "metadata"
+    metadata.mkdir(parents=True)
+    shutil.copy(metadata_location.removeprefix("file://"), metadata / "v1.metadata.json")
+    (metadata / "version-hint.text").write_text("1")
+    return metadata
+
+
+def run_java(script: str, *arguments: str) -> dict[str, Any]:
+    """One of the Iceberg Java scripts in bench/, in the interop environment; its JSON report."""
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK")}
+    done = subprocess.run(
+        [str(JAVA_PYTHON), str(ROOT / "bench" / script), *arguments],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-3000:])
+    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
+
+
 def change_batch(total: int, size: int, number: int) -> Any:
     """Half updates of existing keys, half inserts of new keys; distinct per batch number."""
     import numpy as np
@@ -89,8 +126,12 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=100)
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--reads", default="1,10,50", help="read after this many change batches")
-    parser.add_argument("--repeat", type=int, default=3, help="rounds of (a) and (b), each on fresh tables")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of (a), (b), (c), each on fresh tables")
+    parser.add_argument("--no-java", action="store_true", help="leave out (c), Iceberg Java's MERGE INTO")
     args = parser.parse_args()
+    with_java = not args.no_java
+    if with_java and not JAVA_PYTHON.exists():
+        raise SystemExit(f"{JAVA_PYTHON} is missing: run `make install-interop` first (or pass --no-java)")
 
     import pyarrow.parquet as pq
     from pyspark.sql import SparkSession
@@ -146,7 +187,8 @@ def main() -> None:
         # (a) and (b): the same first change batch into identical tables, on fresh tables every round.
         first = change_batch(args.rows, args.batch, 0)
         pq.write_table(first, inputs / "batch-00000.parquet")
-        icesink_times, keep_times, pyiceberg_times = [], [], []
+        icesink_times, keep_times, pyiceberg_times, java_times = [], [], [], []
+        java_results: list[str] = []
         keep = {"icesink.equality-deletes.convert-at-commit": "false"}
         for round_number in range(args.repeat):
             build_table(catalog, f"bench.icesink_{round_number}", args.rows, args.files)
@@ -160,12 +202,28 @@ def main() -> None:
             result = peer.upsert(first.cast(peer.schema().as_arrow()), join_cols=["id"])
             pyiceberg_times.append(time.perf_counter() - started)
             assert (result.rows_updated, result.rows_inserted) == (args.batch // 2, args.batch // 2)
+            if with_java:
+                java_table = build_table(catalog, f"bench.java_{round_number}", args.rows, args.files)
+                hadoop_copy(work / "hadoop", java_table.metadata_location, f"merge_{round_number}")
+                report = run_java(
+                    "java_merge.py",
+                    f"file://{work / 'hadoop'}",
+                    f"bench.merge_{round_number}",
+                    str(inputs / "batch-00000.parquet"),
+                )
+                java_times.append(report["seconds"])
+                java_results.append(report["metadata_location"])
         ours = icesink.read("bench.icesink_0", catalog=config).sort_by("id")
         theirs = catalog.load_table("bench.pyiceberg_0").scan().to_arrow().sort_by("id")
         assert ours.to_pylist() == theirs.select(ours.column_names).to_pylist(), "both upserts must agree"
         assert icesink.read("bench.keep_0", catalog=config).sort_by("id").to_pylist() == ours.to_pylist()
         # With position deletes, pyiceberg reads icesink's table itself.
         assert catalog.load_table("bench.icesink_0").scan().to_arrow().sort_by("id").to_pylist() == ours.to_pylist()
+        if with_java:
+            from pyiceberg.table import StaticTable
+
+            merged = StaticTable.from_metadata(java_results[0]).scan().to_arrow().sort_by("id")
+            assert merged.select(ours.column_names).to_pylist() == ours.to_pylist(), "MERGE INTO must agree"
         icesink_seconds = statistics.median(icesink_times)
         keep_seconds = statistics.median(keep_times)
         pyiceberg_seconds = statistics.median(pyiceberg_times)
@@ -228,6 +286,15 @@ def main() -> None:
                     "pyiceberg_rounds": [round(t, 3) for t in pyiceberg_times],
                     "speedup": round(pyiceberg_seconds / icesink_seconds, 1),
                     "speedup_keeping_equality_deletes": round(pyiceberg_seconds / keep_seconds, 1),
+                    **(
+                        {
+                            "java_merge_into_seconds": round(statistics.median(java_times), 3),
+                            "java_merge_into_rounds": [round(t, 3) for t in java_times],
+                            "java_over_icesink": round(statistics.median(java_times) / icesink_seconds, 2),
+                        }
+                        if with_java
+                        else {}
+                    ),
                     "read_seconds_initial_files_no_deletes": round(statistics.median(base), 3),
                     "reads_after_batches": reads,
                 },

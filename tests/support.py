@@ -99,3 +99,12 @@ def age_everything(root: Path, seconds: float = 7200) -> None:
     for path in root.rglob("*"):
         if path.is_file():
             os.utime(path, (old, old))
+
+
+def wait_for(condition: Any, what: str, seconds: float = 90) -> None:
+    """Poll ``condition`` until it holds; an AssertionError naming ``what`` after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)

@@ -12,7 +12,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +23,10 @@ from icesink.catalog.config import CatalogConfig, sqlite_path
 from icesink.catalog.loader import open_catalog
 from tests.outcomes import check_outcome
 from tests.streams import add_input_files, input_stream
-from tests.support import create_orders_table, orders, stage_rows, table_ids
+from tests.support import create_orders_table, orders, stage_rows, table_ids, wait_for
 
 TABLE = "shop.orders"
 ROOT = Path(__file__).parent.parent
-
-
-def _wait(condition: Any, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 @pytest.mark.spark
@@ -54,7 +45,7 @@ def test_catalog_file_deleted_under_a_running_stream_stops_it_before_the_next_co
         catalog=sqlite_catalog,
     )
     try:
-        _wait(lambda: (tmp_path / "ckpt" / "commits" / "0").exists(), 60, "the first micro-batch")
+        wait_for(lambda: (tmp_path / "ckpt" / "commits" / "0").exists(), "the first micro-batch", 60)
         shutil.copy(database_file, tmp_path / "backup.db")
         database_file.unlink()
         add_input_files(tmp_path / "in", [(10, 10)])
@@ -97,7 +88,7 @@ def test_catalog_file_replaced_under_the_daemon_stops_it(sqlite_catalog: Catalog
     daemon = _committer(sqlite_catalog)
     try:
         stage_rows(sqlite_catalog, TABLE, "job", 0, orders(0, 10))
-        _wait(lambda: table_ids(sqlite_catalog, TABLE) == list(range(10)), 60, "the daemon's first commit")
+        wait_for(lambda: table_ids(sqlite_catalog, TABLE) == list(range(10)), "the daemon's first commit", 60)
         # An operator restores the catalog from a copy: a new file at the same path.
         copy = tmp_path / "copy.db"
         with sqlite3.connect(database_file) as source, sqlite3.connect(copy) as target:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime
 import shutil
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,7 @@ from icesink.committer.staging import stage_checkpoint
 from icesink.errors import JobIdConflictError
 from tests.outcomes import check_outcome
 from tests.streams import add_input_files, input_stream, run_available
-from tests.support import create_orders_table, orders, table_ids, write_files
+from tests.support import create_orders_table, orders, table_ids, wait_for, write_files
 
 TABLE = "shop.orders"
 STREAM_A = StreamIdentity("stream-a", "/checkpoints/a")
@@ -151,14 +150,6 @@ def test_a_new_checkpoint_location_with_an_explicit_job_id_stops_instead_of_skip
     )
 
 
-def _wait(condition: Any, seconds: float = 60, what: str = "condition") -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-
-
 @pytest.mark.spark
 def test_two_live_streams_with_one_job_id_the_second_stops_naming_both(
     spark: Any, catalog_config: CatalogConfig, tmp_path: Path
@@ -171,7 +162,7 @@ def test_two_live_streams_with_one_job_id_the_second_stops_naming_both(
         **stream_options(catalog_config, job_id="shared"),
     )
     try:
-        _wait(lambda: table_ids(catalog_config, TABLE) == list(range(10)), what="the first stream's commit")
+        wait_for(lambda: table_ids(catalog_config, TABLE) == list(range(10)), "the first stream's commit", 60)
         add_input_files(tmp_path / "b", [(500, 10)])
         second = icesink.stream(
             input_stream(spark, tmp_path / "b"),
@@ -185,7 +176,7 @@ def test_two_live_streams_with_one_job_id_the_second_stops_naming_both(
         assert f"from stream {first.id}" in message and f"this is stream {second.id}" in message
         # The first stream goes on.
         add_input_files(tmp_path / "a", [(10, 10)])
-        _wait(lambda: table_ids(catalog_config, TABLE) == list(range(20)), what="the first stream's next commit")
+        wait_for(lambda: table_ids(catalog_config, TABLE) == list(range(20)), "the first stream's next commit", 60)
         assert first.isActive
     finally:
         first.stop()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from icesink.errors import SchemaMismatchError
 from icesink.iceberg.schemas import AddColumn, WidenColumn, written_schema_problem
 from icesink.sink.schema import plan_projection, plan_schema
 from tests.streams import order_for_file_source
-from tests.support import create_orders_table, orders, stage_rows
+from tests.support import create_orders_table, orders, stage_rows, wait_for
 
 TABLE = "shop.events"
 
@@ -108,6 +107,26 @@ def test_columns_written_before_follow_renames_and_a_dropped_one_is_named() -> N
     dropped = _table_schema((1, "id", LongType(), True))
     with pytest.raises(SchemaMismatchError, match=r"column 'name' \(field id 2\).*dropped from the table"):
         plan_schema(dataframe, dropped, "t", field_ids={"id": 1, "name": 2})
+    # Added back under the same name (a new field id), the column is found again.
+    added_back = _table_schema((1, "id", LongType(), True), (7, "name", StringType(), False))
+    projection = plan_projection(dataframe, added_back, "t", field_ids={"id": 1, "name": 2})
+    assert [(c.field_id, c.source) for c in projection.columns] == [(1, "id"), (7, "name")]
+
+
+def test_two_dataframe_columns_never_fill_one_field() -> None:
+    from pyiceberg.types import LongType, StringType
+
+    table = _table_schema((1, "id", LongType(), True), (2, "a", StringType(), False))
+    # Exact names win over names ignoring case, whatever the DataFrame's column order.
+    with pytest.raises(SchemaMismatchError, match=r"columns 'a' \(by name\) and 'A' \(by name ignoring case\)"):
+        plan_schema(_spark_schema("id long, A string, a string"), table, "t")
+    assert plan_projection(_spark_schema("id long, A string"), table, "t").field_ids == {"id": 1, "A": 2}
+    # A column the stream wrote to a field renamed since, and another column now named like that field.
+    renamed = _table_schema((1, "id", LongType(), True), (2, "customer", StringType(), False))
+    with pytest.raises(SchemaMismatchError, match=r"columns 'name' \(which this stream has written to it.*'customer'"):
+        plan_schema(
+            _spark_schema("id long, customer string, name string"), renamed, "t", field_ids={"id": 1, "name": 2}
+        )
 
 
 def test_files_of_an_older_schema_fit_a_newer_one_only_where_readers_get_them_right() -> None:
@@ -285,14 +304,6 @@ def test_evolve_schema_makes_a_required_column_optional_when_nulls_arrive(
     assert table.scan().to_arrow().sort_by("id").column("qty").to_pylist() == [5, None, 7]
 
 
-def _wait(condition: Any, what: str, seconds: float = 90) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-
-
 @pytest.mark.spark
 def test_another_tool_renames_adds_and_drops_columns_while_the_stream_runs(
     spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
@@ -321,12 +332,12 @@ def test_another_tool_renames_adds_and_drops_columns_while_the_stream_runs(
     _add_file(source, orders(0, 3))
     query = start()
     try:
-        _wait(lambda: committed(3), "the first micro-batch")
+        wait_for(lambda: committed(3), "the first micro-batch")
         with catalog.load_table(TABLE).update_schema() as update:
             update.rename_column("name", "customer")
             update.add_column("region", StringType())
         _add_file(source, orders(3, 3))
-        _wait(lambda: committed(6), "the micro-batch after the rename")
+        wait_for(lambda: committed(6), "the micro-batch after the rename")
         with catalog.load_table(TABLE).update_schema() as update:
             update.delete_column("amount")
         _add_file(source, orders(6, 3))

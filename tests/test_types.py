@@ -173,8 +173,8 @@ def test_uuid_fixed_and_time_are_converted_and_checked_on_every_row() -> None:
         values.convert(pa.array([b"abcd", b"abc", b"abcde"]), "fixed[4]", pa.binary(4))
     nanos = pa.array([3_600_000_000_000, None], pa.time64("ns"))
     assert values.convert(nanos, "time", pa.time64("us")).to_pylist() == [datetime.time(1, 0), None]
-    with pytest.raises(values.BadValues, match="do not fit time"):
-        values.convert(pa.array([1], pa.time64("ns")), "time", pa.time64("us"))
+    with pytest.raises(values.BadValues, match=r"1 value\(s\) have digits below a microsecond.*row 1"):
+        values.convert(pa.array([1000, 1001, None], pa.time64("ns")), "time", pa.time64("us"))
 
 
 def test_a_bad_value_fails_the_task_naming_table_checkpoint_and_column(sqlite_catalog: CatalogConfig) -> None:
@@ -330,6 +330,10 @@ def test_a_stream_fills_uuid_fixed_and_time_columns_from_spark_types(
     _write_input(tmp_path / "in", _input_rows())
     ddl = "id long, u string, f binary, b binary, dec decimal(38,10), ntz timestamp_ntz, tz timestamp, d date"
     df = spark.readStream.schema(ddl).parquet(str(tmp_path / "in"))
+    with pytest.raises(ConfigError, match=rf"table {TYPES}: equality field 'u' is a uuid column"):
+        icesink.stream(
+            df, table=TYPES, checkpoint_location=str(tmp_path / "c0"), catalog=sqlite_catalog, equality_fields=["u"]
+        )
     with pytest.raises(ConfigError, match=r"writer='spark' cannot write.*'u', 'f'.*uuid, fixed, time"):
         icesink.stream(
             df, table=TYPES, checkpoint_location=str(tmp_path / "c0"), catalog=sqlite_catalog, writer="spark"

@@ -271,9 +271,10 @@ class TableCommitter:
         from icesink.iceberg.schemas import schema_by_id, written_schema_problem
 
         current = table.schema()
-        if row.schema_id is None or row.schema_id == current.schema_id:
+        if row.schema_id is None:
             return
-        written = schema_by_id(table, row.schema_id)
+        # Also at the same schema id: a schema made optional and back to required reuses the old id.
+        written = current if row.schema_id == current.schema_id else schema_by_id(table, row.schema_id)
         problem: str | None
         if written is None:
             problem = "that schema is not in the table's metadata any more"

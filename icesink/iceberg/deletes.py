@@ -57,20 +57,27 @@ def comparable_keys(table: pa.Table, names: Sequence[str]) -> tuple[pa.Table, li
     columns: list[pa.ChunkedArray | pa.Array] = []
     keys: list[str] = []
     for name in names:
-        column = table.column(name)
+        column = _storage(table.column(name))
         kind = widened.get(column.type, column.type)
         if kind != column.type:
             column = column.cast(kind)
         keys.append(name)
         if column.null_count:
             columns.append(pc.fill_null(column, _zero(kind)))
-            columns.append(pc.is_null(table.column(name)))
+            columns.append(pc.is_null(column))
         else:
             columns.append(column)
             columns.append(repeated(False, len(column)))
         keys.append(f"{_NULL}{name}")
     labels = [label for name in names for label in (name, f"{_NULL}{name}")]
     return pa.table(columns, names=labels), keys
+
+
+def _storage(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Extension columns (uuid) as their stored values: Arrow hashes, sorts and joins only those."""
+    if isinstance(column.type, pa.ExtensionType):
+        return pa.chunked_array([chunk.storage for chunk in column.chunks], column.type.storage_type)
+    return column
 
 
 def _values(partition: Any) -> tuple[Any, ...]:
@@ -173,7 +180,7 @@ class EqualityDeletes:
         stored = loaded.column(name).combine_chunks()
         # The loaded keys stand in a value for null and flag it; a lookup matches nulls itself.
         value_set = pc.if_else(loaded.column(f"{_NULL}{name}").combine_chunks(), pa.scalar(None, stored.type), stored)
-        column = keys.column(name)
+        column = _storage(keys.column(name))
         if column.type != stored.type:
             column = column.cast(stored.type)
         index = pc.index_in(column, value_set=value_set, skip_nulls=False)

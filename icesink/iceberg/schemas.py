@@ -31,7 +31,7 @@ class AddColumn:
     field_type: IcebergType
 
     def describe(self) -> str:
-        return f"added column {self.name!r} ({self.field_type})"
+        return f"new column {self.name!r} ({self.field_type})"
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ class WidenColumn:
     new_type: IcebergType
 
     def describe(self) -> str:
-        return f"widened column {self.name!r} from {self.old_type} to {self.new_type}"
+        return f"column {self.name!r} widened from {self.old_type} to {self.new_type}"
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class MakeOptional:
     field_id: int
 
     def describe(self) -> str:
-        return f"made column {self.name!r} optional"
+        return f"column {self.name!r} made optional"
 
 
 SchemaChange = AddColumn | WidenColumn | MakeOptional

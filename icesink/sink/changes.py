@@ -67,7 +67,7 @@ def change_spec(
     sequence_by: str | None,
 ) -> ChangeSpec:
     """Validate a change stream against the table and the DataFrame; raise naming what is wrong."""
-    from pyiceberg.types import DoubleType, FloatType
+    from pyiceberg.types import DoubleType, FloatType, UUIDType
 
     schema = table.schema()
     if table.metadata.format_version < 2:
@@ -83,6 +83,11 @@ def change_spec(
             )
         if isinstance(field.field_type, FloatType | DoubleType):
             raise _floating_key(identifier, name, str(field.field_type))
+        if isinstance(field.field_type, UUIDType):
+            raise ConfigError(
+                f"table {identifier}: equality field {name!r} is a uuid column, which icesink cannot use as a key "
+                "yet; key the stream on another column"
+            )
         ids.append(field.field_id)
     for partition_field in table.spec().fields:
         if partition_field.source_id not in ids:

@@ -126,6 +126,13 @@ class SchemaTracker:
         except CommitFailedException:
             log.info("table=%s: schema changed during a schema update; planning again", self._identifier)
             return load_table(self._catalog, self._config, self._identifier)
+        except ValueError as e:  # pyiceberg's refusal of a change, e.g. an identifier field made optional
+            wanted = "; ".join(c.describe() for c in changes)
+            raise SchemaMismatchError(
+                f"table {self._identifier}, checkpoint {checkpoint_id}: the schema change evolve_schema needs "
+                f"({wanted}) was refused: {e}. Nothing of this batch was written; change the DataFrame or the "
+                "table so that they fit"
+            ) from e
         table = load_table(self._catalog, self._config, self._identifier)
         log.warning(
             "table=%s checkpoint=%d: schema %d -> %d: %s",

@@ -199,28 +199,8 @@ def plan_schema(
     from pyiceberg import types as it
 
     data_fields = [f for f in spark_schema.fields if f.name not in passthrough]
-    by_id = {f.field_id: f for f in table_schema.fields}
-    by_name = {f.name: f for f in table_schema.fields}
-    by_lower = {f.name.lower(): f for f in table_schema.fields}
-    source_of: dict[int, StructField] = {}
-    new_columns: list[StructField] = []
-    for spark_field in data_fields:
-        known = (field_ids or {}).get(spark_field.name)
-        if known is not None:
-            target = by_id.get(known)
-            if target is None:
-                raise SchemaMismatchError(
-                    f"table {table}: column {spark_field.name!r} (field id {known}), which this stream writes, was "
-                    "dropped from the table by someone else; icesink never re-creates a dropped column. Nothing of "
-                    "this batch was written: add the column back to the table, or drop it from the DataFrame and "
-                    "restart the stream"
-                )
-        else:
-            target = by_name.get(spark_field.name) or by_lower.get(spark_field.name.lower())
-        if target is None or target.field_id in source_of:
-            new_columns.append(spark_field)
-        else:
-            source_of[target.field_id] = spark_field
+    source_of = _match_columns(table, data_fields, table_schema, field_ids or {})
+    new_columns = [f for f in data_fields if f.name not in {s.name for s in source_of.values()}]
     columns: list[ColumnSource] = []
     changes: list[SchemaChange] = []
     for field in table_schema.fields:
@@ -254,6 +234,57 @@ def plan_schema(
     if changes:
         return SchemaPlan(None, tuple(changes))
     return SchemaPlan(Projection(tuple(columns), tuple(passthrough)))
+
+
+def _match_columns(
+    table: str, data_fields: list[StructField], table_schema: Schema, field_ids: Mapping[str, int]
+) -> dict[int, StructField]:
+    """Table field id → the DataFrame column that fills it, matched in three passes.
+
+    First the columns this stream wrote before, to the same field whatever it
+    is called now (a field dropped since is found again only when a column of
+    that name was added back); then exact names; then names ignoring case.
+    Two DataFrame columns that would fill one field are an error naming both.
+    """
+    by_id = {f.field_id: f for f in table_schema.fields}
+    by_name = {f.name: f for f in table_schema.fields}
+    by_lower = {f.name.lower(): f for f in table_schema.fields}
+    source_of: dict[int, StructField] = {}
+    how: dict[int, str] = {}
+    unmatched: list[StructField] = []
+    for spark_field in data_fields:
+        known = field_ids.get(spark_field.name)
+        if known is None:
+            unmatched.append(spark_field)
+            continue
+        target = by_id.get(known) or by_name.get(spark_field.name)
+        if target is None:
+            raise SchemaMismatchError(
+                f"table {table}: column {spark_field.name!r} (field id {known}), which this stream writes, was "
+                "dropped from the table by someone else; icesink never re-creates a dropped column. Nothing of "
+                "this batch was written: add a column of that name back to the table, or drop it from the "
+                "DataFrame, and restart the stream"
+            )
+        source_of[target.field_id] = spark_field
+        how[target.field_id] = f"which this stream has written to it (as {target.name!r} now)"
+    for lookup, key, way in ((by_name, str, "by name"), (by_lower, str.lower, "by name ignoring case")):
+        rest = []
+        for spark_field in unmatched:
+            target = lookup.get(key(spark_field.name))
+            if target is None:
+                rest.append(spark_field)
+                continue
+            if target.field_id in source_of:
+                other = source_of[target.field_id].name
+                raise SchemaMismatchError(
+                    f"table {table}: DataFrame columns {other!r} ({how[target.field_id]}) and "
+                    f"{spark_field.name!r} ({way}) would both fill table column {target.name!r}; nothing of this "
+                    "batch was written: rename or drop one of them in the DataFrame"
+                )
+            source_of[target.field_id] = spark_field
+            how[target.field_id] = way
+        unmatched = rest
+    return source_of
 
 
 def schema_refusal(table: str, change: SchemaChange) -> str:

@@ -86,10 +86,12 @@ def stream(
     """
     from pyspark.sql import DataFrame as SparkDataFrame
 
+    from icesink import paths
     from icesink.catalog.loader import open_catalog
     from icesink.committer.ledger import Ledger
     from icesink.errors import SchemaMismatchError
     from icesink.iceberg.describe import writer_spec
+    from icesink.iceberg.schemas import AddColumn
     from icesink.sink.batch import BatchWriter, SinkSettings
     from icesink.sink.changes import change_spec, check_key_columns, extra_columns, resolve_equality_fields
     from icesink.sink.evolution import known_field_ids
@@ -155,9 +157,13 @@ def stream(
     if keys:
         changes = change_spec(iceberg_table, table, df.schema, keys, op_column, op_values, sequence_by)
         passthrough = extra_columns(changes, iceberg_table)
-    known = known_field_ids(Ledger(config), iceberg_table, table, job_id or query_id_of(checkpoint_location))
+    known_job = job_id or query_id_of(checkpoint_location)
+    known = known_field_ids(Ledger(config), iceberg_table, table, known_job)
     plan = plan_schema(df.schema, iceberg_table.schema(), table, passthrough, known)
-    if plan.changes and not evolve_schema:
+    # A column renamed in the table looks new to a stream whose job (Spark's query id, kept in a checkpoint
+    # location this process cannot read) is unknown here: the first micro-batch knows it and decides.
+    deferred = known_job is None and not paths.parse(checkpoint_location).is_local
+    if plan.changes and not evolve_schema and not (deferred and all(isinstance(c, AddColumn) for c in plan.changes)):
         raise SchemaMismatchError(schema_refusal(table, plan.changes[0]))
     spec = writer_spec(iceberg_table, table, job_id or "check", changes)
     if writer == "spark" and plan.projection is not None:

@@ -51,7 +51,14 @@ def convert(array: pa.Array | pa.ChunkedArray, iceberg_type: str, wanted: pa.Dat
         try:
             return array.cast(wanted)  # safe cast: refuses to drop sub-microsecond digits
         except pa.ArrowInvalid as e:
-            raise BadValues(f"values of type {array.type} do not fit time (microseconds): {e}") from e
+            ticks = array.cast(pa.int64())
+            lossy = pc.not_equal(pc.multiply(pc.divide(ticks, 1000), 1000), ticks)
+            wrong = pc.sum(lossy).as_py() or 0
+            index = pc.index(lossy, True).as_py()
+            raise BadValues(
+                f"{wrong} value(s) have digits below a microsecond, which Iceberg's time cannot hold (the first, "
+                f"row {index}, is {array[index].as_py()}); round them to microseconds"
+            ) from e
     return array.cast(wanted)
 
 

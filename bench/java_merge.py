@@ -1,0 +1,65 @@
+"""Iceberg Java 1.9.2's own upsert of a Hadoop-catalog table: ``MERGE INTO`` in merge-on-read mode.
+
+Runs in the interop environment (``make install-interop``: pyspark 3.5.9 and the
+Iceberg 1.9.2 Spark runtime jar from PyPI), never in icesink's:
+
+    .venv-iceberg-java/bin/python bench/java_merge.py WAREHOUSE NAMESPACE.TABLE CHANGES.parquet
+
+Prints one JSON line: the seconds the ``MERGE INTO`` statement took (Spark
+already started and the table scanned once, as a running job would find it)
+and the table's new metadata location.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+import time
+
+
+def main(warehouse: str, table: str, changes: str) -> None:
+    import snowpark_connect_deps_iceberg
+    from pyspark.sql import SparkSession
+
+    jars = glob.glob(
+        os.path.join(
+            os.path.dirname(snowpark_connect_deps_iceberg.__file__), "jars", "iceberg-spark-runtime-3.5_2.12-*.jar"
+        )
+    )
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .config("spark.jars", ",".join(jars))
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+        .config("spark.sql.catalog.lake", "org.apache.iceberg.spark.SparkCatalog")
+        .config("spark.sql.catalog.lake.type", "hadoop")
+        .config("spark.sql.catalog.lake.warehouse", warehouse)
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.sql(
+        f"ALTER TABLE lake.{table} SET TBLPROPERTIES ('write.merge.mode'='merge-on-read', "
+        "'write.update.mode'='merge-on-read', 'write.delete.mode'='merge-on-read')"
+    )
+    # MERGE INTO's analysis fails on a table with identifier fields ("Cannot add fieldId 1 as an
+    # identifier field"); the join condition is the key either way.
+    spark.sql(f"ALTER TABLE lake.{table} DROP IDENTIFIER FIELDS id")
+    spark.sql(f"SELECT count(*) FROM lake.{table}").collect()  # warm: JVM, catalog, first scan
+    spark.read.parquet(changes).createOrReplaceTempView("changes")
+    started = time.perf_counter()
+    spark.sql(
+        f"MERGE INTO lake.{table} t USING changes s ON t.id = s.id "
+        "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+    )
+    seconds = time.perf_counter() - started
+    location = spark.sql(f"SELECT file FROM lake.{table}.metadata_log_entries ORDER BY timestamp DESC LIMIT 1")
+    print(json.dumps({"seconds": seconds, "metadata_location": location.collect()[0][0]}))
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2], sys.argv[3])
