@@ -126,7 +126,7 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=100)
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--reads", default="1,10,50", help="read after this many change batches")
-    parser.add_argument("--repeat", type=int, default=3, help="rounds of (a), (b), (c), each on fresh tables")
+    parser.add_argument("--repeat", type=int, default=5, help="rounds of (a), (b), (c), each on fresh tables")
     parser.add_argument("--no-java", action="store_true", help="leave out (c), Iceberg Java's MERGE INTO")
     args = parser.parse_args()
     with_java = not args.no_java
