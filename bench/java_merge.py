@@ -13,11 +13,11 @@ metadata location.
 
 from __future__ import annotations
 
-import glob
 import json
-import os
 import sys
 import time
+
+from java_session import iceberg_session
 
 
 def warm_up(spark: object, table: str) -> None:
@@ -34,27 +34,7 @@ def warm_up(spark: object, table: str) -> None:
 
 
 def main(warehouse: str, table: str, changes: str) -> None:
-    import snowpark_connect_deps_iceberg
-    from pyspark.sql import SparkSession
-
-    jars = glob.glob(
-        os.path.join(
-            os.path.dirname(snowpark_connect_deps_iceberg.__file__), "jars", "iceberg-spark-runtime-3.5_2.12-*.jar"
-        )
-    )
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.jars", ",".join(jars))
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
-        .config("spark.sql.catalog.lake", "org.apache.iceberg.spark.SparkCatalog")
-        .config("spark.sql.catalog.lake.type", "hadoop")
-        .config("spark.sql.catalog.lake.warehouse", warehouse)
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = iceberg_session(warehouse)
     spark.sql(
         f"ALTER TABLE lake.{table} SET TBLPROPERTIES ('write.merge.mode'='merge-on-read', "
         "'write.update.mode'='merge-on-read', 'write.delete.mode'='merge-on-read')"

@@ -11,34 +11,15 @@ as a scheduled maintenance job would find it) and the procedure's result row.
 
 from __future__ import annotations
 
-import glob
 import json
-import os
 import sys
 import time
 
+from java_session import iceberg_session
+
 
 def main(warehouse: str, table: str, options: list[str]) -> None:
-    import snowpark_connect_deps_iceberg
-    from pyspark.sql import SparkSession
-
-    jars = glob.glob(
-        os.path.join(
-            os.path.dirname(snowpark_connect_deps_iceberg.__file__), "jars", "iceberg-spark-runtime-3.5_2.12-*.jar"
-        )
-    )
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.jars", ",".join(jars))
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
-        .config("spark.sql.catalog.lake", "org.apache.iceberg.spark.SparkCatalog")
-        .config("spark.sql.catalog.lake.type", "hadoop")
-        .config("spark.sql.catalog.lake.warehouse", warehouse)
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = iceberg_session(warehouse)
     spark.sql(f"SELECT count(*) FROM lake.{table}").collect()  # warm: JVM, catalog, first scan
     pairs = ", ".join(f"'{k}', '{v}'" for k, v in (o.split("=", 1) for o in options))
     started = time.perf_counter()

@@ -49,6 +49,8 @@ class FileRecord:
     upper_bounds: dict[int, bytes] = field(default_factory=dict)
     split_offsets: tuple[int, ...] = ()
     equality_ids: tuple[int, ...] | None = None
+    # A position delete file whose rows all name one data file says which (readers skip it for others).
+    referenced_data_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ def _file_to_json(f: FileRecord) -> dict[str, Any]:
         "upper_bounds": _encode_bounds(f.upper_bounds),
         "split_offsets": list(f.split_offsets),
         "equality_ids": None if f.equality_ids is None else list(f.equality_ids),
+        "referenced_data_file": f.referenced_data_file,
     }
 
 
@@ -132,6 +135,7 @@ def _file_from_json_v1(d: dict[str, Any]) -> FileRecord:
         upper_bounds=_decode_bounds(d["upper_bounds"]),
         split_offsets=tuple(d["split_offsets"]),
         equality_ids=None if d["equality_ids"] is None else tuple(d["equality_ids"]),
+        referenced_data_file=d.get("referenced_data_file"),
     )
 
 

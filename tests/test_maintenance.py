@@ -159,6 +159,33 @@ def test_equality_deletes_become_position_deletes_and_pyiceberg_reads_the_table(
         assert rows == model.expected()
 
 
+def test_position_delete_files_naming_one_data_file_say_which_in_their_manifest(sqlite_catalog: CatalogConfig) -> None:
+    import pyarrow.parquet as pq
+
+    from icesink.iceberg.manifests import read_delta_manifest, referenced_data_file, to_data_file, write_delta_manifest
+    from icesink.writer.position_deletes import write_position_deletes
+
+    model = fill(sqlite_catalog, 6)  # converted at commit: one position delete file per checkpoint
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    live = live_files(table)
+    data = [str(f.file.file_path) for f in live.data]
+    base = f"{table.location()}/data/positions"
+    one = write_position_deletes(f"{base}-one.parquet", {data[0]: pa.array([0, 1])}, 0, ())
+    several = write_position_deletes(f"{base}-two.parquet", {d: pa.array([0]) for d in [*data, "x://other"]}, 0, ())
+    staged = [to_data_file(r, 2) for r in (one, several)]
+    path = f"{table.location()}/metadata/positions.avro"
+    manifest = write_delta_manifest(table.metadata, table.io, path, 0, staged, deletes=True)
+    assert [referenced_data_file(f) for f in read_delta_manifest(table.io, manifest)] == [data[0], None]
+    # What the committer wrote says the same as the files' own rows, and every reader applies them.
+    assert live.position_deletes
+    for delete in live.position_deletes:
+        named = set(pq.read_table(str(delete.file.file_path).removeprefix("file://")).column("file_path").to_pylist())
+        assert referenced_data_file(delete.file) == (named.pop() if len(named) == 1 else None)
+    assert any(referenced_data_file(d.file) for d in live.position_deletes)
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()
+
+
 def test_compaction_rewrites_small_files_with_their_deletes_at_the_base_sequence_number(
     sqlite_catalog: CatalogConfig,
 ) -> None:

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 from pyiceberg.avro.codecs import AvroCompressionCodec
-from pyiceberg.avro.file import AvroOutputFile
+from pyiceberg.avro.file import AvroFile, AvroOutputFile
 from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.manifest import (
+    DATA_FILE_TYPE,
     DEFAULT_READ_VERSION,
+    MANIFEST_ENTRY_SCHEMAS,
     DataFile,
     DataFileContent,
     FileFormat,
@@ -26,13 +28,14 @@ from pyiceberg.manifest import (
     ManifestWriter,
     ManifestWriterV1,
     ManifestWriterV2,
+    _inherit_from_manifest,
 )
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import TableProperties
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record, TableVersion
-from pyiceberg.types import IntegerType, ListType, NestedField, StructType
+from pyiceberg.types import IntegerType, ListType, NestedField, StringType, StructType
 
 from icesink.iceberg import check_pyiceberg_version
 from icesink.results import FileContent, FileRecord
@@ -49,6 +52,63 @@ _CONTENT = {
     FileContent.POSITION_DELETES: DataFileContent.POSITION_DELETES,
     FileContent.EQUALITY_DELETES: DataFileContent.EQUALITY_DELETES,
 }
+
+
+# ``referenced_data_file`` (field 143) is optional in format v2, but pyiceberg's v2 entry schema leaves it
+# out. icesink's delete manifests carry it: a position delete file whose rows all name one data file says
+# which, and readers (Iceberg Java, iceberg-rust) skip it for every other file. Delete-file records get one
+# slot more than pyiceberg's v2 layout for it, written and read with the field added to both schemas.
+REFERENCED_DATA_FILE_FIELD_ID = 143
+_REFERENCED_DATA_FILE = NestedField(REFERENCED_DATA_FILE_FIELD_ID, "referenced_data_file", StringType(), required=False)
+_V2_SLOTS = len(DATA_FILE_TYPE[2].fields)
+
+
+def referenced_data_file(data_file: DataFile) -> str | None:
+    """The one data file a position delete file's rows all name, when its manifest entry says so."""
+    data: list[object] = data_file._data
+    value = data[_V2_SLOTS] if len(data) > _V2_SLOTS else None
+    return value if isinstance(value, str) else None
+
+
+def _with_reference_slot(data_file: DataFile, value: str | None = None) -> DataFile:
+    if len(data_file._data) == _V2_SLOTS:
+        data_file._data.append(value)
+    return data_file
+
+
+def _with_referenced_field(struct: StructType) -> StructType:
+    if any(f.field_id == REFERENCED_DATA_FILE_FIELD_ID for f in struct.fields):
+        return struct
+    return StructType(*struct.fields, _REFERENCED_DATA_FILE)
+
+
+def _delete_entry_read_schema() -> Schema:
+    base = MANIFEST_ENTRY_SCHEMAS[2]
+    return Schema(
+        *[
+            NestedField(f.field_id, f.name, _with_referenced_field(f.field_type), required=f.required, doc=f.doc)
+            if f.field_id == DATA_FILE_FIELD_ID and isinstance(f.field_type, StructType)
+            else f
+            for f in base.fields
+        ]
+    )
+
+
+def fetch_entries(io: FileIO, manifest: ManifestFile, discard_deleted: bool = True) -> list[ManifestEntry]:
+    """A manifest's entries as pyiceberg reads them, plus ``referenced_data_file`` of delete files."""
+    if manifest.content != ManifestContent.DELETES:
+        return manifest.fetch_manifest_entry(io, discard_deleted=discard_deleted)
+    with AvroFile[ManifestEntry](
+        io.new_input(manifest.manifest_path),
+        _delete_entry_read_schema(),
+        read_types={-1: ManifestEntry, 2: DataFile},
+        read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
+    ) as reader:
+        return [
+            _inherit_from_manifest(entry, manifest)
+            for entry in reader
+            if not discard_deleted or entry.status != ManifestEntryStatus.DELETED
+        ]
 
 
 def to_data_file(record: FileRecord, format_version: int) -> DataFile:
@@ -72,6 +132,8 @@ def to_data_file(record: FileRecord, format_version: int) -> DataFile:
         sort_order_id=None,
     )
     data_file.spec_id = record.spec_id
+    if record.content != FileContent.DATA:
+        _with_reference_slot(data_file, record.referenced_data_file)
     return data_file
 
 
@@ -122,7 +184,7 @@ def _spec_conformant(schema: Schema, int_equality_ids: bool) -> Schema:
                 element = ListType(EQUALITY_IDS_ELEMENT_ID, IntegerType(), element_required=True)
                 f = NestedField(f.field_id, f.name, element, required=f.required, doc=f.doc)
             fields.append(f)
-        return StructType(*fields)
+        return _with_referenced_field(StructType(*fields)) if int_equality_ids else StructType(*fields)
 
     return Schema(
         *[
@@ -168,6 +230,11 @@ class DeleteManifestWriter(_ConformantWriter, ManifestWriterV2):
     @property
     def _meta(self) -> dict[str, str]:
         return {**super()._meta, "content": "deletes"}
+
+    def prepare_entry(self, entry: ManifestEntry) -> ManifestEntry:
+        # Entries pyiceberg read (with its v2 layout) get the slot the record schema expects.
+        _with_reference_slot(entry.data_file)
+        return super().prepare_entry(entry)
 
 
 def compression(metadata: TableMetadata) -> AvroCompressionCodec:
@@ -249,4 +316,4 @@ def read_delta_manifest(io: FileIO, manifest: DeltaManifest) -> list[DataFile]:
         content=ManifestContent.DELETES if manifest.deletes else ManifestContent.DATA,
         added_snapshot_id=STAGING_SNAPSHOT_ID,
     )
-    return [entry.data_file for entry in handle.fetch_manifest_entry(io, discard_deleted=True)]
+    return [entry.data_file for entry in fetch_entries(io, handle)]

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pyiceberg.manifest import ManifestContent, ManifestFile
 from pyiceberg.table import Table, TableProperties
 
-from icesink.iceberg.manifests import manifest_writer
+from icesink.iceberg.manifests import fetch_entries, manifest_writer
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def merge_manifests(
         writer = manifest_writer(metadata, metadata.specs()[spec_id], table.io.new_output(path), snapshot_id, deletes)
         with writer:
             for manifest in group:
-                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                for entry in fetch_entries(table.io, manifest):
                     writer.existing(entry)
         merged.append(writer.to_manifest_file())
         replaced.update(m.manifest_path for m in group)

@@ -13,6 +13,8 @@ from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry, Manifes
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
+from icesink.iceberg.manifests import fetch_entries
+
 
 @dataclass(frozen=True)
 class PlannedDataFile:
@@ -186,7 +188,7 @@ class ManifestCache:
     def live_entries(self, io: FileIO, manifest: ManifestFile) -> list[ManifestEntry]:
         found = self._entries.get(manifest.manifest_path)
         if found is None:
-            found = manifest.fetch_manifest_entry(io, discard_deleted=True)
+            found = fetch_entries(io, manifest)
             self._entries[manifest.manifest_path] = found
         return found
 
@@ -229,7 +231,7 @@ def live_files(table: Table, snapshot_id: int | None = None, cache: ManifestCach
     equality: list[LiveFile] = []
     manifests = _with_live_entries(snapshot.manifests(table.io))
     for manifest in manifests:
-        entries = cache.live_entries(table.io, manifest) if cache else manifest.fetch_manifest_entry(table.io, True)
+        entries = cache.live_entries(table.io, manifest) if cache else fetch_entries(table.io, manifest)
         for entry in entries:
             live = LiveFile(entry.data_file, entry.sequence_number or 0)
             kind = entry.data_file.content

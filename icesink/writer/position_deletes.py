@@ -76,4 +76,5 @@ def write_position_deletes(
         lower_bounds={FILE_PATH_ID: paths[0].encode("utf-8"), POS_ID: struct.pack("<q", low)},
         upper_bounds={FILE_PATH_ID: paths[-1].encode("utf-8"), POS_ID: struct.pack("<q", high)},
         split_offsets=split_offsets(writer.writer.metadata),
+        referenced_data_file=paths[0] if len(paths) == 1 else None,
     )
