@@ -100,7 +100,7 @@ def _int_map(values: dict[str, int]) -> dict[int, int]:
 
 
 def _file_to_json(f: FileRecord) -> dict[str, Any]:
-    return {
+    encoded = {
         "path": f.path,
         "content": int(f.content),
         "record_count": f.record_count,
@@ -115,8 +115,10 @@ def _file_to_json(f: FileRecord) -> dict[str, Any]:
         "upper_bounds": _encode_bounds(f.upper_bounds),
         "split_offsets": list(f.split_offsets),
         "equality_ids": None if f.equality_ids is None else list(f.equality_ids),
-        "referenced_data_file": f.referenced_data_file,
     }
+    if f.referenced_data_file is not None:  # an optional key: records without one encode as before
+        encoded["referenced_data_file"] = f.referenced_data_file
+    return encoded
 
 
 def _file_from_json_v1(d: dict[str, Any]) -> FileRecord:

@@ -82,3 +82,17 @@ records = st.builds(
 )
 def test_round_trip(result: WriteResult) -> None:
     assert decode_write_result(encode_write_result(result)) == result
+
+
+def test_a_referenced_data_file_survives_the_hand_off() -> None:
+    record = FileRecord(
+        path="s3://b/t/data/deletes.parquet",
+        content=FileContent.POSITION_DELETES,
+        record_count=2,
+        file_size_bytes=100,
+        spec_id=0,
+        partition=(),
+        referenced_data_file="s3://b/t/data/a b.parquet",
+    )
+    result = WriteResult(checkpoint_id=1, task_id=0, attempt=0, delete_files=(record,))
+    assert decode_write_result(encode_write_result(result)) == result
