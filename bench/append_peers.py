@@ -91,16 +91,9 @@ def main() -> None:
     if not JAVA_PYTHON.exists():
         raise SystemExit(f"{JAVA_PYTHON} is missing: run `make install-interop` first")
 
-    from pyspark.sql import SparkSession
+    from _spark import local_spark
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark()
     work = Path(tempfile.mkdtemp(prefix="icesink-bench-peers-"))
     report: dict[str, Any] = {"rows": args.rows, "spark": {"icesink": "4.3", "iceberg_java": "3.5.9 + Iceberg 1.9.2"}}
     try:

@@ -85,7 +85,7 @@ def main() -> None:
 
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
-    from pyspark.sql import SparkSession
+    from _spark import local_spark
 
     import icesink
     from icesink.catalog.config import CatalogConfig
@@ -96,14 +96,7 @@ def main() -> None:
     from icesink.paths import file_uri
 
     work = Path(tempfile.mkdtemp(prefix="icesink-bench-maintain-"))
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark()
     results: dict[str, Any] = {}
     try:
         config = CatalogConfig("bench", f"sqlite:///{work / 'catalog.db'}", file_uri(work / "wh"), embedded=True)

@@ -75,20 +75,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
-    from pyspark.sql import SparkSession
+    from _spark import local_spark
 
     recorder = PhaseRecorder()
     logger = logging.getLogger("icesink.stream")
     logger.addHandler(recorder)
     logger.setLevel(logging.INFO)
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark()
     work = Path(tempfile.mkdtemp(prefix="icesink-bench-profile-"))
     report: dict[str, Any] = {}
     try:

@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
-    from pyspark.sql import SparkSession
+    from _spark import local_spark
 
     import icesink
     from icesink.catalog.config import CatalogConfig
@@ -68,14 +68,7 @@ def main() -> None:
     from icesink.paths import file_uri
 
     work = Path(tempfile.mkdtemp(prefix="icesink-bench-read-"))
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark()
     try:
         config = CatalogConfig("bench", f"sqlite:///{work / 'catalog.db'}", file_uri(work / "wh"), embedded=True)
         catalog = open_catalog(config)

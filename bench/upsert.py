@@ -134,7 +134,7 @@ def main() -> None:
         raise SystemExit(f"{JAVA_PYTHON} is missing: run `make install-interop` first (or pass --no-java)")
 
     import pyarrow.parquet as pq
-    from pyspark.sql import SparkSession
+    from _spark import local_spark
 
     import icesink
     from icesink.catalog.config import CatalogConfig
@@ -142,14 +142,7 @@ def main() -> None:
     from icesink.paths import file_uri
 
     work = Path(tempfile.mkdtemp(prefix="icesink-bench-upsert-"))
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_spark()
     try:
         config = CatalogConfig("bench", f"sqlite:///{work / 'catalog.db'}", file_uri(work / "wh"), embedded=True)
         catalog = open_catalog(config)
