@@ -246,7 +246,11 @@ def scan(obj: Context, table: str, limit: int, row_filter: str | None, snapshot_
     """Print TABLE's rows, with equality and position deletes applied."""
     from icesink.reader import read_table
 
-    rows = read_table(obj.table(table), snapshot_id, row_filter)
+    _emit_rows(read_table(obj.table(table), snapshot_id, row_filter), limit, as_json, "rows")
+
+
+def _emit_rows(rows: Any, limit: int, as_json: bool, what: str) -> None:
+    """The first ``limit`` rows of an Arrow table (0: all): one JSON object per line, or a text table."""
     total = rows.num_rows
     if limit:
         rows = rows.slice(0, limit)
@@ -256,7 +260,7 @@ def scan(obj: Context, table: str, limit: int, row_filter: str | None, snapshot_
             click.echo(_json(record, indent=None))
         return
     click.echo(_table([list(r.values()) for r in records], rows.column_names))
-    click.echo(f"({len(records)} of {total} rows)")
+    click.echo(f"({len(records)} of {total} {what})")
 
 
 @main.command("changes")
@@ -283,17 +287,7 @@ def changes(
     """Print what changed in TABLE between two snapshots: inserts, deletes, update_before/update_after pairs."""
     from icesink.changelog.api import changes as read_changes
 
-    rows = read_changes(obj.table(table), start, end, mode, net_changes=net_changes)
-    total = rows.num_rows
-    if limit:
-        rows = rows.slice(0, limit)
-    records = rows.to_pylist()
-    if as_json:
-        for record in records:
-            click.echo(_json(record, indent=None))
-        return
-    click.echo(_table([list(r.values()) for r in records], rows.column_names))
-    click.echo(f"({len(records)} of {total} changes)")
+    _emit_rows(read_changes(obj.table(table), start, end, mode, net_changes=net_changes), limit, as_json, "changes")
 
 
 @main.group()
