@@ -26,6 +26,10 @@ def _extension(module: Any) -> str:
 
 
 def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
     if isinstance(value, bytes | bytearray):
         return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, decimal.Decimal | uuid.UUID):

@@ -20,6 +20,18 @@ def quoted(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+def _plain(value: object) -> object:
+    from pyspark.sql import Row
+
+    if isinstance(value, Row):
+        return {k: _plain(v) for k, v in value.asDict().items()}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
 def main(tables: list[tuple[str, list[str]]]) -> None:
     import snowpark_connect_deps_iceberg
     from pyspark.sql import SparkSession
@@ -43,7 +55,8 @@ def main(tables: list[tuple[str, list[str]]]) -> None:
             reader = reader.option(key, value)
         frame = reader.load(metadata_location)
         for row in frame.select(*[quoted(c) for c in columns]).collect():
-            values = dict(zip(columns, row, strict=True))
+            # Structs as dicts, at any depth (a Row alone would print as a list of values).
+            values = dict(zip(columns, (_plain(v) for v in row), strict=True))
             print(json.dumps({"table": number, "row": values}, default=str))
     spark.stop()
 

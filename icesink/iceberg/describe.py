@@ -15,6 +15,7 @@ from icesink.writer.storage import storage_options
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
+    from pyiceberg.types import NestedField
 
 TARGET_FILE_SIZE = "write.target-file-size-bytes"
 TARGET_FILE_SIZE_DEFAULT = 512 * 1024 * 1024
@@ -28,19 +29,41 @@ def target_file_size(table: Table, identifier: str) -> int:
         raise ConfigError(f"table {identifier}: {TARGET_FILE_SIZE} must be a number of bytes") from e
 
 
+def column_spec(field: NestedField, identifier: str, path: str = "") -> ColumnSpec:
+    """One field, with its nested fields, in plain values."""
+    from pyiceberg import types as it
+
+    name = f"{path}.{field.name}" if path else field.name
+    kind = field.field_type
+    if isinstance(kind, it.StructType):
+        return ColumnSpec(
+            field.field_id,
+            field.name,
+            "struct",
+            field.required,
+            tuple(column_spec(f, identifier, name) for f in kind.fields),
+        )
+    if isinstance(kind, it.ListType):
+        return ColumnSpec(
+            field.field_id, field.name, "list", field.required, (column_spec(kind.element_field, identifier, name),)
+        )
+    if isinstance(kind, it.MapType):
+        children = (column_spec(kind.key_field, identifier, name), column_spec(kind.value_field, identifier, name))
+        return ColumnSpec(field.field_id, field.name, "map", field.required, children)
+    type_name = str(kind)
+    try:
+        arrow_type(type_name)
+    except ValueError as e:
+        raise UnsupportedTableError(
+            f"table {identifier}: column {name!r} has type {type_name}, which icesink cannot write yet"
+        ) from e
+    return ColumnSpec(field.field_id, field.name, type_name, field.required)
+
+
 def writer_spec(table: Table, identifier: str, job_id: str, changes: ChangeSpec | None = None) -> WriterSpec:
     """Describe the table to the executors in plain values."""
     schema = table.schema()
-    columns = []
-    for field in schema.fields:
-        type_name = str(field.field_type)
-        try:
-            arrow_type(type_name)
-        except ValueError as e:
-            raise UnsupportedTableError(
-                f"table {identifier}: column {field.name!r} has type {type_name}, which icesink cannot write yet"
-            ) from e
-        columns.append(ColumnSpec(field.field_id, field.name, type_name, field.required))
+    columns = [column_spec(field, identifier) for field in schema.fields]
     spec = table.spec()
     properties = table.properties
     target = target_file_size(table, identifier)

@@ -23,39 +23,58 @@ if TYPE_CHECKING:
     from pyiceberg.types import IcebergType
 
 
+def _dotted(parent: tuple[str, ...], name: str) -> str:
+    return ".".join((*parent, name))
+
+
 @dataclass(frozen=True)
 class AddColumn:
-    """A DataFrame column the table lacks: added as an optional top-level column."""
+    """A DataFrame column (or a field of a struct, under ``parent``) the table lacks: added as optional."""
 
     name: str
     field_type: IcebergType
+    parent: tuple[str, ...] = ()  # the table's names of the enclosing fields (``element``/``value`` included)
+
+    @property
+    def path(self) -> str:
+        return _dotted(self.parent, self.name)
 
     def describe(self) -> str:
-        return f"new column {self.name!r} ({self.field_type})"
+        return f"new {'field' if self.parent else 'column'} {self.path!r} ({self.field_type})"
 
 
 @dataclass(frozen=True)
 class WidenColumn:
-    """A column whose values arrive in a wider type than the table's."""
+    """A column (or nested field) whose values arrive in a wider type than the table's."""
 
     name: str
     field_id: int
     old_type: IcebergType
     new_type: IcebergType
+    parent: tuple[str, ...] = ()
+
+    @property
+    def path(self) -> str:
+        return _dotted(self.parent, self.name)
 
     def describe(self) -> str:
-        return f"column {self.name!r} widened from {self.old_type} to {self.new_type}"
+        return f"{'field' if self.parent else 'column'} {self.path!r} widened from {self.old_type} to {self.new_type}"
 
 
 @dataclass(frozen=True)
 class MakeOptional:
-    """A required column that received nulls."""
+    """A required column (or nested field) that received nulls."""
 
     name: str
     field_id: int
+    parent: tuple[str, ...] = ()
+
+    @property
+    def path(self) -> str:
+        return _dotted(self.parent, self.name)
 
     def describe(self) -> str:
-        return f"column {self.name!r} made optional"
+        return f"{'field' if self.parent else 'column'} {self.path!r} made optional"
 
 
 SchemaChange = AddColumn | WidenColumn | MakeOptional
@@ -79,12 +98,13 @@ def apply_schema_changes(table: Table, changes: Sequence[SchemaChange]) -> Table
     with table.update_schema() as update:
         for change in changes:
             # Paths as tuples: a name with a dot is one column, not a path into a struct.
+            path = (*change.parent, change.name)
             if isinstance(change, AddColumn):
-                update.add_column((change.name,), change.field_type, required=False)
+                update.add_column(path, change.field_type, required=False)
             elif isinstance(change, WidenColumn):
-                update.update_column((change.name,), field_type=change.new_type)
+                update.update_column(path, field_type=change.new_type)
             else:
-                update.make_column_optional((change.name,))
+                update.make_column_optional(path)
     return table
 
 

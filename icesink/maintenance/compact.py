@@ -214,9 +214,9 @@ def _rewrite(
     """Read the group's rows with the deletes of the base applied and write them as new files."""
     from icesink.iceberg.describe import writer_spec
     from icesink.iceberg.scan import position_deletes_by_file, read_files
+    from icesink.writer.conform import conform
     from icesink.writer.files import FileNamer, RollingFileWriter
     from icesink.writer.partitioning import partition_path
-    from icesink.writer.task import conform
 
     schema = table.schema()
     spec = writer_spec(table, target.identifier, "maintenance").for_checkpoint(plan.base_sequence_number)

@@ -17,14 +17,48 @@ from icesink.sink.columns import column
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
     from pyiceberg.types import IcebergType
+    from pyiceberg.types import StructType as StructTypeIceberg
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructField, StructType
 
 
-def iceberg_type_of(spark_type: DataType, column: str, table: str) -> IcebergType:
-    """The Iceberg type a new table gets for a Spark column."""
+class FieldIds:
+    """Hands out field ids for the nested fields of a new type; the catalog assigns the final ones."""
+
+    def __init__(self, start: int = 1) -> None:
+        self._next = start
+
+    def take(self) -> int:
+        self._next += 1
+        return self._next - 1
+
+
+def iceberg_type_of(spark_type: DataType, column: str, table: str, ids: FieldIds | None = None) -> IcebergType:
+    """The Iceberg type a new table (or a new column) gets for a Spark column, nested types included.
+
+    Nested fields are optional where Spark says they may be null; their ids are
+    placeholders from ``ids`` (pyiceberg assigns fresh ones to any new type).
+    """
     from pyiceberg import types as it
     from pyspark.sql import types as st
+
+    ids = ids or FieldIds(1000)
+    if isinstance(spark_type, st.StructType):
+        return it.StructType(
+            *[
+                it.NestedField(
+                    ids.take(), f.name, iceberg_type_of(f.dataType, f"{column}.{f.name}", table, ids), not f.nullable
+                )
+                for f in spark_type.fields
+            ]
+        )
+    if isinstance(spark_type, st.ArrayType):
+        element = iceberg_type_of(spark_type.elementType, f"{column}.element", table, ids)
+        return it.ListType(ids.take(), element, element_required=not spark_type.containsNull)
+    if isinstance(spark_type, st.MapType):
+        key = iceberg_type_of(spark_type.keyType, f"{column}.key", table, ids)
+        value = iceberg_type_of(spark_type.valueType, f"{column}.value", table, ids)
+        return it.MapType(ids.take(), key, ids.take(), value, value_required=not spark_type.valueContainsNull)
 
     mapping: list[tuple[type, IcebergType]] = [
         (st.BooleanType, it.BooleanType()),
@@ -49,7 +83,7 @@ def iceberg_type_of(spark_type: DataType, column: str, table: str) -> IcebergTyp
     raise UnsupportedTableError(
         f"table {table}: column {column!r} has Spark type {spark_type.simpleString()}, which icesink cannot "
         "write yet (supported: boolean, integers, float, double, decimal, string, binary, date, timestamp, "
-        "timestamp_ntz, time); "
+        "timestamp_ntz, time, and structs, arrays and maps of them); "
         "cast or drop the column"
     )
 
@@ -62,20 +96,23 @@ def schema_from_spark(
     Identifier fields (the key of a change stream) are required, as Iceberg demands;
     ``skip`` names DataFrame columns that are not table data (a change stream's operation).
     """
-    from pyiceberg.schema import Schema
+    from pyiceberg.schema import Schema, assign_fresh_schema_ids
     from pyiceberg.types import NestedField
 
+    columns = [f for f in spark_schema.fields if f.name not in skip]
+    nested_ids = FieldIds(len(columns) + 1)
     fields = [
         NestedField(
             field_id=i,
             name=f.name,
-            field_type=iceberg_type_of(f.dataType, f.name, table),
+            field_type=iceberg_type_of(f.dataType, f.name, table, nested_ids),
             required=not f.nullable or f.name in identifier_fields,
         )
-        for i, f in enumerate((f for f in spark_schema.fields if f.name not in skip), start=1)
+        for i, f in enumerate(columns, start=1)
     ]
     ids = [f.field_id for f in fields if f.name in identifier_fields]
-    return Schema(*fields, identifier_field_ids=ids)
+    # Iceberg's numbering: top-level columns 1..n, then the nested fields.
+    return assign_fresh_schema_ids(Schema(*fields, identifier_field_ids=ids))
 
 
 def _accepts(target: IcebergType, source: IcebergType) -> bool:
@@ -95,13 +132,64 @@ def _accepts(target: IcebergType, source: IcebergType) -> bool:
 
 
 @dataclass(frozen=True)
+class ValuePlan:
+    """How one DataFrame value becomes the table's: taken as it is, cast, or rebuilt field by field.
+
+    ``kind`` is ``same``, ``cast`` (to ``spark_type``), ``null`` (a field the
+    DataFrame lacks: nulls of ``spark_type``), ``struct`` (``fields``: table
+    field name, DataFrame field name, plan), ``list`` (``element``) or ``map``
+    (``key`` and ``element`` for the value).
+    """
+
+    kind: str = "same"
+    spark_type: DataType | None = None
+    fields: tuple[tuple[str, str | None, ValuePlan], ...] = ()
+    element: ValuePlan | None = None
+    key: ValuePlan | None = None
+
+    def build(self, value: Column) -> Column:
+        """The Spark expression that turns ``value`` into the table's shape."""
+        from pyspark.sql import functions as F
+
+        if self.kind == "same":
+            return value
+        if self.kind in ("cast", "null"):
+            assert self.spark_type is not None
+            return (value if self.kind == "cast" else F.lit(None)).cast(self.spark_type)
+        if self.kind == "struct":
+            rebuilt = F.struct(
+                *[
+                    plan.build(value.getField(source) if source is not None else value).alias(name)
+                    for name, source, plan in self.fields
+                ]
+            )
+            # A null struct stays null: F.struct alone would make a struct of nulls of it.
+            return F.when(value.isNull(), F.lit(None)).otherwise(rebuilt)
+        assert self.element is not None
+        if self.kind == "list":
+            return F.transform(value, self.element.build)
+        rebuilt = F.transform_values(value, lambda _, v: self.element.build(v))  # type: ignore[union-attr]
+        if self.key is not None and self.key.kind != "same":
+            rebuilt = F.transform_keys(rebuilt, lambda k, _: self.key.build(k))  # type: ignore[union-attr]
+        return rebuilt
+
+
+SAME = ValuePlan()
+
+
+@dataclass(frozen=True)
 class ColumnSource:
     """Where one table column's values come from in the DataFrame (None: written as nulls)."""
 
     name: str  # the table column
     field_id: int
     source: str | None
-    cast: bool = False
+    plan: ValuePlan = SAME
+
+    @property
+    def cast(self) -> bool:
+        """Whether the DataFrame's values need any change to be the table's."""
+        return self.plan.kind != "same"
 
 
 @dataclass(frozen=True)
@@ -116,13 +204,10 @@ class Projection:
 
         selected: list[Column] = []
         for source, field in zip(self.columns, table_schema.fields, strict=True):
-            spark_type = spark_type_of(field.field_type)
             if source.source is None:
-                selected.append(F.lit(None).cast(spark_type).alias(source.name))
-            elif source.cast:
-                selected.append(column(source.source).cast(spark_type).alias(source.name))
+                selected.append(F.lit(None).cast(spark_type_of(field.field_type)).alias(source.name))
             else:
-                selected.append(column(source.source).alias(source.name))
+                selected.append(source.plan.build(column(source.source)).alias(source.name))
         selected += [column(name) for name in self.passthrough]
         return df.select(*selected)
 
@@ -141,10 +226,22 @@ class SchemaPlan:
 
 
 def spark_type_of(iceberg: IcebergType) -> DataType:
-    """The Spark type of an Iceberg primitive type (timestamptz: TimestampType, timestamp: TimestampNTZType)."""
+    """The Spark type of an Iceberg type (timestamptz: TimestampType, timestamp: TimestampNTZType)."""
     from pyiceberg import types as it
     from pyspark.sql import types as st
 
+    if isinstance(iceberg, it.StructType):
+        return st.StructType(
+            [st.StructField(f.name, spark_type_of(f.field_type), nullable=not f.required) for f in iceberg.fields]
+        )
+    if isinstance(iceberg, it.ListType):
+        return st.ArrayType(spark_type_of(iceberg.element_type), containsNull=not iceberg.element_required)
+    if isinstance(iceberg, it.MapType):
+        return st.MapType(
+            spark_type_of(iceberg.key_type),
+            spark_type_of(iceberg.value_type),
+            valueContainsNull=not iceberg.value_required,
+        )
     if isinstance(iceberg, it.DecimalType):
         return st.DecimalType(iceberg.precision, iceberg.scale)
     mapping: dict[type, DataType] = {
@@ -192,22 +289,17 @@ def plan_schema(
     A DataFrame column this stream wrote before (``field_ids``: column → field
     id, from the schema of its last checkpoint) goes to the same field id, so
     that a column renamed in the table meanwhile keeps receiving its values;
-    other columns match by name (exact first, then ignoring case). What no
-    evolution may do (a dropped column, a narrower or other type, a missing
-    required column) raises :class:`SchemaMismatchError` naming the column.
+    other columns match by name (exact first, then ignoring case), and so do
+    the fields of structs, at any depth. What no evolution may do (a dropped
+    column, a narrower or other type, a missing required field) raises
+    :class:`SchemaMismatchError` naming the column.
     """
-    from pyiceberg import types as it
-
     data_fields = [f for f in spark_schema.fields if f.name not in passthrough]
     source_of = _match_columns(table, data_fields, table_schema, field_ids or {})
     new_columns = [f for f in data_fields if f.name not in {s.name for s in source_of.values()}]
+    fitter = _Fitter(table)
     columns: list[ColumnSource] = []
-    changes: list[SchemaChange] = []
     for field in table_schema.fields:
-        if not field.field_type.is_primitive:
-            raise UnsupportedTableError(
-                f"table {table}: column {field.name!r} is {field.field_type}; icesink writes primitive columns only"
-            )
         source = source_of.get(field.field_id)
         if source is None:
             if field.required:
@@ -217,23 +309,113 @@ def plan_schema(
                 )
             columns.append(ColumnSource(field.name, field.field_id, None))
             continue
-        actual = iceberg_type_of(source.dataType, source.name, table)
-        if _accepts(field.field_type, actual):
-            # uuid and fixed arrive as Spark strings or binaries; the writer converts and checks them.
-            cast = actual != field.field_type and not isinstance(field.field_type, it.UUIDType | it.FixedType)
-            columns.append(ColumnSource(field.name, field.field_id, source.name, cast))
-        elif can_promote(field.field_type, actual):
-            changes.append(WidenColumn(field.name, field.field_id, field.field_type, actual))
-        else:
-            raise SchemaMismatchError(
-                f"table {table}: column {field.name!r} is {field.field_type} in the table but "
-                f"{source.dataType.simpleString()} in the DataFrame, which is neither the same type nor a widening "
-                "Iceberg allows (int to long, float to double, a decimal's precision); cast it in the DataFrame"
-            )
-    changes += [AddColumn(f.name, iceberg_type_of(f.dataType, f.name, table)) for f in new_columns]
+        plan = fitter.fit(field.field_type, source.dataType, (field.name,), field.field_id)
+        columns.append(ColumnSource(field.name, field.field_id, source.name, plan))
+    changes = [*fitter.changes, *(AddColumn(f.name, iceberg_type_of(f.dataType, f.name, table)) for f in new_columns)]
     if changes:
         return SchemaPlan(None, tuple(changes))
     return SchemaPlan(Projection(tuple(columns), tuple(passthrough)))
+
+
+class _Fitter:
+    """Fits DataFrame values to table fields, recursively, collecting the changes the table needs."""
+
+    def __init__(self, table: str) -> None:
+        self._table = table
+        self.changes: list[SchemaChange] = []
+
+    def fit(self, target: IcebergType, spark_type: DataType, path: tuple[str, ...], field_id: int) -> ValuePlan:
+        from pyiceberg import types as it
+        from pyspark.sql import types as st
+
+        dotted = ".".join(path)
+        if isinstance(target, it.StructType):
+            if not isinstance(spark_type, st.StructType):
+                raise self._mismatch(dotted, target, spark_type)
+            return self._fit_struct(target, spark_type, path)
+        if isinstance(target, it.ListType):
+            if not isinstance(spark_type, st.ArrayType):
+                raise self._mismatch(dotted, target, spark_type)
+            element = self.fit(target.element_type, spark_type.elementType, (*path, "element"), target.element_id)
+            return SAME if element.kind == "same" else ValuePlan("list", element=element)
+        if isinstance(target, it.MapType):
+            if not isinstance(spark_type, st.MapType):
+                raise self._mismatch(dotted, target, spark_type)
+            key = self.fit(target.key_type, spark_type.keyType, (*path, "key"), target.key_id)
+            value = self.fit(target.value_type, spark_type.valueType, (*path, "value"), target.value_id)
+            if key.kind == "same" and value.kind == "same":
+                return SAME
+            return ValuePlan("map", element=value, key=key)
+        if isinstance(spark_type, st.StructType | st.ArrayType | st.MapType):
+            raise self._mismatch(dotted, target, spark_type)
+        actual = iceberg_type_of(spark_type, dotted, self._table)
+        if _accepts(target, actual):
+            # uuid and fixed arrive as Spark strings or binaries; the writer converts and checks them.
+            if actual == target or isinstance(target, it.UUIDType | it.FixedType):
+                return SAME
+            return ValuePlan("cast", spark_type=spark_type_of(target))
+        if can_promote(target, actual):
+            self.changes.append(WidenColumn(path[-1], field_id, target, actual, path[:-1]))
+            return SAME
+        raise self._mismatch(dotted, target, spark_type)
+
+    def _fit_struct(self, target: StructTypeIceberg, spark_type: StructType, path: tuple[str, ...]) -> ValuePlan:
+        sources = _match_struct_fields(self._table, ".".join(path), spark_type, target)
+        matched = {id(f) for f in sources.values()}
+        fields: list[tuple[str, str | None, ValuePlan]] = []
+        for field in target.fields:
+            source = sources.get(field.field_id)
+            if source is None:
+                if field.required:
+                    raise SchemaMismatchError(
+                        f"table {self._table}: required field {'.'.join((*path, field.name))!r} "
+                        f"({field.field_type}) is missing from the DataFrame's struct; add it to the DataFrame"
+                    )
+                fields.append((field.name, None, ValuePlan("null", spark_type=spark_type_of(field.field_type))))
+                continue
+            plan = self.fit(field.field_type, source.dataType, (*path, field.name), field.field_id)
+            fields.append((field.name, source.name, plan))
+        for spark_field in spark_type.fields:
+            if id(spark_field) not in matched:
+                added = iceberg_type_of(spark_field.dataType, ".".join((*path, spark_field.name)), self._table)
+                self.changes.append(AddColumn(spark_field.name, added, path))
+        in_order = [name for name, _, _ in fields] == [f.name for f in spark_type.fields]
+        if in_order and all(source == name and plan.kind == "same" for name, source, plan in fields):
+            return SAME
+        return ValuePlan("struct", fields=tuple(fields))
+
+    def _mismatch(self, path: str, target: IcebergType, spark_type: DataType) -> SchemaMismatchError:
+        return SchemaMismatchError(
+            f"table {self._table}: column {path!r} is {target} in the table but {spark_type.simpleString()} in "
+            "the DataFrame, which is neither the same type nor a widening Iceberg allows (int to long, float to "
+            "double, a decimal's precision); cast it in the DataFrame"
+        )
+
+
+def _match_struct_fields(
+    table: str, path: str, spark_type: StructType, target: StructTypeIceberg
+) -> dict[int, StructField]:
+    """Table field id → the DataFrame struct field that fills it: exact names, then names ignoring case."""
+    by_name = {f.name: f for f in target.fields}
+    by_lower = {f.name.lower(): f for f in target.fields}
+    sources: dict[int, StructField] = {}
+    rest = list(spark_type.fields)
+    for lookup, key in ((by_name, str), (by_lower, str.lower)):
+        unmatched = []
+        for spark_field in rest:
+            field = lookup.get(key(spark_field.name))
+            if field is None:
+                unmatched.append(spark_field)
+            elif field.field_id in sources:
+                raise SchemaMismatchError(
+                    f"table {table}: DataFrame fields {sources[field.field_id].name!r} and {spark_field.name!r} of "
+                    f"{path!r} would both fill the table's field {path + '.' + field.name!r}; nothing of this batch "
+                    "was written: rename or drop one of them in the DataFrame"
+                )
+            else:
+                sources[field.field_id] = spark_field
+        rest = unmatched
+    return sources
 
 
 def _match_columns(
@@ -291,17 +473,17 @@ def schema_refusal(table: str, change: SchemaChange) -> str:
     """Why a DataFrame does not fit a table that icesink may not evolve."""
     if isinstance(change, AddColumn):
         return (
-            f"table {table}: DataFrame column {change.name!r} ({change.field_type}) is not in the table; drop it "
-            "from the DataFrame, add it to the table first, or pass evolve_schema=True to add it as an optional "
-            "column"
+            f"table {table}: DataFrame {'field' if change.parent else 'column'} {change.path!r} ({change.field_type}) "
+            "is not in the table; drop it from the DataFrame, add it to the table first, or pass "
+            "evolve_schema=True to add it as an optional field"
         )
     if isinstance(change, WidenColumn):
         return (
-            f"table {table}: column {change.name!r} is {change.old_type} in the table but {change.new_type} in the "
+            f"table {table}: column {change.path!r} is {change.old_type} in the table but {change.new_type} in the "
             f"DataFrame; cast it to {change.old_type} in the DataFrame, or pass evolve_schema=True to widen the "
             "table's column"
         )
     return (
-        f"table {table}: column {change.name!r} is required but receives nulls; fix the input, or pass "
+        f"table {table}: column {change.path!r} is required but receives nulls; fix the input, or pass "
         "evolve_schema=True to make the column optional"
     )

@@ -85,6 +85,12 @@ def spark_writer_refusal(spec: WriterSpec, projected: DataFrame) -> str | None:
         )
     if spec.compression.lower() not in SPARK_CODECS:
         return f"Spark's Parquet writer has no {spec.compression!r} codec (write.parquet.compression-codec)"
+    nested = [c.name for c in spec.columns if c.is_nested]
+    if nested:
+        return (
+            f"column(s) {', '.join(repr(n) for n in nested)} are nested, and Spark's Parquet writer cannot give "
+            "list elements and map keys and values Iceberg's field ids"
+        )
     converted = [c.name for c in spec.columns if needs_conversion(c.iceberg_type)]
     if converted:
         return (

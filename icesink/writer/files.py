@@ -101,11 +101,13 @@ def split_offsets(metadata: pq.FileMetaData) -> tuple[int, ...]:
 
 
 def column_sizes(metadata: pq.FileMetaData, columns: tuple[ColumnSpec, ...]) -> dict[int, int]:
-    sizes = dict.fromkeys((c.field_id for c in columns), 0)
+    """Compressed bytes per primitive field (Parquet's column chunks are the leaves, in order)."""
+    leaves = [leaf.column.field_id for column in columns for leaf in column.leaves()]
+    sizes = dict.fromkeys(leaves, 0)
     for i in range(metadata.num_row_groups):
         group = metadata.row_group(i)
-        for j, column in enumerate(columns):
-            sizes[column.field_id] += group.column(j).total_compressed_size
+        for j, field_id in enumerate(leaves):
+            sizes[field_id] += group.column(j).total_compressed_size
     return sizes
 
 

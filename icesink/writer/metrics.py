@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import decimal
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,30 +87,63 @@ def _comparable(array: pa.ChunkedArray | pa.Array, iceberg_type: str) -> pa.Chun
     return array
 
 
+def leaf_arrays(column: ColumnSpec, array: pa.ChunkedArray | pa.Array) -> Iterator[tuple[ColumnSpec, pa.Array]]:
+    """Each primitive field under ``column`` with its values: a struct's nulls count as nulls of its fields,
+    a list's or map's values are its entries."""
+    for chunk in array.chunks if isinstance(array, pa.ChunkedArray) else (array,):
+        yield from _leaves(column, chunk)
+
+
+def _leaves(column: ColumnSpec, array: pa.Array) -> Iterator[tuple[ColumnSpec, pa.Array]]:
+    kind = column.iceberg_type
+    if kind == "struct":
+        # flatten() gives each field the struct's own nulls as well.
+        for child, values in zip(column.children, array.flatten(), strict=True):
+            yield from _leaves(child, values)
+        return
+    if kind in ("list", "map"):
+        offsets = array.offsets
+        start, length = offsets[0].as_py(), offsets[-1].as_py() - offsets[0].as_py()
+        if kind == "list":
+            yield from _leaves(column.children[0], array.values.slice(start, length))
+        else:
+            key, value = column.children
+            yield from _leaves(key, array.keys.slice(start, length))
+            yield from _leaves(value, array.items.slice(start, length))
+        return
+    yield column, array
+
+
 @dataclass
 class ColumnStats:
-    """Running metrics of one column over the row groups of one file."""
+    """Running metrics of one primitive field over the row groups of one file.
+
+    ``bounded`` is false inside lists and maps, where Iceberg keeps counts but no bounds.
+    """
 
     column: ColumnSpec
     null_count: int = 0
     nan_count: int = 0
     lower: Any = None
     upper: Any = None
+    value_count: int = 0
+    bounded: bool = True
 
     def update(self, array: pa.ChunkedArray | pa.Array) -> None:
         self.null_count += array.null_count
+        self.value_count += len(array)
         kind = self.column.iceberg_type
-        if kind == "uuid":
+        if kind in ("float", "double"):
+            nan = pc.is_nan(array)
+            nan_count = pc.sum(nan).as_py() or 0
+            if nan_count:
+                self.nan_count += nan_count
+                array = pc.filter(array, pc.invert(nan))
+        if kind == "uuid" or not self.bounded:
             # No bounds: Iceberg implementations have ordered UUIDs differently (signed vs unsigned),
             # and a bound read in the other order would prune files that hold matches.
             return
         values = _comparable(array, kind)
-        if kind in ("float", "double"):
-            nan = pc.is_nan(values)
-            nan_count = pc.sum(nan).as_py() or 0
-            if nan_count:
-                self.nan_count += nan_count
-                values = pc.filter(values, pc.invert(nan))
         minmax = pc.min_max(values)
         low, high = minmax["min"].as_py(), minmax["max"].as_py()
         if low is None:
@@ -138,22 +172,27 @@ class ColumnStats:
 
 @dataclass
 class FileMetrics:
-    """Metrics of all columns of one file, fed row group by row group."""
+    """Metrics of every primitive field of one file, fed row group by row group, keyed by field id."""
 
     columns: tuple[ColumnSpec, ...]
     record_count: int = 0
     stats: dict[int, ColumnStats] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.stats = {c.field_id: ColumnStats(c) for c in self.columns}
+        self.stats = {
+            leaf.column.field_id: ColumnStats(leaf.column, bounded=not leaf.in_repeated)
+            for column in self.columns
+            for leaf in column.leaves()
+        }
 
     def update(self, table: pa.Table) -> None:
         self.record_count += table.num_rows
         for column in self.columns:
-            self.stats[column.field_id].update(table.column(column.name))
+            for leaf, values in leaf_arrays(column, table.column(column.name)):
+                self.stats[leaf.field_id].update(values)
 
     def value_counts(self) -> dict[int, int]:
-        return {fid: self.record_count for fid in self.stats}
+        return {fid: s.value_count for fid, s in self.stats.items()}
 
     def null_value_counts(self) -> dict[int, int]:
         return {fid: s.null_count for fid, s in self.stats.items()}

@@ -8,6 +8,7 @@ executors import neither pyiceberg nor a catalog client.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
@@ -18,14 +19,47 @@ _DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
 _FIXED = re.compile(r"fixed\[(\d+)\]")
 
 
+NESTED = ("struct", "list", "map")
+
+
 @dataclass(frozen=True)
 class ColumnSpec:
-    """A top-level column of the table: Iceberg field id, name, type and nullability."""
+    """A field of the table: Iceberg field id, name, type and nullability.
+
+    ``iceberg_type`` is a primitive's name (``long``, ``decimal(9, 2)``) or one of
+    ``struct``, ``list`` and ``map``, whose fields are ``children``: a struct's
+    fields, a list's element, a map's key and value (named as Parquet names
+    them: ``element``, ``key``, ``value``).
+    """
 
     field_id: int
     name: str
     iceberg_type: str
     required: bool
+    children: tuple[ColumnSpec, ...] = ()
+
+    @property
+    def is_nested(self) -> bool:
+        return self.iceberg_type in NESTED
+
+    def leaves(self, path: tuple[str, ...] = ()) -> Iterator[Leaf]:
+        """The primitive fields under this one, depth first, in Parquet's column order."""
+        here = (*path, self.name)
+        if not self.is_nested:
+            yield Leaf(here, self, in_repeated=False)
+            return
+        for child in self.children:
+            for leaf in child.leaves(here):
+                yield leaf if self.iceberg_type == "struct" else replace(leaf, in_repeated=True)
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """A primitive field and the path of names that leads to it from the top of the table."""
+
+    path: tuple[str, ...]
+    column: ColumnSpec
+    in_repeated: bool  # inside a list or map: Iceberg keeps no bounds for it
 
 
 @dataclass(frozen=True)
@@ -84,9 +118,20 @@ class WriterSpec:
         return replace(self, checkpoint_id=checkpoint_id)
 
     def column_by_id(self, field_id: int) -> ColumnSpec:
+        """A top-level column by field id (partition sources are top-level in icesink)."""
         for column in self.columns:
             if column.field_id == field_id:
                 return column
+        raise KeyError(field_id)
+
+    def leaves(self) -> tuple[Leaf, ...]:
+        """Every primitive field of the table, in Parquet's column order."""
+        return tuple(leaf for column in self.columns for leaf in column.leaves())
+
+    def leaf_by_id(self, field_id: int) -> Leaf:
+        for leaf in self.leaves():
+            if leaf.column.field_id == field_id:
+                return leaf
         raise KeyError(field_id)
 
     @property
@@ -110,8 +155,16 @@ class WriterSpec:
         return pa.schema([arrow_field(c, nullable=self.may_hold_nulls(c)) for c in self.columns])
 
 
-def arrow_type(iceberg_type: str) -> pa.DataType:
-    """The Arrow type that Parquet files of this Iceberg primitive type are written with."""
+def arrow_type(iceberg_type: str, children: tuple[ColumnSpec, ...] = ()) -> pa.DataType:
+    """The Arrow type that Parquet files of this Iceberg type are written with (field ids all the way down)."""
+    if iceberg_type == "struct":
+        return pa.struct([arrow_field(c) for c in children])
+    if iceberg_type == "list":
+        (element,) = children
+        return pa.list_(arrow_field(element))
+    if iceberg_type == "map":
+        key, value = children
+        return pa.map_(arrow_field(key), arrow_field(value))
     simple = {
         "boolean": pa.bool_(),
         "int": pa.int32(),
@@ -140,7 +193,7 @@ def arrow_type(iceberg_type: str) -> pa.DataType:
 def arrow_field(column: ColumnSpec, nullable: bool | None = None) -> pa.Field:
     return pa.field(
         column.name,
-        arrow_type(column.iceberg_type),
+        arrow_type(column.iceberg_type, column.children),
         nullable=not column.required if nullable is None else nullable,
         metadata={FIELD_ID_KEY: str(column.field_id).encode()},
     )

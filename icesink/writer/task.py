@@ -10,13 +10,12 @@ from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
 
-from icesink.errors import BadRowError
 from icesink.results import FileContent, FileRecord, PartitionValue, WriteResult, encode_write_result
-from icesink.writer import values
 from icesink.writer.changes import check_keys, collapse
+from icesink.writer.conform import conform
 from icesink.writer.files import FileNamer, RollingFileWriter
 from icesink.writer.partitioning import partition_path, split_by_partition
-from icesink.writer.spec import WriterSpec, arrow_type
+from icesink.writer.spec import WriterSpec
 
 RESULT_COLUMN = "write_result"
 RESULT_SCHEMA_DDL = f"{RESULT_COLUMN} binary"
@@ -24,49 +23,6 @@ RESULT_SCHEMA_DDL = f"{RESULT_COLUMN} binary"
 # Above this many buffered bytes across all open partitions, the largest buffer
 # is flushed early so that a task fanning out to many partitions stays bounded.
 MAX_BUFFERED_BYTES = 256 * 1024 * 1024
-
-_SAME_FAMILY = {
-    pa.string(): (pa.string(), pa.large_string(), pa.string_view()),
-    pa.binary(): (pa.binary(), pa.large_binary(), pa.binary_view()),
-}
-
-
-def conform(spec: WriterSpec, batch: pa.RecordBatch | pa.Table, task_id: int) -> pa.Table:
-    """Give the rows the table's column types and nullability, or say which row breaks them.
-
-    Columns beyond the table's (a change stream's operation, sequence and
-    input position) are kept after the table's columns.
-    """
-    table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
-    arrays = []
-    fields = []
-    schema = spec.arrow_schema()
-    for column, target in zip(spec.columns, schema, strict=True):
-        array = table.column(column.name)
-        if array.null_count and not spec.may_hold_nulls(column):
-            evolve = "" if column.field_id in spec.equality_field_ids else " (or pass evolve_schema=True)"
-            raise BadRowError(
-                f"table {spec.table_name}, checkpoint {spec.checkpoint_id}, task {task_id}: column "
-                f"{column.name!r} is required but {array.null_count} row(s) have no value; fix the input and "
-                f"restart the stream{evolve}"
-            )
-        wanted = arrow_type(column.iceberg_type)
-        if array.type != wanted and array.type not in _SAME_FAMILY.get(wanted, ()):
-            try:
-                array = values.convert(array, column.iceberg_type, wanted)
-            except values.BadValues as e:
-                raise BadRowError(
-                    f"table {spec.table_name}, checkpoint {spec.checkpoint_id}, task {task_id}: column "
-                    f"{column.name!r} ({column.iceberg_type}): {e}; fix the input and restart the stream"
-                ) from e
-        arrays.append(array)
-        fields.append(target.with_type(array.type))
-    table_names = {c.name for c in spec.columns}
-    for name in table.column_names:
-        if name not in table_names:
-            arrays.append(table.column(name))
-            fields.append(table.schema.field(name))
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
 class TaskWriter:

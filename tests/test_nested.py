@@ -1,0 +1,448 @@
+"""Structs, lists and maps, nested to any depth: written with a field id on every field, element, key and
+value, read back by readers nobody here wrote, and evolved while a stream runs."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import icesink
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from icesink.committer.commit import TableCommitter
+from icesink.committer.ledger import Ledger
+from icesink.errors import BadRowError
+from tests.outcomes import iceberg_rust_sql, read_many_with_iceberg_java, read_with_duckdb
+from tests.support import stage_rows, write_files
+
+UTC = datetime.UTC
+EVENTS = "shop.events"
+ODD = "shop.odd names"
+
+# The leaves of the table below, by the names Iceberg gives them (create_table numbers the fields afresh).
+LEAVES = (
+    "id",
+    "payload.user.name",
+    "payload.user.scores.element",
+    "payload.amount",
+    "payload.at",
+    "tags.element",
+    "attrs.key",
+    "attrs.value",
+)
+
+
+def _ids(table: Any) -> dict[str, int]:
+    """Field id of every field of the table, by its dotted name."""
+    schema = table.schema()
+    return {name: schema.find_field(name).field_id for name in schema._name_to_id}
+
+
+def _events_schema() -> Any:
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import (
+        DecimalType,
+        DoubleType,
+        ListType,
+        LongType,
+        MapType,
+        NestedField,
+        StringType,
+        StructType,
+        TimestamptzType,
+    )
+
+    user = StructType(
+        NestedField(11, "name", StringType(), required=True),
+        NestedField(12, "scores", ListType(13, DoubleType(), element_required=False)),
+    )
+    payload = StructType(
+        NestedField(5, "user", user),
+        NestedField(6, "amount", DecimalType(12, 2)),
+        NestedField(7, "at", TimestamptzType()),
+    )
+    return Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "payload", payload),
+        NestedField(3, "tags", ListType(8, StringType(), element_required=True)),
+        NestedField(4, "attrs", MapType(9, StringType(), 10, LongType(), value_required=False)),
+    )
+
+
+# Every shape that must survive: a null struct next to a struct of nulls, a null list next to an empty one,
+# a null map next to an empty one, null elements and values, dates before 1970 and 1582.
+ROWS: list[dict[str, Any]] = [
+    {
+        "id": 1,
+        "payload": {
+            "user": {"name": "ana", "scores": [1.5, None, -2.0]},
+            "amount": decimal.Decimal("12.30"),
+            "at": datetime.datetime(2024, 5, 1, 12, 0, tzinfo=UTC),
+        },
+        "tags": ["a", "b"],
+        "attrs": [("k1", 1), ("k2", None)],
+    },
+    {"id": 2, "payload": None, "tags": None, "attrs": None},
+    {"id": 3, "payload": {"user": None, "amount": None, "at": None}, "tags": [], "attrs": []},
+    {
+        "id": 4,
+        "payload": {
+            "user": {"name": "bö ü", "scores": []},
+            "amount": decimal.Decimal("-0.01"),
+            "at": datetime.datetime(1500, 1, 1, tzinfo=UTC),
+        },
+        "tags": ["z"],
+        "attrs": [("", -5)],
+    },
+]
+
+
+def _input_rows(rows: list[dict[str, Any]] = ROWS) -> pa.Table:
+    """As Spark hands them over: its own names for nested fields, no field ids, everything nullable."""
+    user = pa.struct([("name", pa.string()), ("scores", pa.list_(pa.float64()))])
+    payload = pa.struct([("user", user), ("amount", pa.decimal128(12, 2)), ("at", pa.timestamp("us", tz="UTC"))])
+    schema = pa.schema(
+        [
+            ("id", pa.int64()),
+            ("payload", payload),
+            ("tags", pa.list_(pa.string())),
+            ("attrs", pa.map_(pa.string(), pa.int64())),
+        ]
+    )
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _expected(rows: list[dict[str, Any]] = ROWS) -> list[dict[str, Any]]:
+    return sorted(rows, key=lambda r: r["id"])
+
+
+def _plain(value: Any) -> Any:
+    """One spelling of nested values across readers: maps as sorted (key, value) pairs."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        items = [_plain(v) for v in value]
+        if items and all(isinstance(i, list | tuple) and len(i) == 2 for i in items) and isinstance(value, list):
+            return items
+        return items
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, datetime.datetime):
+        return value.astimezone(UTC).isoformat() if value.tzinfo else value.isoformat()
+    return value
+
+
+def _rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted((_plain(_maps_as_pairs(r)) for r in rows), key=lambda r: r["id"])
+
+
+def _maps_as_pairs(row: dict[str, Any]) -> dict[str, Any]:
+    attrs = row.get("attrs")
+    if isinstance(attrs, dict):  # readers that hand maps over as dicts
+        attrs = list(attrs.items())
+    return {**row, "attrs": None if attrs is None else sorted((tuple(p) for p in attrs), key=lambda p: p[0])}
+
+
+def _utc_payload_at(row: dict[str, Any]) -> dict[str, Any]:
+    """Spark 3.5 prints timestamptz values as naive UTC text (its session zone)."""
+    payload = row.get("payload")
+    if payload and payload.get("at"):
+        at = datetime.datetime.fromisoformat(payload["at"]).replace(tzinfo=UTC)
+        row = {**row, "payload": {**payload, "at": at}}
+    return row
+
+
+def _create(config: CatalogConfig, identifier: str, schema: Any) -> Any:
+    catalog = open_catalog(config)
+    catalog.create_namespace_if_not_exists("shop")
+    return catalog.create_table(identifier, schema=schema)
+
+
+def _commit(config: CatalogConfig, identifier: str, rows: pa.Table, checkpoint_id: int = 0) -> Any:
+    assert stage_rows(config, identifier, "job", checkpoint_id, rows)
+    catalog = open_catalog(config)
+    TableCommitter(catalog, config, Ledger(config)).commit_pending(identifier)
+    return catalog.load_table(identifier)
+
+
+# --- the Arrow writer, without Spark -------------------------------------------------------------------------------
+
+
+def test_every_nested_field_element_key_and_value_carries_its_field_id(sqlite_catalog: CatalogConfig) -> None:
+    table = _create(sqlite_catalog, EVENTS, _events_schema())
+    result = write_files(table, EVENTS, "job", 0, _input_rows())
+    (record,) = result.data_files
+    schema = pq.read_schema(record.path.removeprefix("file://"))
+
+    def ids(field: pa.Field) -> list[tuple[str, int]]:
+        own = [(field.name, int(field.metadata[b"PARQUET:field_id"]))]
+        kind = field.type
+        if pa.types.is_struct(kind):
+            return own + [i for child in kind for i in ids(child)]
+        if pa.types.is_map(kind):
+            return own + ids(kind.key_field) + ids(kind.item_field)
+        if pa.types.is_list(kind):
+            return own + ids(kind.value_field)
+        return own
+
+    field_id = _ids(table)
+    names = [
+        "id",
+        "payload",
+        "payload.user",
+        "payload.user.name",
+        "payload.user.scores",
+        "payload.user.scores.element",
+        "payload.amount",
+        "payload.at",
+        "tags",
+        "tags.element",
+        "attrs",
+        "attrs.key",
+        "attrs.value",
+    ]
+    assert [i for field in schema for i in ids(field)] == [(n.rsplit(".", 1)[-1], field_id[n]) for n in names]
+    assert len(set(field_id.values())) == len(field_id)
+
+
+def test_nested_metrics_are_per_leaf_with_bounds_outside_lists_and_maps_only(sqlite_catalog: CatalogConfig) -> None:
+    table = _create(sqlite_catalog, EVENTS, _events_schema())
+    (record,) = write_files(table, EVENTS, "job", 0, _input_rows()).data_files
+    field_id = _ids(table)
+    by_name = {fid: name for name, fid in field_id.items()}
+
+    def named(metrics: dict[int, Any]) -> dict[str, Any]:
+        return {by_name[fid]: value for fid, value in metrics.items()}
+
+    # A struct leaf has a value per row, null where a struct above it is. List and map leaves count entries.
+    values = [4, 4, 3, 4, 4, 3, 3, 3]
+    nulls = [0, 2, 1, 2, 2, 0, 0, 1]
+    assert named(record.value_counts) == dict(zip(LEAVES, values, strict=True))
+    assert named(record.null_value_counts) == dict(zip(LEAVES, nulls, strict=True))
+    bounded = {"id", "payload.user.name", "payload.amount", "payload.at"}
+    assert set(named(record.lower_bounds)) == bounded == set(named(record.upper_bounds))
+    assert named(record.lower_bounds)["payload.user.name"] == b"ana"
+    assert named(record.upper_bounds)["payload.user.name"] == "bö ü".encode()
+    assert set(named(record.column_sizes)) == set(LEAVES) and all(record.column_sizes.values())
+
+
+def test_a_null_in_a_required_nested_field_names_its_path(sqlite_catalog: CatalogConfig) -> None:
+    table = _create(sqlite_catalog, EVENTS, _events_schema())
+    nameless = [{**ROWS[0], "payload": {**ROWS[0]["payload"], "user": {"name": None, "scores": None}}}]
+    with pytest.raises(BadRowError, match=r"checkpoint 0, task 0: field 'payload.user.name' is required"):
+        write_files(table, EVENTS, "job", 0, _input_rows(nameless))
+    # Under a null struct, a required field may be null: the struct is.
+    write_files(
+        table, EVENTS, "job", 0, _input_rows([{**ROWS[0], "payload": {"user": None, "amount": None, "at": None}}])
+    )
+    null_tag = [{**ROWS[0], "tags": ["a", None]}]
+    with pytest.raises(BadRowError, match=r"field 'tags.element' is required but 1 row"):
+        write_files(table, EVENTS, "job", 0, _input_rows(null_tag))
+
+
+@pytest.mark.interop
+def test_nested_rows_read_back_identically_by_every_reader(sqlite_catalog: CatalogConfig, java_reader: Path) -> None:
+    _create(sqlite_catalog, EVENTS, _events_schema())
+    events = _commit(sqlite_catalog, EVENTS, _input_rows())
+    expected = _rows(_expected())
+    assert _rows(icesink.read(events).to_pylist()) == expected
+    assert _rows(events.scan().to_arrow().to_pylist()) == expected  # pyiceberg
+    assert _rows(iceberg_rust_sql(events, "SELECT * FROM t").to_pylist()) == expected
+    (duck,) = read_with_duckdb(events.metadata_location)
+    assert _rows(duck) == expected
+    (java,) = read_many_with_iceberg_java(java_reader, [(events.metadata_location, ["id", "payload", "tags", "attrs"])])
+    assert _rows([_utc_payload_at(r) for r in java]) == expected
+    # Pruning on a struct field: bounds of payload.amount let readers skip the file.
+    assert events.scan(row_filter="payload.amount > 100").plan_files() == []
+    assert len(list(events.scan(row_filter="payload.amount > 10").plan_files())) == 1
+
+
+# --- a keyed change stream with nested columns whose input gains fields partway --------------------------------------
+
+CDC = "shop.profiles"
+_INFO_V1 = pa.struct(
+    [("tags", pa.list_(pa.string())), ("attrs", pa.map_(pa.string(), pa.int64())), ("score", pa.int32())]
+)
+_INFO_V2 = pa.struct(
+    [
+        ("tags", pa.list_(pa.string())),
+        ("attrs", pa.map_(pa.string(), pa.int64())),
+        ("score", pa.int64()),  # widened
+        ("note", pa.string()),  # a new nested field
+    ]
+)
+INPUT_V1 = pa.schema(
+    [("region", pa.string()), ("id", pa.int64()), ("info", _INFO_V1), ("seq", pa.int64()), ("op", pa.string())]
+)
+INPUT_V2 = pa.schema(
+    [
+        ("region", pa.string()),
+        ("id", pa.int64()),
+        ("info", _INFO_V2),
+        ("channel", pa.string()),  # a new top-level column
+        ("seq", pa.int64()),
+        ("op", pa.string()),
+    ]
+)
+DDL_V1 = (
+    "region string, id long, info struct<tags: array<string>, attrs: map<string, bigint>, score: int>, "
+    "seq long, op string"
+)
+DDL_V2 = (
+    "region string, id long, info struct<tags: array<string>, attrs: map<string, bigint>, score: bigint, "
+    "note: string>, channel string, seq long, op string"
+)
+
+
+def _random_changes(rng: Any, checkpoint: int, evolved: bool) -> list[dict[str, Any]]:
+    changes = []
+    for n in range(30):
+        info: dict[str, Any] | None = {
+            "tags": rng.choice([None, [], [f"t{n}"], ["x", f"y{checkpoint}"]]),
+            "attrs": rng.choice([None, [], [("a", n)], [("a", 1), ("b", None)]]),
+            "score": rng.randrange(-5, 5) * (3_000_000_000 if evolved else 1),
+        }
+        if evolved:
+            info["note"] = rng.choice([None, f"note {checkpoint}-{n}"])
+        change = {
+            "region": rng.choice(["eu", "us"]),
+            "id": rng.randrange(10),
+            "info": rng.choice([info, info, info, None]),
+            "seq": checkpoint * 100 + rng.randrange(15),
+            "op": rng.choices(["I", "U", "D"], weights=[4, 4, 2])[0],
+        }
+        if evolved:
+            change["channel"] = rng.choice([None, "web", "app"])
+        changes.append(change)
+    return changes
+
+
+class _NestedModel:
+    """The latest row per key; rows written before the evolution read back with nulls for the new fields."""
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def apply(self, changes: list[dict[str, Any]]) -> None:
+        latest: dict[tuple[str, int], dict[str, Any]] = {}
+        for _, change in sorted(enumerate(changes), key=lambda p: (p[1]["seq"], p[0])):
+            latest[(change["region"], change["id"])] = change
+        for key, change in latest.items():
+            if change["op"] == "D":
+                self.rows.pop(key, None)
+            else:
+                self.rows[key] = {k: v for k, v in change.items() if k != "op"}
+
+    def expected(self) -> list[dict[str, Any]]:
+        return [_full(self.rows[k]) for k in sorted(self.rows)]
+
+
+def _full(row: dict[str, Any]) -> dict[str, Any]:
+    """A row as the evolved table reads it: every column and nested field present, maps as sorted pairs."""
+    info = row["info"]
+    if info is not None:
+        attrs = info["attrs"]
+        info = {
+            "tags": info["tags"],
+            "attrs": None if attrs is None else sorted((tuple(p) for p in attrs), key=lambda p: p[0]),
+            "score": info["score"],
+            "note": info.get("note"),
+        }
+    return {"region": row["region"], "id": row["id"], "info": info, "seq": row["seq"], "channel": row.get("channel")}
+
+
+def _table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows from a reader, spelled as the model spells them (columns of the model, maps as sorted pairs)."""
+    out = []
+    for row in rows:
+        info = row.get("info")
+        if info is not None:
+            attrs = info.get("attrs")
+            if isinstance(attrs, dict):
+                attrs = list(attrs.items())
+            info = {
+                "tags": info.get("tags"),
+                "attrs": None if attrs is None else sorted((tuple(p) for p in attrs), key=lambda p: p[0]),
+                "score": info.get("score"),
+                "note": info.get("note"),
+            }
+        out.append(
+            {"region": row["region"], "id": row["id"], "info": info, "seq": row["seq"], "channel": row.get("channel")}
+        )
+    return sorted(out, key=lambda r: (r["region"], r["id"]))
+
+
+def _write_changes(directory: Path, number: int, changes: list[dict[str, Any]], schema: pa.Schema) -> None:
+    from tests.streams import order_for_file_source
+
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".changes-{number:05d}.tmp"
+    pq.write_table(pa.Table.from_pylist(changes, schema=schema), tmp)
+    tmp.rename(directory / f"changes-{number:05d}.parquet")
+    order_for_file_source(directory / f"changes-{number:05d}.parquet", number)
+
+
+@pytest.mark.spark
+@pytest.mark.interop
+def test_a_nested_cdc_stream_that_evolves_partway_equals_the_model_for_every_reader(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, java_reader: Path
+) -> None:
+    import random
+
+    rng = random.Random(31)
+    model = _NestedModel()
+    for checkpoint in range(5):
+        evolved = checkpoint >= 3
+        changes = _random_changes(rng, checkpoint, evolved)
+        _write_changes(tmp_path / "in", checkpoint, changes, INPUT_V2 if evolved else INPUT_V1)
+        model.apply(changes)
+        df = spark.readStream.schema(DDL_V2 if evolved else DDL_V1).option("maxFilesPerTrigger", 1)
+        icesink.stream(
+            df.parquet(str(tmp_path / "in")),
+            table=CDC,
+            checkpoint_location=str(tmp_path / "ckpt"),
+            trigger={"availableNow": True},
+            create_table=True,
+            equality_fields=["region", "id"],
+            op_column="op",
+            sequence_by="seq",
+            evolve_schema=True,
+            catalog=sqlite_catalog,
+        ).awaitTermination()
+        assert _table_rows(icesink.read(CDC, catalog=sqlite_catalog).to_pylist()) == model.expected(), checkpoint
+
+    table = open_catalog(sqlite_catalog).load_table(CDC)
+    info = table.schema().find_field("info").field_type
+    assert [(f.name, str(f.field_type)) for f in info.fields][2:] == [("score", "long"), ("note", "string")]
+    assert [f.name for f in table.schema().fields] == ["region", "id", "info", "seq", "channel"]
+    expected = model.expected()
+    assert any(r["channel"] is None and r["info"] and r["info"]["note"] is None for r in expected)  # old rows
+    assert _table_rows(table.scan().to_arrow().to_pylist()) == expected  # pyiceberg
+    evolved = table.metadata_location
+    (duck,) = read_with_duckdb(evolved)
+    assert _table_rows(duck) == expected
+
+    # iceberg-rust (pyiceberg-core 0.8) matches a nested struct's fields by position, not field id, and fails on
+    # files written before a field was added to the struct (apache/iceberg-rust#2617). Compaction rewrites
+    # them in the current schema; every reader reads the compacted table.
+    from icesink.maintenance.committing import MaintenanceTarget
+    from icesink.maintenance.policy import MaintenancePolicy
+    from icesink.maintenance.run import maintain_table
+
+    target = MaintenanceTarget(open_catalog(sqlite_catalog), sqlite_catalog, CDC)
+    compacted, report = maintain_table(target, table, MaintenancePolicy(), everything=True)
+    assert report.compaction is not None and report.compaction.groups_committed == 1
+    assert _table_rows(icesink.read(compacted).to_pylist()) == expected
+    assert _table_rows(iceberg_rust_sql(compacted, "SELECT * FROM t").to_pylist()) == expected
+    columns = ["region", "id", "info", "seq", "channel"]
+    java_evolved, java_compacted = read_many_with_iceberg_java(
+        java_reader, [(evolved, columns), (compacted.metadata_location, columns)]
+    )
+    assert _table_rows(java_evolved) == expected
+    assert _table_rows(java_compacted) == expected
