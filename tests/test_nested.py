@@ -246,6 +246,42 @@ def test_a_null_in_a_required_nested_field_names_its_path(sqlite_catalog: Catalo
         write_files(table, EVENTS, "job", 0, _input_rows(null_tag))
 
 
+def test_a_checkpoint_staged_under_an_older_schema_meets_nested_changes(sqlite_catalog: CatalogConfig) -> None:
+    from pyiceberg.types import StringType
+
+    from icesink.errors import SchemaMismatchError
+
+    _create(sqlite_catalog, EVENTS, _events_schema())
+    assert stage_rows(sqlite_catalog, EVENTS, "job", 0, _input_rows())
+    catalog = open_catalog(sqlite_catalog)
+    ledger = Ledger(sqlite_catalog)
+    # A nested rename and a new optional nested field: the staged files still read correctly, by field id.
+    with catalog.load_table(EVENTS).update_schema() as update:
+        update.rename_column("payload.user.name", "login")
+        update.add_column(("payload", "channel"), StringType())
+    # A new required field in a struct the files have: they cannot hold it.
+    with catalog.load_table(EVENTS).update_schema(allow_incompatible_changes=True) as update:
+        update.add_column(("payload", "tenant"), StringType(), required=True)
+    with pytest.raises(
+        SchemaMismatchError, match=r"checkpoint 0.*field 'payload.tenant' is required now and its files"
+    ):
+        TableCommitter(catalog, sqlite_catalog, ledger).commit_pending(EVENTS, "job")
+    assert catalog.load_table(EVENTS).current_snapshot() is None
+    assert [c.checkpoint_id for c in ledger.pending(EVENTS, "job")] == [0]
+    with catalog.load_table(EVENTS).update_schema() as update:
+        update.make_column_optional("payload.tenant")
+    TableCommitter(catalog, sqlite_catalog, ledger).commit_pending(EVENTS, "job")
+    rows = sorted(icesink.read(EVENTS, catalog=sqlite_catalog).to_pylist(), key=lambda r: r["id"])
+    assert [r["payload"] and r["payload"]["user"] for r in rows] == [
+        {"login": "ana", "scores": [1.5, None, -2.0]},
+        None,
+        None,
+        {"login": "bö ü", "scores": []},
+    ]
+    assert {(r["payload"] or {}).get("channel") for r in rows} == {None}
+    assert {(r["payload"] or {}).get("tenant") for r in rows} == {None}
+
+
 @pytest.mark.interop
 def test_nested_rows_read_back_identically_by_every_reader(sqlite_catalog: CatalogConfig, java_reader: Path) -> None:
     _create(sqlite_catalog, EVENTS, _events_schema())
@@ -446,3 +482,89 @@ def test_a_nested_cdc_stream_that_evolves_partway_equals_the_model_for_every_rea
     )
     assert _table_rows(java_evolved) == expected
     assert _table_rows(java_compacted) == expected
+
+
+# --- another tool changes nested fields while the stream runs ------------------------------------------------------
+
+PEOPLE = "shop.people"
+PEOPLE_DDL = "id long, payload struct<user: struct<name: string, score: int>, note: string>"
+_PEOPLE_INPUT = pa.schema(
+    [
+        ("id", pa.int64()),
+        (
+            "payload",
+            pa.struct([("user", pa.struct([("name", pa.string()), ("score", pa.int32())])), ("note", pa.string())]),
+        ),
+    ]
+)
+
+
+def _people(start: int, count: int) -> pa.Table:
+    rows = [
+        {"id": i, "payload": {"user": {"name": f"user {i}", "score": i}, "note": None if i % 2 else f"n{i}"}}
+        for i in range(start, start + count)
+    ]
+    return pa.Table.from_pylist(rows, schema=_PEOPLE_INPUT)
+
+
+def _add_people(directory: Path, table: pa.Table) -> None:
+    from tests.streams import order_for_file_source
+
+    directory.mkdir(parents=True, exist_ok=True)
+    number = len(list(directory.glob("*.parquet")))
+    pq.write_table(table, directory / ".tmp")
+    (directory / ".tmp").rename(directory / f"part-{number:05d}.parquet")
+    order_for_file_source(directory / f"part-{number:05d}.parquet", number)
+
+
+@pytest.mark.spark
+def test_a_nested_field_renamed_or_added_by_another_tool_keeps_its_field_id(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from pyiceberg.types import StringType
+
+    from icesink.errors import ConfigError
+    from tests.support import wait_for
+
+    source, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    catalog = open_catalog(sqlite_catalog)
+
+    def start(trigger: dict[str, Any], **options: Any) -> Any:
+        df = spark.readStream.schema(PEOPLE_DDL).option("maxFilesPerTrigger", 1).parquet(str(source))
+        return icesink.stream(
+            df, table=PEOPLE, checkpoint_location=str(checkpoint), trigger=trigger, catalog=sqlite_catalog, **options
+        )
+
+    def committed(count: int) -> bool:
+        snapshot = catalog.load_table(PEOPLE).current_snapshot()
+        return snapshot is not None and int(snapshot.summary["total-records"]) == count
+
+    _add_people(source, _people(0, 3))
+    with pytest.raises(ConfigError, match=r"writer='spark' cannot write this stream: column\(s\) 'payload' are nested"):
+        start({"availableNow": True}, create_table=True, writer="spark").awaitTermination()
+    caplog.set_level("INFO", logger="icesink.stream")
+    query = start({"processingTime": "200 milliseconds"}, create_table=True, evolve_schema=True)
+    try:
+        wait_for(lambda: committed(3), "the first micro-batch")
+        assert "icesink's Arrow writer (column(s) 'payload' are nested" in caplog.text
+        with catalog.load_table(PEOPLE).update_schema() as update:
+            update.rename_column("payload.user.name", "full name")
+            update.add_column(("payload", "user", "email"), StringType())
+        _add_people(source, _people(3, 3))
+        wait_for(lambda: committed(6), "the micro-batch after the rename")
+        with catalog.load_table(PEOPLE).update_schema() as update:
+            update.delete_column("payload.user.score")
+        _add_people(source, _people(6, 3))
+        with pytest.raises(Exception) as stopped:
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    assert "field 'payload.user.score' (field id" in str(stopped.value)
+    assert "which this stream writes, was dropped from the table by someone else" in str(stopped.value)
+    assert committed(6)
+
+    user = catalog.load_table(PEOPLE).schema().find_field("payload.user").field_type
+    assert [f.name for f in user.fields] == ["full name", "email"]  # no field re-created under the old name
+    rows = sorted(icesink.read(PEOPLE, catalog=sqlite_catalog).to_pylist(), key=lambda r: r["id"])
+    assert [r["payload"]["user"] for r in rows] == [{"full name": f"user {i}", "email": None} for i in range(6)]
+    assert [r["payload"]["note"] for r in rows] == [None if i % 2 else f"n{i}" for i in range(6)]

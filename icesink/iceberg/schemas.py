@@ -127,20 +127,31 @@ def written_schema_problem(
     files), a type that is not a promotion of the written one, and equality
     deletes keyed on a column the table no longer has.
     """
-    written_fields = {f.field_id: f for f in written.fields}
-    for field in current.fields:
-        old = written_fields.get(field.field_id)
+    from pyiceberg.schema import index_by_id
+
+    written_fields = index_by_id(written)
+    parents = current._lazy_id_to_parent  # nested field id → its parent's
+    for field_id, field in index_by_id(current).items():
+        old = written_fields.get(field_id)
+        parent = parents.get(field_id)
+        name = current.find_column_name(field_id) or field.name
         if old is None:
-            if field.required:
-                return f"column {field.name!r} is required now and its files do not have it"
+            # A required field under a struct the files lack too is null with its struct: no problem there.
+            if field.required and (parent is None or parent in written_fields):
+                return f"{'field' if parent else 'column'} {name!r} is required now and its files do not have it"
             continue
-        if field.required and null_counts.get(field.field_id, 0) > 0:
-            return f"column {field.name!r} is required now and its files hold {null_counts[field.field_id]} null(s)"
-        if old.field_type != field.field_type and not can_promote(old.field_type, field.field_type):
-            return f"column {field.name!r} is {field.field_type} now and its files hold {old.field_type}"
-    current_ids = {f.field_id for f in current.fields}
+        if parent is None and field.required and null_counts.get(field_id, 0) > 0:
+            return f"column {name!r} is required now and its files hold {null_counts[field_id]} null(s)"
+        if field.field_type.is_primitive != old.field_type.is_primitive or (
+            field.field_type.is_primitive
+            and old.field_type != field.field_type
+            and not can_promote(old.field_type, field.field_type)
+        ):
+            kind = "field" if parent else "column"
+            return f"{kind} {name!r} is {field.field_type} now and its files hold {old.field_type}"
+    current_ids = set(index_by_id(current))
     for field_id in equality_ids:
         if field_id not in current_ids:
-            name = written_fields[field_id].name if field_id in written_fields else str(field_id)
+            name = written.find_column_name(field_id) or str(field_id)
             return f"its equality deletes are keyed on column {name!r}, which the table no longer has"
     return None

@@ -22,6 +22,16 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructField, StructType
 
 
+# Joins the names of a nested field's path in the ledger's column → field id map. Top-level columns are
+# their plain names there; no Spark or Iceberg name holds this control character in practice.
+PATH_SEPARATOR = "\x1f"
+
+
+def path_key(path: Sequence[str]) -> str:
+    """A DataFrame field's path as a key of the column → field id map (a top-level column: its name)."""
+    return PATH_SEPARATOR.join(path)
+
+
 class FieldIds:
     """Hands out field ids for the nested fields of a new type; the catalog assigns the final ones."""
 
@@ -198,6 +208,7 @@ class Projection:
 
     columns: tuple[ColumnSource, ...]
     passthrough: tuple[str, ...] = ()  # DataFrame columns the writer needs besides the table's
+    nested_ids: tuple[tuple[str, int], ...] = ()  # nested DataFrame fields (as path_key) → field ids
 
     def apply(self, df: DataFrame, table_schema: Schema) -> DataFrame:
         from pyspark.sql import functions as F
@@ -213,8 +224,9 @@ class Projection:
 
     @property
     def field_ids(self) -> dict[str, int]:
-        """DataFrame column → the table field it was written to (what a rename must not change)."""
-        return {c.source: c.field_id for c in self.columns if c.source is not None}
+        """DataFrame column (or nested field, as :func:`path_key`) → the table field it was written to: what a
+        rename in the table must not change."""
+        return {**{c.source: c.field_id for c in self.columns if c.source is not None}, **dict(self.nested_ids)}
 
 
 @dataclass(frozen=True)
@@ -297,7 +309,7 @@ def plan_schema(
     data_fields = [f for f in spark_schema.fields if f.name not in passthrough]
     source_of = _match_columns(table, data_fields, table_schema, field_ids or {})
     new_columns = [f for f in data_fields if f.name not in {s.name for s in source_of.values()}]
-    fitter = _Fitter(table)
+    fitter = _Fitter(table, field_ids or {})
     columns: list[ColumnSource] = []
     for field in table_schema.fields:
         source = source_of.get(field.field_id)
@@ -309,22 +321,35 @@ def plan_schema(
                 )
             columns.append(ColumnSource(field.name, field.field_id, None))
             continue
-        plan = fitter.fit(field.field_type, source.dataType, (field.name,), field.field_id)
+        plan = fitter.fit(field.field_type, source.dataType, (field.name,), field.field_id, (source.name,))
         columns.append(ColumnSource(field.name, field.field_id, source.name, plan))
     changes = [*fitter.changes, *(AddColumn(f.name, iceberg_type_of(f.dataType, f.name, table)) for f in new_columns)]
     if changes:
         return SchemaPlan(None, tuple(changes))
-    return SchemaPlan(Projection(tuple(columns), tuple(passthrough)))
+    return SchemaPlan(Projection(tuple(columns), tuple(passthrough), tuple(sorted(fitter.nested_ids.items()))))
 
 
 class _Fitter:
-    """Fits DataFrame values to table fields, recursively, collecting the changes the table needs."""
+    """Fits DataFrame values to table fields, recursively, collecting the changes the table needs.
 
-    def __init__(self, table: str) -> None:
+    ``path`` names a field as the table does, ``source`` as the DataFrame does;
+    ``known`` holds the field ids nested DataFrame fields were written to before.
+    """
+
+    def __init__(self, table: str, known: Mapping[str, int]) -> None:
         self._table = table
+        self._known = known
         self.changes: list[SchemaChange] = []
+        self.nested_ids: dict[str, int] = {}
 
-    def fit(self, target: IcebergType, spark_type: DataType, path: tuple[str, ...], field_id: int) -> ValuePlan:
+    def fit(
+        self,
+        target: IcebergType,
+        spark_type: DataType,
+        path: tuple[str, ...],
+        field_id: int,
+        source: tuple[str, ...],
+    ) -> ValuePlan:
         from pyiceberg import types as it
         from pyspark.sql import types as st
 
@@ -332,17 +357,21 @@ class _Fitter:
         if isinstance(target, it.StructType):
             if not isinstance(spark_type, st.StructType):
                 raise self._mismatch(dotted, target, spark_type)
-            return self._fit_struct(target, spark_type, path)
+            return self._fit_struct(target, spark_type, path, source)
         if isinstance(target, it.ListType):
             if not isinstance(spark_type, st.ArrayType):
                 raise self._mismatch(dotted, target, spark_type)
-            element = self.fit(target.element_type, spark_type.elementType, (*path, "element"), target.element_id)
+            element = self.fit(
+                target.element_type, spark_type.elementType, (*path, "element"), target.element_id, (*source, "element")
+            )
             return SAME if element.kind == "same" else ValuePlan("list", element=element)
         if isinstance(target, it.MapType):
             if not isinstance(spark_type, st.MapType):
                 raise self._mismatch(dotted, target, spark_type)
-            key = self.fit(target.key_type, spark_type.keyType, (*path, "key"), target.key_id)
-            value = self.fit(target.value_type, spark_type.valueType, (*path, "value"), target.value_id)
+            key = self.fit(target.key_type, spark_type.keyType, (*path, "key"), target.key_id, (*source, "key"))
+            value = self.fit(
+                target.value_type, spark_type.valueType, (*path, "value"), target.value_id, (*source, "value")
+            )
             if key.kind == "same" and value.kind == "same":
                 return SAME
             return ValuePlan("map", element=value, key=key)
@@ -359,13 +388,16 @@ class _Fitter:
             return SAME
         raise self._mismatch(dotted, target, spark_type)
 
-    def _fit_struct(self, target: StructTypeIceberg, spark_type: StructType, path: tuple[str, ...]) -> ValuePlan:
-        sources = _match_struct_fields(self._table, ".".join(path), spark_type, target)
+    def _fit_struct(
+        self, target: StructTypeIceberg, spark_type: StructType, path: tuple[str, ...], source: tuple[str, ...]
+    ) -> ValuePlan:
+        known = {f.name: self._known[k] for f in spark_type.fields if (k := path_key((*source, f.name))) in self._known}
+        sources = _match_struct_fields(self._table, ".".join(path), spark_type, target, known)
         matched = {id(f) for f in sources.values()}
         fields: list[tuple[str, str | None, ValuePlan]] = []
         for field in target.fields:
-            source = sources.get(field.field_id)
-            if source is None:
+            spark_field = sources.get(field.field_id)
+            if spark_field is None:
                 if field.required:
                     raise SchemaMismatchError(
                         f"table {self._table}: required field {'.'.join((*path, field.name))!r} "
@@ -373,14 +405,16 @@ class _Fitter:
                     )
                 fields.append((field.name, None, ValuePlan("null", spark_type=spark_type_of(field.field_type))))
                 continue
-            plan = self.fit(field.field_type, source.dataType, (*path, field.name), field.field_id)
-            fields.append((field.name, source.name, plan))
+            field_source = (*source, spark_field.name)
+            self.nested_ids[path_key(field_source)] = field.field_id
+            plan = self.fit(field.field_type, spark_field.dataType, (*path, field.name), field.field_id, field_source)
+            fields.append((field.name, spark_field.name, plan))
         for spark_field in spark_type.fields:
             if id(spark_field) not in matched:
                 added = iceberg_type_of(spark_field.dataType, ".".join((*path, spark_field.name)), self._table)
                 self.changes.append(AddColumn(spark_field.name, added, path))
         in_order = [name for name, _, _ in fields] == [f.name for f in spark_type.fields]
-        if in_order and all(source == name and plan.kind == "same" for name, source, plan in fields):
+        if in_order and all(source_name == name and plan.kind == "same" for name, source_name, plan in fields):
             return SAME
         return ValuePlan("struct", fields=tuple(fields))
 
@@ -393,13 +427,29 @@ class _Fitter:
 
 
 def _match_struct_fields(
-    table: str, path: str, spark_type: StructType, target: StructTypeIceberg
+    table: str, path: str, spark_type: StructType, target: StructTypeIceberg, known: Mapping[str, int]
 ) -> dict[int, StructField]:
-    """Table field id → the DataFrame struct field that fills it: exact names, then names ignoring case."""
+    """Table field id → the DataFrame struct field that fills it: the field this stream wrote it from
+    (``known``: DataFrame field name → field id), then exact names, then names ignoring case."""
+    by_id = {f.field_id: f for f in target.fields}
     by_name = {f.name: f for f in target.fields}
     by_lower = {f.name.lower(): f for f in target.fields}
     sources: dict[int, StructField] = {}
-    rest = list(spark_type.fields)
+    rest = []
+    for spark_field in spark_type.fields:
+        field_id = known.get(spark_field.name)
+        if field_id is None:
+            rest.append(spark_field)
+            continue
+        field = by_id.get(field_id) or by_name.get(spark_field.name)
+        if field is None:
+            raise SchemaMismatchError(
+                f"table {table}: field {path + '.' + spark_field.name!r} (field id {field_id}), which this stream "
+                "writes, was dropped from the table by someone else; icesink never re-creates a dropped field. "
+                "Nothing of this batch was written: add a field of that name back to the table, or drop it from "
+                "the DataFrame, and restart the stream"
+            )
+        sources[field.field_id] = spark_field
     for lookup, key in ((by_name, str), (by_lower, str.lower)):
         unmatched = []
         for spark_field in rest:
