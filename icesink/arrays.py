@@ -17,3 +17,36 @@ def positions(length: int) -> pa.Array:
     if length == 0:
         return pa.array([], pa.int64())
     return pc.subtract(pc.cumulative_sum(repeated(1, length)), 1)
+
+
+FIELD_ID = b"PARQUET:field_id"
+FieldStep = tuple[int, str]  # (Iceberg field id, name): one step of a path into nested structs
+
+
+def nested_column(table: pa.Table | pa.RecordBatch, path: tuple[FieldStep, ...]) -> pa.ChunkedArray:
+    """The values of a primitive field inside structs (a struct's null makes its fields null).
+
+    Each step matches a field by its Parquet field id where the Arrow field
+    carries one (a file written before a rename), else by name.
+    """
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    (top_id, top_name), *rest = path
+    index = _child_index(list(table.schema), top_id, top_name)
+    column = table.column(index)
+    for field_id, name in rest:
+        child = _child_index(list(column.type), field_id, name)
+        chunks = [chunk.flatten()[child] for chunk in column.chunks]  # flatten: the parent's nulls too
+        column = pa.chunked_array(chunks, column.type.field(child).type)
+    return column
+
+
+def _child_index(fields: list[pa.Field], field_id: int, name: str) -> int:
+    """By field id where the fields carry ids (a name may since belong to another field), else by name."""
+    by_id = any(f.metadata and FIELD_ID in f.metadata for f in fields)
+    for index, field in enumerate(fields):
+        if (by_id and (field.metadata or {}).get(FIELD_ID) == str(field_id).encode()) or (
+            not by_id and field.name == name
+        ):
+            return index
+    raise KeyError(f"no field {name!r} (id {field_id}) among {[f.name for f in fields]}")

@@ -568,3 +568,176 @@ def test_a_nested_field_renamed_or_added_by_another_tool_keeps_its_field_id(
     rows = sorted(icesink.read(PEOPLE, catalog=sqlite_catalog).to_pylist(), key=lambda r: r["id"])
     assert [r["payload"]["user"] for r in rows] == [{"full name": f"user {i}", "email": None} for i in range(6)]
     assert [r["payload"]["note"] for r in rows] == [None if i % 2 else f"n{i}" for i in range(6)]
+
+
+# --- keys inside a struct ------------------------------------------------------------------------------------------
+
+KEYED = "shop.keyed"
+_KEYED_INPUT = pa.schema(
+    [
+        ("key", pa.struct([("tenant", pa.string()), ("id", pa.int64())])),
+        ("value", pa.string()),
+        ("seq", pa.int64()),
+        ("op", pa.string()),
+    ]
+)
+KEYED_DDL = "key struct<tenant: string, id: long>, value string, seq long, op string"
+
+
+def _keyed_changes(rng: Any, checkpoint: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "key": {"tenant": rng.choice(["a/b", "ü %"]), "id": rng.randrange(6)},
+            "value": f"v{checkpoint}-{n}",
+            "seq": checkpoint * 100 + rng.randrange(10),
+            "op": rng.choices(["I", "U", "D"], weights=[4, 4, 2])[0],
+        }
+        for n in range(20)
+    ]
+
+
+def _keyed_model(model: dict[tuple[str, int], dict[str, Any]], changes: list[dict[str, Any]]) -> None:
+    latest: dict[tuple[str, int], dict[str, Any]] = {}
+    for _, change in sorted(enumerate(changes), key=lambda p: (p[1]["seq"], p[0])):
+        latest[(change["key"]["tenant"], change["key"]["id"])] = change
+    for key, change in latest.items():
+        if change["op"] == "D":
+            model.pop(key, None)
+        else:
+            model[key] = {k: change[k] for k in ("key", "value", "seq")}
+
+
+def _keyed_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(
+        ({"key": r["key"], "value": r["value"], "seq": r["seq"]} for r in rows),
+        key=lambda r: (r["key"]["tenant"], r["key"]["id"]),
+    )
+
+
+@pytest.mark.spark
+@pytest.mark.interop
+def test_a_change_stream_keyed_on_fields_inside_a_struct_equals_the_model(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, java_reader: Path
+) -> None:
+    import random
+
+    from icesink.errors import ConfigError
+
+    rng = random.Random(5)
+    model: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def run(**overrides: Any) -> None:
+        df = spark.readStream.schema(KEYED_DDL).option("maxFilesPerTrigger", 1).parquet(str(tmp_path / "in"))
+        options: dict[str, Any] = {
+            "equality_fields": ["key.tenant", "key.id"],
+            "op_column": "op",
+            "sequence_by": "seq",
+            "create_table": True,
+        }
+        icesink.stream(
+            df,
+            table=KEYED,
+            checkpoint_location=str(tmp_path / "ckpt"),
+            trigger={"availableNow": True},
+            catalog=sqlite_catalog,
+            **{**options, **overrides},
+        ).awaitTermination()
+
+    (tmp_path / "in").mkdir()
+    with pytest.raises(
+        ConfigError, match=r"equality field 'key.nope' is neither a column of the DataFrame nor a field"
+    ):
+        run(equality_fields=["key.nope"])
+    with pytest.raises(ConfigError, match=r"equality field 'key' is struct<tenant:string,id:bigint>; a key is a"):
+        run(equality_fields=["key"])
+    for checkpoint in range(3):
+        changes = _keyed_changes(rng, checkpoint)
+        _write_changes(tmp_path / "in", checkpoint, changes, _KEYED_INPUT)
+        _keyed_model(model, changes)
+        run()
+        rows = icesink.read(KEYED, catalog=sqlite_catalog).to_pylist()
+        assert _keyed_rows(rows) == _keyed_rows(list(model.values())), checkpoint
+
+    table = open_catalog(sqlite_catalog).load_table(KEYED)
+    schema = table.schema()
+    assert schema.identifier_field_names() == {"key.tenant", "key.id"}
+    assert schema.find_field("key").required  # Iceberg: the struct holding identifier fields is required
+    assert int(table.current_snapshot().summary["total-equality-deletes"]) == 0
+    expected = _keyed_rows(list(model.values()))
+    assert _keyed_rows(table.scan().to_arrow().to_pylist()) == expected
+    assert _keyed_rows(iceberg_rust_sql(table, "SELECT * FROM t").to_pylist()) == expected
+    (duck,) = read_with_duckdb(table.metadata_location)
+    assert _keyed_rows(duck) == expected
+    (java,) = read_many_with_iceberg_java(java_reader, [(table.metadata_location, ["key", "value", "seq"])])
+    assert _keyed_rows(java) == expected
+    # Net changes across every snapshot: an insert per key the model holds (the table started empty).
+    net = icesink.changes(table, table.metadata.snapshots[0].parent_snapshot_id, net_changes=True).to_pylist()
+    assert sorted(r["_change_type"] for r in net) == ["insert"] * len(model)
+    assert _keyed_rows(net) == expected
+
+    # Iceberg Java 1.9 ignores equality deletes keyed on fields inside structs (apache/iceberg#16280): a
+    # table that keeps them would read wrong there, so such a stream refuses to start.
+    with open_catalog(sqlite_catalog).load_table(KEYED).transaction() as change:
+        change.set_properties({"icesink.equality-deletes.convert-at-commit": "false"})
+    with pytest.raises(ConfigError, match=r"equality fields inside structs.*convert-at-commit"):
+        run()
+
+
+def test_equality_deletes_keyed_inside_a_struct_are_applied_by_icesink(sqlite_catalog: CatalogConfig) -> None:
+    """What a table keeps when conversion at commit is off or failed: icesink's reader applies them."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType, StructType
+
+    from icesink.committer.staging import stage_checkpoint
+    from icesink.iceberg.describe import writer_spec
+    from icesink.writer.spec import ChangeSpec
+    from icesink.writer.task import TaskWriter
+
+    key = StructType(NestedField(4, "tenant", StringType(), required=True), NestedField(5, "id", LongType(), True))
+    schema = Schema(
+        NestedField(1, "key", key, required=True), NestedField(2, "value", StringType()), identifier_field_ids=[4, 5]
+    )
+    catalog = open_catalog(sqlite_catalog)
+    catalog.create_namespace_if_not_exists("shop")
+    table = catalog.create_table(KEYED, schema, properties={"icesink.equality-deletes.convert-at-commit": "false"})
+    ids = tuple(table.schema().identifier_field_ids)
+    input_schema = pa.schema(
+        [
+            ("key", pa.struct([("tenant", pa.string()), ("id", pa.int64())])),
+            ("value", pa.string()),
+            ("op", pa.string()),
+            ("__icesink_order", pa.int64()),
+        ]
+    )
+    batches = [
+        [("a", 1, "one", "I"), ("a", 2, "two", "I"), ("b", 1, "b-one", "I")],
+        [("a", 1, "one v2", "U"), ("a", 2, None, "D"), ("c", 9, "new", "I")],
+    ]
+    for checkpoint, changes in enumerate(batches):
+        table = catalog.load_table(KEYED)
+        spec = writer_spec(table, KEYED, "job", ChangeSpec(ids, op_column="op")).for_checkpoint(checkpoint)
+        writer = TaskWriter(spec, 0, 0)
+        rows = [
+            {"key": {"tenant": t, "id": i}, "value": v, "op": op, "__icesink_order": n}
+            for n, (t, i, v, op) in enumerate(changes)
+        ]
+        writer.write(pa.Table.from_pylist(rows, schema=input_schema))
+        assert stage_checkpoint(Ledger(sqlite_catalog), table, KEYED, "job", checkpoint, [writer.complete()])
+        TableCommitter(catalog, sqlite_catalog, Ledger(sqlite_catalog)).commit_pending(KEYED)
+    table = catalog.load_table(KEYED)
+    assert int(table.current_snapshot().summary["total-equality-deletes"]) == 6
+    rows = sorted(icesink.read(table).to_pylist(), key=lambda r: (r["key"]["tenant"], r["key"]["id"]))
+    assert rows == [
+        {"key": {"tenant": "a", "id": 1}, "value": "one v2"},
+        {"key": {"tenant": "b", "id": 1}, "value": "b-one"},
+        {"key": {"tenant": "c", "id": 9}, "value": "new"},
+    ]
+    # Maintenance turns them into position deletes, which every reader applies.
+    from icesink.maintenance.committing import MaintenanceTarget
+    from icesink.maintenance.policy import MaintenancePolicy
+    from icesink.maintenance.run import maintain_table
+
+    converted, report = maintain_table(MaintenanceTarget(catalog, sqlite_catalog, KEYED), table, MaintenancePolicy())
+    assert report.conversion is not None
+    assert int(converted.current_snapshot().summary["total-equality-deletes"]) == 0
+    assert sorted(converted.scan().to_arrow().to_pylist(), key=lambda r: (r["key"]["tenant"], r["key"]["id"])) == rows

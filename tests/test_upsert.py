@@ -172,7 +172,10 @@ def _bad(spark: Any, config: CatalogConfig, tmp_path: Path, **kwargs: Any) -> An
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"equality_fields": ["region", "nope"]}, "equality field 'nope' is not a column of the DataFrame"),
+        (
+            {"equality_fields": ["region", "nope"]},
+            "equality field 'nope' is neither a column of the DataFrame nor a field inside",
+        ),
         ({"sequence_by": "updated_at"}, "sequence_by column 'updated_at' is not a column of the DataFrame"),
         ({"op_column": "operation"}, "op_column 'operation' is not a column of the DataFrame"),
         ({"op_values": {"c": "create"}}, "use 'insert', 'update', 'delete' or 'skip'"),

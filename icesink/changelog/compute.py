@@ -13,14 +13,17 @@ rewrite) are no change at all.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icesink.arrays import positions, repeated
+from icesink.arrays import FieldStep, positions, repeated
 from icesink.iceberg.deletes import EqualityDeletes, PartitionKey, comparable_keys
+from icesink.iceberg.schemas import field_path
+
+KeyPaths = Mapping[str, tuple[FieldStep, ...]]  # key name → where it is, inside structs or not
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -118,10 +121,12 @@ def deleted_and_inserted(reader: _Reader, part: SnapshotChanges) -> tuple[pa.Tab
     )
 
 
-def _matches(left: pa.Table, right: pa.Table, names: list[str]) -> tuple[pa.Array, pa.Array]:
+def _matches(
+    left: pa.Table, right: pa.Table, names: list[str], paths: KeyPaths | None = None
+) -> tuple[pa.Array, pa.Array]:
     """Row indices of ``left`` and ``right`` equal on ``names`` (null equal to null), each row used once."""
-    left_keys, join_names = comparable_keys(left, names)
-    right_keys, _ = comparable_keys(right, names)
+    left_keys, join_names = comparable_keys(left, names, paths)
+    right_keys, _ = comparable_keys(right, names, paths)
     left_keys = left_keys.append_column(_ROW, positions(left.num_rows))
     right_keys = right_keys.append_column(_SIDE, positions(right.num_rows))
     joined = left_keys.join(right_keys, keys=join_names, join_type="inner")
@@ -166,15 +171,38 @@ def _labelled(rows: pa.Table, kind: str, part: SnapshotChanges) -> pa.Table:
     )
 
 
-def changelog(deleted: pa.Table, inserted: pa.Table, keys: list[str], part: SnapshotChanges) -> pa.Table:
-    """One snapshot's changes in one partition, labelled; updates paired by ``keys`` (none: no pairing)."""
+def _joinable(rows: pa.Table) -> pa.Table:
+    """``rows`` with each struct, list and map column as text Arrow can join on.
+
+    Arrow joins only primitive keys; comparing whole rows (copy-on-write
+    rewrites, which icesink's own commits never make) is rare enough for a
+    value-by-value spelling.
+    """
+    import json
+
+    for index, field in enumerate(rows.schema):
+        if pa.types.is_nested(field.type):
+            text = [
+                None if v is None else json.dumps(v, sort_keys=True, default=str)
+                for v in rows.column(index).to_pylist()
+            ]
+            rows = rows.set_column(index, field.name, pa.array(text, pa.string()))
+    return rows
+
+
+def changelog(
+    deleted: pa.Table, inserted: pa.Table, keys: list[str], part: SnapshotChanges, paths: KeyPaths | None = None
+) -> pa.Table:
+    """One snapshot's changes in one partition, labelled; updates paired by ``keys`` (none: no pairing).
+
+    ``paths`` locates keys inside structs."""
     if deleted.num_rows and inserted.num_rows:
         # Rows rewritten unchanged (copy-on-write) are not changes.
-        same_left, same_right = _matches(deleted, inserted, list(deleted.column_names))
+        same_left, same_right = _matches(_joinable(deleted), _joinable(inserted), list(deleted.column_names))
         deleted, inserted = _without(deleted, same_left), _without(inserted, same_right)
     parts = []
     if keys and deleted.num_rows and inserted.num_rows:
-        old, new = _matches(deleted, inserted, keys)
+        old, new = _matches(deleted, inserted, keys, paths)
         if len(old):
             befores = _labelled(deleted.take(old), UPDATE_BEFORE, part)
             afters = _labelled(inserted.take(new), UPDATE_AFTER, part)
@@ -206,17 +234,18 @@ def compute_changes(
     """
     reader = _Reader(table, schema, parts)
     keys = [schema.find_column_name(i) or "" for i in schema.identifier_field_ids]
+    paths = {name: field_path(schema, i) for name, i in zip(keys, schema.identifier_field_ids, strict=True)}
     if mode == "append":
         inserted = [deleted_and_inserted(reader, part)[1] for part in parts if part.added]
         return pa.concat_tables(inserted or [schema.as_arrow().empty_table()], promote_options="permissive")
     labelled = []
     for part in parts:
         deleted, inserted = deleted_and_inserted(reader, part)
-        labelled.append(changelog(deleted, inserted, keys, part))
+        labelled.append(changelog(deleted, inserted, keys, part, paths))
     if not labelled:
         return empty_changelog(schema)
     changes = pa.concat_tables(labelled, promote_options="permissive")
-    return net(changes, keys) if net_changes else changes
+    return net(changes, keys, paths) if net_changes else changes
 
 
 def empty_changelog(schema: Schema) -> pa.Table:
@@ -224,7 +253,7 @@ def empty_changelog(schema: Schema) -> pa.Table:
     return pa.schema(fields).empty_table()
 
 
-def net(changes: pa.Table, keys: list[str]) -> pa.Table:
+def net(changes: pa.Table, keys: list[str], paths: KeyPaths | None = None) -> pa.Table:
     """Per key, the net change over all the changes (oldest first): what a reader of just the end state sees.
 
     A key whose row existed before the first change and after the last is one
@@ -236,7 +265,7 @@ def net(changes: pa.Table, keys: list[str]) -> pa.Table:
     kinds = changes.column(CHANGE_TYPE)
     side = pc.if_else(pc.is_in(kinds, value_set=pa.array([DELETE, UPDATE_BEFORE])), 0, 1)
     ordered = changes.append_column(_SIDE, side).append_column(_ROW, positions(changes.num_rows))
-    key_table, join_names = comparable_keys(ordered, keys)
+    key_table, join_names = comparable_keys(ordered, keys, paths)
     sort = [(name, "ascending") for name in join_names]
     sort += [(CHANGE_ORDINAL, "ascending"), (_SIDE, "ascending"), (_ROW, "ascending")]
     combined = pa.table(

@@ -10,13 +10,13 @@ group and partition, whatever the number of data files.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icesink.arrays import positions, repeated
+from icesink.arrays import FieldStep, nested_column, positions, repeated
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -45,7 +45,9 @@ def _zero(kind: pa.DataType) -> pa.Scalar:
     return pa.array([0], pa.int64()).cast(kind)[0]
 
 
-def comparable_keys(table: pa.Table, names: Sequence[str]) -> tuple[pa.Table, list[str]]:
+def comparable_keys(
+    table: pa.Table, names: Sequence[str], paths: Mapping[str, tuple[FieldStep, ...]] | None = None
+) -> tuple[pa.Table, list[str]]:
     """Key columns ready for a null-safe join, and the join's key names.
 
     Arrow joins refuse string against large_string (pyiceberg's reader returns
@@ -57,7 +59,7 @@ def comparable_keys(table: pa.Table, names: Sequence[str]) -> tuple[pa.Table, li
     columns: list[pa.ChunkedArray | pa.Array] = []
     keys: list[str] = []
     for name in names:
-        column = _storage(table.column(name))
+        column = _storage(nested_column(table, paths[name]) if paths and name in paths else table.column(name))
         kind = widened.get(column.type, column.type)
         if kind != column.type:
             column = column.cast(kind)
@@ -132,6 +134,16 @@ class EqualityDeletes:
     def _names(self, ids: tuple[int, ...]) -> list[str]:
         return [self._schema.find_column_name(i) or "" for i in ids]
 
+    def key_columns(self, rows: pa.Table, ids: tuple[int, ...]) -> pa.Table:
+        """The key fields of ``rows`` as flat columns named as in the schema (``customer.id`` for a field
+        inside a struct)."""
+        from icesink.iceberg.schemas import field_path
+
+        paths = [field_path(self._schema, i) for i in ids]
+        if all(len(path) == 1 for path in paths):
+            return rows  # top-level keys: nothing to take out of structs
+        return pa.table([nested_column(rows, path) for path in paths], names=self._names(ids))
+
     def _keys(self, group: tuple[tuple[int, ...], PartitionKey]) -> pa.Table:
         """Every deleted key of the group with the highest sequence number that deletes it."""
         if group not in self._loaded:
@@ -142,7 +154,7 @@ class EqualityDeletes:
             key_schema = self._schema.select(*names)
             parts = []
             for planned in self._groups[group]:
-                keys = read_files(self._table, key_schema, [(planned.file, frozenset())], None)
+                keys = self.key_columns(read_files(self._table, key_schema, [(planned.file, frozenset())], None), ids)
                 parts.append(keys.append_column(_SEQ, repeated(planned.sequence_number, keys.num_rows)))
             combined = pa.concat_tables(parts, promote_options="permissive")
             keys, join_names = comparable_keys(combined, names)
@@ -163,10 +175,11 @@ class EqualityDeletes:
             if delete_scope not in (GLOBAL, scope) or keys.num_rows == 0:
                 continue
             names = self._names(ids)
+            flat = self.key_columns(keys, ids)
             newest_delete = (
-                self._newest_delete_of_one_column(keys, names[0], group)
+                self._newest_delete_of_one_column(flat, names[0], group)
                 if len(names) == 1
-                else self._newest_delete_by_join(keys, names, group)
+                else self._newest_delete_by_join(flat, names, group)
             )
             removed = pc.fill_null(pc.greater(newest_delete, data_sequence), False)
             mask = pc.or_(mask, removed)

@@ -108,6 +108,17 @@ def apply_schema_changes(table: Table, changes: Sequence[SchemaChange]) -> Table
     return table
 
 
+def field_path(schema: Schema, field_id: int) -> tuple[tuple[int, str], ...]:
+    """(field id, name) of each field from the top of ``schema`` down to ``field_id``."""
+    parents = schema._lazy_id_to_parent  # nested field id → its parent's
+    path = []
+    current: int | None = field_id
+    while current is not None:
+        path.append((current, schema.find_field(current).name))
+        current = parents.get(current)
+    return tuple(reversed(path))
+
+
 def schema_by_id(table: Table, schema_id: int) -> Schema | None:
     return next((s for s in table.metadata.schemas if s.schema_id == schema_id), None)
 

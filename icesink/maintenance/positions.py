@@ -47,11 +47,15 @@ def candidates(table: Table, data: Sequence[LiveFile], deletes: EqualityDeletes)
 
 
 def read_key_columns(table: Table, schema: Schema, data: LiveFile, field_ids: set[int]) -> pa.Table:
-    """The key columns of a data file, every row in file order, named as in ``schema``.
+    """The columns holding the key fields of a data file, every row in file order, named as in ``schema``.
 
     Columns are found by Parquet field id (a renamed column keeps its id); a
-    file written without field ids is read by the schema's names.
+    file written without field ids is read by the schema's names. A key inside
+    a struct brings its whole top-level struct column.
     """
+    from icesink.iceberg.schemas import field_path
+
+    top_ids = sorted({field_path(schema, i)[0][0] for i in field_ids})
     with table.io.new_input(str(data.file.file_path)).open() as stream:
         parquet = pq.ParquetFile(stream)
         by_id: dict[int, str] = {}
@@ -59,7 +63,7 @@ def read_key_columns(table: Table, schema: Schema, data: LiveFile, field_ids: se
             raw = (field.metadata or {}).get(FIELD_ID_KEY)
             if raw is not None:
                 by_id[int(raw)] = field.name
-        in_file = {i: by_id.get(i) or schema.find_column_name(i) or "" for i in sorted(field_ids)}
+        in_file = {i: by_id.get(i) or schema.find_column_name(i) or "" for i in top_ids}
         read = parquet.read(columns=list(in_file.values())).select(list(in_file.values()))
     return read.rename_columns([schema.find_column_name(i) or "" for i in in_file])
 

@@ -34,7 +34,7 @@ from icesink.failpoints import failpoint
 from icesink.iceberg.describe import writer_spec
 from icesink.iceberg.marker import committed_marker
 from icesink.results import decode_write_result
-from icesink.sink.columns import column
+from icesink.sink.columns import column, nested
 from icesink.sink.evolution import SchemaTracker
 from icesink.sink.schema import Projection
 from icesink.sink.spark_writer import SparkParquetWriter, spark_writer_refusal, table_bytes_per_row
@@ -213,7 +213,7 @@ class BatchWriter:
             self._note_writer("arrow", f"icesink's Arrow writer ({refusal})")
         if changes is not None:
             # Every change of a key must reach the same task to be collapsed there.
-            keys = [column(c.name) for c in spec.equality_columns]
+            keys = [nested(leaf.path) for leaf in spec.equality_leaves]
             projected = projected.repartition(batch_df.sparkSession.sparkContext.defaultParallelism, *keys)
         # pyspark's mapInArrow looks every column up by its name, which fails for names Spark parses
         # (a backtick, a dot); positional names go in, and the task restores the real ones.

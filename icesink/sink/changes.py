@@ -6,13 +6,17 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from icesink.errors import ConfigError
+from icesink.maintenance.policy import PROPERTY_NAMES, MaintenancePolicy
 from icesink.writer.changes import DELETE, INSERT, SKIP, UPDATE
 from icesink.writer.spec import ChangeSpec
 
 if TYPE_CHECKING:
+    from pyiceberg.schema import Schema
     from pyiceberg.table import Table
+    from pyiceberg.types import NestedField
     from pyspark.sql.types import StructType
 
+CONVERT_AT_COMMIT = PROPERTY_NAMES["convert_at_commit"]
 DEFAULT_OP_VALUES: Mapping[str, str] = {
     "I": INSERT,
     "U": UPDATE,
@@ -41,20 +45,72 @@ def _floating_key(identifier: str, name: str, type_name: str) -> ConfigError:
     )
 
 
+def dataframe_key_path(df_schema: StructType, name: str) -> tuple[str, ...] | None:
+    """Where an equality field is in the DataFrame: a column of that exact name, else a dotted path through
+    structs (``customer.id``); None when neither exists."""
+    from pyspark.sql.types import StructType
+
+    if name in df_schema.fieldNames():
+        return (name,)
+    parts = name.split(".")
+    current: StructType | None = df_schema
+    for part in parts:
+        if not isinstance(current, StructType) or part not in current.fieldNames():
+            return None
+        current = current[part].dataType  # type: ignore[assignment]
+    return tuple(parts)
+
+
 def check_key_columns(identifier: str, df_schema: StructType, equality_fields: Sequence[str]) -> None:
     """Refuse an unusable key before anything (a new table, say) is created from the DataFrame."""
-    from pyspark.sql.types import DoubleType, FloatType
+    from pyspark.sql.types import ArrayType, DoubleType, FloatType, MapType, StructType
 
-    fields = {f.name: f for f in df_schema.fields}
     for name in equality_fields:
-        field = fields.get(name)
-        if field is None:
+        path = dataframe_key_path(df_schema, name)
+        if path is None:
             raise ConfigError(
-                f"table {identifier}: equality field {name!r} is not a column of the DataFrame "
-                f"(columns: {', '.join(fields)})"
+                f"table {identifier}: equality field {name!r} is neither a column of the DataFrame nor a field "
+                f"inside one of its structs (columns: {', '.join(df_schema.fieldNames())})"
             )
-        if isinstance(field.dataType, FloatType | DoubleType):
-            raise _floating_key(identifier, name, field.dataType.simpleString())
+        kind = df_schema[path[0]].dataType
+        for part in path[1:]:
+            kind = kind[part].dataType  # type: ignore[index]
+        if isinstance(kind, StructType | ArrayType | MapType):
+            raise ConfigError(
+                f"table {identifier}: equality field {name!r} is {kind.simpleString()}; a key is a primitive "
+                "column, or a primitive field inside structs (never inside an array or a map)"
+            )
+        if isinstance(kind, FloatType | DoubleType):
+            raise _floating_key(identifier, name, kind.simpleString())
+
+
+def _table_key_field(schema: Schema, identifier: str, name: str) -> NestedField:
+    """An equality field of the table: a top-level column of that exact name, else a field inside structs."""
+    from pyiceberg.types import StructType
+
+    # Top-level columns by their exact name first: find_field reads a dot as a path into a struct.
+    field = next((f for f in schema.fields if f.name == name), None)
+    if field is not None:
+        return field
+    try:
+        field = schema.find_field(name)
+    except ValueError:
+        raise ConfigError(
+            f"table {identifier}: equality field {name!r} is neither a column of the table nor a field inside one "
+            f"of its structs (columns: {', '.join(f.name for f in schema.fields)})"
+        ) from None
+    parents = schema._lazy_id_to_parent
+    parent = parents.get(field.field_id)
+    while parent is not None:
+        if not isinstance(schema.find_field(parent).field_type, StructType):
+            raise ConfigError(
+                f"table {identifier}: equality field {name!r} is inside a list or a map; a key is a primitive "
+                "column, or a primitive field inside structs"
+            )
+        parent = parents.get(parent)
+    if not field.field_type.is_primitive:
+        raise ConfigError(f"table {identifier}: equality field {name!r} is {field.field_type}, not a primitive")
+    return field
 
 
 def change_spec(
@@ -74,13 +130,7 @@ def change_spec(
         raise ConfigError(f"table {identifier} is Iceberg format version 1, which has no delete files; upgrade it to 2")
     ids = []
     for name in equality_fields:
-        # Top-level columns by their exact name: find_field would read a dot as a path into a struct.
-        field = next((f for f in schema.fields if f.name == name), None)
-        if field is None:
-            raise ConfigError(
-                f"table {identifier}: equality field {name!r} is not a column of the table "
-                f"(columns: {', '.join(f.name for f in schema.fields)})"
-            )
+        field = _table_key_field(schema, identifier, name)
         if isinstance(field.field_type, FloatType | DoubleType):
             raise _floating_key(identifier, name, str(field.field_type))
         if isinstance(field.field_type, UUIDType):
@@ -89,6 +139,16 @@ def change_spec(
                 "yet; key the stream on another column"
             )
         ids.append(field.field_id)
+    nested = [
+        name for name, i in zip(equality_fields, ids, strict=True) if i not in {f.field_id for f in schema.fields}
+    ]
+    if nested and not MaintenancePolicy.of(table.properties, identifier).convert_at_commit:
+        raise ConfigError(
+            f"table {identifier}: equality fields inside structs ({', '.join(map(repr, nested))}) need their deletes "
+            f"converted to position deletes at commit, and the table sets {CONVERT_AT_COMMIT}=false. Iceberg Java "
+            "1.9 does not apply equality deletes keyed on nested fields and would read deleted rows: remove the "
+            "property, or key the stream on top-level columns"
+        )
     for partition_field in table.spec().fields:
         if partition_field.source_id not in ids:
             source = schema.find_column_name(partition_field.source_id)

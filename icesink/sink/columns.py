@@ -23,3 +23,11 @@ def column(name: str) -> Column:
     from pyspark.sql import functions as F
 
     return F.col(quoted(name))
+
+
+def nested(path: tuple[str, ...]) -> Column:
+    """The field at ``path``: a column, then fields of structs by their literal names."""
+    value = column(path[0])
+    for name in path[1:]:
+        value = value.getField(name)
+    return value

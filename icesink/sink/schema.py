@@ -16,7 +16,7 @@ from icesink.sink.columns import column
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
-    from pyiceberg.types import IcebergType
+    from pyiceberg.types import IcebergType, NestedField
     from pyiceberg.types import StructType as StructTypeIceberg
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructField, StructType
@@ -109,6 +109,8 @@ def schema_from_spark(
     from pyiceberg.schema import Schema, assign_fresh_schema_ids
     from pyiceberg.types import NestedField
 
+    from icesink.sink.changes import dataframe_key_path
+
     columns = [f for f in spark_schema.fields if f.name not in skip]
     nested_ids = FieldIds(len(columns) + 1)
     fields = [
@@ -116,13 +118,39 @@ def schema_from_spark(
             field_id=i,
             name=f.name,
             field_type=iceberg_type_of(f.dataType, f.name, table, nested_ids),
-            required=not f.nullable or f.name in identifier_fields,
+            required=not f.nullable,
         )
         for i, f in enumerate(columns, start=1)
     ]
-    ids = [f.field_id for f in fields if f.name in identifier_fields]
+    ids = []
+    for name in identifier_fields:
+        path = dataframe_key_path(spark_schema, name)
+        if path is None:
+            continue  # check_key_columns names it
+        # Iceberg: an identifier field is required, and so is every struct holding it.
+        fields, field_id = _required_along(fields, path)
+        ids.append(field_id)
     # Iceberg's numbering: top-level columns 1..n, then the nested fields.
     return assign_fresh_schema_ids(Schema(*fields, identifier_field_ids=ids))
+
+
+def _required_along(fields: list[NestedField], path: tuple[str, ...]) -> tuple[list[NestedField], int]:
+    """``fields`` with the field at ``path`` and the structs above it required, and that field's id."""
+    from pyiceberg.types import NestedField, StructType
+
+    out = []
+    found = -1
+    for field in fields:
+        if field.name != path[0]:
+            out.append(field)
+            continue
+        field_type = field.field_type
+        found = field.field_id
+        if len(path) > 1 and isinstance(field_type, StructType):
+            children, found = _required_along(list(field_type.fields), path[1:])
+            field_type = StructType(*children)
+        out.append(NestedField(field.field_id, field.name, field_type, required=True, doc=field.doc))
+    return out, found
 
 
 def _accepts(target: IcebergType, source: IcebergType) -> bool:

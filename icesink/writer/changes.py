@@ -12,8 +12,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from icesink.arrays import nested_column
 from icesink.errors import BadRowError
-from icesink.writer.spec import WriterSpec
+from icesink.writer.spec import ColumnSpec, WriterSpec, arrow_type
 
 INSERT, UPDATE, DELETE = "insert", "update", "delete"
 SKIP = "skip"  # a change that changes nothing here (a changelog's update_before)
@@ -39,13 +40,13 @@ def _describe_row(table: pa.Table, index: int) -> str:
 
 def check_keys(spec: WriterSpec, table: pa.Table, task_id: int) -> None:
     """Refuse rows without a full key, naming one of them."""
-    for column in spec.equality_columns:
-        array = table.column(column.name)
+    for leaf in spec.equality_leaves:
+        array = nested_column(table, leaf.steps)
         if array.null_count:
             index = pc.index(pc.is_null(array), True).as_py()
             raise BadRowError(
                 f"table {spec.table_name}, checkpoint {spec.checkpoint_id}, task {task_id}: equality field "
-                f"{column.name!r} is null in {array.null_count} row(s), e.g. ({_describe_row(table, index)}); "
+                f"{leaf.dotted!r} is null in {array.null_count} row(s), e.g. ({_describe_row(table, index)}); "
                 "a change needs its full key: fix the input and restart the stream"
             )
 
@@ -74,7 +75,10 @@ def collapse(spec: WriterSpec, table: pa.Table, task_id: int) -> CollapsedChange
     assert spec.changes is not None
     changes = spec.changes
     kinds = _kinds(spec, table, task_id)
-    keys = [c.name for c in spec.equality_columns]
+    # Keys as flat columns: a key field may sit inside a struct.
+    keys = [f"__icesink_key{i}" for i in range(len(spec.equality_leaves))]
+    for name, leaf in zip(keys, spec.equality_leaves, strict=True):
+        table = table.append_column(name, nested_column(table, leaf.steps))
     # A change without a sequence value counts as the oldest of its key.
     order = [(name, "ascending", "at_start") for name in keys]
     if changes.sequence_column is not None:
@@ -88,7 +92,28 @@ def collapse(spec: WriterSpec, table: pa.Table, task_id: int) -> CollapsedChange
     latest = table.filter(last)
     upserts = latest.filter(pc.not_equal(latest.column("__icesink_kind"), DELETE))
     table_columns = [c.name for c in spec.columns]
-    return CollapsedChanges(upserts=upserts.select(table_columns), keys_to_delete=latest.select(keys))
+    return CollapsedChanges(upserts=upserts.select(table_columns), keys_to_delete=_key_rows(spec, latest))
+
+
+def _key_rows(spec: WriterSpec, rows: pa.Table) -> pa.Table:
+    """The columns of an equality delete file: each key field, inside its structs if it has any."""
+    columns = []
+    for pruned in spec.delete_columns:
+        full = spec.column_by_id(pruned.field_id)
+        columns.append(_prune(rows.column(full.name).combine_chunks(), full, pruned))
+    return pa.table(columns, schema=spec.arrow_schema(spec.delete_columns))
+
+
+def _prune(array: pa.Array, full: ColumnSpec, pruned: ColumnSpec) -> pa.Array:
+    if not pruned.is_nested:
+        return array
+    wanted = arrow_type(pruned.iceberg_type, pruned.children)
+    children = []
+    for child in pruned.children:
+        index = next(i for i, c in enumerate(full.children) if c.field_id == child.field_id)
+        children.append(_prune(array.field(index), full.children[index], child))
+    mask = pc.is_null(array) if array.null_count else None
+    return pa.StructArray.from_arrays(children, fields=list(wanted), mask=mask)
 
 
 def _last_of_each_key(table: pa.Table, keys: list[str]) -> pa.Array:

@@ -134,7 +134,7 @@ class RollingFileWriter:
         self._partition = partition
         self._directory = directory.rstrip("/")
         self._columns = columns
-        self._schema = pa.schema([c for c in spec.arrow_schema() if c.name in {x.name for x in columns}])
+        self._schema = spec.arrow_schema(columns)
         self._content = content
         self._equality_ids = equality_ids
         self._filesystem, self._fs_directory = split_location(self._directory, spec.storage_options)

@@ -42,9 +42,9 @@ class ColumnSpec:
     def is_nested(self) -> bool:
         return self.iceberg_type in NESTED
 
-    def leaves(self, path: tuple[str, ...] = ()) -> Iterator[Leaf]:
+    def leaves(self, steps: tuple[tuple[int, str], ...] = ()) -> Iterator[Leaf]:
         """The primitive fields under this one, depth first, in Parquet's column order."""
-        here = (*path, self.name)
+        here = (*steps, (self.field_id, self.name))
         if not self.is_nested:
             yield Leaf(here, self, in_repeated=False)
             return
@@ -52,14 +52,29 @@ class ColumnSpec:
             for leaf in child.leaves(here):
                 yield leaf if self.iceberg_type == "struct" else replace(leaf, in_repeated=True)
 
+    def pruned(self, keep: frozenset[int]) -> ColumnSpec | None:
+        """This field with only the primitive fields in ``keep`` (and the structs holding them), or None."""
+        if not self.is_nested:
+            return self if self.field_id in keep else None
+        children = tuple(c for c in (child.pruned(keep) for child in self.children) if c is not None)
+        return replace(self, children=children) if children else None
+
 
 @dataclass(frozen=True)
 class Leaf:
-    """A primitive field and the path of names that leads to it from the top of the table."""
+    """A primitive field and the (field id, name) steps that lead to it from the top of the table."""
 
-    path: tuple[str, ...]
+    steps: tuple[tuple[int, str], ...]
     column: ColumnSpec
     in_repeated: bool  # inside a list or map: Iceberg keeps no bounds for it
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        return tuple(name for _, name in self.steps)
+
+    @property
+    def dotted(self) -> str:
+        return ".".join(self.path)
 
 
 @dataclass(frozen=True)
@@ -139,10 +154,17 @@ class WriterSpec:
         return self.changes.equality_field_ids if self.changes else ()
 
     @property
-    def equality_columns(self) -> tuple[ColumnSpec, ...]:
+    def equality_leaves(self) -> tuple[Leaf, ...]:
+        """The key fields of a change stream: top-level columns or primitive fields inside structs."""
         if self.changes is None:
             return ()
-        return tuple(self.column_by_id(fid) for fid in self.changes.equality_field_ids)
+        return tuple(self.leaf_by_id(fid) for fid in self.changes.equality_field_ids)
+
+    @property
+    def delete_columns(self) -> tuple[ColumnSpec, ...]:
+        """The columns of equality delete files: the key fields, inside their structs."""
+        keep = frozenset(self.equality_field_ids)
+        return tuple(p for p in (c.pruned(keep) for c in self.columns) if p is not None)
 
     def may_hold_nulls(self, column: ColumnSpec) -> bool:
         """Whether the column's values may be null in this checkpoint's files."""
@@ -150,9 +172,9 @@ class WriterSpec:
             return True
         return self.nulls_in_required and column.field_id not in self.equality_field_ids
 
-    def arrow_schema(self) -> pa.Schema:
-        """The Arrow schema of data files, carrying Iceberg field ids for Parquet."""
-        return pa.schema([arrow_field(c, nullable=self.may_hold_nulls(c)) for c in self.columns])
+    def arrow_schema(self, columns: tuple[ColumnSpec, ...] | None = None) -> pa.Schema:
+        """The Arrow schema of data files (or of files of ``columns``), carrying Iceberg field ids for Parquet."""
+        return pa.schema([arrow_field(c, nullable=self.may_hold_nulls(c)) for c in columns or self.columns])
 
 
 def arrow_type(iceberg_type: str, children: tuple[ColumnSpec, ...] = ()) -> pa.DataType:

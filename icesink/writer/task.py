@@ -70,7 +70,7 @@ class TaskWriter:
                     self._namer,
                     key,
                     directory,
-                    self._spec.equality_columns,
+                    self._spec.delete_columns,
                     content=FileContent.EQUALITY_DELETES,
                     equality_ids=self._spec.changes.equality_field_ids,
                 )
