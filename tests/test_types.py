@@ -330,10 +330,6 @@ def test_a_stream_fills_uuid_fixed_and_time_columns_from_spark_types(
     _write_input(tmp_path / "in", _input_rows())
     ddl = "id long, u string, f binary, b binary, dec decimal(38,10), ntz timestamp_ntz, tz timestamp, d date"
     df = spark.readStream.schema(ddl).parquet(str(tmp_path / "in"))
-    with pytest.raises(ConfigError, match=rf"table {TYPES}: equality field 'u' is a uuid column"):
-        icesink.stream(
-            df, table=TYPES, checkpoint_location=str(tmp_path / "c0"), catalog=sqlite_catalog, equality_fields=["u"]
-        )
     with pytest.raises(ConfigError, match=r"writer='spark' cannot write.*'u', 'f'.*uuid, fixed, time"):
         icesink.stream(
             df, table=TYPES, checkpoint_location=str(tmp_path / "c0"), catalog=sqlite_catalog, writer="spark"
@@ -380,3 +376,45 @@ def test_a_stream_fills_uuid_fixed_and_time_columns_from_spark_types(
     assert str(clock.schema().find_field("t").field_type) == "time"
     expected_clock = _plain_rows([{"id": i, "t": t} for i, t in zip(ROWS["id"], TIMES, strict=True)])
     assert _plain_rows(clock.scan().to_arrow().to_pylist()) == expected_clock
+
+
+@pytest.mark.spark
+def test_a_change_stream_keyed_on_a_uuid_column(spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path) -> None:
+    """uuid keys arrive as text in any case; the same UUID spelled differently is the same key."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField, StringType, UUIDType
+
+    schema = Schema(NestedField(1, "u", UUIDType(), required=True), NestedField(2, "v", StringType()))
+    _create(sqlite_catalog, "shop.keyed_by_uuid", schema)
+    first, second = "0189f7e8-1a2b-7c3d-8e4f-0123456789ab", "ffffffff-0000-0000-0000-000000000001"
+    batches = [
+        [(first, "one", "I"), (second, "two", "I")],
+        [(first.upper(), "one v2", "U"), (second, None, "D"), ("00000000-0000-0000-0000-000000000000", "z", "I")],
+    ]
+    source = tmp_path / "in"
+    source.mkdir()
+    for number, rows in enumerate(batches):
+        columns = zip(*rows, strict=True)
+        table = pa.table({k: pa.array(v, pa.string()) for k, v in zip(("u", "v", "op"), columns, strict=True)})
+        pq.write_table(table, source / f"part-{number:05d}.parquet")
+        order_for_file_source(source / f"part-{number:05d}.parquet", number)
+        df = spark.readStream.schema("u string, v string, op string").parquet(str(source))
+        icesink.stream(
+            df,
+            table="shop.keyed_by_uuid",
+            checkpoint_location=str(tmp_path / "ckpt"),
+            trigger={"availableNow": True},
+            catalog=sqlite_catalog,
+            equality_fields=["u"],
+            op_column="op",
+        ).awaitTermination()
+    table = open_catalog(sqlite_catalog).load_table("shop.keyed_by_uuid")
+    expected = [(uuid.UUID(int=0), "z"), (uuid.UUID(first), "one v2")]
+    assert (
+        sorted(
+            (uuid.UUID(bytes=r["u"]) if isinstance(r["u"], bytes) else r["u"], r["v"])
+            for r in icesink.read(table).to_pylist()
+        )
+        == expected
+    )
+    assert sorted((r["u"], r["v"]) for r in table.scan().to_arrow().to_pylist()) == expected  # pyiceberg

@@ -77,7 +77,7 @@ def comparable_keys(
 
 def _storage(column: pa.ChunkedArray) -> pa.ChunkedArray:
     """Extension columns (uuid) as their stored values: Arrow hashes, sorts and joins only those."""
-    if isinstance(column.type, pa.ExtensionType):
+    if isinstance(column.type, pa.BaseExtensionType):
         return pa.chunked_array([chunk.storage for chunk in column.chunks], column.type.storage_type)
     return column
 

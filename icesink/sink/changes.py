@@ -123,7 +123,7 @@ def change_spec(
     sequence_by: str | None,
 ) -> ChangeSpec:
     """Validate a change stream against the table and the DataFrame; raise naming what is wrong."""
-    from pyiceberg.types import DoubleType, FloatType, UUIDType
+    from pyiceberg.types import DoubleType, FloatType
 
     schema = table.schema()
     if table.metadata.format_version < 2:
@@ -133,11 +133,6 @@ def change_spec(
         field = _table_key_field(schema, identifier, name)
         if isinstance(field.field_type, FloatType | DoubleType):
             raise _floating_key(identifier, name, str(field.field_type))
-        if isinstance(field.field_type, UUIDType):
-            raise ConfigError(
-                f"table {identifier}: equality field {name!r} is a uuid column, which icesink cannot use as a key "
-                "yet; key the stream on another column"
-            )
         ids.append(field.field_id)
     nested = [
         name for name, i in zip(equality_fields, ids, strict=True) if i not in {f.field_id for f in schema.fields}

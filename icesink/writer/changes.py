@@ -78,7 +78,10 @@ def collapse(spec: WriterSpec, table: pa.Table, task_id: int) -> CollapsedChange
     # Keys as flat columns: a key field may sit inside a struct.
     keys = [f"__icesink_key{i}" for i in range(len(spec.equality_leaves))]
     for name, leaf in zip(keys, spec.equality_leaves, strict=True):
-        table = table.append_column(name, nested_column(table, leaf.steps))
+        key = nested_column(table, leaf.steps)
+        if isinstance(key.type, pa.BaseExtensionType):  # uuid: Arrow sorts and compares the stored bytes only
+            key = pa.chunked_array([chunk.storage for chunk in key.chunks], key.type.storage_type)
+        table = table.append_column(name, key)
     # A change without a sequence value counts as the oldest of its key.
     order = [(name, "ascending", "at_start") for name in keys]
     if changes.sequence_column is not None:
@@ -86,7 +89,8 @@ def collapse(spec: WriterSpec, table: pa.Table, task_id: int) -> CollapsedChange
     order.append((changes.order_column, "ascending", "at_start"))
     table = table.append_column("__icesink_kind", kinds)
     table = table.filter(pc.not_equal(kinds, SKIP))
-    table = table.take(pc.sort_indices(table, sort_keys=order))
+    # Sorted on the sort columns alone: Arrow refuses to sort a table holding extension (uuid) columns.
+    table = table.take(pc.sort_indices(table.select([name for name, _, _ in order]), sort_keys=order))
     # After sorting, a row is its key's last change when the next row has another key.
     last = _last_of_each_key(table, keys)
     latest = table.filter(last)
