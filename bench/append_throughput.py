@@ -16,6 +16,13 @@ icesink runs.
 With ``--native`` the same stream is also written through ``df.writeStream.format("icesink")``
 (pyspark's Python data source sink: appends through the Arrow writer).
 
+With ``--nested`` it measures nested input instead: rows of a struct of 4 fields and
+a list of 8 longs, written by icesink (the Arrow writer: Spark cannot give list
+elements Iceberg field ids) and by Spark's ``df.write.parquet``, next to the same
+values as 12 flat columns written by icesink (its default writer for flat data)
+and by Spark; the report gives icesink nested / Spark nested and icesink nested /
+icesink flat (the same bytes, so the cost of nesting itself).
+
 With ``--s3`` icesink also writes the same stream into a bucket on moto's S3
 server on 127.0.0.1 (the Arrow writer: Spark has no S3 connector here), and the
 report adds its ratio to icesink's local-disk throughput with the same writer.
@@ -43,6 +50,42 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _memory import PeakMemory
 
 SCHEMA = "id long, name string, amount double, ts timestamp"
+NESTED_SCHEMA = "id long, event struct<name: string, amount: double, ts: timestamp, kind: int>, scores array<bigint>"
+FLAT_SCHEMA = "id long, name string, amount double, ts timestamp, kind int, " + ", ".join(
+    f"s{i} bigint" for i in range(8)
+)
+
+
+def make_nested_input(nested: Path, flat: Path, rows: int, files: int) -> None:
+    """The same values twice: a struct of 4 fields and a list of 8 longs per row, and as 12 flat columns."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    nested.mkdir(parents=True)
+    flat.mkdir(parents=True)
+    per_file = rows // files
+    start = int(datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC).timestamp() * 1_000_000)
+    rng = np.random.default_rng(7)
+    for number in range(files):
+        ids = np.arange(number * per_file, (number + 1) * per_file, dtype=np.int64)
+        name = pa.array([f"customer-{i % 100_003:06d}" for i in ids.tolist()])
+        amount = pa.array(rng.uniform(0, 1000, per_file))
+        ts = pa.array(start + ids * 1_000_000, pa.timestamp("us", tz="UTC"))
+        kind = pa.array((ids % 7).astype(np.int32))
+        scores = rng.integers(0, 1_000_000, size=(per_file, 8), dtype=np.int64)
+        offsets = pa.array(np.arange(0, per_file * 8 + 1, 8, dtype=np.int32))
+        event = pa.StructArray.from_arrays([name, amount, ts, kind], names=["name", "amount", "ts", "kind"])
+        lists = pa.ListArray.from_arrays(offsets, pa.array(scores.reshape(-1)))
+        pq.write_table(
+            pa.table({"id": ids, "event": event, "scores": lists}),
+            nested / f"part-{number:03d}.parquet",
+            compression="zstd",
+        )
+        columns = {"id": ids, "name": name, "amount": amount, "ts": ts, "kind": kind}
+        columns |= {f"s{i}": pc.cast(pa.array(scores[:, i]), pa.int64()) for i in range(8)}
+        pq.write_table(pa.table(columns), flat / f"part-{number:03d}.parquet", compression="zstd")
 
 
 def make_input(directory: Path, rows: int, files: int) -> None:
@@ -67,9 +110,9 @@ def make_input(directory: Path, rows: int, files: int) -> None:
         pq.write_table(table, directory / f"part-{number:03d}.parquet", compression="zstd")
 
 
-def spark_write(spark, source: Path, target: Path) -> float:  # type: ignore[no-untyped-def]
+def spark_write(spark, source: Path, target: Path, schema: str = SCHEMA) -> float:  # type: ignore[no-untyped-def]
     started = time.perf_counter()
-    spark.read.schema(SCHEMA).parquet(str(source)).write.option("compression", "zstd").parquet(str(target))
+    spark.read.schema(schema).parquet(str(source)).write.option("compression", "zstd").parquet(str(target))
     return time.perf_counter() - started
 
 
@@ -149,10 +192,12 @@ def moto_server() -> Iterator[str]:
         server.wait()
 
 
-def icesink_write(spark, source: Path, work: Path, run: str, files_per_batch: int, config, writer: str) -> float:  # type: ignore[no-untyped-def]
+def icesink_write(
+    spark, source: Path, work: Path, run: str, files_per_batch: int, config, writer: str, schema: str = SCHEMA
+) -> float:  # type: ignore[no-untyped-def]
     import icesink
 
-    df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", files_per_batch).parquet(str(source))
+    df = spark.readStream.schema(schema).option("maxFilesPerTrigger", files_per_batch).parquet(str(source))
     started = time.perf_counter()
     query = icesink.stream(
         df,
@@ -205,6 +250,7 @@ def main() -> None:
     parser.add_argument("--conf", action="append", default=[], help="extra Spark setting KEY=VALUE (repeatable)")
     parser.add_argument("--s3", action="store_true", help="also write to moto's S3 server on loopback")
     parser.add_argument("--native", action="store_true", help='also writeStream.format("icesink")')
+    parser.add_argument("--nested", action="store_true", help="nested input against the same values flat")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         endpoint = stack.enter_context(moto_server()) if args.s3 else None
@@ -227,6 +273,13 @@ def run_benchmark(args: argparse.Namespace, endpoint: str | None) -> None:
     spark = spark.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     work = Path(tempfile.mkdtemp(prefix="icesink-bench-"))
+    if args.nested:
+        try:
+            run_nested(spark, args, work)
+        finally:
+            spark.stop()
+            shutil.rmtree(work, ignore_errors=True)
+        return
     try:
         make_input(work / "input", args.rows, args.files)
         files_per_batch = max(1, args.files // args.batches)
@@ -307,6 +360,45 @@ def run_benchmark(args: argparse.Namespace, endpoint: str | None) -> None:
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def run_nested(spark, args: argparse.Namespace, work: Path) -> None:  # type: ignore[no-untyped-def]
+    """Nested rows against the same values flat, each written by icesink and by Spark, runs alternating."""
+    nested, flat = work / "nested-input", work / "flat-input"
+    make_nested_input(nested, flat, args.rows, args.files)
+    files_per_batch = max(1, args.files // args.batches)
+    local = local_catalog(work)
+
+    def one_round(label: str) -> dict[str, float]:
+        return {
+            "spark_nested": spark_write(spark, nested, work / f"spark-nested-{label}", NESTED_SCHEMA),
+            "icesink_nested": icesink_write(
+                spark, nested, work, f"nested_{label}", files_per_batch, local, "auto", NESTED_SCHEMA
+            ),
+            "spark_flat": spark_write(spark, flat, work / f"spark-flat-{label}", FLAT_SCHEMA),
+            "icesink_flat": icesink_write(
+                spark, flat, work, f"flat_{label}", files_per_batch, local, "auto", FLAT_SCHEMA
+            ),
+        }
+
+    one_round("warm")
+    rounds = [one_round(str(run)) for run in range(args.repeat)]
+    median = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
+    rate = {key: args.rows / seconds for key, seconds in median.items()}
+    input_bytes = {
+        name: sum(f.stat().st_size for f in directory.glob("*.parquet"))
+        for name, directory in (("nested", nested), ("flat", flat))
+    }
+    report = {
+        "rows": args.rows,
+        "input_bytes": input_bytes,
+        **{f"{key}_rows_per_s": round(value) for key, value in rate.items()},
+        "ratio_icesink_nested_to_spark_nested": round(rate["icesink_nested"] / rate["spark_nested"], 3),
+        "ratio_icesink_nested_to_icesink_flat": round(rate["icesink_nested"] / rate["icesink_flat"], 3),
+        "ratio_icesink_flat_to_spark_flat": round(rate["icesink_flat"] / rate["spark_flat"], 3),
+        "seconds": {key: [round(r[key], 2) for r in rounds] for key in rounds[0]},
+    }
+    print(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":
