@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icesink import paths
-from icesink.arrays import positions
+from icesink.arrays import nested_column, positions
 from icesink.results import PartitionValue
 from icesink.writer.spec import PartitionFieldSpec, WriterSpec
 
@@ -50,8 +50,8 @@ def partition_arrays(spec: WriterSpec, table: pa.Table) -> list[pa.Array]:
     """One array per partition field: the transformed value of every row."""
     arrays = []
     for field in spec.partition_fields:
-        source = spec.column_by_id(field.source_id)
-        column = table.column(source.name).combine_chunks()
+        # The source may be a field inside structs (a table another tool partitioned so).
+        column = nested_column(table, spec.leaf_by_id(field.source_id).steps).combine_chunks()
         arrays.append(_internal(_transform(field.transform)(column)))
     return arrays
 

@@ -133,7 +133,7 @@ class WriterSpec:
         return replace(self, checkpoint_id=checkpoint_id)
 
     def column_by_id(self, field_id: int) -> ColumnSpec:
-        """A top-level column by field id (partition sources are top-level in icesink)."""
+        """A top-level column by field id."""
         for column in self.columns:
             if column.field_id == field_id:
                 return column
