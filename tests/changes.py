@@ -63,10 +63,12 @@ def random_checkpoint(rng: random.Random, checkpoint: int, keys: int = 12, size:
     return changes
 
 
-def write_checkpoint_file(directory: Path, number: int, changes: list[dict[str, Any]]) -> None:
+def write_checkpoint_file(
+    directory: Path, number: int, changes: list[dict[str, Any]], schema: pa.Schema = CHANGE_SCHEMA
+) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / f".changes-{number:05d}.tmp"
-    pq.write_table(pa.Table.from_pylist(changes, schema=CHANGE_SCHEMA), tmp)
+    pq.write_table(pa.Table.from_pylist(changes, schema=schema), tmp)
     tmp.rename(directory / f"changes-{number:05d}.parquet")
     order_for_file_source(directory / f"changes-{number:05d}.parquet", number)
 

@@ -108,3 +108,17 @@ def wait_for(condition: Any, what: str, seconds: float = 90) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.1)
+
+
+def add_input_file(directory: Path, table: pa.Table) -> None:
+    """The next Parquet file of a streaming file source, appearing whole and ordered after the others."""
+    import pyarrow.parquet as pq
+
+    from tests.streams import order_for_file_source
+
+    directory.mkdir(parents=True, exist_ok=True)
+    number = len(list(directory.glob("*.parquet")))
+    path = directory / f"part-{number:05d}.parquet"
+    pq.write_table(table, directory / ".tmp")
+    (directory / ".tmp").rename(path)
+    order_for_file_source(path, number)

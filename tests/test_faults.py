@@ -31,8 +31,6 @@ pytestmark = pytest.mark.faults
 TABLE = "shop.orders"
 CDC_TABLE = "shop.inventory"
 ROOT = Path(__file__).parent.parent
-BATCHES = [(i * 3000, 3000) for i in range(4)]
-EXPECTED = list(range(12_000))
 
 
 def _env(failpoints: str = "") -> dict[str, str]:
@@ -102,32 +100,37 @@ MOMENTS = [
     "committer.after-catalog-commit",  # in the table, ledger not updated, Spark did not record the batch
     "committer.after-ledger-update",  # committed and recorded, Spark did not record the batch
 ]
-# Each case starts Spark twice (~20 s): every moment runs on PostgreSQL, the production catalog,
-# and the two moments around the catalog commit also on SQLite.
-SQLITE_MOMENTS = {"driver.after-stage", "committer.after-catalog-commit"}
+# Every moment runs on PostgreSQL, the production catalog; the two around the catalog commit also on SQLite.
+SQLITE_MOMENTS = ["driver.after-stage", "committer.after-catalog-commit"]
 
 
-@pytest.mark.parametrize("moment", MOMENTS)
-def test_stream_killed_mid_batch_and_restarted_writes_every_row_once(
-    catalog_config: CatalogConfig, tmp_path: Path, moment: str
+def test_stream_killed_at_each_moment_in_turn_writes_every_row_once(
+    catalog_config: CatalogConfig, tmp_path: Path
 ) -> None:
-    if catalog_config.uri.startswith("sqlite") and moment not in SQLITE_MOMENTS:
-        pytest.skip("covered on PostgreSQL; SQLite runs the moments around the catalog commit")
-    add_input_files(tmp_path / "in", BATCHES)
-    # Appends go to Spark's writer unless told otherwise; the Arrow writer's moment needs the Arrow writer.
-    writer = "arrow" if moment.startswith("writer.") else "auto"
-    code = wait(start_stream(catalog_config, tmp_path, failpoints=moment, writer=writer))
-    if moment.startswith("writer."):
-        # Spark's Python workers live in their own process group: the executor dies, the query fails.
-        assert code != 0, "the query should have failed when its executor died"
-    else:
-        assert code == -signal.SIGKILL, f"the stream should have died at {moment}"
+    """One stream, killed at each moment in turn (a restart of Spark costs ~20 s, so the moments share a
+    run): each restart resumes where the last one died, and no row is ever in the table twice."""
+    moments = SQLITE_MOMENTS if catalog_config.uri.startswith("sqlite") else MOMENTS
+    # A batch per killed run (a restart first finishes what the last run staged), and one more.
+    batches = [(i * 3000, 3000) for i in range(len(moments) + 2)]
+    add_input_files(tmp_path / "in", batches)
+    for moment in moments:
+        # Appends go to Spark's writer unless told otherwise; the Arrow writer's moment needs the Arrow writer.
+        writer = "arrow" if moment.startswith("writer.") else "auto"
+        code = wait(start_stream(catalog_config, tmp_path, failpoints=moment, writer=writer))
+        if moment.startswith("writer."):
+            # Spark's Python workers live in their own process group: the executor dies, the query fails.
+            assert code != 0, "the query should have failed when its executor died"
+        else:
+            assert code == -signal.SIGKILL, f"the stream should have died at {moment}"
+        ids = table_ids(catalog_config, TABLE) if open_catalog(catalog_config).table_exists(TABLE) else []
+        assert len(ids) == len(set(ids)), f"rows twice in the table after the kill at {moment}"
     run_to_completion(catalog_config, tmp_path)
-    check_outcome(f"stream SIGKILL at {moment}", catalog_config, TABLE, EXPECTED)
+    expected = list(range(3000 * len(batches)))
+    check_outcome(f"stream SIGKILL at {len(moments)} moments in turn", catalog_config, TABLE, expected)
     rows = Ledger(catalog_config).for_table(TABLE)
-    assert [r.checkpoint_id for r in rows] == [0, 1, 2, 3]
+    assert [r.checkpoint_id for r in rows] == list(range(len(batches)))
     assert all(r.state == CheckpointState.COMMITTED for r in rows)
-    if moment == "spark-writer.after-write":
+    if "spark-writer.after-write" in moments:
         # The killed batch's files never left Spark's staging directory; gc takes them, the table stays whole.
         root = Path(open_catalog(catalog_config).load_table(TABLE).location().removeprefix("file://"))
         left = [p for p in root.rglob("*") if p.is_file() and ".icesink-staging-" in str(p.parent)]
@@ -136,7 +139,7 @@ def test_stream_killed_mid_batch_and_restarted_writes_every_row_once(
         report = collect_garbage(open_catalog(catalog_config), catalog_config, TABLE, datetime.timedelta(hours=1))
         assert set(left) <= {Path(uri.removeprefix("file://")) for uri in report.deleted}
         assert not any(p.exists() for p in left)
-        check_outcome(f"stream SIGKILL at {moment}, after gc", catalog_config, TABLE, EXPECTED)
+        check_outcome("stream SIGKILL at each moment in turn, after gc", catalog_config, TABLE, expected)
 
 
 def test_stream_killed_at_random_moments_writes_every_row_once(pg_catalog: CatalogConfig, tmp_path: Path) -> None:

@@ -18,8 +18,9 @@ from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
 from icesink.committer.ledger import Ledger
 from icesink.errors import BadRowError
+from tests.changes import write_checkpoint_file
 from tests.outcomes import iceberg_rust_sql, read_many_with_iceberg_java, read_with_duckdb
-from tests.support import stage_rows, write_files
+from tests.support import add_input_file, stage_rows, write_files
 
 UTC = datetime.UTC
 EVENTS = "shop.events"
@@ -414,16 +415,6 @@ def _table_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: (r["region"], r["id"]))
 
 
-def _write_changes(directory: Path, number: int, changes: list[dict[str, Any]], schema: pa.Schema) -> None:
-    from tests.streams import order_for_file_source
-
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".changes-{number:05d}.tmp"
-    pq.write_table(pa.Table.from_pylist(changes, schema=schema), tmp)
-    tmp.rename(directory / f"changes-{number:05d}.parquet")
-    order_for_file_source(directory / f"changes-{number:05d}.parquet", number)
-
-
 @pytest.mark.spark
 @pytest.mark.interop
 def test_a_nested_cdc_stream_that_evolves_partway_equals_the_model_for_every_reader(
@@ -436,7 +427,7 @@ def test_a_nested_cdc_stream_that_evolves_partway_equals_the_model_for_every_rea
     for checkpoint in range(5):
         evolved = checkpoint >= 3
         changes = _random_changes(rng, checkpoint, evolved)
-        _write_changes(tmp_path / "in", checkpoint, changes, INPUT_V2 if evolved else INPUT_V1)
+        write_checkpoint_file(tmp_path / "in", checkpoint, changes, INPUT_V2 if evolved else INPUT_V1)
         model.apply(changes)
         df = spark.readStream.schema(DDL_V2 if evolved else DDL_V1).option("maxFilesPerTrigger", 1)
         icesink.stream(
@@ -507,16 +498,6 @@ def _people(start: int, count: int) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=_PEOPLE_INPUT)
 
 
-def _add_people(directory: Path, table: pa.Table) -> None:
-    from tests.streams import order_for_file_source
-
-    directory.mkdir(parents=True, exist_ok=True)
-    number = len(list(directory.glob("*.parquet")))
-    pq.write_table(table, directory / ".tmp")
-    (directory / ".tmp").rename(directory / f"part-{number:05d}.parquet")
-    order_for_file_source(directory / f"part-{number:05d}.parquet", number)
-
-
 @pytest.mark.spark
 def test_a_nested_field_renamed_or_added_by_another_tool_keeps_its_field_id(
     spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -539,7 +520,7 @@ def test_a_nested_field_renamed_or_added_by_another_tool_keeps_its_field_id(
         snapshot = catalog.load_table(PEOPLE).current_snapshot()
         return snapshot is not None and int(snapshot.summary["total-records"]) == count
 
-    _add_people(source, _people(0, 3))
+    add_input_file(source, _people(0, 3))
     with pytest.raises(ConfigError, match=r"writer='spark' cannot write this stream: column\(s\) 'payload' are nested"):
         start({"availableNow": True}, create_table=True, writer="spark").awaitTermination()
     caplog.set_level("INFO", logger="icesink.stream")
@@ -550,11 +531,11 @@ def test_a_nested_field_renamed_or_added_by_another_tool_keeps_its_field_id(
         with catalog.load_table(PEOPLE).update_schema() as update:
             update.rename_column("payload.user.name", "full name")
             update.add_column(("payload", "user", "email"), StringType())
-        _add_people(source, _people(3, 3))
+        add_input_file(source, _people(3, 3))
         wait_for(lambda: committed(6), "the micro-batch after the rename")
         with catalog.load_table(PEOPLE).update_schema() as update:
             update.delete_column("payload.user.score")
-        _add_people(source, _people(6, 3))
+        add_input_file(source, _people(6, 3))
         with pytest.raises(Exception) as stopped:
             query.awaitTermination(120)
     finally:
@@ -652,7 +633,7 @@ def test_a_change_stream_keyed_on_fields_inside_a_struct_equals_the_model(
         run(equality_fields=["key"])
     for checkpoint in range(3):
         changes = _keyed_changes(rng, checkpoint)
-        _write_changes(tmp_path / "in", checkpoint, changes, _KEYED_INPUT)
+        write_checkpoint_file(tmp_path / "in", checkpoint, changes, _KEYED_INPUT)
         _keyed_model(model, changes)
         run()
         rows = icesink.read(KEYED, catalog=sqlite_catalog).to_pylist()

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 import icesink
@@ -17,8 +16,7 @@ from icesink.committer.ledger import Ledger
 from icesink.errors import SchemaMismatchError
 from icesink.iceberg.schemas import AddColumn, WidenColumn, written_schema_problem
 from icesink.sink.schema import plan_projection, plan_schema
-from tests.streams import order_for_file_source
-from tests.support import create_orders_table, orders, stage_rows, wait_for
+from tests.support import add_input_file, create_orders_table, orders, stage_rows, wait_for
 
 TABLE = "shop.events"
 
@@ -220,15 +218,6 @@ def _events(start: int, count: int, extra: bool = False) -> pa.Table:
     return pa.table(columns)
 
 
-def _add_file(directory: Path, table: pa.Table) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    number = len(list(directory.glob("*.parquet")))
-    path = directory / f"part-{number:05d}.parquet"
-    pq.write_table(table, directory / ".tmp")
-    (directory / ".tmp").rename(path)
-    order_for_file_source(path, number)
-
-
 def _run(spark: Any, directory: Path, ddl: str, config: CatalogConfig, checkpoint: Path, **options: Any) -> None:
     df = spark.readStream.schema(ddl).option("maxFilesPerTrigger", 1).parquet(str(directory))
     query = icesink.stream(
@@ -244,9 +233,9 @@ def test_evolve_schema_adds_columns_and_widens_types_when_the_producer_changes(
     old_ddl = "id long, qty int, price float"
     new_ddl = "id long, qty long, price double, `coupon code` string"
     source, checkpoint = tmp_path / "in", tmp_path / "ckpt"
-    _add_file(source, _events(0, 4))
+    add_input_file(source, _events(0, 4))
     _run(spark, source, old_ddl, sqlite_catalog, checkpoint, create_table=True)
-    _add_file(source, _events(4, 4, extra=True))
+    add_input_file(source, _events(4, 4, extra=True))
     # Without the option, the new producer version is refused before anything is written.
     with pytest.raises(
         SchemaMismatchError, match=r"'qty' is int in the table but long in the DataFrame.*evolve_schema"
@@ -294,7 +283,7 @@ def test_evolve_schema_makes_a_required_column_optional_when_nulls_arrive(
         TABLE, Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "qty", IntegerType(), True))
     )
     source = tmp_path / "in"
-    _add_file(source, pa.table({"id": pa.array([1, 2, 3], pa.int64()), "qty": pa.array([5, None, 7], pa.int32())}))
+    add_input_file(source, pa.table({"id": pa.array([1, 2, 3], pa.int64()), "qty": pa.array([5, None, 7], pa.int32())}))
     with pytest.raises(Exception, match=r"column 'qty' is required but 1 row\(s\) have no value.*evolve_schema=True"):
         _run(spark, source, "id long, qty int", sqlite_catalog, tmp_path / "ckpt")
     assert catalog.load_table(TABLE).current_snapshot() is None
@@ -329,18 +318,18 @@ def test_another_tool_renames_adds_and_drops_columns_while_the_stream_runs(
         snapshot = catalog.load_table(TABLE).current_snapshot()
         return snapshot is not None and int(snapshot.summary["total-records"]) == count
 
-    _add_file(source, orders(0, 3))
+    add_input_file(source, orders(0, 3))
     query = start()
     try:
         wait_for(lambda: committed(3), "the first micro-batch")
         with catalog.load_table(TABLE).update_schema() as update:
             update.rename_column("name", "customer")
             update.add_column("region", StringType())
-        _add_file(source, orders(3, 3))
+        add_input_file(source, orders(3, 3))
         wait_for(lambda: committed(6), "the micro-batch after the rename")
         with catalog.load_table(TABLE).update_schema() as update:
             update.delete_column("amount")
-        _add_file(source, orders(6, 3))
+        add_input_file(source, orders(6, 3))
         with pytest.raises(Exception) as stopped:
             query.awaitTermination(120)
     finally:
