@@ -202,3 +202,19 @@ def test_task_yields_one_encoded_result_even_without_rows(tmp_path: Path) -> Non
     (batch,) = list(write_task(spec(tmp_path))(iter([])))
     result = decode_write_result(batch.column(0)[0].as_py())
     assert result.checkpoint_id == 42 and result.data_files == ()
+
+
+def test_columns_of_nearly_distinct_values_are_not_dictionary_encoded(tmp_path: Path) -> None:
+    """ids, timestamps, amounts and prices are all distinct here, names and days repeat: only the latter are
+    worth a dictionary, and every value still reads back the same."""
+    data = rows(5000)
+    writer = TaskWriter(spec(tmp_path), task_id=0, attempt=0)
+    writer.write(data)
+    (record,) = writer.complete().data_files
+    metadata = pq.read_metadata(record.path.removeprefix("file://"))
+    group = metadata.row_group(0)
+    dictionary = {
+        group.column(i).path_in_schema: group.column(i).has_dictionary_page for i in range(metadata.num_columns)
+    }
+    assert dictionary == {"id": False, "name": True, "amount": False, "ts": False, "day": True, "price": False}
+    assert repr(read(record.path).to_pylist()) == repr(data.to_pylist())  # repr: NaN equals NaN

@@ -6,6 +6,7 @@ import uuid
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -39,6 +40,31 @@ class FileNamer:
         )
 
 
+# Dictionary encoding pays for columns that repeat values; for one whose values are nearly all
+# distinct (ids, timestamps, measurements) it only costs: building a dictionary as large as the data
+# and writing both (about twice the encode time and half again the bytes, measured on 86k-row files).
+DICTIONARY_SAMPLE_ROWS = 20_000
+DICTIONARY_MAX_DISTINCT = 0.5  # distinct values per non-null value in the sample, above which: plain encoding
+
+
+def dictionary_columns(table: pa.Table) -> bool | list[str]:
+    """The columns worth dictionary encoding, judged on the first rows of a file's data.
+
+    Tables with nested columns keep Parquet's default (dictionary everywhere,
+    with its fallback): their leaves' paths are not top-level names.
+    """
+    if any(pa.types.is_nested(field.type) for field in table.schema):
+        return True
+    sample = table.slice(0, DICTIONARY_SAMPLE_ROWS)
+    worth = []
+    for name in sample.column_names:
+        column = sample.column(name)
+        values = len(column) - column.null_count
+        if values < 1000 or pc.count_distinct(column).as_py() <= DICTIONARY_MAX_DISTINCT * values:
+            worth.append(name)
+    return worth if len(worth) < len(sample.column_names) else True
+
+
 class ParquetFile:
     """One open Parquet file, with its metrics kept up to date row group by row group."""
 
@@ -50,6 +76,7 @@ class ParquetFile:
         schema: pa.Schema,
         columns: tuple[ColumnSpec, ...],
         spec: WriterSpec,
+        use_dictionary: bool | list[str] = True,
     ) -> None:
         self.uri = uri
         self._fs_path = fs_path
@@ -66,6 +93,7 @@ class ParquetFile:
             allow_truncated_timestamps=False,
             store_schema=False,
             write_statistics=True,
+            use_dictionary=use_dictionary,
         )
         self.metrics = FileMetrics(columns)
 
@@ -164,12 +192,12 @@ class RollingFileWriter:
         self.buffered_rows = 0
         self.buffered_bytes = 0
         if self._file is None:
-            self._file = self._open()
+            self._file = self._open(table)
         self._file.write(table)
         if self._file.bytes_written >= self._spec.target_file_size_bytes:
             self._close_file()
 
-    def _open(self) -> ParquetFile:
+    def _open(self, first: pa.Table) -> ParquetFile:
         name = self._namer.name(self._sequence, "data" if self._content == FileContent.DATA else "eq-deletes")
         self._sequence += 1
         return ParquetFile(
@@ -179,6 +207,7 @@ class RollingFileWriter:
             self._schema,
             self._columns,
             self._spec,
+            dictionary_columns(first),
         )
 
     def _close_file(self) -> None:
