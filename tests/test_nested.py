@@ -23,8 +23,9 @@ from tests.outcomes import iceberg_rust_sql, read_many_with_iceberg_java, read_w
 from tests.support import add_input_file, stage_rows, write_files
 
 UTC = datetime.UTC
-EVENTS = "shop.events"
-ODD = "shop.odd names"
+# Names a user may pick: spaces, %, / and letters beyond ASCII in the table and in a nested field.
+EVENTS = "shop.nested events ü %"
+AT = "at time/ü %"
 
 # The leaves of the table below, by the names Iceberg gives them (create_table numbers the fields afresh).
 LEAVES = (
@@ -32,7 +33,7 @@ LEAVES = (
     "payload.user.name",
     "payload.user.scores.element",
     "payload.amount",
-    "payload.at",
+    f"payload.{AT}",
     "tags.element",
     "attrs.key",
     "attrs.value",
@@ -66,7 +67,7 @@ def _events_schema() -> Any:
     payload = StructType(
         NestedField(5, "user", user),
         NestedField(6, "amount", DecimalType(12, 2)),
-        NestedField(7, "at", TimestamptzType()),
+        NestedField(7, AT, TimestamptzType()),
     )
     return Schema(
         NestedField(1, "id", LongType(), required=True),
@@ -84,19 +85,19 @@ ROWS: list[dict[str, Any]] = [
         "payload": {
             "user": {"name": "ana", "scores": [1.5, None, -2.0]},
             "amount": decimal.Decimal("12.30"),
-            "at": datetime.datetime(2024, 5, 1, 12, 0, tzinfo=UTC),
+            AT: datetime.datetime(2024, 5, 1, 12, 0, tzinfo=UTC),
         },
         "tags": ["a", "b"],
         "attrs": [("k1", 1), ("k2", None)],
     },
     {"id": 2, "payload": None, "tags": None, "attrs": None},
-    {"id": 3, "payload": {"user": None, "amount": None, "at": None}, "tags": [], "attrs": []},
+    {"id": 3, "payload": {"user": None, "amount": None, AT: None}, "tags": [], "attrs": []},
     {
         "id": 4,
         "payload": {
             "user": {"name": "bö ü", "scores": []},
             "amount": decimal.Decimal("-0.01"),
-            "at": datetime.datetime(1500, 1, 1, tzinfo=UTC),
+            AT: datetime.datetime(1500, 1, 1, tzinfo=UTC),
         },
         "tags": ["z"],
         "attrs": [("", -5)],
@@ -107,7 +108,7 @@ ROWS: list[dict[str, Any]] = [
 def _input_rows(rows: list[dict[str, Any]] = ROWS) -> pa.Table:
     """As Spark hands them over: its own names for nested fields, no field ids, everything nullable."""
     user = pa.struct([("name", pa.string()), ("scores", pa.list_(pa.float64()))])
-    payload = pa.struct([("user", user), ("amount", pa.decimal128(12, 2)), ("at", pa.timestamp("us", tz="UTC"))])
+    payload = pa.struct([("user", user), ("amount", pa.decimal128(12, 2)), (AT, pa.timestamp("us", tz="UTC"))])
     schema = pa.schema(
         [
             ("id", pa.int64()),
@@ -124,14 +125,11 @@ def _expected(rows: list[dict[str, Any]] = ROWS) -> list[dict[str, Any]]:
 
 
 def _plain(value: Any) -> Any:
-    """One spelling of nested values across readers: maps as sorted (key, value) pairs."""
+    """One spelling of nested values across readers: decimals as text, timestamps as UTC ISO text."""
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        items = [_plain(v) for v in value]
-        if items and all(isinstance(i, list | tuple) and len(i) == 2 for i in items) and isinstance(value, list):
-            return items
-        return items
+        return [_plain(v) for v in value]
     if isinstance(value, decimal.Decimal):
         return str(value)
     if isinstance(value, datetime.datetime):
@@ -153,9 +151,9 @@ def _maps_as_pairs(row: dict[str, Any]) -> dict[str, Any]:
 def _utc_payload_at(row: dict[str, Any]) -> dict[str, Any]:
     """Spark 3.5 prints timestamptz values as naive UTC text (its session zone)."""
     payload = row.get("payload")
-    if payload and payload.get("at"):
-        at = datetime.datetime.fromisoformat(payload["at"]).replace(tzinfo=UTC)
-        row = {**row, "payload": {**payload, "at": at}}
+    if payload and payload.get(AT):
+        at = datetime.datetime.fromisoformat(payload[AT]).replace(tzinfo=UTC)
+        row = {**row, "payload": {**payload, AT: at}}
     return row
 
 
@@ -201,7 +199,7 @@ def test_every_nested_field_element_key_and_value_carries_its_field_id(sqlite_ca
         "payload.user.scores",
         "payload.user.scores.element",
         "payload.amount",
-        "payload.at",
+        f"payload.{AT}",
         "tags",
         "tags.element",
         "attrs",
@@ -226,7 +224,7 @@ def test_nested_metrics_are_per_leaf_with_bounds_outside_lists_and_maps_only(sql
     nulls = [0, 2, 1, 2, 2, 0, 0, 1]
     assert named(record.value_counts) == dict(zip(LEAVES, values, strict=True))
     assert named(record.null_value_counts) == dict(zip(LEAVES, nulls, strict=True))
-    bounded = {"id", "payload.user.name", "payload.amount", "payload.at"}
+    bounded = {"id", "payload.user.name", "payload.amount", f"payload.{AT}"}
     assert set(named(record.lower_bounds)) == bounded == set(named(record.upper_bounds))
     assert named(record.lower_bounds)["payload.user.name"] == b"ana"
     assert named(record.upper_bounds)["payload.user.name"] == "bö ü".encode()
@@ -240,7 +238,7 @@ def test_a_null_in_a_required_nested_field_names_its_path(sqlite_catalog: Catalo
         write_files(table, EVENTS, "job", 0, _input_rows(nameless))
     # Under a null struct, a required field may be null: the struct is.
     write_files(
-        table, EVENTS, "job", 0, _input_rows([{**ROWS[0], "payload": {"user": None, "amount": None, "at": None}}])
+        table, EVENTS, "job", 0, _input_rows([{**ROWS[0], "payload": {"user": None, "amount": None, AT: None}}])
     )
     null_tag = [{**ROWS[0], "tags": ["a", None]}]
     with pytest.raises(BadRowError, match=r"field 'tags.element' is required but 1 row"):
@@ -722,3 +720,45 @@ def test_equality_deletes_keyed_inside_a_struct_are_applied_by_icesink(sqlite_ca
     assert report.conversion is not None
     assert int(converted.current_snapshot().summary["total-equality-deletes"]) == 0
     assert sorted(converted.scan().to_arrow().to_pylist(), key=lambda r: (r["key"]["tenant"], r["key"]["id"])) == rows
+
+
+def test_evolution_adds_fields_to_structs_inside_lists_and_maps(sqlite_catalog: CatalogConfig) -> None:
+    """What the README promises for evolve_schema, without Spark: plan, commit, plan again."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import ListType, LongType, MapType, NestedField, StringType, StructType
+    from pyspark.sql import types as st
+
+    from icesink.iceberg.schemas import AddColumn, WidenColumn, apply_schema_changes
+    from icesink.sink.schema import plan_schema
+
+    item = StructType(NestedField(4, "qty", LongType()))
+    note = StructType(NestedField(6, "text", StringType()))
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "items", ListType(3, item)),
+        NestedField(7, "notes", MapType(8, StringType(), 5, note)),
+    )
+    table = _create(sqlite_catalog, "shop.baskets", schema)
+    item_in = st.StructType([st.StructField("qty", st.LongType()), st.StructField("sku €/%", st.StringType())])
+    note_in = st.StructType([st.StructField("text", st.StringType()), st.StructField("n", st.IntegerType())])
+    frame = st.StructType(
+        [
+            st.StructField("id", st.LongType()),
+            st.StructField("items", st.ArrayType(item_in)),
+            st.StructField("notes", st.MapType(st.StringType(), note_in)),
+        ]
+    )
+    plan = plan_schema(frame, table.schema(), "shop.baskets")
+    assert plan.projection is None
+    assert [(type(c), c.path) for c in plan.changes] == [
+        (AddColumn, "items.element.sku €/%"),
+        (AddColumn, "notes.value.n"),
+    ]
+    assert not any(isinstance(c, WidenColumn) for c in plan.changes)
+    table = apply_schema_changes(table, plan.changes)
+    table = open_catalog(sqlite_catalog).load_table("shop.baskets")
+    assert [f.name for f in table.schema().find_field("items.element").field_type.fields] == ["qty", "sku €/%"]
+    assert [f.name for f in table.schema().find_field("notes.value").field_type.fields] == ["text", "n"]
+    again = plan_schema(frame, table.schema(), "shop.baskets")
+    assert again.changes == () and again.projection is not None
+    assert [c.plan.kind for c in again.projection.columns] == ["same", "same", "same"]

@@ -55,9 +55,11 @@ def conform(spec: WriterSpec, batch: pa.RecordBatch | pa.Table, task_id: int) ->
         array = table.column(column.name)
         if array.null_count and not spec.may_hold_nulls(column):
             raise _required_error(where, column.name, column, array.null_count)
-        if isinstance(array, pa.ChunkedArray):
+        if column.is_nested or array.type != target.type:
+            # Rebuilding or converting works on one array; a column already in the table's type stays
+            # as it is, chunks and all (no copy on the append path).
             array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
-        array = _conform(where, column, target, array, column.name)
+            array = _conform(where, column, target, array, column.name)
         arrays.append(array)
         fields.append(target.with_type(array.type))
     table_names = {c.name for c in spec.columns}
