@@ -74,6 +74,10 @@ class MaintenanceBusyError(TransientError):
     """Raised when another maintainer holds a table's maintenance lease."""
 
 
+class DeleteConversionError(TransientError):
+    """Raised when equality deletes that must become position deletes at commit could not be converted."""
+
+
 class CommitConflictError(TransientError):
     """Raised when the table head moved while a commit was being prepared."""
 

@@ -159,6 +159,29 @@ def test_equality_deletes_become_position_deletes_and_pyiceberg_reads_the_table(
         assert rows == model.expected()
 
 
+def test_a_checkpoint_whose_conversion_fails_is_committed_with_its_equality_deletes(
+    sqlite_catalog: CatalogConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Keyed on top-level columns, equality deletes are as correct as position deletes, only slower to read."""
+    model = fill(sqlite_catalog, 2)
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    assert live_files(table).equality_deletes == []  # converted at commit so far
+    stored = [Path(str(f.file.file_path).removeprefix("file://")) for f in live_files(table).data]
+    for path in stored:
+        path.rename(path.with_name(f"away-{path.name}"))
+    changes = random_changes(random.Random(9), 2)
+    commit_changes(sqlite_catalog, 2, changes)  # no error: the deletes stay equality deletes
+    model.apply(changes)
+    assert "equality deletes kept, converting them failed" in caplog.text and "checkpoint=2" in caplog.text
+    for path in stored:
+        path.with_name(f"away-{path.name}").rename(path)
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    assert len(live_files(table).equality_deletes) == 1
+    assert committed_marker(table.metadata, "cdc").checkpoint_id == 2
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()
+
+
 def test_position_delete_files_naming_one_data_file_say_which_in_their_manifest(sqlite_catalog: CatalogConfig) -> None:
     import pyarrow.parquet as pq
 

@@ -662,23 +662,37 @@ def test_a_change_stream_keyed_on_fields_inside_a_struct_equals_the_model(
         run()
 
 
-def test_equality_deletes_keyed_inside_a_struct_are_applied_by_icesink(sqlite_catalog: CatalogConfig) -> None:
-    """What a table keeps when conversion at commit is off or failed: icesink's reader applies them."""
+_NESTED_KEY_BATCHES = [
+    [("a", 1, "one", "I"), ("a", 2, "two", "I"), ("b", 1, "b-one", "I")],
+    [("a", 1, "one v2", "U"), ("a", 2, None, "D"), ("c", 9, "new", "I")],
+]
+_NESTED_KEY_ROWS = [
+    {"key": {"tenant": "a", "id": 1}, "value": "one v2"},
+    {"key": {"tenant": "b", "id": 1}, "value": "b-one"},
+    {"key": {"tenant": "c", "id": 9}, "value": "new"},
+]
+
+
+def _create_keyed_inside_a_struct(config: CatalogConfig, properties: dict[str, str] | None = None) -> Any:
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField, StringType, StructType
-
-    from icesink.committer.staging import stage_checkpoint
-    from icesink.iceberg.describe import writer_spec
-    from icesink.writer.spec import ChangeSpec
-    from icesink.writer.task import TaskWriter
 
     key = StructType(NestedField(4, "tenant", StringType(), required=True), NestedField(5, "id", LongType(), True))
     schema = Schema(
         NestedField(1, "key", key, required=True), NestedField(2, "value", StringType()), identifier_field_ids=[4, 5]
     )
-    catalog = open_catalog(sqlite_catalog)
+    catalog = open_catalog(config)
     catalog.create_namespace_if_not_exists("shop")
-    table = catalog.create_table(KEYED, schema, properties={"icesink.equality-deletes.convert-at-commit": "false"})
+    return catalog.create_table(KEYED, schema, properties=properties or {})
+
+
+def _write_keyed_inside_a_struct(config: CatalogConfig, checkpoint: int, changes: list[tuple[Any, ...]]) -> Any:
+    """One checkpoint of changes keyed on ``key.tenant`` and ``key.id``, written as a stream's task does."""
+    from icesink.iceberg.describe import writer_spec
+    from icesink.writer.spec import ChangeSpec
+    from icesink.writer.task import TaskWriter
+
+    table = open_catalog(config).load_table(KEYED)
     ids = tuple(table.schema().identifier_field_ids)
     input_schema = pa.schema(
         [
@@ -688,38 +702,114 @@ def test_equality_deletes_keyed_inside_a_struct_are_applied_by_icesink(sqlite_ca
             ("__icesink_order", pa.int64()),
         ]
     )
-    batches = [
-        [("a", 1, "one", "I"), ("a", 2, "two", "I"), ("b", 1, "b-one", "I")],
-        [("a", 1, "one v2", "U"), ("a", 2, None, "D"), ("c", 9, "new", "I")],
+    spec = writer_spec(table, KEYED, "job", ChangeSpec(ids, op_column="op")).for_checkpoint(checkpoint)
+    writer = TaskWriter(spec, 0, 0)
+    rows = [
+        {"key": {"tenant": t, "id": i}, "value": v, "op": op, "__icesink_order": n}
+        for n, (t, i, v, op) in enumerate(changes)
     ]
-    for checkpoint, changes in enumerate(batches):
-        table = catalog.load_table(KEYED)
-        spec = writer_spec(table, KEYED, "job", ChangeSpec(ids, op_column="op")).for_checkpoint(checkpoint)
-        writer = TaskWriter(spec, 0, 0)
-        rows = [
-            {"key": {"tenant": t, "id": i}, "value": v, "op": op, "__icesink_order": n}
-            for n, (t, i, v, op) in enumerate(changes)
-        ]
-        writer.write(pa.Table.from_pylist(rows, schema=input_schema))
-        assert stage_checkpoint(Ledger(sqlite_catalog), table, KEYED, "job", checkpoint, [writer.complete()])
-        TableCommitter(catalog, sqlite_catalog, Ledger(sqlite_catalog)).commit_pending(KEYED)
-    table = catalog.load_table(KEYED)
-    assert int(table.current_snapshot().summary["total-equality-deletes"]) == 6
-    rows = sorted(icesink.read(table).to_pylist(), key=lambda r: (r["key"]["tenant"], r["key"]["id"]))
-    assert rows == [
-        {"key": {"tenant": "a", "id": 1}, "value": "one v2"},
-        {"key": {"tenant": "b", "id": 1}, "value": "b-one"},
-        {"key": {"tenant": "c", "id": 9}, "value": "new"},
-    ]
-    # Maintenance turns them into position deletes, which every reader applies.
+    writer.write(pa.Table.from_pylist(rows, schema=input_schema))
+    return writer.complete()
+
+
+def _stage_keyed_inside_a_struct(config: CatalogConfig, checkpoint: int, changes: list[tuple[Any, ...]]) -> None:
+    from icesink.committer.staging import stage_checkpoint
+
+    table = open_catalog(config).load_table(KEYED)
+    result = _write_keyed_inside_a_struct(config, checkpoint, changes)
+    assert stage_checkpoint(Ledger(config), table, KEYED, "job", checkpoint, [result])
+
+
+def _keyed_rows(rows: pa.Table) -> list[dict[str, Any]]:
+    return sorted(rows.to_pylist(), key=lambda r: (r["key"]["tenant"], r["key"]["id"]))
+
+
+def test_equality_deletes_keyed_inside_a_struct_are_applied_by_icesink(sqlite_catalog: CatalogConfig) -> None:
+    """Such deletes written by another tool (a row delta of their own): icesink's reader applies them, and
+    maintenance turns them into position deletes, which every reader applies."""
+    from icesink.iceberg.manifests import to_data_file
+    from icesink.iceberg.snapshots import commit_prepared, prepare_snapshot
     from icesink.maintenance.committing import MaintenanceTarget
     from icesink.maintenance.policy import MaintenancePolicy
     from icesink.maintenance.run import maintain_table
 
+    catalog = open_catalog(sqlite_catalog)
+    _create_keyed_inside_a_struct(sqlite_catalog)
+    for checkpoint, changes in enumerate(_NESTED_KEY_BATCHES):
+        result = _write_keyed_inside_a_struct(sqlite_catalog, checkpoint, changes)
+        table = catalog.load_table(KEYED)
+        prepared = prepare_snapshot(
+            table,
+            [to_data_file(r, 2) for r in result.data_files],
+            {"written-by": "another tool"},
+            delete_files=[to_data_file(r, 2) for r in result.delete_files],
+        )
+        commit_prepared(table, prepared)
+    table = catalog.load_table(KEYED)
+    assert int(table.current_snapshot().summary["total-equality-deletes"]) == 6
+    assert _keyed_rows(icesink.read(table)) == _NESTED_KEY_ROWS
     converted, report = maintain_table(MaintenanceTarget(catalog, sqlite_catalog, KEYED), table, MaintenancePolicy())
     assert report.conversion is not None
     assert int(converted.current_snapshot().summary["total-equality-deletes"]) == 0
-    assert sorted(converted.scan().to_arrow().to_pylist(), key=lambda r: (r["key"]["tenant"], r["key"]["id"])) == rows
+    assert _keyed_rows(converted.scan().to_arrow()) == _NESTED_KEY_ROWS
+
+
+def test_the_committer_never_leaves_equality_deletes_keyed_inside_a_struct(sqlite_catalog: CatalogConfig) -> None:
+    """Iceberg Java would read the rows they delete: unconverted, such a checkpoint stays staged, loses nothing,
+    and is committed as position deletes once it can be."""
+    from icesink.errors import ConfigError, DeleteConversionError
+    from icesink.iceberg.scan import live_files
+
+    catalog = open_catalog(sqlite_catalog)
+    _create_keyed_inside_a_struct(sqlite_catalog)
+    ledger = Ledger(sqlite_catalog)
+
+    def commit() -> None:
+        TableCommitter(catalog, sqlite_catalog, ledger).commit_pending(KEYED)
+
+    def snapshots() -> int:
+        return len(catalog.load_table(KEYED).snapshots())
+
+    first, second = _NESTED_KEY_BATCHES
+    _stage_keyed_inside_a_struct(sqlite_catalog, 0, first)
+    commit()
+    # A data file the deletes reach cannot be read: no fallback to equality deletes.
+    (data_file,) = live_files(catalog.load_table(KEYED)).data
+    stored = Path(str(data_file.file.file_path).removeprefix("file://"))
+    moved = stored.with_name("away.parquet")
+    stored.rename(moved)
+    _stage_keyed_inside_a_struct(sqlite_catalog, 1, second)
+    with pytest.raises(DeleteConversionError) as failed:
+        commit()
+    message = str(failed.value)
+    for part in (KEYED, "checkpoint 1", "key.tenant", "key.id", "stays staged", str(stored.name)):
+        assert part in message
+    assert snapshots() == 1 and [r.checkpoint_id for r in ledger.pending(KEYED)] == [1]
+    moved.rename(stored)
+    commit()
+    table = catalog.load_table(KEYED)
+    assert table.current_snapshot().summary["total-equality-deletes"] == "0"
+    assert int(table.current_snapshot().summary["total-position-deletes"]) == 2
+    assert _keyed_rows(table.scan().to_arrow()) == _NESTED_KEY_ROWS
+
+    # Another tool turns conversion off while the stream runs: the checkpoint waits for the property to go.
+    with table.transaction() as change:
+        change.set_properties({"icesink.equality-deletes.convert-at-commit": "false"})
+    _stage_keyed_inside_a_struct(sqlite_catalog, 2, [("b", 1, None, "D")])
+    with pytest.raises(ConfigError) as refused:
+        commit()
+    for part in (KEYED, "checkpoint 2", "key.tenant", "icesink.equality-deletes.convert-at-commit=false", "staged"):
+        assert part in str(refused.value)
+    assert snapshots() == 2 and [r.checkpoint_id for r in ledger.pending(KEYED)] == [2]
+    # Over the conversion's row limit, such deletes are converted all the same.
+    with catalog.load_table(KEYED).transaction() as change:
+        change.remove_properties("icesink.equality-deletes.convert-at-commit")
+        change.set_properties({"icesink.equality-deletes.convert-max-rows": "1"})
+    commit()
+    table = catalog.load_table(KEYED)
+    assert not ledger.pending(KEYED)
+    assert table.current_snapshot().summary["total-equality-deletes"] == "0"
+    assert _keyed_rows(table.scan().to_arrow()) == [r for r in _NESTED_KEY_ROWS if r["key"]["tenant"] != "b"]
 
 
 def test_evolution_adds_fields_to_structs_inside_lists_and_maps(sqlite_catalog: CatalogConfig) -> None:

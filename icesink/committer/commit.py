@@ -26,6 +26,8 @@ from icesink.committer.ledger import CheckpointRow, Ledger
 from icesink.committer.policy import plan_snapshots
 from icesink.errors import (
     CommitConflictError,
+    ConfigError,
+    DeleteConversionError,
     IcesinkError,
     JobIdConflictError,
     ManifestError,
@@ -297,18 +299,40 @@ class TableCommitter:
     def _convert(
         self, table: Table, identifier: str, job_id: str, checkpoint_id: int, deletes: list[DataFile]
     ) -> CommitConversion | None:
-        """The checkpoint's equality deletes as position deletes on this head, or None to commit them as they are."""
+        """The checkpoint's equality deletes as position deletes on this head, or None to commit them as they are.
+
+        Deletes keyed on fields inside structs are never committed as they are (Iceberg Java would read the
+        rows they delete): if they cannot be converted, nothing is committed and the checkpoint stays staged.
+        """
+        from icesink.iceberg.deletes import nested_key_fields
         from icesink.iceberg.scan import ManifestCache
         from icesink.maintenance.convert import convert_for_commit
-        from icesink.maintenance.policy import MaintenancePolicy
+        from icesink.maintenance.policy import CONVERT_AT_COMMIT, MaintenancePolicy
 
         policy = MaintenancePolicy.of(table.properties, identifier)
+        nested = sorted({n for d in deletes for n in nested_key_fields(table.schema(), d.equality_ids or ())})
+        where = f"table {identifier}, job {job_id}, checkpoint {checkpoint_id}"
         if not policy.convert_at_commit:
+            if nested:
+                raise ConfigError(
+                    f"{where}: its equality deletes are keyed on fields inside structs ({', '.join(nested)}) and "
+                    f"the table now sets {CONVERT_AT_COMMIT}=false, but Iceberg Java 1.9 does not apply such "
+                    "deletes and would read the rows they delete. Nothing of the checkpoint was committed and it "
+                    "stays staged: remove the property, and the committer commits it on its next attempt"
+                )
             return None
         try:
             cache = self._manifests.setdefault(identifier, ManifestCache())
-            return convert_for_commit(table, deletes, policy, f"{job_id}-{checkpoint_id}", cache)
-        except (OSError, ValueError) as e:  # the equality deletes are as correct, just slower to read
+            return convert_for_commit(table, deletes, policy, f"{job_id}-{checkpoint_id}", cache, required=bool(nested))
+        except (OSError, ValueError) as e:
+            if nested:
+                raise DeleteConversionError(
+                    f"{where}: converting its equality deletes (keyed on {', '.join(nested)}, inside structs) to "
+                    f"position deletes failed: {e}. They cannot be committed as they are, since Iceberg Java 1.9 "
+                    "does not apply such deletes. Nothing was committed and the checkpoint stays staged; the "
+                    "committer tries again, and succeeds once the table's files can be read"
+                ) from e
+            # Flat-keyed equality deletes are as correct, just slower to read.
             log.warning(
                 "table=%s job=%s checkpoint=%d: equality deletes kept, converting them failed: %s",
                 identifier,

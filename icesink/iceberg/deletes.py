@@ -32,6 +32,16 @@ PartitionKey = tuple[int, tuple[Any, ...]]  # (spec id, partition values)
 GLOBAL: PartitionKey = (-1, ())  # the scope of an unpartitioned delete file: every partition
 
 
+def nested_key_fields(schema: Schema, equality_ids: Sequence[int]) -> list[str]:
+    """The equality fields among ``equality_ids`` that sit inside a struct, by their dotted names.
+
+    Iceberg Java 1.9 ignores equality deletes keyed on such fields (apache/iceberg#16280), so
+    icesink never leaves them in a table: they are converted to position deletes at commit.
+    """
+    top_level = {f.field_id for f in schema.fields}
+    return [schema.find_column_name(i) or str(i) for i in equality_ids if i not in top_level]
+
+
 def _zero(kind: pa.DataType) -> pa.Scalar:
     """Any valid value of ``kind``: the stand-in for null in a join key (a flag column tells them apart)."""
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):

@@ -83,12 +83,19 @@ class CommitConversion:
 
 
 def convert_for_commit(
-    table: Table, staged: list[DataFile], policy: MaintenancePolicy, label: str, cache: ManifestCache | None = None
+    table: Table,
+    staged: list[DataFile],
+    policy: MaintenancePolicy,
+    label: str,
+    cache: ManifestCache | None = None,
+    *,
+    required: bool = False,
 ) -> CommitConversion | None:
     """Position deletes for ``staged`` equality deletes on the table's head; None when over ``convert_max_rows``.
 
     Every live data file has a lower sequence number than the commit that
     will carry the deletes, so every data file in their scope is a candidate.
+    ``required`` conversions (deletes the table must not keep) ignore the row limit.
     """
     from icesink.iceberg.manifests import to_data_file
     from icesink.iceberg.scan import LiveFile, live_files
@@ -98,7 +105,15 @@ def convert_for_commit(
     live = live_files(table, cache=cache)
     reached = candidates(table, live.data, deletes)
     rows = sum(d.file.record_count for d in reached)
-    if rows > policy.convert_max_rows:
+    if rows > policy.convert_max_rows and required:
+        log.warning(
+            "table=%s: %d rows may hold keys of this checkpoint's deletes (over %d), converted anyway: they are "
+            "keyed on fields inside structs, which Iceberg Java does not apply as equality deletes",
+            ".".join(table.name()),
+            rows,
+            policy.convert_max_rows,
+        )
+    elif rows > policy.convert_max_rows:
         log.info(
             "table=%s: %d rows may hold keys of this checkpoint's deletes (over %d); keeping equality deletes",
             ".".join(table.name()),

@@ -91,3 +91,4 @@ PROPERTY_NAMES = {
     "max_group_bytes": "icesink.maintain.max-group-bytes",
     "max_seconds": "icesink.maintain.max-seconds",
 }
+CONVERT_AT_COMMIT = PROPERTY_NAMES["convert_at_commit"]

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from icesink.errors import ConfigError
-from icesink.maintenance.policy import PROPERTY_NAMES, MaintenancePolicy
+from icesink.maintenance.policy import CONVERT_AT_COMMIT, MaintenancePolicy
 from icesink.writer.changes import DELETE, INSERT, SKIP, UPDATE
 from icesink.writer.spec import ChangeSpec
 
@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from pyiceberg.types import NestedField
     from pyspark.sql.types import StructType
 
-CONVERT_AT_COMMIT = PROPERTY_NAMES["convert_at_commit"]
 DEFAULT_OP_VALUES: Mapping[str, str] = {
     "I": INSERT,
     "U": UPDATE,
@@ -125,6 +124,8 @@ def change_spec(
     """Validate a change stream against the table and the DataFrame; raise naming what is wrong."""
     from pyiceberg.types import DoubleType, FloatType
 
+    from icesink.iceberg.deletes import nested_key_fields
+
     schema = table.schema()
     if table.metadata.format_version < 2:
         raise ConfigError(f"table {identifier} is Iceberg format version 1, which has no delete files; upgrade it to 2")
@@ -134,9 +135,7 @@ def change_spec(
         if isinstance(field.field_type, FloatType | DoubleType):
             raise _floating_key(identifier, name, str(field.field_type))
         ids.append(field.field_id)
-    nested = [
-        name for name, i in zip(equality_fields, ids, strict=True) if i not in {f.field_id for f in schema.fields}
-    ]
+    nested = nested_key_fields(schema, ids)
     if nested and not MaintenancePolicy.of(table.properties, identifier).convert_at_commit:
         raise ConfigError(
             f"table {identifier}: equality fields inside structs ({', '.join(map(repr, nested))}) need their deletes "
