@@ -643,7 +643,7 @@ def test_a_change_stream_keyed_on_fields_inside_a_struct_equals_the_model(
     assert schema.find_field("key").required  # Iceberg: the struct holding identifier fields is required
     assert int(table.current_snapshot().summary["total-equality-deletes"]) == 0
     expected = _keyed_rows(list(model.values()))
-    assert _keyed_rows(table.scan().to_arrow().to_pylist()) == expected
+    assert _by_key(table.scan().to_arrow()) == expected
     assert _keyed_rows(iceberg_rust_sql(table, "SELECT * FROM t").to_pylist()) == expected
     (duck,) = read_with_duckdb(table.metadata_location)
     assert _keyed_rows(duck) == expected
@@ -720,7 +720,7 @@ def _stage_keyed_inside_a_struct(config: CatalogConfig, checkpoint: int, changes
     assert stage_checkpoint(Ledger(config), table, KEYED, "job", checkpoint, [result])
 
 
-def _keyed_rows(rows: pa.Table) -> list[dict[str, Any]]:
+def _by_key(rows: pa.Table) -> list[dict[str, Any]]:
     return sorted(rows.to_pylist(), key=lambda r: (r["key"]["tenant"], r["key"]["id"]))
 
 
@@ -747,11 +747,11 @@ def test_equality_deletes_keyed_inside_a_struct_are_applied_by_icesink(sqlite_ca
         commit_prepared(table, prepared)
     table = catalog.load_table(KEYED)
     assert int(table.current_snapshot().summary["total-equality-deletes"]) == 6
-    assert _keyed_rows(icesink.read(table)) == _NESTED_KEY_ROWS
+    assert _by_key(icesink.read(table)) == _NESTED_KEY_ROWS
     converted, report = maintain_table(MaintenanceTarget(catalog, sqlite_catalog, KEYED), table, MaintenancePolicy())
     assert report.conversion is not None
     assert int(converted.current_snapshot().summary["total-equality-deletes"]) == 0
-    assert _keyed_rows(converted.scan().to_arrow()) == _NESTED_KEY_ROWS
+    assert _by_key(converted.scan().to_arrow()) == _NESTED_KEY_ROWS
 
 
 def test_the_committer_never_leaves_equality_deletes_keyed_inside_a_struct(sqlite_catalog: CatalogConfig) -> None:
@@ -790,7 +790,7 @@ def test_the_committer_never_leaves_equality_deletes_keyed_inside_a_struct(sqlit
     table = catalog.load_table(KEYED)
     assert table.current_snapshot().summary["total-equality-deletes"] == "0"
     assert int(table.current_snapshot().summary["total-position-deletes"]) == 2
-    assert _keyed_rows(table.scan().to_arrow()) == _NESTED_KEY_ROWS
+    assert _by_key(table.scan().to_arrow()) == _NESTED_KEY_ROWS
 
     # Another tool turns conversion off while the stream runs: the checkpoint waits for the property to go.
     with table.transaction() as change:
@@ -809,7 +809,7 @@ def test_the_committer_never_leaves_equality_deletes_keyed_inside_a_struct(sqlit
     table = catalog.load_table(KEYED)
     assert not ledger.pending(KEYED)
     assert table.current_snapshot().summary["total-equality-deletes"] == "0"
-    assert _keyed_rows(table.scan().to_arrow()) == [r for r in _NESTED_KEY_ROWS if r["key"]["tenant"] != "b"]
+    assert _by_key(table.scan().to_arrow()) == [r for r in _NESTED_KEY_ROWS if r["key"]["tenant"] != "b"]
 
 
 def test_evolution_adds_fields_to_structs_inside_lists_and_maps(sqlite_catalog: CatalogConfig) -> None:
