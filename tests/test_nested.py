@@ -643,7 +643,7 @@ def test_a_change_stream_keyed_on_fields_inside_a_struct_equals_the_model(
     assert schema.find_field("key").required  # Iceberg: the struct holding identifier fields is required
     assert int(table.current_snapshot().summary["total-equality-deletes"]) == 0
     expected = _keyed_rows(list(model.values()))
-    assert _by_key(table.scan().to_arrow()) == expected
+    assert _keyed_rows(table.scan().to_arrow().to_pylist()) == expected
     assert _keyed_rows(iceberg_rust_sql(table, "SELECT * FROM t").to_pylist()) == expected
     (duck,) = read_with_duckdb(table.metadata_location)
     assert _keyed_rows(duck) == expected
@@ -673,7 +673,7 @@ _NESTED_KEY_ROWS = [
 ]
 
 
-def _create_keyed_inside_a_struct(config: CatalogConfig, properties: dict[str, str] | None = None) -> Any:
+def _create_keyed_inside_a_struct(config: CatalogConfig) -> Any:
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField, StringType, StructType
 
@@ -683,7 +683,7 @@ def _create_keyed_inside_a_struct(config: CatalogConfig, properties: dict[str, s
     )
     catalog = open_catalog(config)
     catalog.create_namespace_if_not_exists("shop")
-    return catalog.create_table(KEYED, schema, properties=properties or {})
+    return catalog.create_table(KEYED, schema)
 
 
 def _write_keyed_inside_a_struct(config: CatalogConfig, checkpoint: int, changes: list[tuple[Any, ...]]) -> Any:
