@@ -11,7 +11,11 @@ Trigger.AvailableNow, into an unpartitioned table and into one partitioned by
   (Spark 3.5.9, a process of its own per round from the interop environment,
   ``fanout-enabled``, timed after a warm-up round inside that process);
 * Spark's plain batch write (Spark 4.3): ``df.write.parquet``, and
-  ``partitionBy`` a date column computed from ``ts`` for the partitioned case.
+  ``partitionBy`` a date column computed from ``ts`` for the partitioned case,
+  both as Spark does it by default (each task sorts its rows by partition) and
+  with ``spark.sql.maxConcurrentOutputFileWriters`` (a writer open per
+  partition, no sort): what icesink would get by handing identity or time
+  partitions to Spark's writer instead of fanning rows out itself.
 
 Rounds alternate between the three; medians are reported with the ratios.
 
@@ -39,6 +43,8 @@ from append_throughput import SCHEMA, local_catalog, make_input
 
 ROOT = Path(__file__).parent.parent
 JAVA_PYTHON = ROOT / ".venv-iceberg-java" / "bin" / "python"
+# More than the input's 47 days: every task keeps a writer open per day and never sorts.
+UNSORTED_WRITERS = 64
 
 
 def icesink_run(spark: Any, source: Path, work: Path, name: str, by_day: bool, config: Any) -> float:
@@ -58,9 +64,10 @@ def icesink_run(spark: Any, source: Path, work: Path, name: str, by_day: bool, c
     return time.perf_counter() - started
 
 
-def spark_run(spark: Any, source: Path, target: Path, by_day: bool) -> float:
+def spark_run(spark: Any, source: Path, target: Path, by_day: bool, concurrent_writers: int = 0) -> float:
     from pyspark.sql import functions as F
 
+    spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", str(concurrent_writers))
     started = time.perf_counter()
     df = spark.read.schema(SCHEMA).parquet(str(source))
     writer = df.write.option("compression", "zstd")
@@ -103,14 +110,20 @@ def main() -> None:
             kind = "day" if by_day else "unpartitioned"
             icesink_run(spark, work / "input", work, f"warm_{kind}", by_day, config)
             spark_run(spark, work / "input", work / f"warm-spark-{kind}", by_day)
-            ours, java, plain = [], [], []
+            if by_day:
+                spark_run(spark, work / "input", work / f"warm-unsorted-{kind}", by_day, UNSORTED_WRITERS)
+            ours, java, plain, unsorted = [], [], [], []
             for number in range(args.repeat):
                 ours.append(icesink_run(spark, work / "input", work, f"{kind}_{number}", by_day, config))
                 java.append(java_run(work / "input", work / f"java-{kind}-{number}", by_day))
                 plain.append(spark_run(spark, work / "input", work / f"spark-{kind}-{number}", by_day))
+                if by_day:
+                    target = work / f"spark-unsorted-{kind}-{number}"
+                    unsorted.append(spark_run(spark, work / "input", target, by_day, UNSORTED_WRITERS))
             rate = {
                 name: args.rows / statistics.median(t)
-                for name, t in (("icesink", ours), ("java", java), ("spark", plain))
+                for name, t in (("icesink", ours), ("java", java), ("spark", plain), ("unsorted", unsorted))
+                if t
             }
             report[kind] = {
                 "icesink_rows_per_s": round(rate["icesink"]),
@@ -122,6 +135,10 @@ def main() -> None:
                 "iceberg_java_seconds": [round(t, 2) for t in java],
                 "spark_plain_seconds": [round(t, 2) for t in plain],
             }
+            if unsorted:
+                report[kind]["spark_unsorted_partitionby_rows_per_s"] = round(rate["unsorted"])
+                report[kind]["icesink_over_spark_unsorted"] = round(rate["icesink"] / rate["unsorted"], 2)
+                report[kind]["spark_unsorted_seconds"] = [round(t, 2) for t in unsorted]
         print(json.dumps(report, indent=2))
     finally:
         spark.stop()

@@ -263,6 +263,7 @@ def test_what_spark_cannot_write_is_named(spark: Any) -> None:
     nullable = required.select(F.when(F.col("id") > 0, F.col("id")).alias("id"))
     assert spark_writer_refusal(spec, required) is None
     assert spark_writer_refusal(replace(spec, compression="snappy"), required) is None
+    assert spark_writer_refusal(replace(spec, compression="zstd", compression_level=9), required) is None
     refusals = {
         "partitioned": spark_writer_refusal(
             replace(spec, partition_fields=(PartitionFieldSpec(1000, "b", 1, "bucket[4]"),)), required
@@ -270,7 +271,72 @@ def test_what_spark_cannot_write_is_named(spark: Any) -> None:
         "not a file system path": spark_writer_refusal(replace(spec, data_location="s3://bucket/t/data"), required),
         "change stream": spark_writer_refusal(replace(spec, changes=ChangeSpec((1,))), required),
         "'brotli' codec": spark_writer_refusal(replace(spec, compression="brotli"), required),
+        "cannot set a gzip level": spark_writer_refusal(
+            replace(spec, compression="gzip", compression_level=9), required
+        ),
         "required column(s) 'id'": spark_writer_refusal(spec, nullable),
     }
     for expected, refusal in refusals.items():
         assert refusal is not None and expected in refusal, (expected, refusal)
+
+
+def test_both_writers_compress_at_the_tables_level_and_iceberg_javas_by_default(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    add_input_files(tmp_path / "in", [(0, 3000)])
+    catalog = open_catalog(sqlite_catalog)
+    sizes: dict[tuple[str, str], int] = {}
+    settings = {"default": {}, "level 1": {"write.parquet.compression-level": "1"}}
+    settings["level 3"] = {"write.parquet.compression-level": "3"}
+    settings["uncompressed"] = {"write.parquet.compression-codec": "uncompressed"}
+    for writer in ("spark", "arrow"):
+        for label, properties in settings.items():
+            name = f"shop.{writer} {label}"
+            run_available(
+                input_stream(spark, tmp_path / "in"),
+                table=name,
+                checkpoint_location=str(tmp_path / f"ckpt-{writer}-{label}"),
+                create_table=True,
+                table_properties=properties,
+                catalog=sqlite_catalog,
+                writer=writer,
+            )
+            table = catalog.load_table(name)
+            assert table.scan().to_arrow().sort_by("id").to_pylist() == expected_rows([(0, 3000)]).to_pylist()
+            sizes[(writer, label)] = only_data_file(table).file_size_in_bytes
+    for writer in ("spark", "arrow"):
+        # No level set: zstd at level 3, as Iceberg Java writes it, not at pyarrow's own default of 1.
+        assert sizes[(writer, "default")] == sizes[(writer, "level 3")] != sizes[(writer, "level 1")], sizes
+        assert sizes[(writer, "uncompressed")] > sizes[(writer, "level 1")], sizes
+
+
+@pytest.mark.parametrize(
+    ("properties", "named"),
+    [
+        ({"write.parquet.compression-level": "fast"}, r"write\.parquet\.compression-level='fast' is not a zstd level"),
+        (
+            {"write.parquet.compression-codec": "gzip", "write.parquet.compression-level": "12"},
+            r"write\.parquet\.compression-level='12' is not a gzip level; set a whole number from 1 to 9",
+        ),
+        (
+            {"write.parquet.compression-codec": "lzo"},
+            r"write\.parquet\.compression-codec='lzo' cannot be written; set it to one of",
+        ),
+    ],
+)
+def test_a_compression_setting_no_writer_can_honour_is_refused_before_the_table_exists(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, properties: dict[str, str], named: str
+) -> None:
+    import icesink
+
+    add_input_files(tmp_path / "in", [(0, 10)])
+    with pytest.raises(ConfigError, match=rf"table shop\.orders ü%/x: {named}"):
+        icesink.stream(
+            input_stream(spark, tmp_path / "in"),
+            table="shop.orders ü%/x",
+            checkpoint_location=str(tmp_path / "ckpt"),
+            create_table=True,
+            table_properties=properties,
+            catalog=sqlite_catalog,
+        )
+    assert not open_catalog(sqlite_catalog).table_exists("shop.orders ü%/x")

@@ -66,9 +66,11 @@ SESSION_SETTINGS = {
     "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
 }
 FIELD_ID_METADATA = "parquet.field.id"
-# Iceberg's write.parquet.compression-codec values that Spark's Parquet writer has codecs for
-# (brotli and lzo need codec jars pyspark does not ship).
-SPARK_CODECS = frozenset({"zstd", "snappy", "gzip", "lz4", "uncompressed", "none"})
+# The codecs (as WriterSpec names them) Spark's Parquet writer has; brotli needs a codec jar pyspark does
+# not ship. Of the levels, parquet-mr takes zstd's from this option; gzip's goes through Hadoop's zlib
+# settings, so a gzip table with a level is left to the Arrow writer.
+SPARK_CODECS = frozenset({"zstd", "snappy", "gzip", "lz4", "none"})
+ZSTD_LEVEL_OPTION = "parquet.compression.codec.zstd.level"
 _SPARK_FILE = re.compile(r"^part-(\d+)-.*\.parquet$")
 
 
@@ -77,14 +79,19 @@ def spark_writer_refusal(spec: WriterSpec, projected: DataFrame) -> str | None:
     if spec.changes is not None:
         return "a change stream's rows are collapsed per key before writing, which the Arrow writer does"
     if spec.partition_fields:
-        return "the table is partitioned, and Spark has no Iceberg partition transforms"
+        # Spark could write identity and time partitions with partitionBy, but it sorts each task's rows
+        # by partition first, or keeps a writer open per partition; either measured slower than the
+        # Arrow writer's fan-out for day(ts) (bench/append_peers.py, README Performance).
+        return "the table is partitioned, which the Arrow writer's fan-out writes faster than Spark's partitionBy"
     if not paths.parse(spec.data_location).is_local:
         return (
             f"the data location {spec.data_location} is not a file system path, and pyspark ships no object-store "
             "connector"
         )
-    if spec.compression.lower() not in SPARK_CODECS:
+    if spec.compression not in SPARK_CODECS:
         return f"Spark's Parquet writer has no {spec.compression!r} codec (write.parquet.compression-codec)"
+    if spec.compression_level is not None and spec.compression != "zstd":
+        return f"Spark's Parquet writer cannot set a {spec.compression} level (write.parquet.compression-level)"
     nested = [c.name for c in spec.columns if c.is_nested]
     if nested:
         return (
@@ -152,6 +159,8 @@ class SparkParquetWriter:
             # No _SUCCESS marker: the staging directory is read by icesink only.
             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
         )
+        if spec.compression_level is not None:
+            writer = writer.option(ZSTD_LEVEL_OPTION, str(spec.compression_level))
         bytes_per_row = self._bytes_per_row or table_row_bytes
         if bytes_per_row:
             rows = max(1, int(spec.target_file_size_bytes / bytes_per_row))

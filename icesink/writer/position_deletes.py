@@ -40,6 +40,7 @@ def write_position_deletes(
     partition: tuple[PartitionValue, ...],
     storage_options: tuple[tuple[str, str], ...] = (),
     compression: str = "zstd",
+    compression_level: int | None = None,
 ) -> FileRecord:
     """Write the positions ``deletes`` (data file location → row positions) as one delete file at ``location``.
 
@@ -58,7 +59,9 @@ def write_position_deletes(
     if isinstance(filesystem, pafs.LocalFileSystem):  # object stores have no directories
         filesystem.create_dir(fs_path.rsplit("/", 1)[0], recursive=True)
     with filesystem.open_output_stream(fs_path) as stream:
-        writer = pq.ParquetWriter(stream, SCHEMA, compression=compression, store_schema=False)
+        writer = pq.ParquetWriter(
+            stream, SCHEMA, compression=compression, compression_level=compression_level, store_schema=False
+        )
         writer.write_table(table)
         writer.close()
         size = int(stream.tell())
