@@ -68,13 +68,16 @@ def spark_run(spark: Any, source: Path, target: Path, by_day: bool, concurrent_w
     from pyspark.sql import functions as F
 
     spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", str(concurrent_writers))
-    started = time.perf_counter()
-    df = spark.read.schema(SCHEMA).parquet(str(source))
-    writer = df.write.option("compression", "zstd")
-    if by_day:
-        writer = df.withColumn("day", F.to_date("ts")).write.option("compression", "zstd").partitionBy("day")
-    writer.parquet(str(target))
-    return time.perf_counter() - started
+    try:
+        started = time.perf_counter()
+        df = spark.read.schema(SCHEMA).parquet(str(source))
+        writer = df.write.option("compression", "zstd")
+        if by_day:
+            writer = df.withColumn("day", F.to_date("ts")).write.option("compression", "zstd").partitionBy("day")
+        writer.parquet(str(target))
+        return time.perf_counter() - started
+    finally:
+        spark.conf.unset("spark.sql.maxConcurrentOutputFileWriters")
 
 
 def java_run(source: Path, warehouse: Path, by_day: bool) -> float:

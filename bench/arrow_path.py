@@ -65,7 +65,7 @@ def arrow_writer_spec(location: str, checkpoint: int) -> Any:
         ColumnSpec(3, "amount", "double", False),
         ColumnSpec(4, "ts", "timestamptz", False),
     )
-    spec = WriterSpec("bench.arrow_path", location, columns, (), 0, "bench", compression_level=3)
+    spec = WriterSpec("bench.arrow_path", location, columns, (), 0, "bench")
     return spec.for_checkpoint(checkpoint)
 
 

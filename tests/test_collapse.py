@@ -96,3 +96,19 @@ def test_unknown_operation_names_value_column_table_and_checkpoint(tmp_path: Pat
 def test_null_key_names_the_row(tmp_path: Path) -> None:
     with pytest.raises(BadRowError, match=r"equality field 'id' is null in 1 row.*value='orphan'"):
         written(tmp_path, spec(tmp_path), changes((1, "a", 1, "I"), (None, "orphan", 1, "I")))
+
+
+def test_equality_deletes_and_data_are_compressed_with_their_own_codecs(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from icesink.writer.spec import Compression
+
+    spec_ = replace(spec(tmp_path), compression=Compression("zstd", 5), delete_compression=Compression("snappy"))
+    writer = TaskWriter(spec_, 0, 0)
+    writer.write(changes((1, "a", 1, "U"), (2, "b", 1, "U")))
+    result = writer.complete()
+    codecs = {}
+    for record in (*result.data_files, *result.delete_files):
+        footer = pq.ParquetFile(record.path.removeprefix("file://")).metadata
+        codecs[record.content] = {footer.row_group(0).column(i).compression for i in range(footer.num_columns)}
+    assert codecs == {FileContent.DATA: {"ZSTD"}, FileContent.EQUALITY_DELETES: {"SNAPPY"}}

@@ -202,6 +202,49 @@ def test_checkpoint_staged_under_an_older_schema_commits_only_while_it_fits(cata
     assert rows.column("tenant").null_count == 15
 
 
+def test_a_checkpoint_whose_schema_left_the_metadata_is_checked_by_its_files_field_ids(
+    catalog_config: CatalogConfig,
+) -> None:
+    import shutil
+
+    from pyiceberg.table.update import RemoveSchemasUpdate
+    from pyiceberg.types import StringType
+
+    create_orders_table(catalog_config, TABLE)
+    assert stage_rows(catalog_config, TABLE, "job", 0, orders(0, 5))
+    catalog = open_catalog(catalog_config)
+    ledger = Ledger(catalog_config)
+    (staged,) = ledger.pending(TABLE, "job")
+    # Another tool adds a required column, then expires the schema the checkpoint was written with.
+    with catalog.load_table(TABLE).update_schema(allow_incompatible_changes=True) as update:
+        update.add_column("tenant", StringType(), required=True)
+    table = catalog.load_table(TABLE)
+    catalog.commit_table(table, requirements=(), updates=(RemoveSchemasUpdate(schema_ids=[staged.schema_id]),))
+    assert staged.schema_id not in {s.schema_id for s in catalog.load_table(TABLE).schemas().values()}
+
+    with pytest.raises(SchemaMismatchError) as refused:
+        TableCommitter(catalog, catalog_config, ledger).commit_pending(TABLE, "job")
+    assert "checkpoint 0" in str(refused.value)
+    assert "column 'tenant' is required now and its files do not have it" in str(refused.value)
+
+    # Its files cannot be read: named, and the checkpoint still stays staged.
+    (data_file,) = Path(table.location().removeprefix("file://"), "data").rglob("*.parquet")
+    shutil.move(data_file, data_file.with_suffix(".away"))
+    with pytest.raises(SchemaMismatchError, match=r"checkpoint 0: .*not in the table's metadata any more, and reading"):
+        TableCommitter(catalog, catalog_config, ledger).commit_pending(TABLE, "job")
+    shutil.move(data_file.with_suffix(".away"), data_file)
+    assert not catalog.load_table(TABLE).snapshots()
+    assert [r.checkpoint_id for r in ledger.pending(TABLE, "job")] == [0]
+
+    with catalog.load_table(TABLE).update_schema() as update:
+        update.make_column_optional("tenant")
+    TableCommitter(catalog, catalog_config, ledger).commit_pending(TABLE, "job")
+    assert ledger.pending(TABLE) == []
+    rows = catalog.load_table(TABLE).scan().to_arrow().sort_by("id")
+    assert rows.column("id").to_pylist() == list(range(5))
+    assert rows.column("tenant").null_count == 5
+
+
 # --- streams ------------------------------------------------------------------------------------------------------
 
 

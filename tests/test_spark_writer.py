@@ -256,24 +256,23 @@ def test_what_spark_cannot_write_is_named(spark: Any) -> None:
     from pyspark.sql import functions as F
 
     from icesink.sink.spark_writer import spark_writer_refusal
-    from icesink.writer.spec import ChangeSpec, ColumnSpec, PartitionFieldSpec, WriterSpec
+    from icesink.writer.spec import ChangeSpec, ColumnSpec, Compression, PartitionFieldSpec, WriterSpec
 
     spec = WriterSpec("shop.t", "file:///tmp/t/data", (ColumnSpec(1, "id", "long", True),), (), 0, "job")
     required = spark.range(3)  # Spark knows id is never null
     nullable = required.select(F.when(F.col("id") > 0, F.col("id")).alias("id"))
     assert spark_writer_refusal(spec, required) is None
-    assert spark_writer_refusal(replace(spec, compression="snappy"), required) is None
-    assert spark_writer_refusal(replace(spec, compression="zstd", compression_level=9), required) is None
+    assert spark_writer_refusal(replace(spec, compression=Compression("snappy")), required) is None
+    assert spark_writer_refusal(replace(spec, compression=Compression("zstd", 9)), required) is None
+    assert spark_writer_refusal(replace(spec, compression=Compression("gzip")), required) is None
     refusals = {
         "partitioned": spark_writer_refusal(
             replace(spec, partition_fields=(PartitionFieldSpec(1000, "b", 1, "bucket[4]"),)), required
         ),
         "not a file system path": spark_writer_refusal(replace(spec, data_location="s3://bucket/t/data"), required),
         "change stream": spark_writer_refusal(replace(spec, changes=ChangeSpec((1,))), required),
-        "'brotli' codec": spark_writer_refusal(replace(spec, compression="brotli"), required),
-        "cannot set a gzip level": spark_writer_refusal(
-            replace(spec, compression="gzip", compression_level=9), required
-        ),
+        "'brotli' codec": spark_writer_refusal(replace(spec, compression=Compression("brotli")), required),
+        "cannot set a gzip level": spark_writer_refusal(replace(spec, compression=Compression("gzip", 9)), required),
         "required column(s) 'id'": spark_writer_refusal(spec, nullable),
     }
     for expected, refusal in refusals.items():
@@ -286,9 +285,14 @@ def test_both_writers_compress_at_the_tables_level_and_iceberg_javas_by_default(
     add_input_files(tmp_path / "in", [(0, 3000)])
     catalog = open_catalog(sqlite_catalog)
     sizes: dict[tuple[str, str], int] = {}
-    settings = {"default": {}, "level 1": {"write.parquet.compression-level": "1"}}
-    settings["level 3"] = {"write.parquet.compression-level": "3"}
-    settings["uncompressed"] = {"write.parquet.compression-codec": "uncompressed"}
+    codecs: dict[tuple[str, str], set[str]] = {}
+    settings: dict[str, dict[str, str]] = {
+        "default": {},
+        "level 1": {"write.parquet.compression-level": "1"},
+        "level 3": {"write.parquet.compression-level": "3"},
+        "uncompressed": {"write.parquet.compression-codec": "uncompressed"},
+        "lz4": {"write.parquet.compression-codec": "lz4"},
+    }
     for writer in ("spark", "arrow"):
         for label, properties in settings.items():
             name = f"shop.{writer} {label}"
@@ -303,11 +307,21 @@ def test_both_writers_compress_at_the_tables_level_and_iceberg_javas_by_default(
             )
             table = catalog.load_table(name)
             assert table.scan().to_arrow().sort_by("id").to_pylist() == expected_rows([(0, 3000)]).to_pylist()
-            sizes[(writer, label)] = only_data_file(table).file_size_in_bytes
+            data_file = only_data_file(table)
+            sizes[(writer, label)] = data_file.file_size_in_bytes
+            footer = pq.ParquetFile(data_file.file_path.removeprefix("file://")).metadata
+            codecs[(writer, label)] = {footer.row_group(0).column(i).compression for i in range(footer.num_columns)}
     for writer in ("spark", "arrow"):
-        # No level set: zstd at level 3, as Iceberg Java writes it, not at pyarrow's own default of 1.
+        # No level set: zstd at level 3, as Iceberg Java writes it, not at pyarrow's own default of 1
+        # (parquet-mr's default is 3 already: for Spark's writer, level 1 shows the level reaches it).
         assert sizes[(writer, "default")] == sizes[(writer, "level 3")] != sizes[(writer, "level 1")], sizes
         assert sizes[(writer, "uncompressed")] > sizes[(writer, "level 1")], sizes
+        assert codecs[(writer, "default")] == {"ZSTD"} and codecs[(writer, "uncompressed")] == {"UNCOMPRESSED"}
+    # Both writers write lz4 as the same Parquet codec (LZ4_RAW), whichever wrote the file.
+    assert codecs[("spark", "lz4")] == codecs[("arrow", "lz4")] != codecs[("spark", "default")], codecs
+
+
+CHANGE_IT = r"change it in table_properties \(no table was created\)"
 
 
 @pytest.mark.parametrize(
@@ -316,11 +330,13 @@ def test_both_writers_compress_at_the_tables_level_and_iceberg_javas_by_default(
         ({"write.parquet.compression-level": "fast"}, r"write\.parquet\.compression-level='fast' is not a zstd level"),
         (
             {"write.parquet.compression-codec": "gzip", "write.parquet.compression-level": "12"},
-            r"write\.parquet\.compression-level='12' is not a gzip level; set a whole number from 1 to 9",
+            r"write\.parquet\.compression-level='12' is not a gzip level; "
+            + CHANGE_IT
+            + r" to a whole number from 0 to 9 or one of Hadoop's names",
         ),
         (
             {"write.parquet.compression-codec": "lzo"},
-            r"write\.parquet\.compression-codec='lzo' cannot be written; set it to one of",
+            r"write\.parquet\.compression-codec='lzo' cannot be written; " + CHANGE_IT + " to one of",
         ),
     ],
 )

@@ -218,3 +218,54 @@ def test_columns_of_nearly_distinct_values_are_not_dictionary_encoded(tmp_path: 
     }
     assert dictionary == {"id": False, "name": True, "amount": False, "ts": False, "day": True, "price": False}
     assert repr(read(record.path).to_pylist()) == repr(data.to_pylist())  # repr: NaN equals NaN
+
+
+def test_compression_properties_are_read_as_iceberg_java_reads_them() -> None:
+    from icesink.errors import ConfigError
+    from icesink.iceberg.describe import DATA_CODEC, DATA_LEVEL, DELETE_CODEC, DELETE_LEVEL, _parquet_compression
+    from icesink.writer.spec import Compression
+
+    def resolved(properties: dict[str, str]) -> tuple[Compression, Compression]:
+        return _parquet_compression(properties, "shop.t ü%")
+
+    zstd = Compression("zstd")
+    assert resolved({}) == (zstd, zstd)
+    assert resolved({DATA_CODEC: " ZSTD "}) == (zstd, zstd)
+    assert resolved({DATA_LEVEL: "-5"}) == (Compression("zstd", -5), Compression("zstd", -5))
+    assert resolved({DATA_CODEC: "lz4"})[0] == Compression("lz4_raw")
+    assert resolved({DATA_CODEC: "none"})[0] == Compression("none")
+    # A level on a codec without levels is ignored, as Iceberg Java ignores it.
+    assert resolved({DATA_CODEC: "snappy", DATA_LEVEL: "7"})[0] == Compression("snappy")
+    # gzip levels by Hadoop's names (what Iceberg Java takes) and by number.
+    for raw, level in (("BEST_COMPRESSION", 9), ("best_speed", 1), ("SIX", 6), ("DEFAULT_COMPRESSION", None), ("0", 0)):
+        assert resolved({DATA_CODEC: "gzip", DATA_LEVEL: raw})[0] == Compression("gzip", level), raw
+    # Delete files take their own properties and fall back to the data files' ones.
+    assert resolved({DATA_LEVEL: "9", DELETE_CODEC: "snappy"}) == (Compression("zstd", 9), Compression("snappy"))
+    assert resolved({DATA_CODEC: "gzip", DELETE_LEVEL: "2"}) == (Compression("gzip"), Compression("gzip", 2))
+
+    refused = {
+        f"{DATA_CODEC}='lzo' cannot be written": {DATA_CODEC: "lzo"},
+        f"{DATA_LEVEL}='1_0' is not a zstd level": {DATA_LEVEL: "1_0"},
+        f"{DATA_LEVEL}='23' is not a zstd level": {DATA_LEVEL: "23"},
+        f"{DELETE_LEVEL}='x' is not a zstd level": {DELETE_LEVEL: "x"},
+        f"{DATA_LEVEL}='10' is not a gzip level": {DATA_CODEC: "gzip", DATA_LEVEL: "10"},
+    }
+    for expected, properties in refused.items():
+        with pytest.raises(ConfigError) as error:
+            resolved(properties)
+        message = str(error.value)
+        assert message.startswith(f"table shop.t ü%: {expected}"), message
+        assert "set_properties" in message, message
+
+
+def test_pyarrow_gets_the_levels_iceberg_javas_writer_uses_when_none_is_set(tmp_path: Path) -> None:
+    from icesink.writer.position_deletes import write_position_deletes
+    from icesink.writer.spec import Compression
+
+    assert Compression("zstd").for_pyarrow() == ("zstd", 3)
+    assert Compression("gzip").for_pyarrow() == ("gzip", 6)
+    assert Compression("zstd", 1).for_pyarrow() == ("zstd", 1)
+    assert Compression("lz4_raw").for_pyarrow() == ("lz4", None)
+    location = file_uri(tmp_path / "pos.parquet")
+    write_position_deletes(location, {"file:///t/a.parquet": pa.array([3, 1])}, 0, (), (), Compression("gzip"))
+    assert pq.ParquetFile(tmp_path / "pos.parquet").metadata.row_group(0).column(0).compression == "GZIP"

@@ -270,23 +270,33 @@ class TableCommitter:
         self, table: Table, identifier: str, row: CheckpointRow, files: list[DataFile], deletes: list[DataFile]
     ) -> None:
         """Files written against an older schema are committed only if the table still reads them correctly."""
-        from icesink.iceberg.schemas import schema_by_id, written_schema_problem
+        from icesink.iceberg.schemas import schema_by_id, schema_in_files, written_schema_problem
 
         current = table.schema()
         if row.schema_id is None:
             return
         # Also at the same schema id: a schema made optional and back to required reuses the old id.
         written = current if row.schema_id == current.schema_id else schema_by_id(table, row.schema_id)
-        problem: str | None
-        if written is None:
-            problem = "that schema is not in the table's metadata any more"
-        else:
-            nulls: dict[int, int] = {}
-            for data_file in files:
-                for field_id, count in (data_file.null_value_counts or {}).items():
-                    nulls[field_id] = nulls.get(field_id, 0) + count
-            keys = {i for d in deletes for i in (d.equality_ids or ())}
-            problem = written_schema_problem(current, written, nulls, keys)
+        if written is None and not files:
+            written = current  # delete files hold only their keys, which are checked below
+        elif written is None:
+            # Gone from the metadata (another tool's expiry removes schemas no snapshot uses): the data
+            # files' own field ids say which of the table's fields they hold.
+            try:
+                written = schema_in_files(table, [str(f.file_path) for f in files])
+            except OSError as e:
+                raise SchemaMismatchError(
+                    f"table {identifier}, job {row.job_id}, checkpoint {row.checkpoint_id}: its files were written "
+                    f"with schema {row.schema_id}, which is not in the table's metadata any more, and reading their "
+                    f"columns failed ({e}). Nothing of the checkpoint was committed and it stays staged; the "
+                    "committer checks it again on its next attempt"
+                ) from e
+        nulls: dict[int, int] = {}
+        for data_file in files:
+            for field_id, count in (data_file.null_value_counts or {}).items():
+                nulls[field_id] = nulls.get(field_id, 0) + count
+        keys = {i for d in deletes for i in (d.equality_ids or ())}
+        problem = written_schema_problem(current, written, nulls, keys)
         if problem is None:
             return
         raise SchemaMismatchError(

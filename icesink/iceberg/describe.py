@@ -7,11 +7,12 @@ The executors (and the committer's maintenance, which writes files too) get a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from icesink.errors import ConfigError, UnsupportedTableError
-from icesink.writer.spec import ChangeSpec, ColumnSpec, PartitionFieldSpec, WriterSpec, arrow_type
+from icesink.writer.spec import ChangeSpec, ColumnSpec, Compression, PartitionFieldSpec, WriterSpec, arrow_type
 from icesink.writer.storage import storage_options
 
 if TYPE_CHECKING:
@@ -20,24 +21,40 @@ if TYPE_CHECKING:
 
 TARGET_FILE_SIZE = "write.target-file-size-bytes"
 TARGET_FILE_SIZE_DEFAULT = 512 * 1024 * 1024
-COMPRESSION_CODEC = "write.parquet.compression-codec"
-COMPRESSION_LEVEL = "write.parquet.compression-level"
-# Iceberg's codec names → the names Parquet writers here take. LZO has no
-# writer in pyarrow, and Spark needs a codec jar pyspark does not ship.
-_CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "lz4": "lz4", "brotli": "brotli", "uncompressed": "none"}
-# The levels each codec accepts; snappy, lz4 and none have none, and Iceberg
-# Java ignores a level set for them, as icesink does.
-_LEVELS = {"zstd": range(-(1 << 17), 23), "gzip": range(1, 10), "brotli": range(0, 12)}
-# With no level set, Iceberg Java writes zstd at parquet-mr's level 3; pyarrow's
-# own default is 1. Both of icesink's writers use 3, so that a table's files
-# do not depend on which writer wrote them.
-_DEFAULT_LEVELS = {"zstd": 3}
+# Iceberg Java falls back to the data files' codec and level for delete files where these are unset.
+DATA_CODEC, DATA_LEVEL = "write.parquet.compression-codec", "write.parquet.compression-level"
+DELETE_CODEC, DELETE_LEVEL = "write.delete.parquet.compression-codec", "write.delete.parquet.compression-level"
+# Iceberg's codec names → icesink's (Compression.codec). Both of icesink's writers write LZ4 as LZ4_RAW,
+# Parquet's LZ4 without Hadoop's framing, which its format deprecates. LZO has no writer in pyarrow,
+# and Spark needs a codec jar pyspark does not ship.
+_CODECS = {
+    "zstd": "zstd",
+    "snappy": "snappy",
+    "gzip": "gzip",
+    "lz4": "lz4_raw",
+    "lz4_raw": "lz4_raw",
+    "brotli": "brotli",
+    "uncompressed": "none",
+    "none": "none",
+}
+# The levels each codec takes; snappy, lz4 and none take none, and Iceberg Java ignores a level set for
+# them, as icesink does.
+_LEVELS = {"zstd": range(-(1 << 17), 23), "gzip": range(0, 10), "brotli": range(0, 12)}
+# Iceberg Java hands a gzip level to Hadoop's zlib, which takes these names, not numbers.
+_GZIP_LEVEL_NAMES = {
+    "NO_COMPRESSION": 0,
+    "BEST_SPEED": 1,
+    **{name: n for n, name in enumerate(("TWO", "THREE", "FOUR", "FIVE", "SIX", "SEVEN", "EIGHT"), start=2)},
+    "BEST_COMPRESSION": 9,
+    "DEFAULT_COMPRESSION": None,
+}
+_HOW_TO_CHANGE = "change the table property (ALTER TABLE … SET TBLPROPERTIES, or pyiceberg's set_properties)"
 
 
 def check_write_properties(properties: Mapping[str, str], identifier: str) -> None:
-    """Refuse write properties icesink's writers cannot honour, before a table is created with them."""
+    """Refuse the properties of a new table (``table_properties``) that icesink's writers cannot honour."""
     _target_file_size(properties, identifier)
-    _parquet_compression(properties, identifier)
+    _parquet_compression(properties, identifier, how="change it in table_properties (no table was created)")
 
 
 def target_file_size(table: Table, identifier: str) -> int:
@@ -52,35 +69,52 @@ def _target_file_size(properties: Mapping[str, str], identifier: str) -> int:
         raise ConfigError(f"table {identifier}: {TARGET_FILE_SIZE} must be a number of bytes") from e
 
 
-def parquet_compression(table: Table, identifier: str) -> tuple[str, int | None]:
-    """The table's Parquet codec and level (``write.parquet.compression-codec``/``-level``), checked."""
+def parquet_compression(table: Table, identifier: str) -> tuple[Compression, Compression]:
+    """The codecs and levels of the table's data files and of its delete files, checked."""
     return _parquet_compression(table.properties, identifier)
 
 
-def _parquet_compression(properties: Mapping[str, str], identifier: str) -> tuple[str, int | None]:
-    name = properties.get(COMPRESSION_CODEC, "zstd")
-    codec = _CODECS.get(name.strip().lower())
+def _parquet_compression(
+    properties: Mapping[str, str], identifier: str, how: str = _HOW_TO_CHANGE
+) -> tuple[Compression, Compression]:
+    data = _compression(properties, identifier, how, DATA_CODEC, DATA_LEVEL)
+    deletes = _compression(properties, identifier, how, DELETE_CODEC, DELETE_LEVEL, (DATA_CODEC, DATA_LEVEL))
+    return data, deletes
+
+
+def _compression(
+    properties: Mapping[str, str],
+    identifier: str,
+    how: str,
+    codec_property: str,
+    level_property: str,
+    fallback: tuple[str, str] | None = None,
+) -> Compression:
+    def get(key: str, fallback_key: str | None) -> tuple[str, str | None]:
+        if key in properties or fallback_key is None:
+            return key, properties.get(key)
+        return fallback_key, properties.get(fallback_key)
+
+    source, name = get(codec_property, fallback[0] if fallback else None)
+    codec = _CODECS.get((name or "zstd").strip().lower())
     if codec is None:
         raise ConfigError(
-            f"table {identifier}: {COMPRESSION_CODEC}={name!r} cannot be written; "
-            f"set it to one of {', '.join(sorted(_CODECS))}"
+            f"table {identifier}: {source}={name!r} cannot be written; {how} to one of {', '.join(sorted(_CODECS))}"
         )
-    if codec not in _LEVELS:
-        return codec, None
-    raw = properties.get(COMPRESSION_LEVEL)
-    if raw is None:
-        return codec, _DEFAULT_LEVELS.get(codec)
+    source, raw = get(level_property, fallback[1] if fallback else None)
+    if codec not in _LEVELS or raw is None:
+        return Compression(codec)
     allowed = _LEVELS[codec]
-    try:
-        level = int(raw)
-    except ValueError:
-        level = None
+    if codec == "gzip" and raw.strip().upper() in _GZIP_LEVEL_NAMES:
+        return Compression(codec, _GZIP_LEVEL_NAMES[raw.strip().upper()])
+    level = int(raw) if re.fullmatch(r"\s*-?\d+\s*", raw) else None
     if level not in allowed:
+        names = f" or one of Hadoop's names ({', '.join(_GZIP_LEVEL_NAMES)})" if codec == "gzip" else ""
         raise ConfigError(
-            f"table {identifier}: {COMPRESSION_LEVEL}={raw!r} is not a {codec} level; "
-            f"set a whole number from {allowed.start} to {allowed.stop - 1}, or remove the property"
+            f"table {identifier}: {source}={raw!r} is not a {codec} level; {how} to a whole number "
+            f"from {allowed.start} to {allowed.stop - 1}{names}, or remove it"
         )
-    return codec, level
+    return Compression(codec, level)
 
 
 def column_spec(field: NestedField, identifier: str, path: str = "") -> ColumnSpec:
@@ -122,7 +156,7 @@ def writer_spec(table: Table, identifier: str, job_id: str, changes: ChangeSpec 
     properties = table.properties
     target = target_file_size(table, identifier)
     data_location = properties.get("write.data.path") or f"{table.location().rstrip('/')}/data"
-    codec, level = parquet_compression(table, identifier)
+    compression, delete_compression = parquet_compression(table, identifier)
     return WriterSpec(
         table_name=identifier,
         data_location=data_location,
@@ -133,8 +167,8 @@ def writer_spec(table: Table, identifier: str, job_id: str, changes: ChangeSpec 
         spec_id=spec.spec_id,
         job_id=job_id,
         target_file_size_bytes=target,
-        compression=codec,
-        compression_level=level,
+        compression=compression,
+        delete_compression=delete_compression,
         storage_options=storage_options(table.io.properties),
         changes=changes,
         schema_id=schema.schema_id,

@@ -13,11 +13,12 @@ schema change makes it fail, and the caller re-reads the table and plans again.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
     from pyiceberg.types import IcebergType
@@ -121,6 +122,42 @@ def field_path(schema: Schema, field_id: int) -> tuple[tuple[int, str], ...]:
 
 def schema_by_id(table: Table, schema_id: int) -> Schema | None:
     return next((s for s in table.metadata.schemas if s.schema_id == schema_id), None)
+
+
+def schema_in_files(table: Table, locations: Sequence[str]) -> Schema:
+    """The table's current schema cut down to the fields every file at ``locations`` holds, by field id.
+
+    What a checkpoint's files were written with, when their schema has since left
+    the table's metadata (another tool's snapshot expiry may remove schemas no
+    snapshot uses). A field keeps its id for life and Iceberg only lets its type
+    be promoted, so the ids in the files' Parquet footers are all
+    :func:`written_schema_problem` needs. Raises ``OSError`` when a file cannot be read.
+    """
+    import pyarrow.parquet as pq
+    from pyiceberg.schema import prune_columns
+
+    held: set[int] | None = None
+    for location in locations:
+        with table.io.new_input(location).open() as stream:
+            ids = set(_field_ids(pq.ParquetFile(stream).schema_arrow))
+        held = ids if held is None else held & ids
+    return prune_columns(table.schema(), held or set(), select_full_types=False)
+
+
+def _field_ids(fields: Iterable[pa.Field]) -> Iterator[int]:
+    import pyarrow as pa
+
+    for field in fields:
+        raw = (field.metadata or {}).get(b"PARQUET:field_id")
+        if raw is not None:
+            yield int(raw)
+        kind = field.type
+        if isinstance(kind, pa.StructType):
+            yield from _field_ids(kind.field(i) for i in range(kind.num_fields))
+        elif isinstance(kind, pa.ListType | pa.LargeListType):
+            yield from _field_ids([kind.value_field])
+        elif isinstance(kind, pa.MapType):
+            yield from _field_ids([kind.key_field, kind.item_field])
 
 
 def written_schema_problem(

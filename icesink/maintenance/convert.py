@@ -62,14 +62,14 @@ def write_position_delete_files(table: Table, rows: list[DeletedRows], label: st
     for found in rows:
         by_partition[(found.data.file.spec_id, found.scope)].append(found)
     options = storage_options(table.io.properties)
-    codec, level = parquet_compression(table, ".".join(table.name()))
+    _, compression = parquet_compression(table, ".".join(table.name()))
     records = []
     for (spec_id, _), group in by_partition.items():
         directory = group[0].data.path.rsplit("/", 1)[0]
         location = paths.join(directory, f"{paths.segment(label, 64)}-{uuid.uuid4().hex}-pos-deletes.parquet")
         partition = tuple(group[0].data.file.partition[i] for i in range(len(group[0].data.file.partition)))
         deletes = {found.data.path: found.positions for found in group}
-        records.append(write_position_deletes(location, deletes, spec_id, partition, options, codec, level))
+        records.append(write_position_deletes(location, deletes, spec_id, partition, options, compression))
     return records
 
 

@@ -66,10 +66,11 @@ SESSION_SETTINGS = {
     "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
 }
 FIELD_ID_METADATA = "parquet.field.id"
-# The codecs (as WriterSpec names them) Spark's Parquet writer has; brotli needs a codec jar pyspark does
-# not ship. Of the levels, parquet-mr takes zstd's from this option; gzip's goes through Hadoop's zlib
-# settings, so a gzip table with a level is left to the Arrow writer.
-SPARK_CODECS = frozenset({"zstd", "snappy", "gzip", "lz4", "none"})
+# The codecs (Compression.codec) Spark's Parquet writer has; brotli needs a codec jar pyspark does not
+# ship. Of the levels, parquet-mr takes zstd's from this option; gzip's goes through Hadoop's zlib
+# settings of the whole session, so a gzip table that sets a level is left to the Arrow writer. With
+# no level set, parquet-mr's defaults are the ones the Arrow writer uses too (PARQUET_MR_LEVELS).
+SPARK_CODECS = frozenset({"zstd", "snappy", "gzip", "lz4_raw", "none"})
 ZSTD_LEVEL_OPTION = "parquet.compression.codec.zstd.level"
 _SPARK_FILE = re.compile(r"^part-(\d+)-.*\.parquet$")
 
@@ -88,10 +89,11 @@ def spark_writer_refusal(spec: WriterSpec, projected: DataFrame) -> str | None:
             f"the data location {spec.data_location} is not a file system path, and pyspark ships no object-store "
             "connector"
         )
-    if spec.compression not in SPARK_CODECS:
-        return f"Spark's Parquet writer has no {spec.compression!r} codec (write.parquet.compression-codec)"
-    if spec.compression_level is not None and spec.compression != "zstd":
-        return f"Spark's Parquet writer cannot set a {spec.compression} level (write.parquet.compression-level)"
+    codec, level = spec.compression.codec, spec.compression.level
+    if codec not in SPARK_CODECS:
+        return f"Spark's Parquet writer has no {codec!r} codec (write.parquet.compression-codec)"
+    if level is not None and codec != "zstd":
+        return f"Spark's Parquet writer cannot set a {codec} level (write.parquet.compression-level)"
     nested = [c.name for c in spec.columns if c.is_nested]
     if nested:
         return (
@@ -154,13 +156,13 @@ class SparkParquetWriter:
             *[column(c.name).alias(c.name, metadata={FIELD_ID_METADATA: c.field_id}) for c in spec.columns]
         )
         writer = (
-            with_ids.write.option("compression", spec.compression)
+            with_ids.write.option("compression", spec.compression.codec)
             .option("parquet.block.size", str(spec.row_group_bytes))
             # No _SUCCESS marker: the staging directory is read by icesink only.
             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
         )
-        if spec.compression_level is not None:
-            writer = writer.option(ZSTD_LEVEL_OPTION, str(spec.compression_level))
+        if spec.compression.codec == "zstd" and spec.compression.level is not None:
+            writer = writer.option(ZSTD_LEVEL_OPTION, str(spec.compression.level))
         bytes_per_row = self._bytes_per_row or table_row_bytes
         if bytes_per_row:
             rows = max(1, int(spec.target_file_size_bytes / bytes_per_row))

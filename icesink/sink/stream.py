@@ -90,7 +90,7 @@ def stream(
     from icesink.catalog.loader import open_catalog
     from icesink.committer.ledger import Ledger
     from icesink.errors import SchemaMismatchError
-    from icesink.iceberg.describe import check_write_properties, writer_spec
+    from icesink.iceberg.describe import writer_spec
     from icesink.iceberg.schemas import AddColumn
     from icesink.sink.batch import BatchWriter, SinkSettings
     from icesink.sink.changes import change_spec, check_key_columns, extra_columns, resolve_equality_fields
@@ -136,8 +136,6 @@ def stream(
         raise ConfigError(f"table {table}: op_column, op_values and sequence_by need equality_fields (the key)")
     if equality_fields:
         check_key_columns(table, df.schema, equality_fields)
-    new_table_properties = {k: str(v) for k, v in (table_properties or {}).items()}
-    check_write_properties(new_table_properties, table)
     config = resolve_catalog(catalog)
     catalog_handle = open_catalog(config)
     non_data = [c for c in (op_column,) if c]
@@ -150,7 +148,7 @@ def stream(
         partition_by,
         equality_fields or (),
         non_data,
-        properties=new_table_properties,
+        properties={k: str(v) for k, v in (table_properties or {}).items()},
     )
     # Refuse a stream that cannot fit before the query starts.
     keys = resolve_equality_fields(iceberg_table, table, equality_fields)

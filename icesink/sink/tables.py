@@ -11,6 +11,7 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
 from icesink.catalog.loader import check_identifier, load_table
 from icesink.errors import ConfigError, TableNotFoundError
+from icesink.iceberg.describe import check_write_properties
 from icesink.sink.schema import schema_from_spark
 
 if TYPE_CHECKING:
@@ -101,6 +102,8 @@ def resolve_table(
     except TableNotFoundError:
         if not create:
             raise
+    # A table is never created with write properties its writers would then refuse.
+    check_write_properties(properties or {}, identifier)
     schema = schema_from_spark(spark_schema, identifier, identifier_fields, skip_columns)
     spec = parse_partition_by(identifier, schema, partition_by)
     namespace, name = identifier.rsplit(".", 1)

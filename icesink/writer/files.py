@@ -14,7 +14,7 @@ from icesink import paths
 from icesink.failpoints import failpoint
 from icesink.results import FileContent, FileRecord, PartitionValue
 from icesink.writer.metrics import FileMetrics
-from icesink.writer.spec import ColumnSpec, WriterSpec
+from icesink.writer.spec import ColumnSpec, Compression, WriterSpec
 from icesink.writer.storage import split_location
 
 
@@ -75,18 +75,19 @@ class ParquetFile:
         uri: str,
         schema: pa.Schema,
         columns: tuple[ColumnSpec, ...],
-        spec: WriterSpec,
+        compression: Compression,
         use_dictionary: bool | list[str] = True,
     ) -> None:
         self.uri = uri
         self._fs_path = fs_path
         self._filesystem = filesystem
         self._stream = filesystem.open_output_stream(fs_path)
+        codec, level = compression.for_pyarrow()
         self._writer = pq.ParquetWriter(
             self._stream,
             schema,
-            compression=spec.compression,
-            compression_level=spec.compression_level,
+            compression=codec,
+            compression_level=level,
             # Iceberg readers expect INT64 microsecond timestamps, never INT96.
             use_deprecated_int96_timestamps=False,
             coerce_timestamps="us",
@@ -206,7 +207,7 @@ class RollingFileWriter:
             f"{self._directory}/{name}",
             self._schema,
             self._columns,
-            self._spec,
+            self._spec.compression if self._content == FileContent.DATA else self._spec.delete_compression,
             dictionary_columns(first),
         )
 

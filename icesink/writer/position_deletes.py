@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from icesink.results import FileContent, FileRecord, PartitionValue
 from icesink.writer.files import split_offsets
-from icesink.writer.spec import FIELD_ID_KEY
+from icesink.writer.spec import FIELD_ID_KEY, Compression
 from icesink.writer.storage import split_location
 
 FILE_PATH_ID = 2147483546
@@ -39,8 +39,7 @@ def write_position_deletes(
     spec_id: int,
     partition: tuple[PartitionValue, ...],
     storage_options: tuple[tuple[str, str], ...] = (),
-    compression: str = "zstd",
-    compression_level: int | None = None,
+    compression: Compression | None = None,
 ) -> FileRecord:
     """Write the positions ``deletes`` (data file location → row positions) as one delete file at ``location``.
 
@@ -58,10 +57,9 @@ def write_position_deletes(
     filesystem, fs_path = split_location(location, storage_options)
     if isinstance(filesystem, pafs.LocalFileSystem):  # object stores have no directories
         filesystem.create_dir(fs_path.rsplit("/", 1)[0], recursive=True)
+    codec, level = (compression or Compression()).for_pyarrow()
     with filesystem.open_output_stream(fs_path) as stream:
-        writer = pq.ParquetWriter(
-            stream, SCHEMA, compression=compression, compression_level=compression_level, store_schema=False
-        )
+        writer = pq.ParquetWriter(stream, SCHEMA, compression=codec, compression_level=level, store_schema=False)
         writer.write_table(table)
         writer.close()
         size = int(stream.tell())

@@ -106,6 +106,28 @@ class ChangeSpec:
     order_column: str = "__icesink_order"
 
 
+# With no level set, Iceberg Java's writer (parquet-mr) compresses zstd at 3 and gzip at zlib's 6; pyarrow's
+# own defaults are 1 and 9. Both of icesink's writers use parquet-mr's, so that a table's files do not
+# depend on which writer wrote them.
+PARQUET_MR_LEVELS = {"zstd": 3, "gzip": 6}
+
+
+@dataclass(frozen=True)
+class Compression:
+    """A Parquet codec and the level the table sets for it (None: the level Iceberg Java would use).
+
+    ``codec`` is one of ``zstd``, ``snappy``, ``gzip``, ``lz4_raw``, ``brotli``, ``none``.
+    """
+
+    codec: str = "zstd"
+    level: int | None = None
+
+    def for_pyarrow(self) -> tuple[str, int | None]:
+        """pyarrow's codec name and the level to pass it (pyarrow's ``lz4`` writes LZ4_RAW)."""
+        level = self.level if self.level is not None else PARQUET_MR_LEVELS.get(self.codec)
+        return ("lz4" if self.codec == "lz4_raw" else self.codec), level
+
+
 @dataclass(frozen=True)
 class WriterSpec:
     """Everything a write task needs; built on the driver, read on executors."""
@@ -120,8 +142,8 @@ class WriterSpec:
     target_file_size_bytes: int = 512 * 1024 * 1024
     row_group_rows: int = 1024 * 1024
     row_group_bytes: int = 128 * 1024 * 1024
-    compression: str = "zstd"
-    compression_level: int | None = None
+    compression: Compression = Compression()
+    delete_compression: Compression = Compression()  # of equality delete files
     # Object-store settings, credentials among them: never part of a repr, log line or error message.
     storage_options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     changes: ChangeSpec | None = None
