@@ -161,8 +161,9 @@ class SparkParquetWriter:
             # No _SUCCESS marker: the staging directory is read by icesink only.
             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
         )
-        if spec.compression.codec == "zstd" and spec.compression.level is not None:
-            writer = writer.option(ZSTD_LEVEL_OPTION, str(spec.compression.level))
+        if spec.compression.codec == "zstd":
+            # Always set: a session's Hadoop settings could otherwise change the level of this table's files.
+            writer = writer.option(ZSTD_LEVEL_OPTION, str(spec.compression.effective_level))
         bytes_per_row = self._bytes_per_row or table_row_bytes
         if bytes_per_row:
             rows = max(1, int(spec.target_file_size_bytes / bytes_per_row))

@@ -122,10 +122,14 @@ class Compression:
     codec: str = "zstd"
     level: int | None = None
 
+    @property
+    def effective_level(self) -> int | None:
+        """The level files get: the table's, else the one Iceberg Java would use (None: the codec has none)."""
+        return self.level if self.level is not None else PARQUET_MR_LEVELS.get(self.codec)
+
     def for_pyarrow(self) -> tuple[str, int | None]:
         """pyarrow's codec name and the level to pass it (pyarrow's ``lz4`` writes LZ4_RAW)."""
-        level = self.level if self.level is not None else PARQUET_MR_LEVELS.get(self.codec)
-        return ("lz4" if self.codec == "lz4_raw" else self.codec), level
+        return ("lz4" if self.codec == "lz4_raw" else self.codec), self.effective_level
 
 
 @dataclass(frozen=True)
