@@ -50,3 +50,27 @@ def _child_index(fields: list[pa.Field], field_id: int, name: str) -> int:
         ):
             return index
     raise KeyError(f"no field {name!r} (id {field_id}) among {[f.name for f in fields]}")
+
+
+def offsets_for_mask(original: pa.ListArray | pa.LargeListArray | pa.MapArray) -> tuple[pa.Array, int, int]:
+    """``original``'s offsets in a form Arrow accepts beside a null mask, and the child range they cover.
+
+    Arrow's ``from_arrays`` takes a null mask only with offsets that are not a
+    slice: a sliced array's offsets are rebased to 0, and its children must be
+    cut to ``(start, length)`` to match.
+    """
+    offsets = original.offsets
+    first, last = offsets[0].as_py(), offsets[-1].as_py()
+    if original.offset == 0 and first == 0:
+        return offsets, 0, len(original.values)
+    return pc.subtract(offsets, pa.scalar(first, offsets.type)), first, last - first
+
+
+def null_mask(array: pa.Array) -> pa.Array | None:
+    """``array``'s nulls as a mask for ``from_arrays``, or None when it has none."""
+    return array.is_null() if array.null_count else None
+
+
+def empty_table(schema: pa.Schema) -> pa.Table:
+    """A table of no rows; ``schema.empty_table()`` fails on extension types (uuid) inside lists, maps and structs."""
+    return pa.table([pa.chunked_array([], type=f.type) for f in schema], schema=schema)

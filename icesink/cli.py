@@ -307,7 +307,7 @@ def checkpoints_list(obj: Context, table: str, limit: int, as_json: bool) -> Non
     """
     from dataclasses import asdict
 
-    from icesink.committer.ledger import Ledger
+    from icesink.committer.ledger import CheckpointState, Ledger
     from icesink.errors import TableNotFoundError
 
     ledger = Ledger(obj.config)
@@ -351,14 +351,87 @@ def checkpoints_list(obj: Context, table: str, limit: int, as_json: bool) -> Non
         ],
         ["job", "checkpoint", "state", "files", "records", "delete files", "snapshot", "staged at", "committed at"],
     )
-    errors = [f"checkpoint {r.checkpoint_id} of job {r.job_id}: {r.error}" for r in rows if r.status == "failed"]
+    errors = [
+        f"checkpoint {r.checkpoint_id} of job {r.job_id} (at {r.failed_at}): {r.error}"
+        for r in rows
+        if r.status == "failed"
+    ]
     if errors:
-        text += "\n\nfailed:\n" + "\n".join(errors)
+        text += "\n\nfailed (`icesink checkpoints retry` once the cause is fixed, or `discard`):\n" + "\n".join(errors)
+    discarded = [
+        f"checkpoint {r.checkpoint_id} of job {r.job_id} by {r.discarded_by} at {r.discarded_at}: {r.discard_reason}"
+        for r in rows
+        if r.state == CheckpointState.DISCARDED
+    ]
+    if discarded:
+        text += "\n\ndiscarded:\n" + "\n".join(discarded)
     _emit(
         as_json,
         {"jobs": [asdict(j) for j in jobs], "checkpoints": [{**asdict(r), "status": r.status} for r in rows]},
         text,
     )
+
+
+def _operator_choice(obj: Context, table: str, checkpoint: int, job: str | None) -> tuple[Any, Any, Any]:
+    from icesink.committer.ledger import Ledger
+    from icesink.committer.operator import choose_checkpoint
+
+    iceberg_table = obj.table(table)
+    ledger = Ledger(obj.config)
+    return ledger, iceberg_table, choose_checkpoint(ledger, table, checkpoint, job)
+
+
+@checkpoints.command("discard")
+@click.argument("table")
+@click.argument("checkpoint", type=click.IntRange(min=0))
+@click.option("--job", help="The checkpoint's job, when several jobs have one of that number.")
+@click.option("--reason", help="Why, for the ledger and the next snapshot (default: the checkpoint's error).")
+@click.option("--yes", is_flag=True, help="Discard it; without --yes, only say what would be lost.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def checkpoints_discard(
+    obj: Context, table: str, checkpoint: int, job: str | None, reason: str | None, yes: bool, as_json: bool
+) -> None:
+    """Give up a staged or failed CHECKPOINT of TABLE for good, so that the checkpoints after it commit.
+
+    Its rows never reach the table. The ledger keeps who discarded it, when and why, and the next snapshot
+    of its job names it in icesink.discarded-checkpoints. A committed checkpoint is never discarded.
+    """
+    from dataclasses import asdict
+
+    from icesink.committer.operator import check_not_in_table, default_operator, discard
+
+    ledger, iceberg_table, choice = _operator_choice(obj, table, checkpoint, job)
+    if not yes:
+        check_not_in_table(iceberg_table, choice)
+        _emit(
+            as_json,
+            {"discarded": False, "would_lose": asdict(choice.row)},
+            f"{choice.what_is_lost()}.\nNothing was changed; add --yes to discard it.",
+        )
+        return
+    why = reason or choice.row.error or "no reason given"
+    row = discard(ledger, iceberg_table, choice, default_operator(), why)
+    _emit(
+        as_json,
+        {"discarded": True, "checkpoint": {**asdict(row), "status": row.status}},
+        f"discarded checkpoint {row.checkpoint_id} of job {row.job_id} of table {table} ({row.data_records} row(s) "
+        f"lost), by {row.discarded_by}: {why}",
+    )
+
+
+@checkpoints.command("retry")
+@click.argument("table")
+@click.argument("checkpoint", type=click.IntRange(min=0))
+@click.option("--job", help="The checkpoint's job, when several jobs have one of that number.")
+@click.pass_obj
+def checkpoints_retry(obj: Context, table: str, checkpoint: int, job: str | None) -> None:
+    """Have a failed CHECKPOINT of TABLE tried again now that its cause is fixed (committers pick it up at once)."""
+    from icesink.committer.operator import retry
+
+    ledger, iceberg_table, choice = _operator_choice(obj, table, checkpoint, job)
+    row = retry(ledger, iceberg_table, choice)
+    click.echo(f"checkpoint {row.checkpoint_id} of job {row.job_id} of table {table} will be tried again")
 
 
 @main.group()

@@ -96,3 +96,7 @@ class BadFilterError(ConfigError):
 
 class ManifestError(TerminalError):
     """Raised when a staged manifest is missing or cannot be read."""
+
+
+class UnexpectedCommitError(TerminalError):
+    """Raised when committing a checkpoint failed with an error icesink did not foresee; it stays staged."""

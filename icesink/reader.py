@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from icesink.arrays import repeated
+from icesink.arrays import empty_table, repeated
 from icesink.errors import BadFilterError, SnapshotNotFoundError
 from icesink.iceberg.deletes import EqualityDeletes, PartitionKey, partition_scope
 
@@ -57,7 +57,7 @@ def read_table(
     with ThreadPoolExecutor(max_workers=8) as pool:
         parts = list(pool.map(read_one, plan.data))
     if not parts:
-        return plan.schema.as_arrow().empty_table()
+        return empty_table(plan.schema.as_arrow())
     if not deletes:
         return pa.concat_tables(parts, promote_options="permissive").select(columns)
     # One join per partition serves all its files: rows carry their file's data sequence number.

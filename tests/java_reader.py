@@ -9,6 +9,7 @@ Spark session reads them all and prints ``{"table": i, "row": {...}}`` per row.
 
 from __future__ import annotations
 
+import base64
 import glob
 import json
 import os
@@ -29,6 +30,8 @@ def _plain(value: object) -> object:
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_plain(v) for v in value]
+    if isinstance(value, bytes | bytearray):  # as the DuckDB reader prints them
+        return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
     return value
 
 

@@ -47,7 +47,7 @@ def test_terminal_error_stops_one_table_others_commit_and_health_says_why(catalo
         status, body = get(f"{base}/healthz")
         assert status == 503
         (problem,) = json.loads(body)["problems"]
-        assert "shop.broken stopped" in problem and "checkpoint 0" in problem and row.data_manifest in problem
+        assert "shop.broken failed" in problem and "checkpoint 0" in problem and row.data_manifest in problem
         assert [r.state for r in Ledger(catalog_config).for_table("shop.broken")] == [CheckpointState.STAGED]
         time.sleep(0.5)  # one more loop to refresh the gauges
         status, metrics = get(f"{base}/metrics")

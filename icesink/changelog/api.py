@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from icesink.arrays import empty_table
 from icesink.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def changes(
     end = end_snapshot if end_snapshot is not None else (head.snapshot_id if head else None)
     schema = table.schema()
     if end is None or end == start_snapshot:
-        return empty_changelog(schema) if mode == "changelog" else schema.as_arrow().empty_table()
+        return empty_changelog(schema) if mode == "changelog" else empty_table(schema.as_arrow())
     planner = Planner(table)
     parts = []
     snapshots = planner.snapshots(start_snapshot, end)

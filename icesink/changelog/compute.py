@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icesink.arrays import FieldStep, positions, repeated
+from icesink.arrays import FieldStep, empty_table, positions, repeated
 from icesink.iceberg.deletes import EqualityDeletes, PartitionKey, comparable_keys
 from icesink.iceberg.schemas import field_path
 
@@ -101,7 +101,7 @@ def deleted_and_inserted(reader: _Reader, part: SnapshotChanges) -> tuple[pa.Tab
     table, schema = reader.table, reader.schema
     before = EqualityDeletes(table, schema, part.equality_before)
     after = EqualityDeletes(table, schema, part.equality_after)
-    empty = schema.as_arrow().empty_table()
+    empty = empty_table(schema.as_arrow())
     deleted = [empty]
     for changed in part.changed:
         rows = reader.rows(changed.data)
@@ -237,7 +237,7 @@ def compute_changes(
     paths = {name: field_path(schema, i) for name, i in zip(keys, schema.identifier_field_ids, strict=True)}
     if mode == "append":
         inserted = [deleted_and_inserted(reader, part)[1] for part in parts if part.added]
-        return pa.concat_tables(inserted or [schema.as_arrow().empty_table()], promote_options="permissive")
+        return pa.concat_tables(inserted or [empty_table(schema.as_arrow())], promote_options="permissive")
     labelled = []
     for part in parts:
         deleted, inserted = deleted_and_inserted(reader, part)
@@ -250,7 +250,7 @@ def compute_changes(
 
 def empty_changelog(schema: Schema) -> pa.Table:
     fields = [*schema.as_arrow(), *CHANGE_FIELDS]
-    return pa.schema(fields).empty_table()
+    return empty_table(pa.schema(fields))
 
 
 def net(changes: pa.Table, keys: list[str], paths: KeyPaths | None = None) -> pa.Table:

@@ -32,6 +32,7 @@ from icesink.errors import (
     JobIdConflictError,
     ManifestError,
     SchemaMismatchError,
+    UnexpectedCommitError,
 )
 from icesink.failpoints import failpoint
 from icesink.iceberg.marker import (
@@ -54,6 +55,16 @@ log = logging.getLogger("icesink.committer")
 
 CHECKPOINT_RANGE_PROPERTY = "icesink.checkpoint-ids"
 CONVERTED_PROPERTY = "icesink.converted-equality-deletes"
+DISCARDED_PROPERTY = "icesink.discarded-checkpoints"
+
+
+class _CheckpointFailed(Exception):
+    """Carries a commit error and the checkpoints it belongs to (not the ones after them) to the job loop."""
+
+    def __init__(self, error: IcesinkError, rows: Sequence[CheckpointRow]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.rows = list(rows)
 
 
 @dataclass(frozen=True)
@@ -147,21 +158,20 @@ class TableCommitter:
                 self._cleanup(table, done)
                 rows = [r for r in rows if r not in done]
                 continue
-            group = plan_snapshots(rows)[0]
             started = time.monotonic()
             try:
-                committed = self._try_commit(table, identifier, job_id, group)
-            except IcesinkError as e:
-                if not e.transient:  # shown as failed until a commit succeeds; the checkpoints stay staged
+                committed, group = self._try_commit(table, identifier, job_id, plan_snapshots(rows)[0])
+            except _CheckpointFailed as failed:
+                if not failed.error.transient:  # shown as failed until a commit succeeds; they stay staged
                     with contextlib.suppress(IcesinkError):  # best effort: the error itself is what matters
-                        self._ledger.mark_failed([r.id for r in group], str(e))
-                raise
+                        self._ledger.mark_failed([r.id for r in failed.rows], str(failed.error))
+                raise failed.error from failed.error.__cause__
             if committed is None:
                 conflicts += 1
                 if conflicts > self._max_conflicts:
                     raise CommitConflictError(
                         f"table {identifier}: {conflicts} commit conflicts in a row while committing checkpoints "
-                        f"{_range(group)} of job {job_id}; another writer commits too often, retry later"
+                        f"{_range(group or rows)} of job {job_id}; another writer commits too often, retry later"
                     )
                 table = load_table(self._catalog, self._config, identifier)
                 continue
@@ -207,28 +217,76 @@ class TableCommitter:
         self._ledger.mark_failed([r.id for r in strangers], str(error))
         raise error
 
-    def _try_commit(self, table: Table, identifier: str, job_id: str, group: Sequence[CheckpointRow]) -> Table | None:
-        """Build and swap in one snapshot; None if the head moved under us."""
+    def _try_commit(
+        self, table: Table, identifier: str, job_id: str, group: Sequence[CheckpointRow]
+    ) -> tuple[Table | None, list[CheckpointRow]]:
+        """Build and swap in one snapshot of the longest committable start of ``group``; None if the head moved.
+
+        Returns the new table and the checkpoints it holds. A checkpoint that cannot be committed (an
+        unreadable manifest, files the table no longer accepts) ends the snapshot before it; when it is
+        the first, :class:`_CheckpointFailed` names it alone, so the ones after it are not blamed.
+        """
+        if any(row.schema_id not in (None, table.metadata.current_schema_id) for row in group):
+            fresh = load_table(self._catalog, self._config, identifier)
+            if fresh.metadata_location != table.metadata_location:
+                return None, []  # judged on the table as it is now, after the re-read a lost swap does too
+        per_row = self._committable(table, identifier, group)
+        committing = [row for row, _, _ in per_row]
+        try:
+            return self._commit_files(table, identifier, job_id, per_row), committing
+        except IcesinkError as e:
+            raise _CheckpointFailed(e, committing) from e
+        except Exception as e:  # an error nobody foresaw still names what it stopped, and stops only that
+            error = UnexpectedCommitError(
+                f"table {identifier}, job {job_id}, checkpoint(s) {_range(committing)}: committing failed with "
+                f"{type(e).__name__}: {e}. Nothing was committed and the checkpoint(s) stay staged; the committer "
+                "tries again. If it keeps failing, please report it; `icesink checkpoints discard` gives a "
+                "checkpoint up"
+            )
+            error.__cause__ = e
+            raise _CheckpointFailed(error, committing) from e
+
+    def _committable(
+        self, table: Table, identifier: str, group: Sequence[CheckpointRow]
+    ) -> list[tuple[CheckpointRow, list[DataFile], list[DataFile]]]:
+        """The checkpoints of ``group`` up to the first that cannot be committed, with their files."""
+        per_row: list[tuple[CheckpointRow, list[DataFile], list[DataFile]]] = []
+        for row in group:
+            try:
+                files = self._read_files(table, identifier, row, False)
+                deletes = self._read_files(table, identifier, row, True)
+                self._check_schema(table, identifier, row, files, deletes)
+            except IcesinkError as e:
+                if per_row and not e.transient:
+                    log.warning("table=%s: committing up to checkpoint %d first: %s", identifier, row.checkpoint_id, e)
+                    break  # the checkpoints before it commit now; it fails on its own next
+                raise _CheckpointFailed(e, [row]) from e
+            per_row.append((row, files, deletes))
+        return per_row
+
+    def _commit_files(
+        self,
+        table: Table,
+        identifier: str,
+        job_id: str,
+        per_row: Sequence[tuple[CheckpointRow, list[DataFile], list[DataFile]]],
+    ) -> Table | None:
         from pyiceberg.exceptions import CommitFailedException
 
         from icesink.iceberg.files import delete_quietly
         from icesink.iceberg.snapshots import commit_prepared, prepare_snapshot
 
-        per_row = [
-            (row, self._read_files(table, identifier, row, False), self._read_files(table, identifier, row, True))
-            for row in group
-        ]
-        if any(row.schema_id not in (None, table.metadata.current_schema_id) for row in group):
-            fresh = load_table(self._catalog, self._config, identifier)
-            if fresh.metadata_location != table.metadata_location:
-                return None  # judged on the table as it is now, after the re-read a lost swap does too
-        for row, row_files, row_deletes in per_row:
-            self._check_schema(table, identifier, row, row_files, row_deletes)
+        group = [row for row, _, _ in per_row]
         files = [f for _, row_files, _ in per_row for f in row_files]
         deletes = [f for _, _, row_deletes in per_row for f in row_deletes]
         last = group[-1]
         properties = marker_properties(job_id, last.checkpoint_id, last.stream_id)
         properties[CHECKPOINT_RANGE_PROPERTY] = _range(group)
+        discarded = [
+            r for r in self._ledger.unrecorded_discards(identifier, job_id) if r.checkpoint_id < last.checkpoint_id
+        ]
+        if discarded:
+            properties[DISCARDED_PROPERTY] = ",".join(str(r.checkpoint_id) for r in discarded)
         marker = marker_table_properties(job_id, last.checkpoint_id, last.stream_id)
         converted = self._convert(table, identifier, job_id, last.checkpoint_id, deletes) if deletes else None
         written: list[str] = []
@@ -264,6 +322,10 @@ class TableCommitter:
         if converted is not None:
             # The staged equality deletes were replaced by position deletes: no snapshot names them.
             delete_quietly(committed.io, [str(f.file_path) for f in deletes])
+        head = committed.metadata.snapshot_by_name("main")
+        if discarded and head is not None:
+            with contextlib.suppress(IcesinkError):  # the summary is what counts; the ledger only points to it
+                self._ledger.mark_discards_recorded([r.id for r in discarded], head.snapshot_id)
         return committed
 
     def _check_schema(

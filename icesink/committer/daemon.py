@@ -75,7 +75,7 @@ class CommitterDaemon:
         self._leading = False
         self._retry_at: dict[str, float] = {}
         self._failures: dict[str, int] = {}
-        self._stopped: dict[str, str] = {}  # tables stopped by a terminal error, until restart
+        self._terminal: set[str] = set()  # tables whose last failure is recorded on a checkpoint, for someone to act
         self._last_errors: dict[str, str] = {}
         self._max_failures = max_failures
         self.metrics = CommitterMetrics()
@@ -98,14 +98,19 @@ class CommitterDaemon:
         return [t for t in pending if not self._tables or t in self._tables]
 
     def drain_once(self, report: DaemonReport) -> int:
-        """One pass over every table with pending checkpoints; returns how many tables still wait."""
+        """One pass over every table with pending checkpoints; returns how many tables still wait.
+
+        A table whose commit fails waits with backoff while every other table goes on; one whose
+        failure an operator dealt with (``checkpoints retry`` or ``discard``) is tried again at once.
+        """
         waiting = 0
-        for table in self._pending_tables():
+        pending = self._pending_tables()
+        failing = self._ledger.tables_with_failures() if self._retry_at else set()
+        for table in pending:
             if self._stop.is_set():
                 break
-            if table in self._stopped:
-                continue
-            if time.monotonic() < self._retry_at.get(table, 0.0):
+            operator_acted = table in self._terminal and table not in failing
+            if time.monotonic() < self._retry_at.get(table, 0.0) and not operator_acted:
                 waiting += 1
                 continue
             try:
@@ -116,25 +121,13 @@ class CommitterDaemon:
                 log.warning("%s; back to standby", e)
                 self._leading = False
                 return waiting + 1
-            except IcesinkError as e:
-                failures = self._failures.get(table, 0) + 1
-                self._failures[table] = failures
-                self.metrics.failures.labels(table).set(failures)
-                report.failed[table] = str(e)
-                self._last_errors[table] = str(e)
-                if not e.transient:
-                    # Retrying cannot help: stop this table's queue (its staged checkpoints stay) and go on.
-                    self._stopped[table] = str(e)
-                    log.error("table=%s stopped until the committer restarts: %s", table, e)
-                    continue
-                delay = min(self._max_backoff, 0.5 * 2 ** min(failures, 10)) * random.uniform(0.5, 1.0)
-                self._retry_at[table] = time.monotonic() + delay
-                level = logging.WARNING if e.transient else logging.ERROR
-                log.log(level, "table=%s commit failed (%d in a row, retry in %.1fs): %s", table, failures, delay, e)
+            except Exception as e:  # one table's failure, foreseen or not, never stops the others
+                self._failed(table, e, report)
                 waiting += 1
                 continue
             self._failures.pop(table, None)
             self._last_errors.pop(table, None)
+            self._terminal.discard(table)
             self._retry_at.pop(table, None)
             report.failed.pop(table, None)
             snapshots = [o for o in outcomes if o.snapshot_id is not None]
@@ -149,7 +142,35 @@ class CommitterDaemon:
             )
             if snapshots and self._maintainer is not None and not self._stop.is_set():
                 self._maintain(table)
+        for table in set(self._retry_at) - set(pending):  # discarded, or committed by someone else
+            self._forget_failure(table, report)
         return waiting
+
+    def _failed(self, table: str, error: Exception, report: DaemonReport) -> None:
+        """Record a table's failed commit and when to try it again."""
+        failures = self._failures.get(table, 0) + 1
+        self._failures[table] = failures
+        self.metrics.failures.labels(table).set(failures)
+        message = str(error) if isinstance(error, IcesinkError) else f"table {table}: {type(error).__name__}: {error}"
+        report.failed[table] = message
+        self._last_errors[table] = message
+        transient = isinstance(error, IcesinkError) and error.transient
+        if not transient and table in self._ledger.tables_with_failures():
+            self._terminal.add(table)  # recorded on its checkpoint: clearing that is the operator's signal
+        # Retrying cannot help a terminal error until someone acts, so it waits the longest.
+        delay = self._max_backoff if not transient else min(self._max_backoff, 0.5 * 2 ** min(failures, 10))
+        delay *= random.uniform(0.5, 1.0)
+        self._retry_at[table] = time.monotonic() + delay
+        if isinstance(error, IcesinkError):
+            level = logging.WARNING if transient else logging.ERROR
+            log.log(level, "table=%s commit failed (%d in a row, retry in %.1fs): %s", table, failures, delay, error)
+        else:
+            log.exception("table=%s commit failed unexpectedly (retry in %.1fs)", table, delay)
+
+    def _forget_failure(self, table: str, report: DaemonReport) -> None:
+        for known in (self._failures, self._last_errors, self._retry_at, report.failed):
+            known.pop(table, None)
+        self._terminal.discard(table)
 
     def _maintain(self, table: str) -> None:
         """Maintenance between this table's commits; its own failures never stop the commits."""
@@ -167,18 +188,16 @@ class CommitterDaemon:
             counts = self._ledger.pending_counts()
         except IcesinkError:
             return
-        for table in set(counts) | set(self._failures) | set(self._stopped):
+        for table in set(counts) | set(self._failures):
             self.metrics.pending.labels(table).set(counts.get(table, 0))
 
     def problems(self) -> list[str]:
         """Why the daemon is unhealthy; empty while it is healthy."""
-        found = [f"table {t} stopped: {error}" for t, error in sorted(self._stopped.items())]
-        found += [
-            f"table {t} failed {n} times in a row: {self._last_errors.get(t, '')}"
+        return [
+            f"table {t} failed {n} time(s) in a row: {self._last_errors.get(t, '')}"
             for t, n in sorted(self._failures.items())
-            if n >= self._max_failures and t not in self._stopped
+            if n >= self._max_failures or t in self._terminal
         ]
-        return found
 
     def run(self, once: bool = False) -> DaemonReport:
         report = DaemonReport()

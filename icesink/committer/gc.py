@@ -64,8 +64,8 @@ def collect_garbage(
     table = load_table(catalog, config, identifier)  # for its FileIO; what it references is read below
     keep: set[str] = set()
     for row in ledger.for_table(identifier):
-        if row.state == CheckpointState.COMMITTED and row.manifests_deleted:
-            continue
+        if (row.state == CheckpointState.COMMITTED and row.manifests_deleted) or row.state == CheckpointState.DISCARDED:
+            continue  # a discarded checkpoint's files are garbage: no snapshot will ever name them
         keep.update(row.manifest_paths)
         if row.state != CheckpointState.STAGED:
             continue

@@ -52,13 +52,20 @@ checkpoints = sa.Table(
     sa.Column("checkpoint_location", sa.String(1000)),
     sa.Column("schema_id", sa.Integer()),
     sa.Column("column_ids", sa.Text()),  # JSON: DataFrame column -> field id
+    sa.Column("failed_at", sa.DateTime(timezone=True)),
+    sa.Column("discarded_at", sa.DateTime(timezone=True)),
+    sa.Column("discarded_by", sa.String(255)),
+    sa.Column("discard_reason", sa.Text()),
 )
 
 
 class CheckpointState(enum.StrEnum):
+    """Where a checkpoint is. A staged checkpoint whose commit stopped on an error shows as ``failed``
+    (:attr:`CheckpointRow.status`) and stays staged, so that it commits once the cause is gone."""
+
     STAGED = "staged"
     COMMITTED = "committed"
-    FAILED = "failed"
+    DISCARDED = "discarded"  # given up by an operator; never committed
 
 
 @dataclass(frozen=True)
@@ -135,10 +142,14 @@ class CheckpointRow(StagedCheckpoint):
     committed_at: datetime.datetime | None
     manifests_deleted: bool
     error: str | None
+    failed_at: datetime.datetime | None = None
+    discarded_at: datetime.datetime | None = None
+    discarded_by: str | None = None
+    discard_reason: str | None = None
 
     @property
     def status(self) -> str:
-        """``failed`` for a staged checkpoint whose commit stopped on an error; otherwise the state."""
+        """``failed`` for a staged checkpoint whose last commit attempt stopped on an error; otherwise the state."""
         return "failed" if self.state == CheckpointState.STAGED and self.error else self.state.value
 
 
@@ -183,7 +194,8 @@ class Ledger:
         if values["column_ids"] is not None:
             values["column_ids"] = tuple((str(k), int(v)) for k, v in json.loads(values["column_ids"]).items())
         values["staged_at"] = as_utc(values["staged_at"])
-        values["committed_at"] = as_utc(values["committed_at"])
+        for moment in ("committed_at", "failed_at", "discarded_at"):
+            values[moment] = as_utc(values[moment])
         return CheckpointRow(**values)
 
     def stage(self, staged: StagedCheckpoint, state: CheckpointState = CheckpointState.STAGED) -> bool:
@@ -339,8 +351,49 @@ class Ledger:
         ]
 
     def mark_failed(self, ids: Sequence[int], error: str) -> None:
-        """Record why these checkpoints could not be committed; they stay staged."""
-        self._update(ids, error=error)
+        """Record why these checkpoints could not be committed, and when; they stay staged."""
+        self._update(ids, error=error, failed_at=_now())
+
+    def tables_with_failures(self) -> set[str]:
+        """Tables with a staged checkpoint whose last commit attempt failed."""
+        c = checkpoints.c
+        query = (
+            sa.select(c.table_identifier)
+            .where(c.catalog_name == self._config.name, c.state == CheckpointState.STAGED.value, c.error.is_not(None))
+            .distinct()
+        )
+        with database_errors(self._config), self._engine.connect() as connection:
+            return {r[0] for r in connection.execute(query)}
+
+    def clear_failure(self, row_id: int) -> bool:
+        """Forget a staged checkpoint's error, so that committers try it now; False if it is not staged."""
+        return self._update_staged(row_id, error=None, failed_at=None)
+
+    def discard(self, row_id: int, who: str, why: str) -> bool:
+        """Give up a staged checkpoint for good; False if it is not staged (committed, or discarded already)."""
+        return self._update_staged(
+            row_id, state=CheckpointState.DISCARDED.value, discarded_at=_now(), discarded_by=who, discard_reason=why
+        )
+
+    def unrecorded_discards(self, table_identifier: str, job_id: str) -> list[CheckpointRow]:
+        """The job's discarded checkpoints that no snapshot summary names yet."""
+        c = checkpoints.c
+        return self._select(
+            c.table_identifier == table_identifier,
+            c.job_id == job_id,
+            c.state == CheckpointState.DISCARDED.value,
+            c.snapshot_id.is_(None),
+        )
+
+    def mark_discards_recorded(self, ids: Sequence[int], snapshot_id: int) -> None:
+        """The snapshot whose summary names these discarded checkpoints."""
+        self._update(ids, snapshot_id=snapshot_id)
+
+    def _update_staged(self, row_id: int, **values: object) -> bool:
+        c = checkpoints.c
+        query = checkpoints.update().where(c.id == row_id, c.state == CheckpointState.STAGED.value).values(**values)
+        with database_errors(self._config), self._engine.begin() as connection:
+            return int(connection.execute(query).rowcount) == 1
 
     def prune_committed(self, table_identifier: str, before: datetime.datetime) -> int:
         """Forget committed checkpoints older than ``before`` whose manifests are gone; the newest per job stays."""
@@ -370,7 +423,12 @@ class Ledger:
 
     def mark_committed(self, ids: Sequence[int], snapshot_id: int | None) -> None:
         self._update(
-            ids, state=CheckpointState.COMMITTED.value, snapshot_id=snapshot_id, committed_at=_now(), error=None
+            ids,
+            state=CheckpointState.COMMITTED.value,
+            snapshot_id=snapshot_id,
+            committed_at=_now(),
+            error=None,
+            failed_at=None,
         )
 
     def mark_manifests_deleted(self, ids: Iterable[int]) -> None:

@@ -9,6 +9,7 @@ group and partition, whatever the number of data files.
 
 from __future__ import annotations
 
+import decimal
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -47,11 +48,14 @@ def _zero(kind: pa.DataType) -> pa.Scalar:
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         return pa.scalar("", kind)
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_fixed_size_binary(kind):
-        return pa.array([b"\0" * getattr(kind, "byte_width", 0)], kind)[0]
+        width = kind.byte_width if pa.types.is_fixed_size_binary(kind) else 0  # byte_width raises for the others
+        return pa.array([b"\0" * width], kind)[0]
     if pa.types.is_boolean(kind):
         return pa.scalar(False)
     if pa.types.is_date32(kind) or pa.types.is_time32(kind):
         return pa.array([0], pa.int32()).cast(kind)[0]
+    if pa.types.is_decimal(kind):
+        return pa.scalar(decimal.Decimal(0), kind)
     return pa.array([0], pa.int64()).cast(kind)[0]
 
 

@@ -13,6 +13,7 @@ from pyiceberg.manifest import DataFile, DataFileContent, ManifestEntry, Manifes
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
+from icesink.arrays import empty_table
 from icesink.iceberg.manifests import fetch_entries
 
 
@@ -155,17 +156,24 @@ def read_files(
     read many files one by one read the delete files once.
     """
     from pyiceberg.expressions import AlwaysTrue
-    from pyiceberg.io.pyarrow import ArrowScan, schema_to_pyarrow
-    from pyiceberg.table import FileScanTask
+    from pyiceberg.expressions.visitors import bind
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    from icesink.iceberg.file_reads import read_data_file
 
     expression = parse_row_filter(row_filter) if row_filter is not None else AlwaysTrue()
-    scan = ArrowScan(table.metadata, table.io, schema, expression)
+    bound = bind(table.metadata.schema(), expression, case_sensitive=True)
     if positions is None:
         positions = position_deletes_by_file(table, [d for _, deletes in files for d in deletes])
-    tasks = [FileScanTask(data_file, delete_files=set(deletes)) for data_file, deletes in files]
-    batches = list(scan._record_batches_from_scan_tasks_and_deletes(tasks, positions))
+    batches = [
+        batch
+        for data_file, deletes in files
+        for batch in read_data_file(
+            table.metadata, table.io, schema, data_file, bound, positions.get(str(data_file.file_path))
+        )
+    ]
     if not batches:
-        return schema_to_pyarrow(schema, include_field_ids=False).empty_table()
+        return empty_table(schema_to_pyarrow(schema, include_field_ids=False))
     return pa.concat_tables([pa.Table.from_batches([b]) for b in batches], promote_options="permissive")
 
 

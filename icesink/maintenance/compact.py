@@ -214,6 +214,7 @@ def _rewrite(
     """Read the group's rows with the deletes of the base applied and write them as new files."""
     from icesink.iceberg.describe import writer_spec
     from icesink.iceberg.scan import position_deletes_by_file, read_files
+    from icesink.maintenance.verify import check_read, check_written
     from icesink.writer.conform import conform
     from icesink.writer.files import FileNamer, RollingFileWriter
     from icesink.writer.partitioning import partition_path
@@ -235,7 +236,9 @@ def _rewrite(
     def read(data: PlannedDataFile) -> pa.Table:
         # One physical type per column (files read back as string or large_string alike).
         rows = read_files(table, schema, [(data.file, data.position_deletes)], None, positions)
-        return conform(spec, rows, number).cast(arrow_schema)
+        conformed = conform(spec, rows, number).cast(arrow_schema)
+        check_read(table.io, target.identifier, data, conformed, positions)
+        return conformed
 
     try:
         with ThreadPoolExecutor(max_workers=4) as pool:
@@ -248,7 +251,9 @@ def _rewrite(
             rows = deletes.apply(rows, sequence, group.scope)
         for start in range(0, rows.num_rows, spec.row_group_rows):  # row groups (and files) of the usual size
             writer.write(rows.slice(start, spec.row_group_rows))
-        return writer.close()
+        records = writer.close()
+        check_written(table.io, target.identifier, rows, records)
+        return records
     except BaseException:
         writer.abort()
         raise

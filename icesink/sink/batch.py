@@ -43,10 +43,10 @@ from icesink.writer.task import RESULT_SCHEMA_DDL, write_task
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.table import Table
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
     from icesink.results import WriteResult
-    from icesink.writer.spec import ChangeSpec, WriterSpec
+    from icesink.writer.spec import ChangeSpec, Leaf, WriterSpec
 
 log = logging.getLogger("icesink.stream")
 
@@ -213,7 +213,7 @@ class BatchWriter:
             self._note_writer("arrow", f"icesink's Arrow writer ({refusal})")
         if changes is not None:
             # Every change of a key must reach the same task to be collapsed there.
-            keys = [nested(leaf.path) for leaf in spec.equality_leaves]
+            keys = [_distribution_key(projected, leaf) for leaf in spec.equality_leaves]
             projected = projected.repartition(batch_df.sparkSession.sparkContext.defaultParallelism, *keys)
         # pyspark's mapInArrow looks every column up by its name, which fails for names Spark parses
         # (a backtick, a dot); positional names go in, and the task restores the real ones.
@@ -277,3 +277,18 @@ class Phases:
 
     def __str__(self) -> str:
         return " ".join(f"{name}={ms:.0f}ms" for name, ms in self.milliseconds.items())
+
+
+def _distribution_key(df: DataFrame, leaf: Leaf) -> Column:
+    """What changes are distributed by: one value per key, however the input spells it.
+
+    A uuid key given as text is compared as its 16 bytes by the tasks, so ``5BC8…`` and ``5bc8…``
+    must reach the same task (the tasks refuse any text that is not 8-4-4-4-12 hex digits, so
+    lower case is the whole of the difference). Binary uuids are already one spelling.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType
+
+    key = nested(leaf.path)
+    as_text = leaf.column.iceberg_type == "uuid" and isinstance(df.select(key).schema[0].dataType, StringType)
+    return F.lower(key) if as_text else key

@@ -115,12 +115,22 @@ def _conform_struct(where: _Where, column: ColumnSpec, target: pa.Field, array: 
     for index, (child, child_target) in enumerate(zip(column.children, target.type, strict=True)):
         child_path = f"{path}.{child.name}"
         values_ = array.field(index)
+        if valid is not None and values.needs_conversion(child.iceberg_type) and values_.type != child_target.type:
+            values_ = _no_value_under_nulls(values_, valid, child)
         _check_required(where, child, child_path, values_, valid)
         children.append(_conform(where, child, child_target, values_, child_path))
     wanted = pa.struct([f.with_type(c.type) for f, c in zip(target.type, children, strict=True)])
     return pa.StructArray.from_arrays(
         children, fields=list(wanted), mask=pc.is_null(array) if valid is not None else None
     )
+
+
+def _no_value_under_nulls(values_: pa.Array, valid: pa.Array, column: ColumnSpec) -> pa.Array:
+    """A struct field's values with whatever the producer left under null structs (pyarrow leaves "" or 0)
+    made null, or, for a required field, a value its conversion accepts: nothing is refused where there is none."""
+    if column.required:
+        return pc.if_else(valid, values_, values.placeholder(column.iceberg_type, values_.type))
+    return pc.if_else(valid, values_, pa.scalar(None, values_.type))
 
 
 def _conform_repeated(where: _Where, column: ColumnSpec, target: pa.Field, array: pa.Array, path: str) -> pa.Array:

@@ -33,6 +33,17 @@ def needs_conversion(iceberg_type: str) -> bool:
     return iceberg_type in ("uuid", "time") or _FIXED.fullmatch(iceberg_type) is not None
 
 
+def placeholder(iceberg_type: str, kind: pa.DataType) -> pa.Scalar:
+    """A value of input type ``kind`` that converts to ``iceberg_type``: what stands where no value is read."""
+    if iceberg_type == "uuid":
+        text = pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+        return pa.scalar("00000000-0000-0000-0000-000000000000" if text else b"\0" * 16, kind)
+    fixed = _FIXED.fullmatch(iceberg_type)
+    if fixed:
+        return pa.scalar(b"\0" * int(fixed.group(1)), kind)
+    return pa.array([0], pa.int64()).cast(kind)[0]  # time
+
+
 def convert(array: pa.Array | pa.ChunkedArray, iceberg_type: str, wanted: pa.DataType) -> pa.Array:
     """``array`` as ``wanted`` (the Arrow type of ``iceberg_type``), or :class:`BadValues`."""
     if isinstance(array, pa.ChunkedArray):

@@ -1,0 +1,153 @@
+"""Reading one data file into a table schema without losing a value.
+
+pyiceberg 0.12's ``ArrowProjectionVisitor`` rebuilds lists and maps whose
+elements are structs from their offsets alone, which drops their validity: a
+null ``array<struct>`` or ``map<_, struct>`` comes back as ``[]``; and a list
+of lists is cast as it was read, ignoring its projected children. Everything
+icesink reads (``icesink.read``, the changelog, conversion, compaction) goes
+through :func:`read_data_file`, which follows pyiceberg's per-file read
+(``_task_to_record_batches``) but projects with :class:`_ValueKeepingProjection`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyiceberg.expressions import AlwaysTrue, BooleanExpression
+from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import ArrowProjectionVisitor
+from pyiceberg.manifest import DataFile
+from pyiceberg.schema import Schema
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.types import ListType, MapType
+
+from icesink.arrays import null_mask, offsets_for_mask
+
+
+class _ValueKeepingProjection(ArrowProjectionVisitor):
+    """pyiceberg's projection, with lists and maps rebuilt from their projected children and their own validity."""
+
+    def list(self, list_type: ListType, list_array: pa.Array | None, value_array: pa.Array | None) -> pa.Array | None:
+        if not isinstance(list_array, (pa.ListArray, pa.LargeListArray)) or value_array is None:
+            return super().list(list_type, list_array, value_array)
+        values = self._cast_if_needed(list_type.element_field, value_array)
+        element = self._construct_field(list_type.element_field, values.type)
+        large = isinstance(list_array, pa.LargeListArray)
+        offsets, start, length = offsets_for_mask(list_array)
+        return (pa.LargeListArray if large else pa.ListArray).from_arrays(
+            offsets,
+            values.slice(start, length),
+            type=pa.large_list(element) if large else pa.list_(element),
+            mask=null_mask(list_array),
+        )
+
+    def map(
+        self, map_type: MapType, map_array: pa.Array | None, key_result: pa.Array | None, value_result: pa.Array | None
+    ) -> pa.Array | None:
+        if not isinstance(map_array, pa.MapArray) or key_result is None or value_result is None:
+            return super().map(map_type, map_array, key_result, value_result)
+        keys = self._cast_if_needed(map_type.key_field, key_result)
+        items = self._cast_if_needed(map_type.value_field, value_result)
+        map_type_arrow = pa.map_(
+            self._construct_field(map_type.key_field, keys.type),
+            self._construct_field(map_type.value_field, items.type),
+        )
+        offsets, start, length = offsets_for_mask(map_array)
+        return pa.MapArray.from_arrays(
+            offsets,
+            keys.slice(start, length),
+            items.slice(start, length),
+            type=map_type_arrow,
+            mask=null_mask(map_array),
+        )
+
+
+def project_batch(
+    requested: Schema, file_schema: Schema, batch: pa.RecordBatch, missing_fields: dict[int, Any]
+) -> pa.RecordBatch:
+    """``batch`` (columns of ``file_schema``) as rows of ``requested``, matched by field id."""
+    from pyiceberg.io.pyarrow import ArrowAccessor
+    from pyiceberg.schema import visit_with_partner
+
+    visitor = _ValueKeepingProjection(
+        file_schema,
+        downcast_ns_timestamp_to_us=True,
+        projected_missing_fields=missing_fields,
+        allow_timestamp_tz_mismatch=True,
+    )
+    struct_array = visit_with_partner(requested, batch, visitor, ArrowAccessor(file_schema))
+    return pa.RecordBatch.from_struct_array(struct_array)
+
+
+def read_data_file(
+    metadata: TableMetadata,
+    io: FileIO,
+    requested: Schema,
+    data_file: DataFile,
+    row_filter: BooleanExpression,
+    positions: list[pa.ChunkedArray] | None,
+) -> Iterator[pa.RecordBatch]:
+    """Rows of one data file, its deleted positions left out, filtered, as rows of ``requested``.
+
+    ``row_filter`` is bound to the table's current schema (as pyiceberg's scan binds it).
+    """
+    import pyarrow.dataset as ds
+    from pyiceberg.expressions.visitors import bind, extract_field_ids, translate_column_names
+    from pyiceberg.io.pyarrow import (
+        _get_column_projection_values,
+        expression_to_pyarrow,
+        pyarrow_to_schema,
+    )
+    from pyiceberg.schema import prune_columns
+
+    with io.new_input(str(data_file.file_path)).open() as stream:
+        fragment = ds.ParquetFileFormat(pre_buffer=True).make_fragment(stream)
+        physical = fragment.physical_schema
+        file_schema = pyarrow_to_schema(
+            physical,
+            metadata.name_mapping(),
+            downcast_ns_timestamp_to_us=metadata.format_version <= 2,
+            format_version=metadata.format_version,
+        )
+        missing = _get_column_projection_values(
+            data_file, requested, metadata.schema(), metadata.specs().get(data_file.spec_id), file_schema.field_ids
+        )
+        arrow_filter = None
+        if row_filter is not AlwaysTrue():
+            translated = translate_column_names(
+                row_filter, file_schema, case_sensitive=True, projected_field_values=missing
+            )
+            arrow_filter = expression_to_pyarrow(bind(file_schema, translated, case_sensitive=True), file_schema)
+        wanted = {
+            i for i in requested.field_ids if not isinstance(requested.find_type(i), (MapType, ListType))
+        } | extract_field_ids(row_filter)
+        file_projection = prune_columns(file_schema, wanted, select_full_types=False)
+        scanner = ds.Scanner.from_fragment(
+            fragment=fragment,
+            schema=physical,
+            # Deleted positions count rows of the whole file: filter only after they are left out.
+            filter=arrow_filter if not positions else None,
+            columns=[column.name for column in file_projection.columns],
+        )
+        start = 0
+        for batch in scanner.to_batches():
+            end = start + len(batch)
+            kept = _without_deleted(batch, positions, start, arrow_filter) if positions else batch
+            start = end
+            if kept.num_rows:
+                yield project_batch(requested, file_projection, kept, missing)
+
+
+def _without_deleted(
+    batch: pa.RecordBatch, positions: list[pa.ChunkedArray], start: int, arrow_filter: Any
+) -> pa.RecordBatch:
+    """Rows of ``batch`` (starting at file row ``start``) that no position names and that pass the filter."""
+    from pyiceberg.io.pyarrow import _combine_positional_deletes
+
+    kept = batch.take(_combine_positional_deletes(positions, start, start + len(batch)))
+    if arrow_filter is None or not kept.num_rows:
+        return kept
+    filtered = pa.Table.from_batches([kept]).filter(arrow_filter)
+    return filtered.combine_chunks().to_batches()[0] if filtered.num_rows else kept.slice(0, 0)

@@ -1,0 +1,163 @@
+"""A checkpoint that cannot commit stops neither its table's other checkpoints nor other tables, and an
+operator can give it up (``checkpoints discard``) or have it tried again (``checkpoints retry``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from icesink.cli import main
+from icesink.committer.ledger import CheckpointState, Ledger
+from tests.support import create_orders_table, orders, stage_rows, table_ids, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+BROKEN = "shop.broken ü %/x"
+FINE = "shop.fine"
+
+
+def cli(config: CatalogConfig, *args: str) -> tuple[int, str, str]:
+    base = ["--catalog", config.name, "--uri", config.uri, "--warehouse", config.warehouse]
+    result = CliRunner().invoke(main, [*base, *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def daemon(config: CatalogConfig) -> subprocess.Popen[str]:
+    base = ["--catalog", config.name, "--uri", config.uri, "--warehouse", config.warehouse]
+    command = [sys.executable, "-m", "icesink.cli", *base, "committer", "run", "--poll-interval", "0.1"]
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def states(config: CatalogConfig, table: str) -> dict[int, str]:
+    return {r.checkpoint_id: r.status for r in Ledger(config).for_table(table)}
+
+
+def lose_manifest(config: CatalogConfig, table: str, checkpoint: int, keep: Path | None = None) -> Path:
+    row = Ledger(config).get(table, "job", checkpoint)
+    assert row is not None and row.data_manifest is not None
+    path = Path(row.data_manifest.removeprefix("file://"))
+    if keep is not None:
+        shutil.copy(path, keep)
+    path.unlink()
+    return path
+
+
+def test_a_broken_checkpoint_holds_only_itself_and_discard_lets_the_later_ones_commit(
+    catalog_config: CatalogConfig, tmp_path: Path
+) -> None:
+    create_orders_table(catalog_config, BROKEN)
+    create_orders_table(catalog_config, FINE)
+    for checkpoint in range(5):
+        stage_rows(catalog_config, BROKEN, "job", checkpoint, orders(checkpoint * 10, 10))
+    lose_manifest(catalog_config, BROKEN, 2)
+    process = daemon(catalog_config)
+    try:
+        for checkpoint in range(4):  # the other table keeps committing while the broken one fails
+            stage_rows(catalog_config, FINE, "job", checkpoint, orders(checkpoint * 10, 10))
+            wait_for(lambda c=checkpoint: states(catalog_config, FINE).get(c) == "committed", f"fine {checkpoint}")
+        wait_for(lambda: states(catalog_config, BROKEN).get(2) == "failed", "the broken checkpoint to fail")
+        assert process.poll() is None, process.communicate()
+        assert table_ids(catalog_config, FINE) == list(range(40))
+        # The checkpoints before the broken one are in; the ones after it wait, blamed for nothing.
+        assert table_ids(catalog_config, BROKEN) == list(range(20))
+        assert states(catalog_config, BROKEN) == {0: "committed", 1: "committed", 2: "failed", 3: "staged", 4: "staged"}
+        broken = Ledger(catalog_config).get(BROKEN, "job", 2)
+        assert broken is not None and broken.failed_at is not None and "cannot be read" in (broken.error or "")
+
+        code, out, _ = cli(catalog_config, "checkpoints", "list", BROKEN)
+        assert code == 0 and "failed (`icesink checkpoints retry`" in out and "checkpoint 2 of job job" in out
+
+        # Without --yes: what would be lost, and nothing changes.
+        code, out, _ = cli(catalog_config, "checkpoints", "discard", BROKEN, "2")
+        assert code == 0, out
+        assert "1 data file(s) with 10 row(s)" in out and "add --yes" in out
+        assert states(catalog_config, BROKEN)[2] == "failed"
+
+        code, out, err = cli(catalog_config, "checkpoints", "discard", BROKEN, "2", "--yes", "--reason", "lost a file")
+        assert code == 0, err
+        wait_for(lambda: table_ids(catalog_config, BROKEN) == [*range(20), *range(30, 50)], "the later checkpoints")
+        assert process.poll() is None
+    finally:
+        process.terminate()
+        process.wait(30)
+    assert states(catalog_config, BROKEN) == {
+        0: "committed",
+        1: "committed",
+        2: "discarded",
+        3: "committed",
+        4: "committed",
+    }
+    discarded = Ledger(catalog_config).get(BROKEN, "job", 2)
+    assert discarded is not None and discarded.state == CheckpointState.DISCARDED
+    assert discarded.discard_reason == "lost a file" and discarded.discarded_by and discarded.discarded_at
+    # The snapshot that committed past it names it; the marker went on as usual.
+    table = open_catalog(catalog_config).load_table(BROKEN)
+    summary = table.current_snapshot().summary
+    assert summary["icesink.discarded-checkpoints"] == "2"
+    assert summary["icesink.max-committed-checkpoint-id"] == "4"
+    assert discarded.snapshot_id == table.current_snapshot().snapshot_id
+    # A committed or discarded checkpoint cannot be discarded (again).
+    code, _, err = cli(catalog_config, "checkpoints", "discard", BROKEN, "3", "--yes")
+    assert code == 2 and "is committed" in err and "Traceback" not in err
+    code, _, err = cli(catalog_config, "checkpoints", "discard", BROKEN, "2", "--yes")
+    assert code == 2 and "was discarded by" in err
+
+
+def test_retry_commits_a_failed_checkpoint_once_its_cause_is_fixed(
+    catalog_config: CatalogConfig, tmp_path: Path
+) -> None:
+    create_orders_table(catalog_config, BROKEN)
+    stage_rows(catalog_config, BROKEN, "job", 0, orders(0, 10))
+    path = lose_manifest(catalog_config, BROKEN, 0, keep=tmp_path / "kept.avro")
+    code, _, err = cli(catalog_config, "committer", "run", "--once")
+    assert code == 2 and f"table {BROKEN}, job job, checkpoint 0" in err and "Traceback" not in err
+    assert states(catalog_config, BROKEN) == {0: "failed"}
+    code, _, err = cli(catalog_config, "checkpoints", "retry", BROKEN, "0")
+    assert code == 0, err  # the cause is not fixed yet: it fails again on the next pass
+    shutil.copy(tmp_path / "kept.avro", path)
+    code, _, err = cli(catalog_config, "checkpoints", "retry", BROKEN, "0")
+    assert code == 2 and "has not failed" in err  # the previous retry cleared its error already
+    code, _, err = cli(catalog_config, "committer", "run", "--once")
+    assert code == 0, err
+    assert table_ids(catalog_config, BROKEN) == list(range(10))
+    assert states(catalog_config, BROKEN) == {0: "committed"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["checkpoints", "discard", BROKEN, "7", "--yes"], f"table {BROKEN} has no checkpoint 7"),
+        (["checkpoints", "discard", "shop.nope", "0", "--yes"], "shop.nope"),
+        (["checkpoints", "retry", BROKEN, "0"], "has not failed"),
+        (["checkpoints", "discard", BROKEN, "-1"], "-1"),
+    ],
+)
+def test_operator_mistakes_get_one_line_and_change_nothing(
+    sqlite_catalog: CatalogConfig, args: list[str], message: str
+) -> None:
+    create_orders_table(sqlite_catalog, BROKEN)
+    stage_rows(sqlite_catalog, BROKEN, "job", 0, orders(0, 10))
+    code, _, err = cli(sqlite_catalog, *args)
+    assert code == 2 and message in err and "Traceback" not in err, err
+    assert states(sqlite_catalog, BROKEN) == {0: "staged"}
+
+
+def test_two_jobs_with_the_same_checkpoint_need_job(sqlite_catalog: CatalogConfig) -> None:
+    create_orders_table(sqlite_catalog, BROKEN)
+    stage_rows(sqlite_catalog, BROKEN, "job-a", 0, orders(0, 10))
+    stage_rows(sqlite_catalog, BROKEN, "job-b", 0, orders(10, 10))
+    code, _, err = cli(sqlite_catalog, "checkpoints", "discard", BROKEN, "0", "--yes")
+    assert code == 2 and "several jobs (job-a, job-b); name one with --job" in err
+    code, out, err = cli(sqlite_catalog, "checkpoints", "discard", BROKEN, "0", "--job", "job-b", "--yes", "--json")
+    assert code == 0, err
+    assert json.loads(out)["checkpoint"]["status"] == "discarded"
+    code, _, err = cli(sqlite_catalog, "committer", "run", "--once")
+    assert code == 0, err
+    assert table_ids(sqlite_catalog, BROKEN) == list(range(10))
