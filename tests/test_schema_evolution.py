@@ -395,3 +395,80 @@ def test_another_tool_renames_adds_and_drops_columns_while_the_stream_runs(
     assert rows.column("id").to_pylist() == list(range(9))
     assert rows.column("customer").to_pylist() == orders(0, 9).column("name").to_pylist()
     assert len(catalog.load_table(TABLE).schemas()) == 3  # the stream changed no schema itself
+
+
+@pytest.mark.spark
+def test_a_cdc_stream_restarts_after_another_tool_renames_its_key_top_level_or_nested(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    """The DataFrame keeps its names; the key follows its field ids, given by either name or left out."""
+    flat_ddl = "id long, value string, op string"
+    nested_ddl = "key struct<tenant: string, id: long>, value string, op string"
+    flat_schema = pa.schema([("id", pa.int64()), ("value", pa.string()), ("op", pa.string())])
+    nested_schema = pa.schema(
+        [("key", pa.struct([("tenant", pa.string()), ("id", pa.int64())])), ("value", pa.string()), ("op", pa.string())]
+    )
+    flat, nested = "shop.flat key", "shop.nested key"
+    catalog = open_catalog(sqlite_catalog)
+
+    def run(name: str, ddl: str, rows: list[dict[str, Any]], schema: pa.Schema, **options: Any) -> None:
+        add_input_file(tmp_path / name / "in", pa.Table.from_pylist(rows, schema=schema))
+        df = spark.readStream.schema(ddl).parquet(str(tmp_path / name / "in"))
+        icesink.stream(
+            df,
+            table=name,
+            checkpoint_location=str(tmp_path / name / "ckpt"),
+            trigger={"availableNow": True},
+            catalog=sqlite_catalog,
+            op_column="op",
+            **options,
+        ).awaitTermination()
+
+    def flat_rows(*changes: tuple[int, str | None, str]) -> list[dict[str, Any]]:
+        return [{"id": i, "value": v, "op": op} for i, v, op in changes]
+
+    def nested_rows(*changes: tuple[int, str | None, str]) -> list[dict[str, Any]]:
+        return [{"key": {"tenant": "t ü", "id": i}, "value": v, "op": op} for i, v, op in changes]
+
+    run(
+        flat,
+        flat_ddl,
+        flat_rows((1, "a", "I"), (2, "b", "I"), (3, "c", "I")),
+        flat_schema,
+        create_table=True,
+        equality_fields=["id"],
+    )
+    run(
+        nested,
+        nested_ddl,
+        nested_rows((1, "a", "I"), (2, "b", "I"), (3, "c", "I")),
+        nested_schema,
+        create_table=True,
+        equality_fields=["key.tenant", "key.id"],
+    )
+    with catalog.load_table(flat).update_schema() as update:
+        update.rename_column("id", "order id/%")
+    with catalog.load_table(nested).update_schema() as update:
+        update.rename_column("key.id", "ident")
+
+    # By the DataFrame's name, by the table's new one, and left out (the table's identifier fields).
+    run(flat, flat_ddl, flat_rows((1, "a2", "U"), (2, None, "D")), flat_schema, equality_fields=["id"])
+    run(flat, flat_ddl, flat_rows((3, "c2", "U"), (4, "d", "I")), flat_schema, equality_fields=["order id/%"])
+    run(flat, flat_ddl, flat_rows((4, None, "D"), (5, "e", "I")), flat_schema)
+    run(
+        nested,
+        nested_ddl,
+        nested_rows((1, "a2", "U"), (2, None, "D")),
+        nested_schema,
+        equality_fields=["key.tenant", "key.id"],
+    )
+    run(nested, nested_ddl, nested_rows((3, "c2", "U"), (4, "d", "I")), nested_schema)
+
+    got = sorted(icesink.read(flat, catalog=sqlite_catalog).to_pylist(), key=lambda r: r["order id/%"])
+    assert got == [{"order id/%": 1, "value": "a2"}, {"order id/%": 3, "value": "c2"}, {"order id/%": 5, "value": "e"}]
+    got = sorted(icesink.read(nested, catalog=sqlite_catalog).to_pylist(), key=lambda r: r["key"]["ident"])
+    assert got == [{"key": {"tenant": "t ü", "ident": i}, "value": v} for i, v in ((1, "a2"), (3, "c2"), (4, "d"))]
+    # Every snapshot came from one job: the restarts kept the stream's identity.
+    assert {s.summary["icesink.job-id"] for s in catalog.load_table(flat).snapshots()} == {
+        catalog.load_table(flat).current_snapshot().summary["icesink.job-id"]
+    }

@@ -154,9 +154,10 @@ class EqualityDeletes:
         from icesink.iceberg.schemas import field_path
 
         paths = [field_path(self._schema, i) for i in ids]
-        if all(len(path) == 1 for path in paths):
-            return rows  # top-level keys: nothing to take out of structs
-        return pa.table([nested_column(rows, path) for path in paths], names=self._names(ids))
+        names = self._names(ids)
+        if all(len(path) == 1 for path in paths) or all(n in rows.column_names for n in names):
+            return rows  # top-level keys, or keys read out of their structs already
+        return pa.table([nested_column(rows, path) for path in paths], names=names)
 
     def _keys(self, group: tuple[tuple[int, ...], PartitionKey]) -> pa.Table:
         """Every deleted key of the group with the highest sequence number that deletes it."""

@@ -47,15 +47,18 @@ def candidates(table: Table, data: Sequence[LiveFile], deletes: EqualityDeletes)
 
 
 def read_key_columns(table: Table, schema: Schema, data: LiveFile, field_ids: set[int]) -> pa.Table:
-    """The columns holding the key fields of a data file, every row in file order, named as in ``schema``.
+    """The key fields of a data file as flat columns named as in ``schema`` (``key.id`` for a field inside a
+    struct), every row in file order.
 
-    Columns are found by Parquet field id (a renamed column keeps its id); a
-    file written without field ids is read by the schema's names. A key inside
-    a struct brings its whole top-level struct column.
+    Fields are found by Parquet field id (a column or struct field renamed since keeps its id); a file
+    written without field ids is read by the schema's names. Flat columns keep files written before and
+    after a rename inside a struct apart from their struct's shape, so they concatenate.
     """
+    from icesink.arrays import nested_column
     from icesink.iceberg.schemas import field_path
 
-    top_ids = sorted({field_path(schema, i)[0][0] for i in field_ids})
+    paths = {i: field_path(schema, i) for i in sorted(field_ids)}
+    top_ids = sorted({path[0][0] for path in paths.values()})
     with table.io.new_input(str(data.file.file_path)).open() as stream:
         parquet = pq.ParquetFile(stream)
         by_id: dict[int, str] = {}
@@ -63,9 +66,12 @@ def read_key_columns(table: Table, schema: Schema, data: LiveFile, field_ids: se
             raw = (field.metadata or {}).get(FIELD_ID_KEY)
             if raw is not None:
                 by_id[int(raw)] = field.name
-        in_file = {i: by_id.get(i) or schema.find_column_name(i) or "" for i in top_ids}
-        read = parquet.read(columns=list(in_file.values())).select(list(in_file.values()))
-    return read.rename_columns([schema.find_column_name(i) or "" for i in in_file])
+        in_file = [by_id.get(i) or schema.find_column_name(i) or "" for i in top_ids]
+        read = parquet.read(columns=in_file).select(in_file)
+    read = read.rename_columns([schema.find_column_name(i) or "" for i in top_ids])
+    # Top-level columns now carry the schema's names, so the first step matches by name; deeper ones by id.
+    columns = [nested_column(read, path) for path in paths.values()]
+    return pa.table(columns, names=[schema.find_column_name(i) or "" for i in paths])
 
 
 def deleted_rows(

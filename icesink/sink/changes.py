@@ -29,12 +29,42 @@ DEFAULT_OP_VALUES: Mapping[str, str] = {
 }
 
 
-def resolve_equality_fields(table: Table, identifier: str, equality_fields: Sequence[str] | None) -> list[str]:
-    """The key: as given, else the table's identifier fields, else none (a plain append stream)."""
-    if equality_fields:
-        return list(equality_fields)
+def resolve_equality_fields(
+    table: Table,
+    identifier: str,
+    equality_fields: Sequence[str] | None,
+    known: Mapping[str, int] | None = None,
+    df_schema: StructType | None = None,
+) -> list[str]:
+    """The key by the table's current names: as given, else the table's identifier fields, else none.
+
+    A DataFrame column (or field inside its structs) the job's earlier checkpoints wrote to a field
+    (``known``, keyed as :func:`~icesink.sink.schema.path_key`) means that field, under whatever name the
+    table gives it now: another tool may have renamed the key.
+    """
+    from icesink.sink.schema import path_key
+
     schema = table.schema()
-    return [schema.find_column_name(fid) or "" for fid in schema.identifier_field_ids]
+    if not equality_fields:
+        return [schema.find_column_name(fid) or "" for fid in schema.identifier_field_ids]
+    names = []
+    for name in equality_fields:
+        path = dataframe_key_path(df_schema, name) if df_schema is not None else None
+        field_id = (known or {}).get(path_key(path)) if path is not None else None
+        current = schema.find_column_name(field_id) if field_id is not None else None
+        names.append(current or name)
+    return names
+
+
+def dataframe_key_names(
+    table: Table, identifier: str, keys: Sequence[str], known: Mapping[str, int] | None = None
+) -> list[str]:
+    """The DataFrame's names of the table's key fields ``keys``: those the job wrote them from, else the same."""
+    from icesink.sink.schema import PATH_SEPARATOR
+
+    schema = table.schema()
+    by_id = {field_id: ".".join(column.split(PATH_SEPARATOR)) for column, field_id in (known or {}).items()}
+    return [by_id.get(_table_key_field(schema, identifier, name).field_id, name) for name in keys]
 
 
 def _floating_key(identifier: str, name: str, type_name: str) -> ConfigError:

@@ -93,11 +93,17 @@ def stream(
     from icesink.iceberg.describe import writer_spec
     from icesink.iceberg.schemas import AddColumn
     from icesink.sink.batch import BatchWriter, SinkSettings
-    from icesink.sink.changes import change_spec, check_key_columns, extra_columns, resolve_equality_fields
+    from icesink.sink.changes import (
+        change_spec,
+        check_key_columns,
+        dataframe_key_names,
+        extra_columns,
+        resolve_equality_fields,
+    )
     from icesink.sink.evolution import known_field_ids
     from icesink.sink.schema import plan_schema, schema_refusal
     from icesink.sink.spark_writer import spark_writer_refusal
-    from icesink.sink.tables import resolve_table
+    from icesink.sink.tables import resolve_table, table_exists
 
     if not isinstance(df, SparkDataFrame):
         raise NotStreamingError(f"table {table}: icesink.stream needs a Spark DataFrame, got {type(df).__name__}")
@@ -132,12 +138,10 @@ def stream(
     if not os.environ.get("PYSPARK_PYTHON"):
         log.warning("PYSPARK_PYTHON is not set; executors must run a Python that has icesink and pyarrow installed")
 
-    if (op_column or op_values or sequence_by) and not equality_fields:
-        raise ConfigError(f"table {table}: op_column, op_values and sequence_by need equality_fields (the key)")
-    if equality_fields:
-        check_key_columns(table, df.schema, equality_fields)
     config = resolve_catalog(catalog)
     catalog_handle = open_catalog(config)
+    if equality_fields and not table_exists(catalog_handle, config, table):
+        check_key_columns(table, df.schema, equality_fields)  # a new table takes its key from the DataFrame
     non_data = [c for c in (op_column,) if c]
     iceberg_table = resolve_table(
         catalog_handle,
@@ -151,14 +155,21 @@ def stream(
         properties={k: str(v) for k, v in (table_properties or {}).items()},
     )
     # Refuse a stream that cannot fit before the query starts.
-    keys = resolve_equality_fields(iceberg_table, table, equality_fields)
+    known_job = job_id or query_id_of(checkpoint_location)
+    known = known_field_ids(Ledger(config), iceberg_table, table, known_job)
+    # The key as the table names it now (another tool may have renamed it since), and as the DataFrame does.
+    keys = resolve_equality_fields(iceberg_table, table, equality_fields, known, df.schema)
+    if (op_column or op_values or sequence_by) and not keys:
+        raise ConfigError(
+            f"table {table}: op_column, op_values and sequence_by need a key: pass equality_fields, or give the "
+            "table identifier fields"
+        )
     changes = None
     passthrough: list[str] = []
     if keys:
+        check_key_columns(table, df.schema, dataframe_key_names(iceberg_table, table, keys, known))
         changes = change_spec(iceberg_table, table, df.schema, keys, op_column, op_values, sequence_by)
         passthrough = extra_columns(changes, iceberg_table)
-    known_job = job_id or query_id_of(checkpoint_location)
-    known = known_field_ids(Ledger(config), iceberg_table, table, known_job)
     plan = plan_schema(df.schema, iceberg_table.schema(), table, passthrough, known)
     # A column renamed in the table looks new to a stream whose job (Spark's query id, kept in a checkpoint
     # location this process cannot read) is unknown here: the first micro-batch knows it and decides.

@@ -76,6 +76,15 @@ def parse_partition_by(table: str, schema: Schema, partition_by: Sequence[str]) 
     return PartitionSpec(*fields)
 
 
+def table_exists(catalog: SqlCatalog, config: CatalogConfig, identifier: str) -> bool:
+    """Whether the catalog has the table now."""
+    try:
+        load_table(catalog, config, identifier)
+    except TableNotFoundError:
+        return False
+    return True
+
+
 def resolve_table(
     catalog: SqlCatalog,
     config: CatalogConfig,
