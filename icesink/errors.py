@@ -100,3 +100,7 @@ class ManifestError(TerminalError):
 
 class UnexpectedCommitError(TerminalError):
     """Raised when committing a checkpoint failed with an error icesink did not foresee; it stays staged."""
+
+
+class WriteResultError(TerminalError):
+    """Raised when a task's write result cannot be read (an executor running another icesink version)."""

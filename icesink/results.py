@@ -18,6 +18,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from icesink.errors import WriteResultError
+
 FORMAT_VERSION = 1
 
 PartitionValue = int | float | str | bool | bytes | decimal.Decimal | None
@@ -83,7 +85,7 @@ def _decode_value(value: Any) -> PartitionValue:
             return base64.b64decode(value["b"])
         if "d" in value:
             return decimal.Decimal(value["d"])
-        raise ValueError(f"unknown tagged value {value!r}")
+        raise WriteResultError(f"a task's write result holds an unknown partition value {value!r}; {_SAME_VERSION}")
     return value  # type: ignore[no-any-return]
 
 
@@ -153,13 +155,19 @@ def encode_write_result(result: WriteResult) -> bytes:
     return bytes([FORMAT_VERSION]) + json.dumps(body, separators=(",", ":")).encode("utf-8")
 
 
+_SAME_VERSION = "run the same icesink version on the driver and on every executor (PYSPARK_PYTHON)"
+
+
 def decode_write_result(data: bytes) -> WriteResult:
     """Read bytes written by any released version of :func:`encode_write_result`."""
     if not data:
-        raise ValueError("empty write result")
+        raise WriteResultError(f"a task returned an empty write result; {_SAME_VERSION}")
     version = data[0]
     if version != 1:
-        raise ValueError(f"write result format version {version} is newer than this icesink understands")
+        raise WriteResultError(
+            f"a task's write result is format version {version}, which is newer than this icesink understands; "
+            f"{_SAME_VERSION}"
+        )
     body = json.loads(data[1:].decode("utf-8"))
     return WriteResult(
         checkpoint_id=body["checkpoint_id"],

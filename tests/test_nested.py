@@ -892,3 +892,26 @@ def test_a_key_field_renamed_inside_its_struct_by_another_tool_still_converts_an
     )
     assert report.compaction is not None and report.compaction.files_rewritten >= 2
     assert sorted(compacted.scan().to_arrow().to_pylist(), key=lambda r: r["key"]["ident"]) == expected
+
+
+def test_a_checkpoint_that_only_deletes_absent_keys_commits_no_snapshot(sqlite_catalog: CatalogConfig) -> None:
+    """As an empty micro-batch: no empty snapshot in the history, the checkpoint committed, its files gone."""
+    catalog = open_catalog(sqlite_catalog)
+    _create_keyed_inside_a_struct(sqlite_catalog)
+    ledger = Ledger(sqlite_catalog)
+    _stage_keyed_inside_a_struct(sqlite_catalog, 0, [("a", 1, "one", "I")])
+    TableCommitter(catalog, sqlite_catalog, ledger).commit_pending(KEYED)
+    head = catalog.load_table(KEYED).current_snapshot().snapshot_id
+    location = Path(catalog.load_table(KEYED).location().removeprefix("file://"))
+    before = set(location.rglob("*.parquet"))
+    _stage_keyed_inside_a_struct(sqlite_catalog, 1, [("x", 7, None, "D"), ("y", 8, None, "D")])
+    staged = ledger.get(KEYED, "job", 1)
+    assert staged is not None and staged.delete_files == 1 and len(set(location.rglob("*.parquet")) - before) == 1
+    (outcome,) = TableCommitter(catalog, sqlite_catalog, ledger).commit_pending(KEYED)
+    assert outcome.snapshot_id is None and outcome.checkpoint_ids == (1,)
+    table = catalog.load_table(KEYED)
+    assert table.current_snapshot().snapshot_id == head and len(table.snapshots()) == 1
+    row = ledger.get(KEYED, "job", 1)
+    assert row is not None and row.state == "committed" and row.manifests_deleted
+    assert set(location.rglob("*.parquet")) == before  # its equality delete file is gone
+    assert _by_key(icesink.read(table)) == [{"key": {"tenant": "a", "id": 1}, "value": "one"}]

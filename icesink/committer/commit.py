@@ -35,6 +35,7 @@ from icesink.errors import (
     UnexpectedCommitError,
 )
 from icesink.failpoints import failpoint
+from icesink.iceberg.describe import check_format_version
 from icesink.iceberg.marker import (
     CommittedMarker,
     KnownMarker,
@@ -175,9 +176,9 @@ class TableCommitter:
                     )
                 table = load_table(self._catalog, self._config, identifier)
                 continue
+            snapshot = committed.metadata.snapshot_by_name("main") if committed is not table else None
             table = committed
-            snapshot = table.metadata.snapshot_by_name("main")
-            snapshot_id = snapshot.snapshot_id if snapshot else None
+            snapshot_id = snapshot.snapshot_id if snapshot else None  # None: nothing to commit
             if snapshot_id is not None:
                 self._markers[cache_key] = KnownMarker(
                     snapshot_id, CommittedMarker(group[-1].checkpoint_id, group[-1].stream_id)
@@ -222,14 +223,19 @@ class TableCommitter:
     ) -> tuple[Table | None, list[CheckpointRow]]:
         """Build and swap in one snapshot of the longest committable start of ``group``; None if the head moved.
 
-        Returns the new table and the checkpoints it holds. A checkpoint that cannot be committed (an
-        unreadable manifest, files the table no longer accepts) ends the snapshot before it; when it is
-        the first, :class:`_CheckpointFailed` names it alone, so the ones after it are not blamed.
+        Returns the new table (the same one when there was nothing to commit) and the checkpoints it
+        holds. A checkpoint that cannot be committed (an unreadable manifest, files the table no longer
+        accepts) ends the snapshot before it; when it is the first, :class:`_CheckpointFailed` names it
+        alone, so the ones after it are not blamed.
         """
         if any(row.schema_id not in (None, table.metadata.current_schema_id) for row in group):
             fresh = load_table(self._catalog, self._config, identifier)
             if fresh.metadata_location != table.metadata_location:
                 return None, []  # judged on the table as it is now, after the re-read a lost swap does too
+        try:
+            check_format_version(table, identifier)  # another tool may have upgraded it since staging
+        except IcesinkError as e:
+            raise _CheckpointFailed(e, group) from e
         per_row = self._committable(table, identifier, group)
         committing = [row for row, _, _ in per_row]
         try:
@@ -289,6 +295,11 @@ class TableCommitter:
             properties[DISCARDED_PROPERTY] = ",".join(str(r.checkpoint_id) for r in discarded)
         marker = marker_table_properties(job_id, last.checkpoint_id, last.stream_id)
         converted = self._convert(table, identifier, job_id, last.checkpoint_id, deletes) if deletes else None
+        if converted is not None and not files and not converted.position_deletes:
+            # Its deletes name no row of the table (keys never inserted): like an empty micro-batch, it
+            # needs no snapshot, and no snapshot will ever name its delete files.
+            delete_quietly(table.io, [str(f.file_path) for f in deletes])
+            return table
         written: list[str] = []
         if converted is not None:
             written += converted.written

@@ -148,6 +148,26 @@ def column_spec(field: NestedField, identifier: str, path: str = "") -> ColumnSp
     return ColumnSpec(field.field_id, field.name, type_name, field.required)
 
 
+WRITABLE_FORMAT_VERSIONS = (1, 2)
+
+
+def check_format_version(table: Table, identifier: str) -> None:
+    """Refuse a table whose metadata icesink cannot write, before anything is written for it."""
+    version = table.metadata.format_version
+    if version not in WRITABLE_FORMAT_VERSIONS:
+        raise UnsupportedTableError(
+            f"table {identifier} is Iceberg format version {version}; icesink (through pyiceberg "
+            f"{'.'.join(map(str, _pyiceberg_version()))}) writes format versions 1 and 2 only. Nothing was written: "
+            "write to a format 2 table (create it with the table property format-version=2)"
+        )
+
+
+def _pyiceberg_version() -> tuple[int, ...]:
+    from icesink.iceberg import PYICEBERG_VERSION
+
+    return tuple(int(p) for p in PYICEBERG_VERSION.split("."))
+
+
 def writer_spec(table: Table, identifier: str, job_id: str, changes: ChangeSpec | None = None) -> WriterSpec:
     """Describe the table to the executors in plain values."""
     schema = table.schema()

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 
+from icesink.errors import UnsupportedTableError
+
 
 def referenced_paths(table: Table) -> set[str]:
     """Every file any snapshot, metadata log entry or statistics entry of the table points at."""
@@ -43,7 +45,11 @@ def list_files(table: Table, location: str) -> list[StoredFile]:
     from pyiceberg.io.pyarrow import PyArrowFileIO
 
     if not isinstance(table.io, PyArrowFileIO):
-        raise TypeError(f"listing files needs pyiceberg's PyArrowFileIO, the table uses {type(table.io).__name__}")
+        raise UnsupportedTableError(
+            f"table {'.'.join(table.name())}: listing its files needs pyiceberg's PyArrowFileIO, but the catalog "
+            f"gives it {type(table.io).__name__}; set the catalog property py-io-impl to "
+            "pyiceberg.io.pyarrow.PyArrowFileIO"
+        )
     scheme, netloc, path = PyArrowFileIO.parse_location(location)
     filesystem = table.io.fs_by_scheme(scheme, netloc)
     infos = filesystem.get_file_info(FileSelector(path.rstrip("/"), recursive=True, allow_not_found=True))

@@ -127,10 +127,14 @@ def maintain_table(
 ) -> tuple[Table, MaintenanceReport]:
     """Convert equality deletes and compact what is due (everything with ``everything``)."""
     from icesink.catalog.loader import load_table
+    from icesink.iceberg.describe import check_format_version, writer_spec
     from icesink.maintenance.compact import compact, plan_compaction
     from icesink.maintenance.convert import convert_equality_deletes
 
     started = time.monotonic()
+    check_format_version(table, target.identifier)
+    # What the rewrite will refuse (a codec no writer honours, say), a dry run refuses too.
+    writer_spec(table, target.identifier, "maintenance")
     report = MaintenanceReport(table=target.identifier, dry_run=dry_run, before=TableStats.of(table))
     if table.current_snapshot() is None:
         report.notes.append("the table has no snapshot yet")

@@ -129,6 +129,9 @@ def resolve_table(
 
 
 def _existing(table: Table, identifier: str, partition_by: Sequence[str]) -> Table:
+    from icesink.iceberg.describe import check_format_version
+
+    check_format_version(table, identifier)
     if partition_by and not _same_partitioning(table, partition_by):
         raise ConfigError(
             f"table {identifier} exists with partitioning {table.spec()}, not {list(partition_by)}; "

@@ -1,0 +1,78 @@
+"""Operator and input mistakes from the field: each gets one line naming the thing and the fix, and loses nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from icesink.cli import main
+from icesink.committer.ledger import Ledger
+from icesink.errors import UnsupportedTableError
+from tests.support import create_orders_table, orders, stage_rows, table_ids
+
+TABLE = "shop.orders ü %/x"
+
+
+def cli(config: CatalogConfig, *args: str) -> tuple[int, str, str]:
+    base = ["--catalog", config.name, "--uri", config.uri, "--warehouse", config.warehouse]
+    result = CliRunner().invoke(main, [*base, *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def upgrade_to_v3_as_another_tool_would(config: CatalogConfig, identifier: str) -> None:
+    """Point the catalog at a format 3 copy of the table's metadata (pyiceberg 0.12 cannot write one itself)."""
+    import sqlalchemy as sa
+
+    table = open_catalog(config).load_table(identifier)
+    source = Path(table.metadata_location.removeprefix("file://"))
+    metadata = json.loads(source.read_text())
+    metadata["format-version"] = 3
+    metadata["next-row-id"] = 0
+    target = source.with_name("99999-format-3.metadata.json")
+    target.write_text(json.dumps(metadata))
+    with sa.create_engine(config.uri).begin() as connection:
+        connection.execute(
+            sa.text("UPDATE iceberg_tables SET metadata_location = :new WHERE metadata_location = :old"),
+            {"new": f"file://{target}", "old": table.metadata_location},
+        )
+
+
+def test_a_format_3_table_is_refused_before_anything_is_written(sqlite_catalog: CatalogConfig) -> None:
+    from icesink.sink.tables import resolve_table
+
+    create_orders_table(sqlite_catalog, TABLE)
+    stage_rows(sqlite_catalog, TABLE, "job", 0, orders(0, 5))  # staged while the table was format 2
+    upgrade_to_v3_as_another_tool_would(sqlite_catalog, TABLE)
+    catalog = open_catalog(sqlite_catalog)
+    # A stream starting on it (the same check icesink.stream makes before its query starts).
+    with pytest.raises(UnsupportedTableError, match=f"table {TABLE} is Iceberg format version 3; .*format-version=2"):
+        resolve_table(catalog, sqlite_catalog, TABLE, None, False, ())  # type: ignore[arg-type]
+    # The committer: the staged checkpoint waits, marked failed with the reason.
+    code, _, err = cli(sqlite_catalog, "committer", "run", "--once")
+    assert code == 2 and "format version 3" in err and "Traceback" not in err
+    (row,) = Ledger(sqlite_catalog).pending(TABLE)
+    assert row.status == "failed" and "format version 3" in (row.error or "")
+    # Maintenance, dry run or not.
+    for extra in ([], ["--dry-run"]):
+        code, _, err = cli(sqlite_catalog, "maintain", TABLE, "--all", *extra)
+        assert code == 2 and "format version 3" in err and "Traceback" not in err
+
+
+def test_a_maintenance_dry_run_refuses_what_the_real_run_refuses(sqlite_catalog: CatalogConfig) -> None:
+    table = create_orders_table(sqlite_catalog, TABLE)
+    for checkpoint in range(3):
+        stage_rows(sqlite_catalog, TABLE, "job", checkpoint, orders(checkpoint * 5, 5))
+        assert cli(sqlite_catalog, "committer", "run", "--once")[0] == 0
+    with table.transaction() as change:  # another tool sets a codec no writer here honours
+        change.set_properties({"write.parquet.compression-codec": "lzo"})
+    head = open_catalog(sqlite_catalog).load_table(TABLE).current_snapshot().snapshot_id
+    for extra in (["--dry-run"], []):
+        code, out, err = cli(sqlite_catalog, "maintain", TABLE, "--all", *extra)
+        assert code == 2 and "write.parquet.compression-codec" in err and "would rewrite" not in out, err
+    assert open_catalog(sqlite_catalog).load_table(TABLE).current_snapshot().snapshot_id == head
+    assert table_ids(sqlite_catalog, TABLE) == list(range(15))
