@@ -38,6 +38,7 @@ def read_table(
     :class:`BadFilterError` for a filter that does not parse or names no column of the table.
     """
     from icesink.iceberg.scan import plan_scan, position_deletes_by_file, read_files
+    from icesink.iceberg.schemas import with_dropped_keys
 
     identifier = ".".join(table.name())
     if snapshot_id is not None and table.metadata.snapshot_by_id(snapshot_id) is None:
@@ -46,13 +47,17 @@ def read_table(
         )
     expression = bound_filter(table, identifier, snapshot_id, row_filter)
     plan = plan_scan(table, snapshot_id, expression)
-    deletes = EqualityDeletes(table, plan.schema, plan.equality_deletes)
+    # Read with the columns deletes are keyed on, even one dropped since; return the schema's columns.
+    schema = with_dropped_keys(
+        table, plan.schema, (i for d in plan.equality_deletes for i in d.file.equality_ids or ())
+    )
+    deletes = EqualityDeletes(table, schema, plan.equality_deletes)
     deletes.preload()
     positions = position_deletes_by_file(table, [d for item in plan.data for d in item.position_deletes])
     columns = plan.schema.as_arrow().names
 
     def read_one(item: PlannedDataFile) -> pa.Table:
-        return read_files(table, plan.schema, [(item.file, item.position_deletes)], expression, positions)
+        return read_files(table, schema, [(item.file, item.position_deletes)], expression, positions)
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         parts = list(pool.map(read_one, plan.data))

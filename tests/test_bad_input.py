@@ -76,3 +76,49 @@ def test_a_maintenance_dry_run_refuses_what_the_real_run_refuses(sqlite_catalog:
         assert code == 2 and "write.parquet.compression-codec" in err and "would rewrite" not in out, err
     assert open_catalog(sqlite_catalog).load_table(TABLE).current_snapshot().snapshot_id == head
     assert table_ids(sqlite_catalog, TABLE) == list(range(15))
+
+
+def test_equality_deletes_keyed_on_a_column_dropped_since_still_apply(sqlite_catalog: CatalogConfig) -> None:
+    """Another tool drops the key column of equality deletes the table keeps: reads, conversion and compaction
+    find the key in the files by its field id, through the schema the deletes were written with."""
+    import pyarrow as pa
+
+    import icesink
+    from icesink.committer.commit import TableCommitter
+    from icesink.committer.staging import stage_checkpoint
+    from icesink.iceberg.describe import writer_spec
+    from icesink.writer.spec import ChangeSpec
+    from icesink.writer.task import TaskWriter
+
+    create_orders_table(sqlite_catalog, TABLE)
+    catalog = open_catalog(sqlite_catalog)
+    with catalog.load_table(TABLE).transaction() as change:  # deletes stay equality deletes at commit
+        change.set_properties({"icesink.equality-deletes.convert-at-commit": "false"})
+
+    def commit(checkpoint: int, rows: pa.Table, ops: list[str]) -> None:
+        table = catalog.load_table(TABLE)
+        changes = rows.append_column("op", pa.array(ops)).append_column(
+            "__icesink_order", pa.array(range(rows.num_rows), pa.int64())
+        )
+        spec = writer_spec(table, TABLE, "job", ChangeSpec((1,), op_column="op")).for_checkpoint(checkpoint)
+        writer = TaskWriter(spec, 0, 0)
+        writer.write(changes)
+        assert stage_checkpoint(Ledger(sqlite_catalog), table, TABLE, "job", checkpoint, [writer.complete()])
+        TableCommitter(catalog, sqlite_catalog, Ledger(sqlite_catalog)).commit_pending(TABLE)
+
+    commit(0, orders(0, 4), ["I"] * 4)
+    commit(1, orders(1, 2), ["D", "U"])  # deletes id 1, rewrites id 2
+    table = catalog.load_table(TABLE)
+    assert int(table.current_snapshot().summary["total-equality-deletes"]) == 6  # every written key has one
+    with table.update_schema() as update:
+        update.delete_column("id")
+    expected = sorted(r["name"] for r in orders(0, 4).to_pylist() if r["id"] != 1)
+    got = icesink.read(TABLE, catalog=sqlite_catalog)
+    assert got.column_names == ["name", "amount", "ts"]
+    assert sorted(got.column("name").to_pylist()) == expected
+    code, out, err = cli(sqlite_catalog, "maintain", TABLE, "--all", "--json")
+    assert code == 0, err
+    table = catalog.load_table(TABLE)
+    assert table.current_snapshot().summary["total-equality-deletes"] == "0"
+    assert sorted(table.scan().to_arrow().column("name").to_pylist()) == expected  # pyiceberg
+    assert sorted(icesink.read(TABLE, catalog=sqlite_catalog).column("name").to_pylist()) == expected

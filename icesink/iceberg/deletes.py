@@ -120,6 +120,11 @@ class EqualityDeletes:
             self._newest[group] = max(self._newest.get(group, 0), planned.sequence_number)
         self._loaded: dict[tuple[tuple[int, ...], PartitionKey], pa.Table] = {}
 
+    @property
+    def schema(self) -> Schema:
+        """The schema keys are named by."""
+        return self._schema
+
     def __bool__(self) -> bool:
         return bool(self._groups)
 

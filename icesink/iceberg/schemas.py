@@ -120,6 +120,32 @@ def field_path(schema: Schema, field_id: int) -> tuple[tuple[int, str], ...]:
     return tuple(reversed(path))
 
 
+DROPPED_KEY_PREFIX = "__icesink_dropped_key_"
+
+
+def with_dropped_keys(table: Table, schema: Schema, equality_ids: Iterable[int]) -> Schema:
+    """``schema`` plus the top-level columns equality deletes are keyed on that were dropped from it since.
+
+    Such a delete still removes rows of files written before the drop: reading them needs the key column
+    (found in the table's older schemas, by field id). The extra columns are named apart from any
+    column of the table; callers leave them out of what they return or write.
+    """
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField
+
+    missing = {i for i in equality_ids if schema.find_column_name(i) is None}
+    extra: dict[int, NestedField] = {}
+    for older in reversed(table.metadata.schemas):  # the newest schema that still had it
+        for field in older.fields:
+            if field.field_id in missing and field.field_id not in extra:
+                extra[field.field_id] = NestedField(
+                    field.field_id, f"{DROPPED_KEY_PREFIX}{field.field_id}", field.field_type, required=False
+                )
+    if not extra:
+        return schema
+    return Schema(*schema.fields, *extra.values(), schema_id=schema.schema_id)
+
+
 def schema_by_id(table: Table, schema_id: int) -> Schema | None:
     return next((s for s in table.metadata.schemas if s.schema_id == schema_id), None)
 

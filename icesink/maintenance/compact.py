@@ -38,6 +38,7 @@ import pyarrow as pa
 from icesink.arrays import repeated
 from icesink.failpoints import failpoint
 from icesink.iceberg.deletes import GLOBAL, EqualityDeletes, PartitionKey, partition_scope
+from icesink.iceberg.schemas import with_dropped_keys
 from icesink.maintenance.committing import (
     BASE_SNAPSHOT_PROPERTY,
     COMPACT,
@@ -173,7 +174,8 @@ def compact(
     """
     started = time.monotonic()
     result = CompactionResult(groups_planned=len(plan.groups))
-    deletes = EqualityDeletes(table, table.schema(), plan.equality_deletes)
+    keys = (i for d in plan.equality_deletes for i in d.file.equality_ids or ())
+    deletes = EqualityDeletes(table, with_dropped_keys(table, table.schema(), keys), plan.equality_deletes)
     deletes.preload()
     for number, group in enumerate(plan.groups):
         if number and not keep_going():
@@ -219,7 +221,7 @@ def _rewrite(
     from icesink.writer.files import FileNamer, RollingFileWriter
     from icesink.writer.partitioning import partition_path
 
-    schema = table.schema()
+    schema = deletes.schema  # the table's, plus key columns dropped since that deletes still need
     spec = writer_spec(table, target.identifier, "maintenance").for_checkpoint(plan.base_sequence_number)
     arrow_schema = spec.arrow_schema()
     partition = group.files[0].file.partition
@@ -236,9 +238,12 @@ def _rewrite(
     def read(data: PlannedDataFile) -> pa.Table:
         # One physical type per column (files read back as string or large_string alike).
         rows = read_files(table, schema, [(data.file, data.position_deletes)], None, positions)
-        conformed = conform(spec, rows, number).cast(arrow_schema)
-        check_read(table.io, target.identifier, data, conformed, positions)
-        return conformed
+        conformed = conform(spec, rows, number)
+        table_columns = conformed.select(arrow_schema.names).cast(arrow_schema)
+        check_read(table.io, target.identifier, data, table_columns, positions)
+        for name in conformed.column_names[len(arrow_schema) :]:  # dropped keys, until deletes are applied
+            table_columns = table_columns.append_column(name, conformed.column(name))
+        return table_columns
 
     try:
         with ThreadPoolExecutor(max_workers=4) as pool:
@@ -249,6 +254,7 @@ def _rewrite(
                 [repeated(f.sequence_number, p.num_rows) for f, p in zip(group.files, parts, strict=True)]
             )
             rows = deletes.apply(rows, sequence, group.scope)
+        rows = rows.select(arrow_schema.names)
         for start in range(0, rows.num_rows, spec.row_group_rows):  # row groups (and files) of the usual size
             writer.write(rows.slice(start, spec.row_group_rows))
         records = writer.close()

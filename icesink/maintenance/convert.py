@@ -31,6 +31,7 @@ from icesink import paths
 from icesink.failpoints import failpoint
 from icesink.iceberg.deletes import GLOBAL, EqualityDeletes, PartitionKey, partition_scope
 from icesink.iceberg.describe import parquet_compression
+from icesink.iceberg.schemas import with_dropped_keys
 from icesink.maintenance.committing import (
     BASE_SNAPSHOT_PROPERTY,
     CONVERT,
@@ -102,7 +103,8 @@ def convert_for_commit(
     from icesink.iceberg.scan import LiveFile, live_files
 
     sequence = table.metadata.next_sequence_number()
-    deletes = EqualityDeletes(table, table.schema(), [LiveFile(f, sequence) for f in staged])
+    schema = with_dropped_keys(table, table.schema(), (i for f in staged for i in f.equality_ids or ()))
+    deletes = EqualityDeletes(table, schema, [LiveFile(f, sequence) for f in staged])
     live = live_files(table, cache=cache)
     reached = candidates(table, live.data, deletes)
     rows = sum(d.file.record_count for d in reached)
@@ -122,7 +124,7 @@ def convert_for_commit(
             policy.convert_max_rows,
         )
         return None
-    found = deleted_rows(table, table.schema(), reached, deletes)
+    found = deleted_rows(table, schema, reached, deletes)
     records = write_position_delete_files(table, found, label)
     version = table.metadata.format_version
     return CommitConversion(
@@ -163,7 +165,9 @@ def convert_equality_deletes(
 
     started = time.monotonic()
     live = live_files(table)
-    schema = table.schema()
+    schema = with_dropped_keys(
+        table, table.schema(), (i for d in live.equality_deletes for i in d.file.equality_ids or ())
+    )
     deletes = EqualityDeletes(table, schema, live.equality_deletes)
     reached = candidates(table, live.data, deletes)
     rows = sum(d.file.record_count for d in reached)
