@@ -10,7 +10,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 # Iceberg 1.9.2 runtime jar, both from PyPI, in an environment of their own.
 JAVA_READER := .venv-iceberg-java
 
-.PHONY: install install-interop demo test test-fast lint bench bench-upsert clean
+.PHONY: install install-interop demo test test-fast lint bench bench-upsert clean histories
 
 $(BIN)/icesink: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,3 +48,9 @@ bench: install
 
 clean:
 	rm -rf $(VENV) $(JAVA_READER) warehouse .icesink-demo
+
+# Random histories against a model (tests/histories): MINUTES of new seeds, or SEED=N to replay one.
+MINUTES ?= 10
+LENGTH ?= 30
+histories: install install-interop
+	$(BIN)/python -m tests.histories --minutes $(MINUTES) --length $(LENGTH) $(if $(SEED),--seed $(SEED),)

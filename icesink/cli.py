@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import sys
@@ -79,6 +80,24 @@ def _json(data: Any, indent: int | None = 2) -> str:
 
 def _emit(as_json: bool, data: Any, text: str) -> None:
     click.echo(_json(data) if as_json else text)
+
+
+class _Seconds(click.FloatRange):
+    """A finite number of seconds above zero: a zero or negative lease or poll interval would spin or never hold."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return seconds
+
+
+POSITIVE_SECONDS = _Seconds(min=0, min_open=True)
+MIN_GC_AGE = datetime.timedelta(minutes=1)
 
 
 class IcesinkGroup(click.Group):
@@ -297,7 +316,13 @@ def checkpoints() -> None:
 
 @checkpoints.command("list")
 @click.argument("table")
-@click.option("--limit", default=20, show_default=True, help="Newest checkpoints shown per job; 0 shows all.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=20,
+    show_default=True,
+    help="Newest checkpoints shown per job; 0 shows all.",
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def checkpoints_list(obj: Context, table: str, limit: int, as_json: bool) -> None:
@@ -444,6 +469,7 @@ def committer() -> None:
 @click.option("--once", is_flag=True, help="Drain what is pending, then exit.")
 @click.option(
     "--poll-interval",
+    type=POSITIVE_SECONDS,
     default=0.5,
     show_default=True,
     envvar="ICESINK_POLL_INTERVAL",
@@ -452,6 +478,7 @@ def committer() -> None:
 )
 @click.option(
     "--lease-ttl",
+    type=POSITIVE_SECONDS,
     default=10.0,
     show_default=True,
     envvar="ICESINK_LEASE_TTL",
@@ -460,7 +487,7 @@ def committer() -> None:
 )
 @click.option(
     "--metrics-port",
-    type=int,
+    type=click.IntRange(0, 65535),
     envvar="ICESINK_METRICS_PORT",
     show_envvar=True,
     help="Serve /metrics (Prometheus) and /healthz here.",
@@ -475,6 +502,7 @@ def committer() -> None:
 )
 @click.option(
     "--max-failures",
+    type=click.IntRange(min=1),
     default=5,
     show_default=True,
     envvar="ICESINK_MAX_FAILURES",
@@ -517,6 +545,13 @@ def committer_run(
     from icesink.committer.daemon import CommitterDaemon
     from icesink.errors import TableNotFoundError
 
+    if poll_interval >= lease_ttl:
+        # The lease is renewed once per poll: it would lapse between polls and standbys would take over.
+        raise click.BadParameter(
+            f"{poll_interval:g}s is not below --lease-ttl ({lease_ttl:g}s): the lease is renewed once per poll, so "
+            "it would lapse between polls; poll more often or raise --lease-ttl",
+            param_hint="--poll-interval",
+        )
     for table in tables:
         check_identifier(table)
         try:
@@ -578,6 +613,13 @@ def committer_gc(obj: Context, tables: tuple[str, ...], older_than: str, dry_run
         age = parse_age(older_than)
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--older-than") from e
+    if age < MIN_GC_AGE:
+        # A micro-batch's files are on storage before its checkpoint is staged: to gc they look unreferenced.
+        raise click.BadParameter(
+            f"{older_than!r} is under a minute: files of a micro-batch still being written are referenced by "
+            "nothing yet and would be deleted; use an age above your longest micro-batch (at least 1m)",
+            param_hint="--older-than",
+        )
     catalog = obj.catalog()
     for table in tables:
         obj.table(table)  # a misspelt --table is an error, not an empty report
@@ -605,6 +647,7 @@ def committer_gc(obj: Context, tables: tuple[str, ...], older_than: str, dry_run
 @click.option("--json", "as_json", is_flag=True)
 @click.option(
     "--lease-ttl",
+    type=POSITIVE_SECONDS,
     default=10.0,
     show_default=True,
     envvar="ICESINK_LEASE_TTL",

@@ -116,7 +116,7 @@ def test_equality_deletes_keyed_on_a_column_dropped_since_still_apply(sqlite_cat
     got = icesink.read(TABLE, catalog=sqlite_catalog)
     assert got.column_names == ["name", "amount", "ts"]
     assert sorted(got.column("name").to_pylist()) == expected
-    code, out, err = cli(sqlite_catalog, "maintain", TABLE, "--all", "--json")
+    code, _, err = cli(sqlite_catalog, "maintain", TABLE, "--all", "--json")
     assert code == 0, err
     table = catalog.load_table(TABLE)
     assert table.current_snapshot().summary["total-equality-deletes"] == "0"

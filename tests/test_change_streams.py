@@ -9,6 +9,7 @@ reader cut.
 
 from __future__ import annotations
 
+import datetime
 import random
 import time
 from pathlib import Path
@@ -91,7 +92,8 @@ def test_starting_at_a_snapshot_a_time_or_now(spark: Any, sqlite_catalog: Catalo
     assert set(by_snapshot.column("_commit_snapshot_id").to_pylist()) == {middle.snapshot_id} | {
         s.snapshot_id for s in later
     }
-    by_time, _ = collect(spark, sqlite_catalog, tmp_path / "b", starting=str(later[0].timestamp_ms))
+    at = datetime.datetime.fromtimestamp(0, datetime.UTC) + datetime.timedelta(milliseconds=later[0].timestamp_ms)
+    by_time, _ = collect(spark, sqlite_catalog, tmp_path / "b", starting=at.isoformat())
     assert set(by_time.column("_commit_snapshot_id").to_pylist()) == {s.snapshot_id for s in later}
     _, sizes = collect(spark, sqlite_catalog, tmp_path / "c", starting="latest")
     assert sum(sizes) == 0

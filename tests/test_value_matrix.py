@@ -12,11 +12,9 @@ and after ``icesink maintain --all`` rewrites every file.
 
 from __future__ import annotations
 
-import base64
 import datetime
 import decimal
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +32,7 @@ from icesink.committer.staging import stage_checkpoint
 from icesink.iceberg.describe import writer_spec
 from icesink.writer.spec import ChangeSpec
 from icesink.writer.task import TaskWriter
+from tests.histories.canon import canon_rows
 from tests.outcomes import iceberg_rust_sql, read_many_with_iceberg_java, read_with_duckdb
 
 UTC = datetime.UTC
@@ -207,65 +206,7 @@ def _rows(ids: range, generation: int, with_time: bool = True) -> list[dict[str,
     ]
 
 
-# --- one spelling of every value, whoever read it --------------------------------------------------------------------
-
-
-def _canon(kind: Any, value: Any) -> Any:
-    """``value`` of Iceberg type ``kind`` as plain, comparable Python, from any reader's spelling."""
-    from pyiceberg.types import ListType, MapType, StructType
-
-    if value is None:
-        return None
-    if isinstance(kind, StructType):
-        return {f.name: _canon(f.field_type, value.get(f.name)) for f in kind.fields}
-    if isinstance(kind, ListType):
-        return [_canon(kind.element_type, v) for v in value]
-    if isinstance(kind, MapType):
-        pairs = value.items() if isinstance(value, dict) else [tuple(p) for p in value]
-        canon = [(_canon(kind.key_type, k), _canon(kind.value_type, v)) for k, v in pairs]
-        return sorted(canon, key=lambda p: json.dumps(p[0], default=str))
-    return _canon_primitive(str(kind), value)
-
-
-def _canon_primitive(kind: str, value: Any) -> Any:
-    if kind in ("binary",) or kind.startswith("fixed"):
-        if isinstance(value, dict):  # DuckDB's reader prints bytes as {"base64": …}
-            return value["base64"]
-        if isinstance(value, str):  # Java's reader prints bytes as base64 text
-            return value
-        return base64.b64encode(bytes(value)).decode("ascii")
-    if kind == "uuid":
-        if isinstance(value, bytes | bytearray):
-            return uuid.UUID(bytes=bytes(value)).hex
-        if isinstance(value, dict):
-            return uuid.UUID(bytes=base64.b64decode(value["base64"])).hex
-        return uuid.UUID(str(value)).hex
-    if kind.startswith("decimal"):
-        return str(decimal.Decimal(str(value)).quantize(decimal.Decimal("0.01")))
-    if kind == "date":
-        return (
-            value.isoformat()
-            if isinstance(value, datetime.date)
-            else datetime.date.fromisoformat(str(value)).isoformat()
-        )
-    if kind == "time":
-        return (
-            value.isoformat()
-            if isinstance(value, datetime.time)
-            else datetime.time.fromisoformat(str(value)).isoformat()
-        )
-    if kind in ("timestamp", "timestamptz"):
-        at = value if isinstance(value, datetime.datetime) else datetime.datetime.fromisoformat(str(value))
-        if at.tzinfo is not None:
-            at = at.astimezone(UTC).replace(tzinfo=None)
-        return at.isoformat()
-    if kind in ("int", "long"):
-        return int(value)
-    if kind in ("float", "double"):
-        return float(value)
-    if kind == "boolean":
-        return value if isinstance(value, bool) else str(value).lower() == "true"
-    return value
+# --- one spelling of every value: tests/histories/canon.py -----------------------------------------------------------
 
 
 def _assert_same(actual: list[dict[str, Any]], expected: list[dict[str, Any]], reader: str) -> None:
@@ -277,11 +218,7 @@ def _assert_same(actual: list[dict[str, Any]], expected: list[dict[str, Any]], r
 
 
 def _canon_rows(schema: Any, rows: list[dict[str, Any]], columns: list[str] | None = None) -> list[dict[str, Any]]:
-    names = columns or [f.name for f in schema.fields]
-    fields = {f.name: f.field_type for f in schema.fields}
-    return sorted(
-        ({name: _canon(fields[name], row.get(name)) for name in names} for row in rows), key=lambda r: r["id"]
-    )
+    return sorted(canon_rows(schema, rows, columns), key=lambda r: r["id"])
 
 
 # --- writing without Spark -------------------------------------------------------------------------------------------

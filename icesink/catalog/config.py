@@ -2,9 +2,10 @@
 
 Order of precedence (highest first): arguments, ``PYICEBERG_CATALOG__<NAME>__*``
 environment variables, ``.pyiceberg.yaml`` (``$PYICEBERG_HOME``, ``~``, the
-working directory). With nothing configured, the embedded default is used:
-SQLite at ``./warehouse/catalog.db`` and a ``file://`` warehouse under
-``./warehouse``.
+working directory). With no catalog named and nothing configured, the embedded
+default is used: SQLite at ``./warehouse/catalog.db`` and a ``file://``
+warehouse under ``./warehouse``. A catalog named but defined nowhere is an
+error, unless its uri is given too (then the name is only a label).
 """
 
 from __future__ import annotations
@@ -104,8 +105,13 @@ class CatalogConfig:
         """Merge arguments with the pyiceberg configuration of catalog ``name``."""
         from pyiceberg.utils.config import Config
 
-        name = name or os.environ.get(CATALOG_NAME_ENV) or DEFAULT_CATALOG_NAME
-        configured = {k: str(v) for k, v in (Config().get_catalog_config(name) or {}).items()}
+        pyiceberg_config = Config()
+        named = name or os.environ.get(CATALOG_NAME_ENV)
+        name = named or DEFAULT_CATALOG_NAME
+        defined = pyiceberg_config.get_catalog_config(name)
+        if defined is None and named and not uri and name.lower() != DEFAULT_CATALOG_NAME:
+            raise _undefined_catalog(name, pyiceberg_config.get_known_catalogs())
+        configured = {k: str(v) for k, v in (defined or {}).items()}
         merged = {**configured, **(properties or {})}
         if uri:
             merged["uri"] = uri
@@ -118,8 +124,12 @@ class CatalogConfig:
                 "(type: sql) because its exactly-once protocol relies on the database's compare-and-swap"
             )
         if "uri" not in merged:
-            if "warehouse" in merged:
-                raise ConfigError(f"catalog {name!r} has a warehouse but no uri; set the catalog database URI")
+            if merged:
+                # Settings for a catalog without a database would otherwise be dropped for the embedded one.
+                raise ConfigError(
+                    f"catalog {name!r} has settings ({', '.join(sorted(merged))}) but no uri; set the catalog "
+                    f"database URI (PYICEBERG_CATALOG__{name.upper()}__URI, uri: in .pyiceberg.yaml, or --uri)"
+                )
             return cls.embedded_default(name=name)
         resolved_uri = merged.pop("uri")
         if "warehouse" not in merged:
@@ -151,6 +161,27 @@ class CatalogConfig:
 
     def describe(self) -> str:
         return f"catalog {self.name!r} at {redact_uri(self.uri)}"
+
+
+def _pyiceberg_yaml() -> Path | None:
+    """The ``.pyiceberg.yaml`` pyiceberg reads: the first of ``$PYICEBERG_HOME``, ``~``, the working directory."""
+    for directory in (os.environ.get("PYICEBERG_HOME"), os.path.expanduser("~"), os.getcwd()):
+        if directory and (Path(directory) / ".pyiceberg.yaml").is_file():
+            return Path(directory) / ".pyiceberg.yaml"
+    return None
+
+
+def _undefined_catalog(name: str, known: list[str]) -> ConfigError:
+    """A named catalog nobody defined: silently using the embedded one would write where no one looks."""
+    source = f" (from {CATALOG_NAME_ENV}={name})" if os.environ.get(CATALOG_NAME_ENV) == name else ""
+    defined = ", ".join(repr(k) for k in sorted(known)) or "none"
+    yaml = _pyiceberg_yaml()
+    where = str(yaml) if yaml else ".pyiceberg.yaml in $PYICEBERG_HOME, ~ or the working directory"
+    return ConfigError(
+        f"catalog {name!r}{source} is not defined; defined catalogs: {defined}. Define it under catalog: in "
+        f"{where}, or with PYICEBERG_CATALOG__{name.upper()}__URI and __WAREHOUSE, or pass its uri "
+        "(--uri, uri=); without a catalog name icesink uses its embedded default"
+    )
 
 
 def _validate_uri(name: str, uri: str) -> None:
@@ -208,3 +239,32 @@ def catalog_from_options(options: Mapping[str, str]) -> CatalogConfig:
     if properties:
         return resolve_catalog({**properties, **({"name": name} if name else {})})
     return resolve_catalog(name)
+
+
+# Options Spark itself hands a Python data source (pyspark 4.3, lower-cased): the argument of
+# load()/start(), the writer's checkpoint directory, and queryName(); "__"-prefixed ones are Spark internals.
+SPARK_OPTIONS = ("path", "checkpointlocation", "queryname")
+
+
+def check_data_source_options(what: str, options: Mapping[str, str], known: tuple[str, ...]) -> str:
+    """The table a data source's options name, after refusing any option it would ignore.
+
+    ``known`` are the source's own options besides ``table``, ``catalog`` and
+    ``catalog.<key>``; an unknown one is a :class:`ConfigError` naming the
+    closest known option. ``path`` (``load("ns.t")``, ``start("ns.t")``) names the table too.
+    """
+    import difflib
+
+    own = ("table", "catalog", *known)
+    for key in sorted(options):
+        if key in own or key in SPARK_OPTIONS or key.startswith(("catalog.", "__")):
+            continue
+        close = difflib.get_close_matches(key, own, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"{what}: unknown option {key!r}{hint}; its options are {', '.join(own)}, catalog.<key>")
+    table, path = options.get("table"), options.get("path")
+    if table and path and table != path:
+        raise ConfigError(f"{what}: option table={table!r} and path {path!r} name different tables; give one")
+    if not (table or path):
+        raise ConfigError(f'{what} needs .option("table", "namespace.table")')
+    return str(table or path)

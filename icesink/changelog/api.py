@@ -96,22 +96,37 @@ def read_stream(
     spark: SparkSession,
     table: str,
     *,
-    catalog: str | Mapping[str, str] | None = None,
+    catalog: str | CatalogConfig | Mapping[str, str] | None = None,
     **options: Any,
 ) -> DataFrame:
     """The table's changes as a streaming DataFrame (see ``spark.readStream.format("icesink")`` in the README).
 
-    Options: ``mode`` (``changelog``/``append``), ``starting`` (``earliest``, ``latest``, a snapshot id or an
-    ISO timestamp), ``max-files-per-trigger``, ``max-rows-per-trigger``, ``net-changes``; ``catalog`` is a
-    catalog name or pyiceberg properties as for :func:`icesink.stream`.
+    Options: ``mode`` (``changelog``/``append``), ``starting`` (``earliest``, ``latest``, a snapshot id (an int,
+    or a string of digits), an ISO 8601 timestamp (UTC unless it has a zone) or a ``datetime`` (naive: UTC)),
+    ``max-files-per-trigger``, ``max-rows-per-trigger``, ``net-changes``; ``catalog`` is a catalog name, a
+    ``CatalogConfig`` or pyiceberg properties as for :func:`icesink.stream`. Any other option is refused.
     """
+    from icesink.catalog.config import CatalogConfig
+
     register(spark)
     reader = spark.readStream.format("icesink").option("table", table)
+    if isinstance(catalog, CatalogConfig):
+        catalog = {**catalog.properties, "name": catalog.name, "uri": catalog.uri, "warehouse": catalog.warehouse}
     if isinstance(catalog, str):
         reader = reader.option("catalog", catalog)
     elif catalog is not None:
         for key, value in catalog.items():
             reader = reader.option(f"catalog.{key}", str(value))
     for key, value in options.items():
-        reader = reader.option(key.replace("_", "-"), str(value).lower() if isinstance(value, bool) else str(value))
+        reader = reader.option(key.replace("_", "-"), _option_text(value))
     return reader.load()
+
+
+def _option_text(value: Any) -> str:
+    import datetime
+
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, datetime.datetime):
+        return value.isoformat()  # naive stays naive, which the source reads as UTC
+    return str(value)

@@ -15,11 +15,15 @@ Options (named as Iceberg's Spark source names them where it has them):
 * ``table`` (required), ``catalog`` (a name) or ``catalog.<key>`` (pyiceberg properties);
 * ``mode``: ``changelog`` (default) or ``append``;
 * ``starting``: ``earliest`` (default: the oldest state kept, then every change),
-  ``latest`` (changes from now on), a snapshot id (its changes and later ones),
-  or a timestamp (ISO 8601, or milliseconds since the epoch: changes committed at or after it);
+  ``latest`` (changes from now on), a snapshot id (digits, always: its changes and
+  later ones), or an ISO 8601 timestamp (UTC unless it has a zone: changes
+  committed at or after it); anything else is refused when the stream is defined;
 * ``max-files-per-trigger``, ``max-rows-per-trigger``: bound a micro-batch (at
   least one snapshot is always read);
 * ``net-changes``: collapse a key's changes within a micro-batch.
+
+Any other option is refused, naming the closest known one (a misspelt
+``startng`` would otherwise read from ``earliest`` without a word).
 
 ``Trigger.AvailableNow`` reads up to the head as of the query's start.
 """
@@ -55,6 +59,40 @@ BEFORE_FIRST = -1  # the offset before a table's first snapshot (or its oldest o
 ROWS_PER_TASK = 2_000_000
 
 
+STARTING_FORMS = (
+    "earliest, latest, a snapshot id (digits: always an id, never a time), or an ISO 8601 timestamp "
+    "(2026-11-23T10:00:00Z; UTC when it has no zone)"
+)
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+OPTIONS = ("mode", "starting", "max-files-per-trigger", "max-rows-per-trigger", "net-changes")
+
+
+@dataclass(frozen=True)
+class Starting:
+    """Where a stream without a checkpoint starts: ``earliest``, ``latest``, a ``snapshot`` id or a ``time`` (ms)."""
+
+    kind: str
+    value: int = 0
+
+    @classmethod
+    def parse(cls, table: str, text: str) -> Starting:
+        """One of the accepted forms; no guessing (a snapshot id is never read as a time)."""
+        import re
+
+        cleaned = text.strip()
+        if cleaned.lower() in ("earliest", "latest"):
+            return cls(cleaned.lower())
+        if re.fullmatch(r"-?[0-9]+", cleaned):
+            return cls("snapshot", int(cleaned))
+        try:
+            moment = datetime.datetime.fromisoformat(cleaned)
+        except ValueError:
+            raise ConfigError(f"table {table}: starting={text!r} is not one of {STARTING_FORMS}") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=datetime.UTC)
+        return cls("time", (moment - EPOCH) // datetime.timedelta(milliseconds=1))
+
+
 @dataclass(frozen=True)
 class ReadOptions:
     """The options of a change stream, checked once."""
@@ -62,25 +100,20 @@ class ReadOptions:
     table: str
     catalog: tuple[tuple[str, str], ...]  # the catalog options: "catalog" and "catalog.<key>"
     mode: str
-    starting: str
+    starting: Starting
     max_files: int | None
     max_rows: int | None
     net_changes: bool
 
     @classmethod
     def of(cls, options: Mapping[str, str]) -> ReadOptions:
-        table = options.get("table") or options.get("path")
-        if not table:
-            raise ConfigError('readStream.format("icesink") needs .option("table", "namespace.table")')
-        limits: dict[str, int | None] = {}
-        for name in ("max-files-per-trigger", "max-rows-per-trigger"):
-            raw = options.get(name)
-            if raw is None:
-                limits[name] = None
-                continue
-            if not raw.isdigit() or int(raw) < 1:
-                raise ConfigError(f"table {table}: option {name}={raw!r} must be a positive whole number")
-            limits[name] = int(raw)
+        from icesink.catalog.config import check_data_source_options
+        from icesink.changelog.api import MODES
+
+        table = check_data_source_options('readStream.format("icesink")', options, OPTIONS)
+        mode = options.get("mode", "changelog")
+        if mode not in MODES:
+            raise ConfigError(f"table {table}: option mode={mode!r} must be one of {', '.join(MODES)}")
         net = str(options.get("net-changes", "false")).lower()
         if net not in ("true", "false"):
             raise ConfigError(f"table {table}: option net-changes={net!r} must be true or false")
@@ -88,10 +121,10 @@ class ReadOptions:
         return cls(
             table=table,
             catalog=catalog,
-            mode=options.get("mode", "changelog"),
-            starting=options.get("starting", "earliest"),
-            max_files=limits["max-files-per-trigger"],
-            max_rows=limits["max-rows-per-trigger"],
+            mode=mode,
+            starting=Starting.parse(table, options.get("starting", "earliest")),
+            max_files=_limit(table, options, "max-files-per-trigger"),
+            max_rows=_limit(table, options, "max-rows-per-trigger"),
             net_changes=net == "true",
         )
 
@@ -177,22 +210,47 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return snapshot.snapshot_id if snapshot is not None else BEFORE_FIRST
 
     def initialOffset(self) -> dict[str, Any]:
-        table = self._refresh()
-        starting = self._options.starting.strip().lower()
-        if starting == "earliest":
+        self._refresh()
+        starting = self._options.starting
+        if starting.kind == "earliest":
             return {"snapshot_id": BEFORE_FIRST}
-        if starting == "latest":
+        if starting.kind == "latest":
             return {"snapshot_id": self._head()}
-        ancestry = self._ancestry()
-        if starting.lstrip("-").isdigit() and table.metadata.snapshot_by_id(int(starting)) is not None:
-            snapshot = table.metadata.snapshot_by_id(int(starting))
-            assert snapshot is not None
-            return {"snapshot_id": snapshot.parent_snapshot_id or BEFORE_FIRST}
-        moment = _timestamp_ms(self._options.table, self._options.starting)
-        for snapshot in ancestry:  # oldest first
-            if snapshot.timestamp_ms >= moment:
+        if starting.kind == "snapshot":
+            return {"snapshot_id": self._before_snapshot(starting.value)}
+        for snapshot in self._ancestry():  # oldest first
+            if snapshot.timestamp_ms >= starting.value:
                 return {"snapshot_id": snapshot.parent_snapshot_id or BEFORE_FIRST}
         return {"snapshot_id": self._head()}
+
+    def _before_snapshot(self, snapshot_id: int) -> int:
+        """The offset whose next changes are ``snapshot_id``'s: its parent, which must still be kept."""
+        from icesink.errors import SnapshotNotFoundError, StartingSnapshotExpiredError
+
+        table = self._options.table
+        metadata = self._table.metadata
+        snapshot = metadata.snapshot_by_id(snapshot_id)
+        if snapshot is None:
+            raise SnapshotNotFoundError(
+                f"table {table} has no snapshot {snapshot_id} (starting={snapshot_id}: digits are always a snapshot "
+                f"id, a time is an ISO 8601 timestamp); `icesink snapshots list {table}` lists the snapshots it keeps"
+            )
+        if snapshot_id not in {s.snapshot_id for s in self._ancestry()}:
+            raise StartingSnapshotExpiredError(
+                f"table {table}: snapshot {snapshot_id} (starting=) is not in the history of main (rolled back, or "
+                "on another branch); start at a snapshot of main"
+            )
+        parent = snapshot.parent_snapshot_id
+        if parent is None and (snapshot.sequence_number or 0) <= 1:
+            return BEFORE_FIRST  # the table's first snapshot: its changes are its rows
+        if parent is None or metadata.snapshot_by_id(parent) is None:
+            # pyiceberg clears the parent id of a snapshot whose parent it expires; a later sequence number tells.
+            raise StartingSnapshotExpiredError(
+                f"table {table}: starting={snapshot_id}, but the snapshot before it is no longer kept (expired by "
+                "history.expire.max-snapshot-age-ms / min-snapshots-to-keep), so the changes it made cannot be told; "
+                "start at a later snapshot, or starting=earliest (the oldest state kept, as inserts)"
+            )
+        return parent
 
     def _ancestry(self) -> list[Any]:
         head = self._head()
@@ -313,16 +371,10 @@ def _as_spark_value(column: pa.ChunkedArray, wanted: pa.DataType) -> pa.ChunkedA
     return column.cast(wanted)
 
 
-def _timestamp_ms(table: str, text: str) -> int:
-    if text.strip().isdigit():
-        return int(text.strip())
-    try:
-        moment = datetime.datetime.fromisoformat(text.strip())
-    except ValueError as e:
-        raise ConfigError(
-            f"table {table}: starting={text!r} is none of earliest, latest, a snapshot id of the table, or a "
-            "timestamp (ISO 8601 like 2026-11-23T10:00:00+00:00, or milliseconds since the epoch)"
-        ) from e
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return int(moment.timestamp() * 1000)
+def _limit(table: str, options: Mapping[str, str], name: str) -> int | None:
+    raw = options.get(name)
+    if raw is None:
+        return None
+    if not raw.isascii() or not raw.isdigit() or int(raw) < 1:
+        raise ConfigError(f"table {table}: option {name}={raw!r} must be a positive whole number")
+    return int(raw)

@@ -7,6 +7,7 @@ pyiceberg's ``transaction().set_properties``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
@@ -58,26 +59,35 @@ class MaintenancePolicy:
 
     @classmethod
     def of(cls, properties: Mapping[str, str], identifier: str) -> MaintenancePolicy:
-        """The policy from the table's properties; a malformed value is a ConfigError naming it."""
+        """The policy from the table's properties; a malformed or out-of-range value is a ConfigError naming it."""
         values: dict[str, object] = {}
         for f in fields(cls):
             name = PROPERTY_NAMES[f.name]
             raw = properties.get(name)
-            if raw is None:
-                continue
-            kind = type(getattr(cls(), f.name))
-            try:
-                if kind is bool:
-                    if raw.lower() not in ("true", "false"):
-                        raise ValueError(raw)
-                    values[f.name] = raw.lower() == "true"
-                else:
-                    values[f.name] = kind(raw)
-            except ValueError as e:
-                raise ConfigError(
-                    f"table {identifier}: table property {name}={raw!r} is not a valid {kind.__name__}"
-                ) from e
+            if raw is not None:
+                values[f.name] = _parse(identifier, f.name, raw)
         return cls(**values)  # type: ignore[arg-type]
+
+
+def _parse(identifier: str, attribute: str, raw: str) -> bool | int | float:
+    name = PROPERTY_NAMES[attribute]
+    kind = type(getattr(MaintenancePolicy(), attribute))
+    try:
+        if kind is bool:
+            if raw.lower() not in ("true", "false"):
+                raise ValueError(raw)
+            return raw.lower() == "true"
+        value: int | float = kind(raw)
+    except ValueError as e:
+        raise ConfigError(f"table {identifier}: table property {name}={raw!r} is not a valid {kind.__name__}") from e
+    low, high, why = RANGES[attribute]
+    if not low <= value <= high:  # also refuses NaN
+        allowed = f"{low:g} or more" if high == math.inf else f"from {low:g} to {high:g}"
+        raise ConfigError(
+            f"table {identifier}: table property {name}={raw!r} is out of range: it must be {allowed} ({why}); "
+            "set it within the range, or remove it for the default"
+        )
+    return value
 
 
 PROPERTY_NAMES = {
@@ -92,3 +102,15 @@ PROPERTY_NAMES = {
     "max_seconds": "icesink.maintain.max-seconds",
 }
 CONVERT_AT_COMMIT = PROPERTY_NAMES["convert_at_commit"]
+
+# Allowed values of the numeric settings, inclusive, and why the bound is where it is.
+RANGES: dict[str, tuple[float, float, str]] = {
+    "convert_max_rows": (0, math.inf, "a number of rows"),
+    "equality_delete_files": (1, math.inf, "a number of files"),
+    "min_input_files": (2, math.inf, "a lone small file would be rewritten into the same small file on every pass"),
+    "min_file_ratio": (0, 1, "a share of the target file size; above 1, full-size files would be rewritten forever"),
+    "delete_file_threshold": (1, math.inf, "at 0 every data file would be rewritten on every pass"),
+    "min_commits": (1, math.inf, "a number of commits"),
+    "max_group_bytes": (1, math.inf, "a number of bytes"),
+    "max_seconds": (0, 24 * 3600, "seconds, finite"),
+}

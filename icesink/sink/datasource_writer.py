@@ -19,7 +19,9 @@ What the API does not allow, and so what this sink does not do (use
   the catalog again (about 0.1-0.3 s per micro-batch).
 
 Options: ``table`` (required), ``job_id`` (required), ``catalog`` or
-``catalog.<key>`` as for the change stream.
+``catalog.<key>`` as for the change stream. Any other option is refused, and
+so are key options (``equality_fields``, ``op_column``, ...) and tables with
+identifier fields, which this sink could only append to (several rows per key).
 """
 
 from __future__ import annotations
@@ -35,12 +37,48 @@ from icesink.errors import CheckpointRewindError, ConfigError
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyiceberg.table import Table
     from pyspark.sql.types import StructType
 
     from icesink.catalog.config import CatalogConfig
     from icesink.writer.spec import WriterSpec
 
 log = logging.getLogger("icesink.stream")
+# Options of icesink.stream this sink cannot honour (as written with "_" or "-").
+KEY_OPTIONS = ("equality_fields", "op_column", "op_values", "sequence_by")
+
+
+def _refuse_keyed_table(table: Table, identifier: str) -> None:
+    """A table with a key gets upserts from icesink.stream; appending here would give a key several rows."""
+    schema = table.schema()
+    if schema.identifier_field_ids:
+        names = ", ".join(schema.find_column_name(i) or str(i) for i in sorted(schema.identifier_field_ids))
+        raise ConfigError(
+            f'table {identifier} has identifier fields ({names}), and writeStream.format("icesink") only appends, '
+            "which would give a key several rows; write it with icesink.stream(df, table) (it upserts on the key)"
+        )
+
+
+def _table_and_job(options: dict[str, str]) -> tuple[str, str]:
+    """The table and job id the options name, after refusing the options this sink would ignore."""
+    from icesink.catalog.config import check_data_source_options
+
+    what = 'writeStream.format("icesink")'
+    keyed = sorted(k for k in options if k.replace("-", "_") in KEY_OPTIONS)
+    if keyed:
+        raise ConfigError(
+            f"{what}: option {keyed[0]!r}: this sink only appends; keyed upserts and CDC need every change of a "
+            "key in one task, which a data source writer cannot ask Spark for. Use icesink.stream(df, table, "
+            "equality_fields=..., op_column=...)"
+        )
+    table = check_data_source_options(what, options, ("job_id", "job-id"))
+    job_id = options.get("job_id") or options.get("job-id")
+    if not job_id:
+        raise ConfigError(
+            f'table {table}: {what} needs .option("job_id", ...): the data source API does not tell a writer its '
+            "query id (icesink.stream derives it)"
+        )
+    return table, job_id
 
 
 @dataclass
@@ -67,27 +105,17 @@ class IcesinkStreamWriter(DataSourceStreamArrowWriter):
         from icesink.iceberg.describe import writer_spec
         from icesink.sink.schema import plan_projection
 
-        table = options.get("table") or options.get("path")
-        if not table:
-            raise ConfigError('writeStream.format("icesink") needs .option("table", "namespace.table")')
-        job_id = options.get("job_id") or options.get("job-id")
-        if not job_id:
-            raise ConfigError(
-                f'table {table}: writeStream.format("icesink") needs .option("job_id", ...): the data source API '
-                "does not tell a writer its query id (icesink.stream derives it)"
-            )
+        table, job_id = _table_and_job(options)
         config = catalog_from_options(options)
         iceberg_table = load_table(open_catalog(config), config, table)
+        _refuse_keyed_table(iceberg_table, table)
         projection = plan_projection(schema, iceberg_table.schema(), table)
         if any(c.source != c.name or c.cast for c in projection.columns):
             raise ConfigError(
                 f"table {table}: the DataFrame's columns must be the table's, by name and type "
                 f"({', '.join(f.name for f in iceberg_table.schema().fields)}); select and cast them first"
             )
-        spec = writer_spec(iceberg_table, table, job_id)
-        if spec.changes is not None or iceberg_table.schema().identifier_field_ids:
-            log.info("table=%s: the Spark data source sink appends rows; keyed upserts need icesink.stream", table)
-        return cls(table, job_id, config, spec)
+        return cls(table, job_id, config, writer_spec(iceberg_table, table, job_id))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenFiles:
         from pyspark import TaskContext

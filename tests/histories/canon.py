@@ -1,0 +1,97 @@
+"""One spelling of every Iceberg value, whichever reader produced it, so that readers can be compared."""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+import uuid
+from typing import Any
+
+UTC = datetime.UTC
+
+
+def canon(kind: Any, value: Any) -> Any:
+    """``value`` of Iceberg type ``kind`` as plain, comparable Python, from any reader's spelling.
+
+    Structs become dicts by field name, maps sorted lists of (key, value) pairs; null stays apart from empty.
+    """
+    from pyiceberg.types import ListType, MapType, StructType
+
+    if value is None:
+        return None
+    if isinstance(kind, StructType):
+        return {f.name: canon(f.field_type, value.get(f.name)) for f in kind.fields}
+    if isinstance(kind, ListType):
+        return [canon(kind.element_type, v) for v in value]
+    if isinstance(kind, MapType):
+        pairs = value.items() if isinstance(value, dict) else [tuple(p) for p in value]
+        canonical = [(canon(kind.key_type, k), canon(kind.value_type, v)) for k, v in pairs]
+        return sorted(canonical, key=lambda p: json.dumps(p[0], default=str))
+    return canon_primitive(str(kind), value)
+
+
+def canon_primitive(kind: str, value: Any) -> Any:
+    if kind == "binary" or kind.startswith("fixed"):
+        if isinstance(value, dict):  # the DuckDB and Java readers print bytes as {"base64": …}
+            return value["base64"]
+        if isinstance(value, str):
+            return value
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if kind == "uuid":
+        if isinstance(value, bytes | bytearray):
+            return uuid.UUID(bytes=bytes(value)).hex
+        if isinstance(value, dict):
+            return uuid.UUID(bytes=base64.b64decode(value["base64"])).hex
+        return uuid.UUID(str(value)).hex
+    if kind.startswith("decimal"):
+        scale = int(kind.rstrip(")").split(",")[1])
+        return str(decimal.Decimal(str(value)).quantize(decimal.Decimal(1).scaleb(-scale)))
+    if kind == "date":
+        return (
+            value.isoformat()
+            if isinstance(value, datetime.date)
+            else datetime.date.fromisoformat(str(value)).isoformat()
+        )
+    if kind == "time":
+        return (
+            value.isoformat()
+            if isinstance(value, datetime.time)
+            else datetime.time.fromisoformat(str(value)).isoformat()
+        )
+    if kind in ("timestamp", "timestamptz"):
+        at = value if isinstance(value, datetime.datetime) else datetime.datetime.fromisoformat(str(value))
+        if at.tzinfo is not None:
+            at = at.astimezone(UTC).replace(tzinfo=None)
+        return at.isoformat()
+    if kind in ("int", "long"):
+        return int(value)
+    if kind in ("float", "double"):
+        return float(value)
+    if kind == "boolean":
+        return value if isinstance(value, bool) else str(value).lower() == "true"
+    return value
+
+
+def canon_rows(schema: Any, rows: list[dict[str, Any]], columns: list[str] | None = None) -> list[dict[str, Any]]:
+    """Rows of ``schema`` (only ``columns``), canonical, in a stable order."""
+    names = columns or [f.name for f in schema.fields]
+    fields = {f.name: f.field_type for f in schema.fields}
+    out = [{name: canon(fields[name], row.get(name)) for name in names} for row in rows]
+    return sorted(out, key=lambda r: json.dumps(r, sort_keys=True, default=str))
+
+
+def first_difference(actual: list[dict[str, Any]], expected: list[dict[str, Any]], reader: str) -> str | None:
+    """Where two canonical row lists differ first, in words; None when they are equal."""
+    if actual == expected:
+        return None
+    if len(actual) != len(expected):
+        extra = [r for r in actual if r not in expected][:2]
+        missing = [r for r in expected if r not in actual][:2]
+        return f"{reader}: {len(actual)} rows, expected {len(expected)}; extra {extra}, missing {missing}"
+    for got, want in zip(actual, expected, strict=True):
+        for column, value in want.items():
+            if got.get(column) != value:
+                return f"{reader}: column {column!r}: {got.get(column)!r} != {value!r} (row {want})"
+    return f"{reader}: rows differ"

@@ -1,0 +1,342 @@
+"""The real system under test and the model it must equal.
+
+The world drives icesink the way Spark would (the task writer on Arrow rows
+under the table's current names, staging, the committer), plus what other
+tools and operators do (schema changes through pyiceberg, maintenance, a
+committer killed at a failpoint, a lost manifest and a discard). The model
+keeps each table's rows by field id, so that renames cannot fool it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from icesink.committer.commit import TableCommitter
+from icesink.committer.ledger import Ledger
+from tests.histories.canon import canon
+from tests.histories.grammar import TableShape, input_type, random_primitive, random_value
+
+IDENTIFIER = "hist.table ü %/x"
+JOB = "job"
+ROOT = Path(__file__).resolve().parents[2]
+FAILPOINTS = (
+    "committer.before-catalog-commit",
+    "committer.after-catalog-commit",
+    "committer.after-ledger-update",
+    "committer.during-cleanup",
+)
+
+
+class Mismatch(AssertionError):
+    """The table (or what a reader makes of it) differs from the model."""
+
+
+Row = dict[int, Any]  # field id -> canonical value
+
+
+@dataclass
+class Model:
+    """What the table must hold: rows by key (keyed tables) or a list (appends), values canonical by field id."""
+
+    keyed: bool
+    rows: dict[Any, Row] = field(default_factory=dict)
+    appended: list[Row] = field(default_factory=list)
+
+    def all_rows(self) -> list[Row]:
+        return list(self.rows.values()) if self.keyed else list(self.appended)
+
+    def drop_field(self, field_id: int) -> None:
+        for row in self.all_rows():
+            row.pop(field_id, None)
+
+
+class World:
+    """One table in a fresh catalog, written and changed as a history says."""
+
+    def __init__(self, config: CatalogConfig, shape: TableShape) -> None:
+        from icesink.sink.tables import parse_partition_by
+
+        self.config = config
+        self.catalog = open_catalog(config)
+        self.catalog.create_namespace_if_not_exists("hist")
+        partition = (shape.partition,) if shape.partition else ()
+        spec = parse_partition_by(IDENTIFIER, shape.schema, partition)
+        table = self.catalog.create_table(IDENTIFIER, schema=shape.schema, partition_spec=spec)
+        schema = table.schema()
+        self.key_ids = tuple(schema.find_field(k).field_id for k in shape.keys)
+        self.partition_source_ids = {f.source_id for f in table.spec().fields}
+        if self.key_ids:
+            with table.update_schema() as update:  # readers such as the changelog take the key from here
+                update.set_identifier_fields(*shape.keys)
+        self.model = Model(keyed=bool(self.key_ids))
+        self.next_checkpoint = 0
+        self.committer = TableCommitter(self.catalog, config, Ledger(config))
+        self.last_marker = -1
+
+    def table(self) -> Any:
+        return self.catalog.load_table(IDENTIFIER)
+
+    # --- writing, as a stream's tasks and driver do --------------------------------------------------------------
+
+    def changes(self, rng: random.Random, size: int) -> tuple[pa.Table, list[str]]:
+        """Random rows under the table's current names; for keyed tables, keys from few values and some deletes."""
+        schema = self.table().schema()
+        rows, ops = [], []
+        for _ in range(size):
+            row = {f.name: random_value(rng, f.field_type, f.required) for f in schema.fields}
+            for key_id in self.key_ids:
+                self._set_key(schema, row, key_id, rng)
+            rows.append(row)
+            ops.append(rng.choices(("I", "U", "D"), weights=(4, 4, 2))[0] if self.key_ids else "I")
+        arrow = pa.schema([pa.field(f.name, input_type(f.field_type)) for f in schema.fields])
+        return pa.Table.from_pylist(rows, schema=arrow), ops
+
+    def _set_key(self, schema: Any, row: dict[str, Any], key_id: int, rng: random.Random) -> None:
+        from icesink.iceberg.schemas import field_path
+
+        path = [name for _, name in field_path(schema, key_id)]
+        value = random_primitive(rng, str(schema.find_field(key_id).field_type), small=True)
+        target = row
+        for name in path[:-1]:  # a key inside structs: the structs are required, so they hold a value
+            if target.get(name) is None:
+                target[name] = {}
+            target = target[name]
+        target[path[-1]] = value
+
+    def write(self, rows: pa.Table, ops: list[str], again: int | None = None) -> tuple[int, bool]:
+        """Files for the next checkpoint (or, as Spark re-delivers one, for checkpoint ``again`` by a new
+        task attempt), staged, not committed; returns the checkpoint id and whether staging took it."""
+        from icesink.committer.staging import stage_checkpoint
+        from icesink.iceberg.describe import writer_spec
+        from icesink.writer.spec import ChangeSpec
+        from icesink.writer.task import TaskWriter
+
+        table = self.table()
+        checkpoint = self.next_checkpoint if again is None else again
+        if again is None:
+            self.next_checkpoint += 1
+        changes = None
+        if self.key_ids:
+            changes = ChangeSpec(self.key_ids, op_column="op")
+            rows = rows.append_column("op", pa.array(ops, pa.string()))
+            rows = rows.append_column("__icesink_order", pa.array(range(rows.num_rows), pa.int64()))
+        spec = writer_spec(table, IDENTIFIER, JOB, changes).for_checkpoint(checkpoint)
+        writer = TaskWriter(spec, task_id=0, attempt=0 if again is None else 1)
+        writer.write(rows)
+        result = writer.complete()
+        return checkpoint, stage_checkpoint(Ledger(self.config), table, IDENTIFIER, JOB, checkpoint, [result])
+
+    def commit(self, expire: bool = False) -> None:
+        committer = self.committer
+        if expire:
+            committer = TableCommitter(self.catalog, self.config, Ledger(self.config), expire_snapshots=True)
+        committer.commit_pending(IDENTIFIER)
+        self.committer.forget(IDENTIFIER)
+
+    def apply_to_model(self, rows: pa.Table, ops: list[str]) -> None:
+        """What the checkpoint must do: the last change of each key wins (by input order)."""
+        schema = self.table().schema()
+        by_id = [{f.field_id: canon(f.field_type, row.get(f.name)) for f in schema.fields} for row in rows.to_pylist()]
+        if not self.key_ids:
+            self.model.appended.extend(by_id)
+            return
+        latest: dict[Any, tuple[str, Row]] = {}
+        for row, op, raw in zip(by_id, ops, rows.to_pylist(), strict=True):
+            latest[self._key_of(schema, raw)] = (op, row)
+        for key, (op, row) in latest.items():
+            if op == "D":
+                self.model.rows.pop(key, None)
+            else:
+                self.model.rows[key] = row
+
+    def _key_of(self, schema: Any, raw: dict[str, Any]) -> tuple[Any, ...]:
+        from icesink.iceberg.schemas import field_path
+
+        key = []
+        for key_id in self.key_ids:
+            value: Any = raw
+            for _, name in field_path(schema, key_id):
+                value = value[name]
+            key.append(canon(schema.find_field(key_id).field_type, value))
+        return tuple(key)
+
+    # --- what other processes do ---------------------------------------------------------------------------------
+
+    def crash_commit(self, failpoint: str) -> None:
+        """``icesink committer run --once`` killed at ``failpoint``; the next committer finishes the job."""
+        base = ["--catalog", self.config.name, "--uri", self.config.uri, "--warehouse", self.config.warehouse]
+        env = {**os.environ, "ICESINK_FAILPOINTS": failpoint}
+        done = subprocess.run(
+            [sys.executable, "-m", "icesink.cli", *base, "committer", "run", "--once"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode in (0, -9), done.stderr[-2000:]
+        self.committer = TableCommitter(self.catalog, self.config, Ledger(self.config))  # a new process' committer
+        self.commit()
+
+    def lose_and_discard(self, checkpoint: int) -> None:
+        """A staged checkpoint's manifest is lost; committing fails for it alone; an operator discards it."""
+        from icesink.committer.operator import choose_checkpoint, discard
+        from icesink.errors import ManifestError
+
+        ledger = Ledger(self.config)
+        row = ledger.get(IDENTIFIER, JOB, checkpoint)
+        assert row is not None
+        for path in row.manifest_paths:
+            Path(path.removeprefix("file://")).unlink()
+        try:
+            self.commit()
+        except ManifestError:
+            pass
+        else:
+            raise Mismatch(f"checkpoint {checkpoint} committed without its manifest")
+        discard(ledger, self.table(), choose_checkpoint(ledger, IDENTIFIER, checkpoint, JOB), "history", "lost")
+        self.commit()
+
+    def alter(self, rng: random.Random) -> str:
+        """Another tool changes the schema through pyiceberg; returns what it did."""
+        from pyiceberg.types import DecimalType, DoubleType, FloatType, IntegerType, LongType
+
+        table = self.table()
+        schema = table.schema()
+        protected = (
+            set(self.key_ids) | self.partition_source_ids | {p for k in self.key_ids for p in _parents(schema, k)}
+        )
+        top = [f for f in schema.fields if f.field_id not in protected]
+        choices = ["add"]
+        if top:
+            choices += ["rename", "drop", "optional"]
+        widen = [f for f in top if isinstance(f.field_type, IntegerType | FloatType | DecimalType)]
+        if widen:
+            choices.append("widen")
+        kind = rng.choice(choices)
+        with table.update_schema() as update:
+            if kind == "add":
+                name = _fresh_name(schema, rng)
+                update.add_column((name,), LongType())  # a tuple: a dot in a name is no path
+                return f"add column {name!r}"
+            target = rng.choice(widen if kind == "widen" else top)
+            if kind == "rename":
+                name = _fresh_name(schema, rng)
+                update.rename_column((target.name,), name)
+                return f"rename {target.name!r} to {name!r}"
+            if kind == "drop":
+                update.delete_column((target.name,))
+                self.model.drop_field(target.field_id)
+                return f"drop {target.name!r}"
+            if kind == "optional":
+                update.update_column((target.name,), required=False)
+                return f"make {target.name!r} optional"
+            kind_now = target.field_type
+            wider: Any = (
+                LongType()
+                if isinstance(kind_now, IntegerType)
+                else DoubleType()
+                if isinstance(kind_now, FloatType)
+                else DecimalType(min(38, kind_now.precision + 4), kind_now.scale)
+            )
+            update.update_column((target.name,), field_type=wider)
+            self._widen_model(target.field_id, wider)
+            return f"widen {target.name!r} to {wider}"
+
+    def _widen_model(self, field_id: int, wider: Any) -> None:
+        for row in self.model.all_rows():
+            if row.get(field_id) is not None:
+                row[field_id] = canon(wider, row[field_id])
+
+    def maintain(self, mode: str) -> None:
+        from icesink.maintenance.committing import MaintenanceTarget
+        from icesink.maintenance.policy import MaintenancePolicy
+        from icesink.maintenance.run import maintain_table
+
+        target = MaintenanceTarget(self.catalog, self.config, IDENTIFIER)
+        policy = MaintenancePolicy.of(self.table().properties, IDENTIFIER)
+        if mode == "convert":
+            from icesink.maintenance.convert import convert_equality_deletes
+
+            convert_equality_deletes(target, self.table(), policy)
+        else:
+            maintain_table(target, self.table(), policy, everything=mode == "all")
+        self.committer.forget(IDENTIFIER)
+
+    # --- the oracle ----------------------------------------------------------------------------------------------
+
+    def expected(self) -> tuple[Any, list[dict[str, Any]]]:
+        """The model's rows under the table's current names, canonical."""
+        from tests.histories.canon import canon_rows
+
+        schema = self.table().schema()
+        rows = [{f.name: row.get(f.field_id) for f in schema.fields} for row in self.model.all_rows()]
+        return schema, canon_rows(schema, rows)
+
+    def check_reader(self, reader: str, rows: list[dict[str, Any]]) -> None:
+        from tests.histories.canon import canon_rows, first_difference
+
+        schema, expected = self.expected()
+        problem = first_difference(canon_rows(schema, rows), expected, reader)
+        if problem:
+            raise Mismatch(problem)
+
+    def check_invariants(self) -> None:
+        """No checkpoint in two snapshots, the marker never back, no manifest naming a missing file."""
+        from icesink.iceberg.marker import committed_marker
+        from icesink.iceberg.scan import live_files
+
+        table = self.table()
+        seen: dict[int, int] = {}
+        for snapshot in table.snapshots():
+            summary = snapshot.summary.additional_properties if snapshot.summary else {}
+            span = summary.get("icesink.checkpoint-ids")
+            if span is None:
+                continue
+            first, _, last = span.partition("-")
+            for checkpoint in range(int(first), int(last or first) + 1):
+                if checkpoint in seen:
+                    raise Mismatch(
+                        f"checkpoint {checkpoint} is in snapshots {seen[checkpoint]} and {snapshot.snapshot_id}"
+                    )
+                seen[checkpoint] = snapshot.snapshot_id
+        marker = committed_marker(table.metadata, JOB)
+        now = marker.checkpoint_id if marker else -1
+        if now < self.last_marker:
+            raise Mismatch(f"the marker went back from {self.last_marker} to {now}")
+        self.last_marker = now
+        live = live_files(table)
+        for file in [*live.data, *live.position_deletes, *live.equality_deletes]:
+            if not Path(file.path.removeprefix("file://")).exists():
+                raise Mismatch(f"a manifest names {file.path}, which does not exist")
+
+
+def _parents(schema: Any, field_id: int) -> Iterator[int]:
+    from icesink.iceberg.schemas import field_path
+
+    for parent_id, _ in field_path(schema, field_id)[:-1]:
+        yield parent_id
+
+
+def _fresh_name(schema: Any, rng: random.Random) -> str:
+    taken = {f.name.lower() for f in schema.fields}
+    while True:
+        name = rng.choice(("added", "new col", "n%/ü", "z.z")) + str(rng.randrange(1000))
+        if name.lower() not in taken:
+            return name
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, default=str, sort_keys=True)
