@@ -72,5 +72,16 @@ def null_mask(array: pa.Array) -> pa.Array | None:
 
 
 def empty_table(schema: pa.Schema) -> pa.Table:
-    """A table of no rows; ``schema.empty_table()`` fails on extension types (uuid) inside lists, maps and structs."""
-    return pa.table([pa.chunked_array([], type=f.type) for f in schema], schema=schema)
+    """A table of no rows, one empty chunk a column.
+
+    ``schema.empty_table()`` and ``combine_chunks()`` of a column without chunks fail on extension types (uuid)
+    inside lists, maps and structs; ``pa.nulls(0, …)`` builds those.
+    """
+    return pa.table([pa.chunked_array([pa.nulls(0, f.type)], type=f.type) for f in schema], schema=schema)
+
+
+def one_array(column: pa.ChunkedArray) -> pa.Array:
+    """A column as one array, also when it has no chunks at all (see :func:`empty_table`)."""
+    if column.num_chunks == 1:
+        return column.chunk(0)
+    return column.combine_chunks() if column.num_chunks else pa.nulls(0, column.type)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icesink.arrays import nested_column
+from icesink.arrays import nested_column, one_array
 from icesink.errors import BadRowError
 from icesink.writer.spec import ColumnSpec, WriterSpec, arrow_type
 
@@ -104,7 +104,7 @@ def _key_rows(spec: WriterSpec, rows: pa.Table) -> pa.Table:
     columns = []
     for pruned in spec.delete_columns:
         full = spec.column_by_id(pruned.field_id)
-        columns.append(_prune(rows.column(full.name).combine_chunks(), full, pruned))
+        columns.append(_prune(one_array(rows.column(full.name)), full, pruned))
     return pa.table(columns, schema=spec.arrow_schema(spec.delete_columns))
 
 

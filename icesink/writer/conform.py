@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from icesink.arrays import one_array
 from icesink.errors import BadRowError
 from icesink.writer import values
 from icesink.writer.spec import ColumnSpec, WriterSpec
@@ -58,7 +59,7 @@ def conform(spec: WriterSpec, batch: pa.RecordBatch | pa.Table, task_id: int) ->
         if column.is_nested or array.type != target.type:
             # Rebuilding or converting works on one array; a column already in the table's type stays
             # as it is, chunks and all (no copy on the append path).
-            array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
+            array = one_array(array)
             array = _conform(where, column, target, array, column.name)
         arrays.append(array)
         fields.append(target.with_type(array.type))

@@ -98,7 +98,7 @@ def run(history: History, directory: Path, readers: bool = True) -> Outcome:
         if readers:
             _check_other_readers(world)
     except Exception as e:  # every failure is a finding: report it with the step
-        outcome.failure = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
+        outcome.failure = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-8)}"
     finally:
         database.dispose_engines()
     return outcome
