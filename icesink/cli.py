@@ -64,7 +64,7 @@ def json_value(value: Any) -> Any:
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, decimal.Decimal):
-        return str(value)
+        return format(value, "f")  # never exponent notation: "-0.000000001", not "-1E-9"
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()
     if isinstance(value, dict):
@@ -160,27 +160,52 @@ def tables() -> None:
 @click.pass_obj
 def tables_list(obj: Context, as_json: bool) -> None:
     """List every table with its current snapshot."""
+    from icesink.catalog.database import database_errors
+
     catalog = obj.catalog()
-    rows = []
-    for namespace in catalog.list_namespaces():
-        for identifier in catalog.list_tables(namespace):
-            name = ".".join(identifier)
-            table = catalog.load_table(name)
-            current = table.current_snapshot()
+    rows: list[dict[str, Any]] = []
+    errors = []
+    with database_errors(obj.config):
+        names = [".".join(i) for namespace in catalog.list_namespaces() for i in catalog.list_tables(namespace)]
+    for name in names:
+        try:  # one unreadable table does not hide the others
+            table = obj.table(name)
+        except IcesinkError as e:
+            errors.append(str(e))
             rows.append(
                 {
                     "table": name,
-                    "snapshots": len(table.metadata.snapshots),
-                    "current_snapshot_id": current.snapshot_id if current else None,
-                    "total_records": int(current.summary["total-records"] or 0) if current and current.summary else 0,
-                    "location": table.location(),
+                    "snapshots": None,
+                    "current_snapshot_id": None,
+                    "total_records": None,
+                    "location": None,
+                    "error": str(e),
                 }
             )
-    _emit(
-        as_json,
-        rows,
-        _table([list(r.values()) for r in rows], ["table", "snapshots", "current", "records", "location"]),
+            continue
+        current = table.current_snapshot()
+        rows.append(
+            {
+                "table": name,
+                "snapshots": len(table.metadata.snapshots),
+                "current_snapshot_id": current.snapshot_id if current else None,
+                "total_records": int(current.summary["total-records"] or 0) if current and current.summary else 0,
+                "location": table.location(),
+                "error": None,
+            }
+        )
+    text = _table(
+        [
+            [r["table"], r["snapshots"], r["current_snapshot_id"], r["total_records"], r["location"] or "(unreadable)"]
+            for r in rows
+        ],
+        ["table", "snapshots", "current", "records", "location"],
     )
+    _emit(as_json, rows, text)
+    if errors:
+        for error in errors:
+            click.echo(f"error: {error}", err=True)
+        sys.exit(2)
 
 
 @main.group()

@@ -104,3 +104,7 @@ class UnexpectedCommitError(TerminalError):
 
 class WriteResultError(TerminalError):
     """Raised when a task's write result cannot be read (an executor running another icesink version)."""
+
+
+class TableMetadataError(TerminalError):
+    """Raised when a table's metadata file cannot be read (missing, not JSON, not Iceberg metadata)."""

@@ -122,3 +122,46 @@ def test_equality_deletes_keyed_on_a_column_dropped_since_still_apply(sqlite_cat
     assert table.current_snapshot().summary["total-equality-deletes"] == "0"
     assert sorted(table.scan().to_arrow().column("name").to_pylist()) == expected  # pyiceberg
     assert sorted(icesink.read(TABLE, catalog=sqlite_catalog).column("name").to_pylist()) == expected
+
+
+def test_a_corrupt_metadata_file_is_named_and_hides_no_other_table(sqlite_catalog: CatalogConfig) -> None:
+    create_orders_table(sqlite_catalog, TABLE)
+    create_orders_table(sqlite_catalog, "shop.fine")
+    broken = open_catalog(sqlite_catalog).load_table(TABLE).metadata_location
+    Path(broken.removeprefix("file://")).write_text('{"format-version": 2, "not": "iceberg"}')
+    code, out, err = cli(sqlite_catalog, "tables", "list")
+    assert code == 2 and "shop.fine" in out and TABLE in out
+    assert f"table {TABLE}: its metadata file {broken} cannot be read" in err and "Traceback" not in err
+    for args in (["scan", TABLE], ["snapshots", "list", TABLE], ["maintain", TABLE, "--all"]):
+        code, _, err = cli(sqlite_catalog, *args)
+        assert code == 2 and "cannot be read" in err and "Traceback" not in err, (args, err)
+    code, out, _ = cli(sqlite_catalog, "tables", "list", "--json")
+    by_name = {r["table"]: r for r in json.loads(out)}
+    assert by_name["shop.fine"]["error"] is None and "cannot be read" in by_name[TABLE]["error"]
+
+
+def test_a_read_only_command_on_a_missing_sqlite_file_creates_nothing(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path}/missing dir/x.db"
+    result = CliRunner().invoke(main, ["--uri", uri, "--warehouse", tmp_path.as_uri(), "tables", "list"])
+    assert result.exit_code == 2 and "does not exist" in result.stderr and "icesink db upgrade" in result.stderr
+    assert not (tmp_path / "missing dir").exists()
+
+
+def test_changes_over_a_backwards_range_say_so(sqlite_catalog: CatalogConfig) -> None:
+    create_orders_table(sqlite_catalog, TABLE)
+    for checkpoint in range(2):
+        stage_rows(sqlite_catalog, TABLE, "job", checkpoint, orders(checkpoint * 5, 5))
+        assert cli(sqlite_catalog, "committer", "run", "--once")[0] == 0
+    first, second = (s.snapshot_id for s in open_catalog(sqlite_catalog).load_table(TABLE).snapshots())
+    code, _, err = cli(sqlite_catalog, "changes", TABLE, "--from", str(second), "--to", str(first))
+    assert code == 2 and "the range is backwards" in err and "swap them" in err, err
+    code, out, _ = cli(sqlite_catalog, "changes", TABLE, "--from", str(first), "--to", str(second), "--json")
+    assert code == 0 and len(out.splitlines()) == 5
+
+
+def test_json_output_writes_decimals_without_exponents() -> None:
+    import decimal
+
+    from icesink.cli import json_value
+
+    assert json_value([decimal.Decimal("-1E-9"), decimal.Decimal("1.50E+3")]) == ["-0.000000001", "1500"]

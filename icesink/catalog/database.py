@@ -196,6 +196,14 @@ def ensure_migrated(config: CatalogConfig) -> None:
     """Fail with instructions unless the database is at icesink's latest migration."""
     from icesink import migrations
 
+    database_file = sqlite_path(config.uri)
+    if database_file is not None and config.uri not in _engines and not database_file.exists():
+        # Connecting would create the file (and engine() its directory): an empty catalog no one meant to make.
+        # (A file that vanishes under an open engine is CatalogReplacedError's case.)
+        raise CatalogNotMigratedError(
+            f"{config.describe()}: the database file {database_file} does not exist; check the uri, or create the "
+            f"catalog with `icesink db upgrade --uri {redact_uri(config.uri)!r}`"
+        )
     with database_errors(config):
         current = migrations.current_revision(engine(config))
     head = migrations.head_revision()

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from icesink.catalog import database
 from icesink.catalog.config import CatalogConfig
-from icesink.errors import ConfigError, TableNotFoundError
+from icesink.errors import ConfigError, TableMetadataError, TableNotFoundError
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -43,7 +43,7 @@ def check_identifier(identifier: str) -> None:
 
 def load_table(catalog: SqlCatalog, config: CatalogConfig, identifier: str) -> Table:
     """The table, or :class:`TableNotFoundError` naming the catalog."""
-    from pyiceberg.exceptions import NoSuchTableError
+    from pyiceberg.exceptions import NoSuchTableError, ValidationError
 
     check_identifier(identifier)
     with database.database_errors(config):
@@ -54,3 +54,24 @@ def load_table(catalog: SqlCatalog, config: CatalogConfig, identifier: str) -> T
                 f"table {identifier!r} does not exist in {config.describe()}; create it first (icesink.stream(..., "
                 "create_table=True) does), or check the name and the catalog (`icesink tables list`)"
             ) from e
+        except (ValidationError, ValueError, FileNotFoundError) as e:  # not Iceberg metadata, not JSON, gone
+            location = _metadata_location(config, identifier)
+            raise TableMetadataError(
+                f"table {identifier}: its metadata file {location} cannot be read ({type(e).__name__}: "
+                f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}); nothing was changed. Restore the "
+                "file, or point the catalog at an earlier metadata file of the table (iceberg_tables.metadata_location)"
+            ) from e
+
+
+def _metadata_location(config: CatalogConfig, identifier: str) -> str:
+    """Where the catalog says the table's metadata is (for errors about that file)."""
+    import sqlalchemy as sa
+
+    namespace, name = identifier.rsplit(".", 1)
+    query = sa.text(
+        "SELECT metadata_location FROM iceberg_tables WHERE catalog_name = :catalog AND table_namespace = :namespace "
+        "AND table_name = :name"
+    )
+    with database.engine(config).connect() as connection:
+        found = connection.execute(query, {"catalog": config.name, "namespace": namespace, "name": name}).first()
+    return str(found[0]) if found else "(unknown)"

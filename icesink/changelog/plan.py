@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from icesink.errors import StartingSnapshotExpiredError
+from icesink.errors import ConfigError, StartingSnapshotExpiredError
 from icesink.iceberg.deletes import GLOBAL, PartitionKey, partition_scope
 
 if TYPE_CHECKING:
@@ -110,6 +110,11 @@ class Planner:
             snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
         if start is not None and (snapshot is None or snapshot.snapshot_id != start):
             identifier = ".".join(self.table.name())
+            if self._is_ancestor(end, start):
+                raise ConfigError(
+                    f"table {identifier}: the range is backwards: snapshot {start}, where the read starts, comes "
+                    f"after snapshot {end}, where it ends; swap them"
+                )
             raise StartingSnapshotExpiredError(
                 f"table {identifier}: snapshot {start}, where this read starts, is no longer in the history of "
                 f"main (expired by history.expire.max-snapshot-age-ms / min-snapshots-to-keep, or rolled back); "
@@ -117,6 +122,17 @@ class Planner:
                 "keeps (starting=earliest reads its oldest state), and keep snapshots longer than the reader lags"
             )
         return list(reversed(found))
+
+    def _is_ancestor(self, ancestor: int, of: int) -> bool:
+        """Whether snapshot ``ancestor`` is in the history of snapshot ``of``."""
+        metadata = self.table.metadata
+        snapshot = metadata.snapshot_by_id(of)
+        while snapshot is not None:
+            if snapshot.snapshot_id == ancestor:
+                return True
+            parent = snapshot.parent_snapshot_id
+            snapshot = metadata.snapshot_by_id(parent) if parent is not None else None
+        return False
 
     def changes(self, snapshot: Snapshot) -> list[SnapshotChanges]:
         """What ``snapshot`` changed, per partition scope; nothing for maintenance and other rewrites."""
