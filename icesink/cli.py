@@ -645,22 +645,34 @@ def committer_gc(obj: Context, tables: tuple[str, ...], older_than: str, dry_run
             "nothing yet and would be deleted; use an age above your longest micro-batch (at least 1m)",
             param_hint="--older-than",
         )
+    from icesink.catalog.database import database_errors
+
     catalog = obj.catalog()
     for table in tables:
         obj.table(table)  # a misspelt --table is an error, not an empty report
     if not tables:
-        tables = tuple(
-            ".".join(identifier)
-            for namespace in catalog.list_namespaces()
-            for identifier in catalog.list_tables(namespace)
-        )
-    reports = [collect_garbage(catalog, obj.config, t, age, dry_run=dry_run) for t in tables]
+        with database_errors(obj.config):
+            tables = tuple(
+                ".".join(identifier)
+                for namespace in catalog.list_namespaces()
+                for identifier in catalog.list_tables(namespace)
+            )
+    reports, errors = [], []
+    for table in tables:
+        try:  # a table gc must leave alone (an unreadable staged manifest) does not keep the others dirty
+            reports.append(collect_garbage(catalog, obj.config, table, age, dry_run=dry_run))
+        except IcesinkError as e:
+            errors.append(str(e))
     verb = "would delete" if dry_run else "deleted"
     text = _table(
         [[r.table, r.files_seen, r.referenced, r.too_young, len(r.deleted), r.ledger_rows_pruned] for r in reports],
         ["table", "files", "referenced", "too young", verb, "ledger rows pruned"],
     )
     _emit(as_json, [asdict(r) for r in reports], text)
+    for error in errors:
+        click.echo(f"error: {error}", err=True)
+    if errors:
+        sys.exit(2)
 
 
 @main.command("maintain")

@@ -161,3 +161,30 @@ def test_two_jobs_with_the_same_checkpoint_need_job(sqlite_catalog: CatalogConfi
     code, _, err = cli(sqlite_catalog, "committer", "run", "--once")
     assert code == 0, err
     assert table_ids(sqlite_catalog, BROKEN) == list(range(10))
+
+
+def test_gc_cleans_every_other_table_while_one_has_a_broken_checkpoint_and_that_one_after_discard(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    from tests.support import age_everything
+
+    create_orders_table(sqlite_catalog, BROKEN)
+    create_orders_table(sqlite_catalog, FINE)
+    for table in (BROKEN, FINE):
+        stage_rows(sqlite_catalog, table, "job", 0, orders(0, 10))
+    lose_manifest(sqlite_catalog, BROKEN, 0)
+    warehouse = Path(sqlite_catalog.warehouse.removeprefix("file://"))
+    orphan = warehouse / "shop" / "fine" / "data" / "orphan.parquet"
+    orphan.parent.mkdir(parents=True, exist_ok=True)
+    orphan.write_bytes(b"left by a killed task")
+    age_everything(warehouse)
+    code, out, err = cli(sqlite_catalog, "committer", "gc", "--older-than", "1h", "--json")
+    assert code == 2 and f"table {BROKEN}, job job, checkpoint 0" in err, err
+    assert [r["table"] for r in json.loads(out)] == [FINE] and not orphan.exists()
+    # Given up, the checkpoint's data file is garbage like any other.
+    assert cli(sqlite_catalog, "checkpoints", "discard", BROKEN, "0", "--yes")[0] == 0
+    age_everything(warehouse)
+    code, out, err = cli(sqlite_catalog, "committer", "gc", "--older-than", "1h", "--json")
+    assert code == 0, err
+    (broken,) = [r for r in json.loads(out) if r["table"] == BROKEN]
+    assert any(path.endswith(".parquet") for path in broken["deleted"]), broken
