@@ -125,11 +125,7 @@ class CommitterDaemon:
                 self._failed(table, e, report)
                 waiting += 1
                 continue
-            self._failures.pop(table, None)
-            self._last_errors.pop(table, None)
-            self._terminal.discard(table)
-            self._retry_at.pop(table, None)
-            report.failed.pop(table, None)
+            self._forget_failure(table, report)
             snapshots = [o for o in outcomes if o.snapshot_id is not None]
             report.snapshots += len(snapshots)
             report.checkpoints += sum(len(o.checkpoint_ids) for o in outcomes)
