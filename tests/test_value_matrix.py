@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -373,3 +374,46 @@ def test_written_files_that_differ_from_the_rows_handed_to_the_writer_are_refuse
     ):
         check_written(PyArrowFileIO(), "shop.t", rows, [record])
     check_written(PyArrowFileIO(), "shop.t", lossy, [record])  # the same values pass
+
+
+@pytest.mark.parametrize("producer", ["pyarrow", "spark"])
+def test_fields_under_a_null_struct_at_any_depth_are_neither_converted_nor_refused(
+    sqlite_catalog: CatalogConfig, producer: str
+) -> None:
+    """Found by the history tester (seeds 1917144125, 489091336): under a null struct two levels up, pyarrow
+    leaves "" (not a uuid, not 3 bytes) and Spark leaves nulls (in required fields too, which Parquet refuses)."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import BinaryType, FixedType, LongType, NestedField, StructType, UUIDType
+
+    inner = StructType(
+        NestedField(4, "u", UUIDType(), required=False),
+        NestedField(5, "f", FixedType(3), required=False),
+        NestedField(6, "req", BinaryType(), required=True),
+        NestedField(7, "req uuid", UUIDType(), required=True),
+    )
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "outer", StructType(NestedField(3, "inner", inner, required=True)), required=False),
+    )
+    catalog = open_catalog(sqlite_catalog)
+    catalog.create_namespace_if_not_exists("shop")
+    table = catalog.create_table(TABLE, schema=schema)
+    inner_type = pa.struct([("u", pa.string()), ("f", pa.binary()), ("req", pa.binary()), ("req uuid", pa.string())])
+    outer_type = pa.struct([("inner", inner_type)])
+    value = {"u": "5BC8A3F0-1B2C-4D5E-8F90-0123456789AB", "f": b"abc", "req": b"", "req uuid": str(uuid.UUID(int=7))}
+    if producer == "pyarrow":  # pyarrow fills the fields of a null struct with "" and b""
+        outer = pa.array([{"inner": value}, None], outer_type)
+    else:  # Spark's Arrow writer sets every field under a null struct to null, required or not
+        children = [pa.array([value[name], None], inner_type.field(name).type) for name in value]
+        inner_array = pa.StructArray.from_arrays(children, fields=list(inner_type))
+        outer = pa.StructArray.from_arrays([inner_array], fields=list(outer_type), mask=pa.array([False, True]))
+    rows = pa.table({"id": pa.array([1, 2], pa.int64()), "outer": outer})
+    spec = writer_spec(table, TABLE, "job").for_checkpoint(0)
+    writer = TaskWriter(spec, task_id=0, attempt=0)
+    writer.write(rows)
+    assert stage_checkpoint(Ledger(sqlite_catalog), table, TABLE, "job", 0, [writer.complete()])
+    TableCommitter(catalog, sqlite_catalog, Ledger(sqlite_catalog)).commit_pending(TABLE)
+    table = catalog.load_table(TABLE)
+    expected = canon_rows(table.schema(), [{"id": 1, "outer": {"inner": value}}, {"id": 2, "outer": None}])
+    assert canon_rows(table.schema(), icesink.read(table).to_pylist()) == expected
+    assert canon_rows(table.schema(), iceberg_rust_sql(table, "SELECT * FROM t").to_pylist()) == expected

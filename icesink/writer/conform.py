@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icesink.arrays import one_array
+from icesink.arrays import offsets_for_mask, one_array
 from icesink.errors import BadRowError
 from icesink.writer import values
 from icesink.writer.spec import ColumnSpec, WriterSpec
@@ -93,10 +93,13 @@ def _check_required(
         raise _required_error(where, path, column, nulls, evolvable=False)
 
 
-def _conform(where: _Where, column: ColumnSpec, target: pa.Field, array: pa.Array, path: str) -> pa.Array:
+def _conform(
+    where: _Where, column: ColumnSpec, target: pa.Field, array: pa.Array, path: str, above: pa.Array | None = None
+) -> pa.Array:
+    """``above``: where the structs holding this field have a value (None: everywhere)."""
     kind = column.iceberg_type
     if kind == "struct":
-        return _conform_struct(where, column, target, array, path)
+        return _conform_struct(where, column, target, array, path, above)
     if kind in ("list", "map"):
         return _conform_repeated(where, column, target, array, path)
     wanted = target.type
@@ -108,30 +111,68 @@ def _conform(where: _Where, column: ColumnSpec, target: pa.Field, array: pa.Arra
         raise where.fail(path, column, f": {e}", "fix the input and restart the stream") from e
 
 
-def _conform_struct(where: _Where, column: ColumnSpec, target: pa.Field, array: pa.Array, path: str) -> pa.Array:
+def _conform_struct(
+    where: _Where, column: ColumnSpec, target: pa.Field, array: pa.Array, path: str, above: pa.Array | None
+) -> pa.Array:
     if not pa.types.is_struct(array.type) or array.type.num_fields != len(column.children):
         raise where.fail(path, column, f" arrived as {array.type}", "this is a bug in icesink's projection")
-    valid = pc.is_valid(array) if array.null_count else None
+    own = pc.is_valid(array) if array.null_count else None
+    valid = own if above is None else above if own is None else pc.and_(own, above)
     children = []
     for index, (child, child_target) in enumerate(zip(column.children, target.type, strict=True)):
         child_path = f"{path}.{child.name}"
         values_ = array.field(index)
-        if valid is not None and values.needs_conversion(child.iceberg_type) and values_.type != child_target.type:
-            values_ = _no_value_under_nulls(values_, valid, child)
+        child_above = None
+        if valid is not None:
+            values_, child_above = _no_value_under_nulls(values_, valid, child, child_target)
         _check_required(where, child, child_path, values_, valid)
-        children.append(_conform(where, child, child_target, values_, child_path))
+        children.append(_conform(where, child, child_target, values_, child_path, child_above))
     wanted = pa.struct([f.with_type(c.type) for f, c in zip(target.type, children, strict=True)])
-    return pa.StructArray.from_arrays(
-        children, fields=list(wanted), mask=pc.is_null(array) if valid is not None else None
-    )
+    # A required struct's nulls are all under null structs above (checked): it holds a value wherever Parquet looks.
+    mask = pc.is_null(array) if own is not None and not column.required else None
+    return pa.StructArray.from_arrays(children, fields=list(wanted), mask=mask)
 
 
-def _no_value_under_nulls(values_: pa.Array, valid: pa.Array, column: ColumnSpec) -> pa.Array:
-    """A struct field's values with whatever the producer left under null structs (pyarrow leaves "" or 0)
-    made null, or, for a required field, a value its conversion accepts: nothing is refused where there is none."""
-    if column.required:
-        return pc.if_else(valid, values_, values.placeholder(column.iceberg_type, values_.type))
-    return pc.if_else(valid, values_, pa.scalar(None, values_.type))
+def _no_value_under_nulls(
+    values_: pa.Array, valid: pa.Array, column: ColumnSpec, target: pa.Field
+) -> tuple[pa.Array, pa.Array | None]:
+    """A struct field's values where no struct above holds a value, made harmless, and what its own fields
+    must still be told of (for a struct field).
+
+    Producers leave anything there: pyarrow leaves "" or 0, Spark leaves nulls, at any depth. Nothing is
+    converted or refused where there is no value, and a required field gets a stand-in value there (Parquet
+    refuses a null in a required field even under a null struct; readers never see it).
+    """
+    if column.iceberg_type == "struct":
+        return values_, valid
+    if not column.required:
+        return _rebuilt(values_, pc.and_(valid, pc.is_valid(values_)), None), None
+    if values.needs_conversion(column.iceberg_type) and values_.type != target.type:
+        return _rebuilt(values_, valid, values.placeholder(column.iceberg_type, values_.type)), None
+    if values_.null_count:
+        return _rebuilt(values_, valid, values.stand_in(values_.type)), None
+    return values_, None
+
+
+def _rebuilt(values_: pa.Array, valid: pa.Array, otherwise: pa.Scalar | None) -> pa.Array:
+    """``values_`` where ``valid``; elsewhere ``otherwise`` (a primitive), or null (None).
+
+    Lists and maps are rebuilt around their entries with a new null mask (Arrow's ``if_else`` cannot build
+    lists of extension types such as uuid); without a mask, a slot that held no value becomes an empty one.
+    """
+    kind = values_.type
+    if pa.types.is_list(kind) or pa.types.is_map(kind):
+        mask = pc.invert(valid) if otherwise is None else None
+        offsets, start, length = offsets_for_mask(values_)
+        if pa.types.is_map(kind):
+            keys, items = values_.keys.slice(start, length), values_.items.slice(start, length)
+            return pa.MapArray.from_arrays(offsets, keys, items, type=kind, mask=mask)
+        return pa.ListArray.from_arrays(offsets, values_.values.slice(start, length), type=kind, mask=mask)
+    fill = otherwise if otherwise is not None else pa.scalar(None, kind)
+    if isinstance(kind, pa.BaseExtensionType):  # uuid: through its storage
+        storage = fill.value if fill.is_valid else pa.scalar(None, kind.storage_type)
+        return pa.ExtensionArray.from_storage(kind, pc.if_else(valid, values_.storage, storage))
+    return pc.if_else(valid, values_, fill)
 
 
 def _conform_repeated(where: _Where, column: ColumnSpec, target: pa.Field, array: pa.Array, path: str) -> pa.Array:

@@ -44,6 +44,27 @@ def placeholder(iceberg_type: str, kind: pa.DataType) -> pa.Scalar:
     return pa.array([0], pa.int64()).cast(kind)[0]  # time
 
 
+def stand_in(kind: pa.DataType) -> pa.Scalar:
+    """Any valid value of Arrow type ``kind``: what a required field holds where no struct above has a value."""
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_map(kind):
+        return pa.scalar([], kind)
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return pa.scalar("", kind)
+    if pa.types.is_fixed_size_binary(kind):
+        return pa.scalar(b"\0" * kind.byte_width, kind)
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        return pa.scalar(b"", kind)
+    if isinstance(kind, pa.BaseExtensionType):  # uuid
+        return pa.ExtensionScalar.from_storage(kind, stand_in(kind.storage_type).as_py())
+    if pa.types.is_boolean(kind):
+        return pa.scalar(False)
+    if pa.types.is_decimal(kind):
+        import decimal
+
+        return pa.scalar(decimal.Decimal(0), kind)
+    return pa.array([0], pa.int64()).cast(kind)[0]
+
+
 def convert(array: pa.Array | pa.ChunkedArray, iceberg_type: str, wanted: pa.DataType) -> pa.Array:
     """``array`` as ``wanted`` (the Arrow type of ``iceberg_type``), or :class:`BadValues`."""
     if isinstance(array, pa.ChunkedArray):
