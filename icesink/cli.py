@@ -393,7 +393,7 @@ def checkpoints_list(obj: Context, table: str, limit: int, as_json: bool) -> Non
                 r.data_files,
                 r.data_records,
                 r.delete_files,
-                r.snapshot_id,
+                r.snapshot_id if r.state == CheckpointState.COMMITTED else None,  # a discard's is where it is named
                 r.staged_at,
                 r.committed_at,
             ]

@@ -116,6 +116,14 @@ def test_equality_deletes_keyed_on_a_column_dropped_since_still_apply(sqlite_cat
     got = icesink.read(TABLE, catalog=sqlite_catalog)
     assert got.column_names == ["name", "amount", "ts"]
     assert sorted(got.column("name").to_pylist()) == expected
+    # The changelog too: id 1 deleted; id 2 rewritten with the same values is no change.
+    first = table.snapshots()[0].snapshot_id
+    changes = icesink.changes(TABLE, first, catalog=sqlite_catalog)
+    assert list(zip(changes.column("_change_type").to_pylist(), changes.column("name").to_pylist(), strict=True)) == [
+        ("delete", orders(1, 1).column("name")[0].as_py())
+    ]
+    code, _, err = cli(sqlite_catalog, "changes", TABLE)
+    assert code == 0, err
     code, _, err = cli(sqlite_catalog, "maintain", TABLE, "--all", "--json")
     assert code == 0, err
     table = catalog.load_table(TABLE)
@@ -165,3 +173,23 @@ def test_json_output_writes_decimals_without_exponents() -> None:
     from icesink.cli import json_value
 
     assert json_value([decimal.Decimal("-1E-9"), decimal.Decimal("1.50E+3")]) == ["-0.000000001", "1500"]
+
+
+@pytest.mark.parametrize("command", [["tables", "list"], ["checkpoints", "list", "shop.t"], ["scan", "shop.t"]])
+def test_no_read_only_command_creates_a_missing_sqlite_catalog(tmp_path: Path, command: list[str]) -> None:
+    uri = f"sqlite:///{tmp_path}/missing dir/x.db"
+    result = CliRunner().invoke(main, ["--uri", uri, "--warehouse", tmp_path.as_uri(), *command])
+    assert result.exit_code == 2 and "does not exist" in result.stderr, result.output
+    assert not (tmp_path / "missing dir").exists()
+
+
+def test_an_empty_catalog_name_is_refused_not_taken_for_the_embedded_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["--catalog", "", "tables", "list"])
+    assert result.exit_code == 2 and "the catalog name is empty" in result.stderr, result.output
+    monkeypatch.setenv("ICESINK_CATALOG", " ")
+    result = CliRunner().invoke(main, ["tables", "list"])
+    assert result.exit_code == 2 and "ICESINK_CATALOG is empty" in result.stderr, result.output
+    assert not (tmp_path / "warehouse").exists()

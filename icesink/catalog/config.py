@@ -106,7 +106,15 @@ class CatalogConfig:
         from pyiceberg.utils.config import Config
 
         pyiceberg_config = Config()
-        named = name or os.environ.get(CATALOG_NAME_ENV)
+        from_environment = os.environ.get(CATALOG_NAME_ENV)
+        used_environment = from_environment if name is None or name == from_environment else None
+        for given, where in ((used_environment, CATALOG_NAME_ENV), (name, "the catalog name")):
+            if given is not None and not given.strip():
+                # An unset shell variable ($CAT) must not mean "the embedded catalog".
+                raise ConfigError(
+                    f"{where} is empty; name a catalog (or leave it out entirely for icesink's embedded one)"
+                )
+        named = name or from_environment
         name = named or DEFAULT_CATALOG_NAME
         defined = pyiceberg_config.get_catalog_config(name)
         if defined is None and named and not uri and name.lower() != DEFAULT_CATALOG_NAME:

@@ -65,8 +65,6 @@ def engine(config: CatalogConfig) -> Engine:
         if existing is not None:
             return existing
         database_file = sqlite_path(config.uri)
-        if database_file is not None:
-            database_file.parent.mkdir(parents=True, exist_ok=True)
         with database_errors(config):
             created = create_engine(config.uri, pool_pre_ping=True, **_engine_options(config.uri))
         if config.uri.startswith("sqlite"):
@@ -188,6 +186,9 @@ def upgrade(config: CatalogConfig) -> None:
     """Apply icesink's migrations (``icesink db upgrade``)."""
     from icesink import migrations
 
+    database_file = sqlite_path(config.uri)
+    if database_file is not None:  # creating the catalog is this command's job, its directory included
+        database_file.parent.mkdir(parents=True, exist_ok=True)
     with database_errors(config):
         migrations.upgrade(engine(config))
 
@@ -197,7 +198,7 @@ def ensure_migrated(config: CatalogConfig) -> None:
     from icesink import migrations
 
     database_file = sqlite_path(config.uri)
-    if database_file is not None and config.uri not in _engines and not database_file.exists():
+    if database_file is not None and config.uri not in _files and not database_file.exists():
         # Connecting would create the file (and engine() its directory): an empty catalog no one meant to make.
         # (A file that vanishes under an open engine is CatalogReplacedError's case.)
         raise CatalogNotMigratedError(

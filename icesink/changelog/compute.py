@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from icesink.arrays import FieldStep, empty_table, positions, repeated
 from icesink.iceberg.deletes import EqualityDeletes, PartitionKey, comparable_keys
-from icesink.iceberg.schemas import field_path
+from icesink.iceberg.schemas import field_path, with_dropped_keys
 
 KeyPaths = Mapping[str, tuple[FieldStep, ...]]  # key name → where it is, inside structs or not
 
@@ -57,7 +57,15 @@ class _Reader:
         from icesink.iceberg.scan import position_deletes_of
 
         self.table = table
-        self.schema = schema
+        self.columns = [f.name for f in schema.fields]  # what changes hold
+        # Read with the columns equality deletes are keyed on, even one dropped since.
+        keys = (
+            i
+            for part in parts
+            for d in (*part.equality_before, *part.equality_after)
+            for i in d.file.equality_ids or ()
+        )
+        self.schema = with_dropped_keys(table, schema, keys)
         files: dict[str, DataFile] = {}
         for part in parts:
             for changed in part.changed:
@@ -116,8 +124,8 @@ def deleted_and_inserted(reader: _Reader, part: SnapshotChanges) -> tuple[pa.Tab
         rows = reader.rows(added.data)
         inserted.append(rows.filter(reader.alive(rows, added.data, added.after, after, part.scope)))
     return (
-        pa.concat_tables(deleted, promote_options="permissive"),
-        pa.concat_tables(inserted, promote_options="permissive"),
+        pa.concat_tables(deleted, promote_options="permissive").select(reader.columns),
+        pa.concat_tables(inserted, promote_options="permissive").select(reader.columns),
     )
 
 

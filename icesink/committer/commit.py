@@ -441,8 +441,9 @@ class TableCommitter:
         except Exception as e:  # whatever the Avro reader raises, the file is unusable
             raise ManifestError(
                 f"table {identifier}, job {row.job_id}, checkpoint {row.checkpoint_id}: staged manifest "
-                f"{path} cannot be read ({type(e).__name__}: {e}); the checkpoint stays staged. Restore the file, "
-                "or remove the checkpoint from the ledger and replay its data"
+                f"{path} cannot be read ({type(e).__name__}: {e}); the checkpoint stays staged. Restore the file "
+                f"and run `icesink checkpoints retry {identifier} {row.checkpoint_id}`, or give the checkpoint up "
+                f"with `icesink checkpoints discard {identifier} {row.checkpoint_id}` (its rows are then lost)"
             ) from e
 
     def clean_committed(self) -> int:
