@@ -42,7 +42,12 @@ def main(argv: list[str]) -> int:
         if outcome.failure is not None:
             short = shrink(history, fails)
             failures.append(f"{short.describe()}\n  failed with: {outcome.failure.splitlines()[0]}")
-            print(f"FAILED seed {seed} (replay: make histories SEED={seed})\n{failures[-1]}", flush=True)
+            found_after = (time.monotonic() - started) / 60
+            print(
+                f"FAILED seed {seed} after {found_after:.1f} min, {histories} histories "
+                f"(replay: make histories SEED={seed})\n{failures[-1]}",
+                flush=True,
+            )
     minutes = (time.monotonic() - started) / 60
     print(f"\n{histories} histories, {sum(steps.values())} steps in {minutes:.1f} min, {len(failures)} failed")
     print("steps:    " + ", ".join(f"{k} {v}" for k, v in sorted(steps.items())))
