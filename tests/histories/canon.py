@@ -83,15 +83,20 @@ def canon_rows(schema: Any, rows: list[dict[str, Any]], columns: list[str] | Non
 
 
 def first_difference(actual: list[dict[str, Any]], expected: list[dict[str, Any]], reader: str) -> str | None:
-    """Where two canonical row lists differ first, in words; None when they are equal."""
+    """How two canonical row lists differ, in words (a row the reader made up, a row it lost); None when equal."""
     if actual == expected:
         return None
-    if len(actual) != len(expected):
-        extra = [r for r in actual if r not in expected][:2]
-        missing = [r for r in expected if r not in actual][:2]
-        return f"{reader}: {len(actual)} rows, expected {len(expected)}; extra {extra}, missing {missing}"
-    for got, want in zip(actual, expected, strict=True):
-        for column, value in want.items():
-            if got.get(column) != value:
-                return f"{reader}: column {column!r}: {got.get(column)!r} != {value!r} (row {want})"
-    return f"{reader}: rows differ"
+    remaining = list(expected)
+    extra = []
+    for row in actual:
+        if row in remaining:
+            remaining.remove(row)
+        else:
+            extra.append(row)
+    if extra and remaining:  # the same row with a value changed, most likely: name the columns
+        got, want = extra[0], min(remaining, key=lambda r: sum(r.get(k) != v for k, v in extra[0].items()))
+        changed = {k: (got.get(k), v) for k, v in want.items() if got.get(k) != v}
+        return f"{reader}: {len(extra)} row(s) differ; e.g. {changed} (read, expected) in {want}"
+    if extra:
+        return f"{reader}: {len(extra)} row(s) more than expected, e.g. {extra[0]}"
+    return f"{reader}: {len(remaining)} row(s) missing, e.g. {remaining[0]}"
