@@ -303,8 +303,18 @@ def _emit_rows(rows: Any, limit: int, as_json: bool, what: str) -> None:
         for record in records:
             click.echo(_json(record, indent=None))
         return
-    click.echo(_table([list(r.values()) for r in records], rows.column_names))
+    click.echo(_table([[_cell(v) for v in r.values()] for r in records], rows.column_names))
     click.echo(f"({len(records)} of {total} {what})")
+
+
+def _cell(value: Any) -> Any:
+    """A value as a person reads it: nested values, binary and decimals in their JSON form, not Python's repr."""
+    import decimal
+
+    if isinstance(value, dict | list | tuple | bytes | decimal.Decimal):
+        plain = json_value(value)
+        return plain if isinstance(plain, str) else _json(plain, indent=None)
+    return value
 
 
 @main.command("changes")

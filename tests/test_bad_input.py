@@ -193,3 +193,14 @@ def test_an_empty_catalog_name_is_refused_not_taken_for_the_embedded_one(
     result = CliRunner().invoke(main, ["tables", "list"])
     assert result.exit_code == 2 and "ICESINK_CATALOG is empty" in result.stderr, result.output
     assert not (tmp_path / "warehouse").exists()
+
+
+def test_scan_text_output_shows_nested_values_binary_and_decimals_as_json_not_python() -> None:
+    import decimal
+
+    from icesink.cli import _cell
+
+    assert _cell(decimal.Decimal("-1E-9")) == "-0.000000001"
+    assert _cell(b"\x00\xff") == "AP8="
+    assert _cell({"dd": decimal.Decimal("0.00"), "b": [b"\x01", None]}) == '{"dd": "0.00", "b": ["AQ==", null]}'
+    assert _cell(7) == 7 and _cell(None) is None
