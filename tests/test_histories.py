@@ -60,3 +60,16 @@ def test_compaction_of_a_file_whose_rows_are_all_deleted_keeps_a_nested_uuid_col
     world.check_reader("icesink.read", icesink.read(world.table()).to_pylist())
     assert world.table().current_snapshot().summary.operation.value == "replace"
     database.dispose_engines()
+
+
+def test_compaction_checks_maps_of_maps_of_uuids(tmp_path: Path) -> None:
+    """Found by seed 760936240 (shrunk to these three steps): the rewrite check flattened a map whose values
+    are maps of uuids, which Arrow cannot build, so ``maintain --all`` failed on such a table. The history is
+    the generator's; if the generator changes, the table still holds ``map<string, map<date, uuid>>``."""
+    from tests.histories.runner import History, Step
+
+    shape = generate(760936240, 30).shape
+    assert "map<string, map<date, uuid>>" in str(shape.schema)
+    steps = (Step("write", 1015216334, 17), Step("write", 531958833, 16), Step("maintain", 2))  # 2: "all"
+    outcome = run(History(760936240, shape, steps), tmp_path, readers=False)
+    assert outcome.failure is None, outcome.failure

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icesink.arrays import FIELD_ID, null_mask, offsets_for_mask
+from icesink.arrays import FIELD_ID
 from icesink.errors import TerminalError
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def profile(table: pa.Table) -> Profile:
     found: Profile = Counter()
     for column_field, column in zip(table.schema, table.columns, strict=True):
         for chunk in column.chunks:
-            _visit(column_field, chunk, found)
+            _visit(column_field, chunk, found, None)
     return found
 
 
@@ -55,24 +55,40 @@ def _field_id(field: pa.Field) -> int | None:
     return int(raw) if raw is not None else None
 
 
-def _visit(field: pa.Field, array: pa.Array, found: Profile) -> None:
+def _visit(field: pa.Field, array: pa.Array, found: Profile, selected: pa.Array | None) -> None:
+    """Count ``array``'s slots that ``selected`` keeps (None: all), then its children under its kept values.
+
+    Nothing is flattened or filtered (Arrow cannot build lists of uuids): a child slot is kept when the
+    parent slot it belongs to is kept and holds a value, so whatever lies under a null is never counted.
+    """
+    valid = pc.is_valid(array)
+    kept = valid if selected is None else pc.and_(selected, valid)
     field_id = _field_id(field)
     if field_id is not None:
-        found[(field_id, "values")] += len(array)
-        found[(field_id, "nulls")] += array.null_count
+        counted = len(array) if selected is None else _count(selected)
+        found[(field_id, "values")] += counted
+        found[(field_id, "nulls")] += counted - _count(kept)
     kind = field.type
     if pa.types.is_struct(kind):
-        # flatten(): a null struct makes its fields null, whatever the file holds under it.
-        for child_field, child in zip(kind, array.flatten(), strict=True):
-            _visit(child_field, child, found)
-    elif pa.types.is_map(kind):
-        offsets, start, length = offsets_for_mask(array)
-        # The entries of non-null maps only (a null map may still span entries).
-        entries = pa.ListArray.from_arrays(offsets, array.values.slice(start, length), mask=null_mask(array)).flatten()
-        _visit(kind.key_field, entries.field(0), found)
-        _visit(kind.item_field, entries.field(1), found)
-    elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        _visit(kind.value_field, array.flatten(), found)
+        for index, child_field in enumerate(kind):
+            _visit(child_field, array.field(index), found, kept)
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_map(kind):
+        offsets = array.offsets
+        start, end = offsets[0].as_py(), offsets[-1].as_py()
+        entries = array.values.slice(start, end - start)
+        # Which slot each entry belongs to, from the offsets alone (on stand-in int8 entries).
+        build = pa.LargeListArray if pa.types.is_large_list(kind) else pa.ListArray
+        shape = build.from_arrays(pc.subtract(offsets, offsets[0]), pa.nulls(end - start, pa.int8()))
+        child_kept = pc.take(kept, pc.list_parent_indices(shape))
+        if pa.types.is_map(kind):
+            _visit(kind.key_field, entries.field(0), found, child_kept)
+            _visit(kind.item_field, entries.field(1), found, child_kept)
+        else:
+            _visit(kind.value_field, entries, found, child_kept)
+
+
+def _count(flags: pa.Array) -> int:
+    return int(pc.sum(flags).as_py() or 0)
 
 
 def differences(expected: Profile, actual: Profile, ids: Iterable[int] | None = None) -> list[str]:
