@@ -150,7 +150,7 @@ def _random_partition(rng: random.Random, schema: Any, keys: list[str]) -> str |
             candidates += [f"bucket(4, {field.name})", f"truncate(3, {field.name})", field.name]
         if kind in ("date", "timestamp", "timestamptz"):
             candidates += [f"day({field.name})", f"month({field.name})", field.name]
-        if kind in ("uuid", "boolean", "binary"):
+        if kind in ("uuid", "binary"):  # Iceberg buckets no boolean
             candidates += [f"bucket(3, {field.name})"]
     return rng.choice(candidates) if candidates else None
 
