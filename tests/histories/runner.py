@@ -200,8 +200,22 @@ def _check_other_readers(world: World) -> None:
     # added since the last snapshot ("Column … not found in table"): a reader limit, not the table's.
     if table.current_snapshot().schema_id == table.schema().schema_id:
         world.check_reader("iceberg-rust", iceberg_rust_sql(table, "SELECT * FROM t").to_pylist())
-    (duck,) = read_with_duckdb(table.metadata_location)
-    world.check_reader("DuckDB", duck)
+    if not _partitions_differing_only_in_case(table):
+        (duck,) = read_with_duckdb(table.metadata_location)
+        world.check_reader("DuckDB", duck)
+
+
+def _partitions_differing_only_in_case(table: Any) -> bool:
+    """DuckDB 1.5 applies the position deletes of partition ``a4`` to the files of partition ``A4`` too (seed
+    619845143: icesink, iceberg-rust, pyiceberg and Iceberg Java agree on the rows, DuckDB loses one)."""
+    from icesink.iceberg.scan import live_files
+
+    seen: dict[str, str] = {}
+    for data in live_files(table).data:
+        text = repr(tuple(data.file.partition[i] for i in range(len(data.file.partition))))
+        if seen.setdefault(text.lower(), text) != text:
+            return True
+    return False
 
 
 def shrink(history: History, fails: Callable[[History], bool], budget_seconds: float = 120) -> History:
