@@ -1,4 +1,4 @@
-"""The committer daemon in-process: a terminal error stops one table's queue, others go on; metrics and health."""
+"""The committer daemon in-process: a failing table waits with backoff while others go on; metrics and health."""
 
 from __future__ import annotations
 

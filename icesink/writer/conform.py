@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icesink.arrays import offsets_for_mask, one_array
+from icesink.arrays import null_mask, offsets_for_mask, one_array
 from icesink.errors import BadRowError
 from icesink.writer import values
 from icesink.writer.spec import ColumnSpec, WriterSpec
@@ -179,11 +179,9 @@ def _conform_repeated(where: _Where, column: ColumnSpec, target: pa.Field, array
     """A list or map, rebuilt on offsets that start at zero around its conformed entries."""
     if pa.types.is_large_list(array.type):
         array = array.cast(pa.list_(array.type.value_field))
-    offsets = array.offsets
-    start, end = offsets[0].as_py(), offsets[-1].as_py()
-    if start:
-        offsets = pc.subtract(offsets, pa.scalar(start, offsets.type))
-    mask = pc.is_null(array) if array.null_count else None
+    offsets, start, length = offsets_for_mask(array)
+    end = start + length
+    mask = null_mask(array)
     if column.iceberg_type == "list":
         (element,) = column.children
         element_path = f"{path}.element"
