@@ -100,3 +100,59 @@ def first_difference(actual: list[dict[str, Any]], expected: list[dict[str, Any]
     if extra:
         return f"{reader}: {len(extra)} row(s) more than expected, e.g. {extra[0]}"
     return f"{reader}: {len(remaining)} row(s) missing, e.g. {remaining[0]}"
+
+
+# --- the model's spelling: structs by field id, so that renames at any depth cannot fool it ------------------------
+
+
+def by_id(kind: Any, value: Any) -> Any:
+    """``canon`` of ``value``, with every struct (at any depth) a dict by field id instead of by name."""
+    from pyiceberg.types import ListType, MapType, StructType
+
+    if value is None:
+        return None
+    if isinstance(kind, StructType):
+        return {f.field_id: by_id(f.field_type, value.get(f.name)) for f in kind.fields}
+    if isinstance(kind, ListType):
+        return [by_id(kind.element_type, v) for v in value]
+    if isinstance(kind, MapType):
+        pairs = value.items() if isinstance(value, dict) else [tuple(p) for p in value]
+        by_key = [(canon(kind.key_type, k), by_id(kind.value_type, v)) for k, v in pairs]
+        return sorted(by_key, key=lambda p: json.dumps(p[0], default=str))
+    return canon(kind, value)
+
+
+def by_name(kind: Any, value: Any) -> Any:
+    """A model value under the current schema's names; a field the value predates reads as null."""
+    from pyiceberg.types import ListType, MapType, StructType
+
+    if value is None:
+        return None
+    if isinstance(kind, StructType):
+        return {f.name: by_name(f.field_type, value.get(f.field_id)) for f in kind.fields}
+    if isinstance(kind, ListType):
+        return [by_name(kind.element_type, v) for v in value]
+    if isinstance(kind, MapType):
+        return [(k, by_name(kind.value_type, v)) for k, v in value]
+    return value
+
+
+def drop_id(value: Any, field_id: int) -> Any:
+    """A model value without field ``field_id`` wherever it is nested."""
+    if isinstance(value, dict):
+        return {k: drop_id(v, field_id) for k, v in value.items() if k != field_id}
+    if isinstance(value, list | tuple):
+        return type(value)(drop_id(v, field_id) for v in value)
+    return value
+
+
+def widen_id(value: Any, field_id: int, wider: Any) -> Any:
+    """A model value with field ``field_id``'s values as type ``wider`` wherever it is nested."""
+    if isinstance(value, dict):
+        return {
+            k: (canon(wider, v) if k == field_id and v is not None else widen_id(v, field_id, wider))
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return type(value)(widen_id(v, field_id, wider) for v in value)
+    return value

@@ -9,12 +9,12 @@ keeps each table's rows by field id, so that renames cannot fool it.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
 from icesink.committer.ledger import Ledger
-from tests.histories.canon import canon
+from tests.histories.canon import by_id, by_name, canon, drop_id, widen_id
 from tests.histories.grammar import TableShape, input_type, random_primitive, random_value
 
 IDENTIFIER = "hist.table ü %/x"
@@ -57,9 +57,10 @@ class Model:
     def all_rows(self) -> list[Row]:
         return list(self.rows.values()) if self.keyed else list(self.appended)
 
-    def drop_field(self, field_id: int) -> None:
-        for row in self.all_rows():
-            row.pop(field_id, None)
+    def change_values(self, change: Callable[[Row], Row]) -> None:
+        """Apply ``change`` to every row (a field dropped or widened by another tool)."""
+        self.rows = {key: change(row) for key, row in self.rows.items()}
+        self.appended = [change(row) for row in self.appended]
 
 
 class World:
@@ -84,6 +85,7 @@ class World:
         self.next_checkpoint = 0
         self.committer = TableCommitter(self.catalog, config, Ledger(config))
         self.last_marker = -1
+        self.readers_asked: Counter[str] = Counter()
 
     def table(self) -> Any:
         return self.catalog.load_table(IDENTIFIER)
@@ -148,12 +150,14 @@ class World:
     def apply_to_model(self, rows: pa.Table, ops: list[str]) -> None:
         """What the checkpoint must do: the last change of each key wins (by input order)."""
         schema = self.table().schema()
-        by_id = [{f.field_id: canon(f.field_type, row.get(f.name)) for f in schema.fields} for row in rows.to_pylist()]
+        model_rows = [
+            {f.field_id: by_id(f.field_type, row.get(f.name)) for f in schema.fields} for row in rows.to_pylist()
+        ]
         if not self.key_ids:
-            self.model.appended.extend(by_id)
+            self.model.appended.extend(model_rows)
             return
         latest: dict[Any, tuple[str, Row]] = {}
-        for row, op, raw in zip(by_id, ops, rows.to_pylist(), strict=True):
+        for row, op, raw in zip(model_rows, ops, rows.to_pylist(), strict=True):
             latest[self._key_of(schema, raw)] = (op, row)
         for key, (op, row) in latest.items():
             if op == "D":
@@ -210,39 +214,40 @@ class World:
         self.commit()
 
     def alter(self, rng: random.Random) -> str:
-        """Another tool changes the schema through pyiceberg; returns what it did."""
-        from pyiceberg.types import DecimalType, DoubleType, FloatType, IntegerType, LongType
+        """Another tool changes the schema through pyiceberg, at any depth; returns what it did."""
+        from pyiceberg.types import DecimalType, DoubleType, FloatType, IntegerType, LongType, StructType
 
         table = self.table()
         schema = table.schema()
         protected = (
             set(self.key_ids) | self.partition_source_ids | {p for k in self.key_ids for p in _parents(schema, k)}
         )
-        top = [f for f in schema.fields if f.field_id not in protected]
-        choices = ["add"]
-        if top:
-            choices += ["rename", "drop", "optional"]
-        widen = [f for f in top if isinstance(f.field_type, IntegerType | FloatType | DecimalType)]
-        if widen:
-            choices.append("widen")
-        kind = rng.choice(choices)
+        every = list(_struct_members(schema))
+        members = [(path, f, n) for path, f, n in every if f.field_id not in protected]
+        structs = [()] + [path for path, f, _ in every if isinstance(f.field_type, StructType)]
+        # Never the last member of a struct: Parquet has no empty group.
+        droppable = [(path, f, n) for path, f, n in members if n > 1]
+        widen = [m for m in members if isinstance(m[1].field_type, IntegerType | FloatType | DecimalType)]
+        choices = ["add"] + (["rename", "optional"] if members else []) + (["drop"] if droppable else [])
+        kind = rng.choice(choices + (["widen"] if widen else []))
         with table.update_schema() as update:
             if kind == "add":
-                name = _fresh_name(schema, rng)
-                update.add_column((name,), LongType())  # a tuple: a dot in a name is no path
-                return f"add column {name!r}"
-            target = rng.choice(widen if kind == "widen" else top)
+                parent = rng.choice(structs)
+                name = _fresh_name(schema, parent, rng)
+                update.add_column((*parent, name), LongType())  # a tuple: a dot in a name is no path
+                return f"add column {(*parent, name)}"
+            path, target, _ = rng.choice({"drop": droppable, "widen": widen}.get(kind, members))
             if kind == "rename":
-                name = _fresh_name(schema, rng)
-                update.rename_column((target.name,), name)
-                return f"rename {target.name!r} to {name!r}"
+                name = _fresh_name(schema, path[:-1], rng)
+                update.rename_column(path, name)
+                return f"rename {path} to {name!r}"
             if kind == "drop":
-                update.delete_column((target.name,))
-                self.model.drop_field(target.field_id)
-                return f"drop {target.name!r}"
+                update.delete_column(path)
+                self.model.change_values(lambda row: drop_id(row, target.field_id))
+                return f"drop {path}"
             if kind == "optional":
-                update.update_column((target.name,), required=False)
-                return f"make {target.name!r} optional"
+                update.update_column(path, required=False)
+                return f"make {path} optional"
             kind_now = target.field_type
             wider: Any = (
                 LongType()
@@ -251,14 +256,9 @@ class World:
                 if isinstance(kind_now, FloatType)
                 else DecimalType(min(38, kind_now.precision + 4), kind_now.scale)
             )
-            update.update_column((target.name,), field_type=wider)
-            self._widen_model(target.field_id, wider)
-            return f"widen {target.name!r} to {wider}"
-
-    def _widen_model(self, field_id: int, wider: Any) -> None:
-        for row in self.model.all_rows():
-            if row.get(field_id) is not None:
-                row[field_id] = canon(wider, row[field_id])
+            update.update_column(path, field_type=wider)
+            self.model.change_values(lambda row: widen_id(row, target.field_id, wider))
+            return f"widen {path} to {wider}"
 
     def maintain(self, mode: str) -> None:
         from icesink.maintenance.committing import MaintenanceTarget
@@ -270,7 +270,7 @@ class World:
         if mode == "convert":
             from icesink.maintenance.convert import convert_equality_deletes
 
-            convert_equality_deletes(target, self.table(), policy)
+            convert_equality_deletes(target, self.table())
         else:
             maintain_table(target, self.table(), policy, everything=mode == "all")
         self.committer.forget(IDENTIFIER)
@@ -282,13 +282,16 @@ class World:
         from tests.histories.canon import canon_rows
 
         schema = self.table().schema()
-        rows = [{f.name: row.get(f.field_id) for f in schema.fields} for row in self.model.all_rows()]
+        rows = [
+            {f.name: by_name(f.field_type, row.get(f.field_id)) for f in schema.fields} for row in self.model.all_rows()
+        ]
         return schema, canon_rows(schema, rows)
 
     def check_reader(self, reader: str, rows: list[dict[str, Any]]) -> None:
         from tests.histories.canon import canon_rows, first_difference
 
         schema, expected = self.expected()
+        self.readers_asked[reader] += 1
         problem = first_difference(canon_rows(schema, rows), expected, reader)
         if problem:
             raise Mismatch(problem)
@@ -321,6 +324,37 @@ class World:
         for file in [*live.data, *live.position_deletes, *live.equality_deletes]:
             if not Path(file.path.removeprefix("file://")).exists():
                 raise Mismatch(f"a manifest names {file.path}, which does not exist")
+        garbage = self.collect_garbage(dry_run=True)
+        needed = {_local(path) for path in self.referenced_files()}
+        wrong = sorted(uri for uri in garbage if _local(uri) in needed)
+        if wrong:
+            raise Mismatch(f"committer gc --dry-run lists {len(wrong)} referenced file(s), e.g. {wrong[0]}")
+
+    def referenced_files(self) -> set[str]:
+        """Every file a snapshot (current or not), the metadata log or a staged checkpoint still names."""
+        from icesink.committer.ledger import CheckpointState
+
+        table = self.table()
+        needed = {table.metadata_location, *(entry.metadata_file for entry in table.metadata.metadata_log)}
+        for snapshot in table.snapshots():
+            needed.add(snapshot.manifest_list)
+            for manifest in snapshot.manifests(table.io):
+                needed.add(manifest.manifest_path)
+                entries = manifest.fetch_manifest_entry(table.io, discard_deleted=False)
+                needed.update(entry.data_file.file_path for entry in entries)
+        for row in Ledger(self.config).for_table(IDENTIFIER):
+            if row.state == CheckpointState.STAGED:
+                needed.update(row.manifest_paths)
+        return needed
+
+    def collect_garbage(self, dry_run: bool = False) -> list[str]:
+        """What ``icesink committer gc --older-than 0s`` deletes (or would delete)."""
+        import datetime
+
+        from icesink.committer.gc import collect_garbage
+
+        report = collect_garbage(self.catalog, self.config, IDENTIFIER, datetime.timedelta(0), dry_run=dry_run)
+        return report.deleted
 
 
 def _parents(schema: Any, field_id: int) -> Iterator[int]:
@@ -330,13 +364,42 @@ def _parents(schema: Any, field_id: int) -> Iterator[int]:
         yield parent_id
 
 
-def _fresh_name(schema: Any, rng: random.Random) -> str:
-    taken = {f.name.lower() for f in schema.fields}
+def _struct_members(schema: Any) -> Iterator[tuple[tuple[str, ...], Any, int]]:
+    """Every struct member at any depth (top-level columns included): its path as pyiceberg spells it (list
+    elements ``element``, map values ``value``), the field, and how many members its struct has."""
+    from pyiceberg.types import ListType, MapType, StructType
+
+    def walk(kind: Any, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], Any, int]]:
+        if isinstance(kind, StructType):
+            for member in kind.fields:
+                yield (*path, member.name), member, len(kind.fields)
+                yield from walk(member.field_type, (*path, member.name))
+        elif isinstance(kind, ListType):
+            yield from walk(kind.element_type, (*path, "element"))
+        elif isinstance(kind, MapType):
+            yield from walk(kind.value_type, (*path, "value"))
+
+    yield from walk(schema.as_struct(), ())
+
+
+def _fresh_name(schema: Any, parent: tuple[str, ...], rng: random.Random) -> str:
+    """A name no member of struct ``parent`` has, in any case."""
+    from pyiceberg.types import ListType, MapType
+
+    kind: Any = schema.as_struct()
+    for name in parent:
+        if isinstance(kind, ListType):
+            kind = kind.element_type
+        elif isinstance(kind, MapType):
+            kind = kind.value_type
+        else:
+            kind = next(f.field_type for f in kind.fields if f.name == name)
+    taken = {f.name.lower() for f in kind.fields}
     while True:
         name = rng.choice(("added", "new col", "n%/ü", "z.z")) + str(rng.randrange(1000))
         if name.lower() not in taken:
             return name
 
 
-def dumps(value: Any) -> str:
-    return json.dumps(value, default=str, sort_keys=True)
+def _local(uri: str) -> str:
+    return uri.removeprefix("file://").removeprefix("file:")
