@@ -53,4 +53,4 @@ clean:
 MINUTES ?= 10
 LENGTH ?= 30
 histories: install install-interop
-	$(BIN)/python -m tests.histories --minutes $(MINUTES) --length $(LENGTH) $(if $(SEED),--seed $(SEED),)
+	$(BIN)/python -m tests.histories --minutes $(MINUTES) --length $(LENGTH) $(if $(SEED),--seed $(SEED),) $(if $(SPARK),--spark $(SPARK),)

@@ -3,7 +3,9 @@ new seeds for as long as you like; see tests/histories)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,35 +16,58 @@ from tests.histories.runner import Outcome, check_with_iceberg_java, fails, gene
 SEEDS = (1, 2, 3, 5, 8, 13)
 
 
-_ENDS: dict[int, Outcome] = {}
+# And histories written through a real icesink.stream (one JVM: the test session's Spark).
+SPARK_SEEDS = (1, 2)
+_ENDS: dict[tuple[int, bool], Outcome] = {}
 
 
-def _history(seed: int, directories: pytest.TempPathFactory) -> Outcome:
+def _history(seed: int, spark: bool, directories: pytest.TempPathFactory) -> Outcome:
     """Each seed runs once per test session; Iceberg Java then reads where they all ended, in one JVM."""
-    if seed not in _ENDS:
-        _ENDS[seed] = run(generate(seed, length=18), directories.mktemp(f"history-{seed}"))
-    return _ENDS[seed]
+    if (seed, spark) not in _ENDS:
+        _ENDS[seed, spark] = run(generate(seed, LENGTH, spark), directories.mktemp(f"history-{seed}-{spark}"))
+    return _ENDS[seed, spark]
+
+
+def _passes(seed: int, spark: bool, outcome: Outcome) -> None:
+    if outcome.failure is not None:
+        short = shrink(generate(seed, LENGTH, spark), fails, budget_seconds=60)
+        replay = f"make histories SEED={seed} LENGTH={LENGTH} SPARK={int(spark)}"
+        pytest.fail(f"{short.describe()}\nfailed with: {outcome.failure}\nreplay: {replay}")
+    assert {"icesink.read", "icesink.changes"} <= set(outcome.readers), outcome.readers
+
+
+LENGTH = 18
 
 
 @pytest.mark.interop
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_random_history_equals_the_model(seed: int, tmp_path_factory: pytest.TempPathFactory) -> None:
-    outcome = _history(seed, tmp_path_factory)
-    if outcome.failure is not None:
-        short = shrink(generate(seed, length=18), fails, budget_seconds=60)
-        pytest.fail(f"{short.describe()}\nfailed with: {outcome.failure}\nreplay: make histories SEED={seed}")
-    assert {"icesink.read", "icesink.changes"} <= set(outcome.readers)
+    _passes(seed, False, _history(seed, False, tmp_path_factory))
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("seed", SPARK_SEEDS)
+def test_a_random_history_through_spark_equals_the_model(
+    seed: int, spark: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    outcome = _history(seed, True, tmp_path_factory)
+    _passes(seed, True, outcome)
+    assert outcome.steps["evolve"] + outcome.steps["replay"] > 0, "the seed takes no Spark-only step"
 
 
 @pytest.mark.interop
 def test_iceberg_java_reads_where_the_histories_end(
-    tmp_path_factory: pytest.TempPathFactory, java_reader: Path
+    spark: Any, tmp_path_factory: pytest.TempPathFactory, java_reader: Path
 ) -> None:
-    ends = {seed: _history(seed, tmp_path_factory) for seed in SEEDS}
-    checks = {seed: outcome.java for seed, outcome in ends.items() if outcome.java is not None}
-    assert len(checks) >= 3, "most of these seeds' tables hold no time column, which Spark 3.5 cannot read"
+    ends = {(seed, False): _history(seed, False, tmp_path_factory) for seed in SEEDS}
+    ends.update({(seed, True): _history(seed, True, tmp_path_factory) for seed in SPARK_SEEDS})
+    asked = sum((outcome.readers for outcome in ends.values()), Counter[str]())
+    assert {"iceberg-rust", "DuckDB", "pyiceberg"} <= set(asked), f"a reader no history could ask: {asked}"
+    checks = {name: outcome.java for name, outcome in ends.items() if outcome.java is not None}
+    assert len(checks) >= 4, "most of these seeds' tables hold no time column, which Spark 3.5 cannot read"
     problems = check_with_iceberg_java(list(checks.values()))
-    found = [f"seed {seed}: {problem}" for seed, problem in zip(checks, problems, strict=True) if problem]
+    pairs = zip(checks, problems, strict=True)
+    found = [f"seed {seed} (through Spark: {s}): {problem}" for (seed, s), problem in pairs if problem]
     assert not found, "\n".join(found)
 
 

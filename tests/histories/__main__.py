@@ -24,6 +24,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--length", type=int, default=30)
+    parser.add_argument(
+        "--spark", type=int, choices=(0, 1), help="1: through icesink.stream, 0: not; default: the seed decides"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)  # the histories provoke warnings on purpose
     seeds = [args.seed] if args.seed is not None else None
@@ -34,10 +37,10 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     root = Path(tempfile.mkdtemp(prefix="icesink-histories-"))
     # Histories whose end Iceberg Java still has to read: one JVM reads a batch of them.
-    waiting: list[tuple[int, JavaCheck]] = []
+    waiting: list[tuple[int, bool, JavaCheck]] = []
     while (seeds and histories < len(seeds)) or (seeds is None and time.monotonic() < deadline):
         seed = seeds[histories] if seeds else rng.randrange(2**31)
-        history = generate(seed, args.length)
+        history = generate(seed, args.length, None if args.spark is None else bool(args.spark))
         directory = root / str(seed)
         outcome = run(history, directory)
         histories += 1
@@ -45,14 +48,14 @@ def main(argv: list[str]) -> int:
         readers.update(outcome.readers)
         types.update(_features(history))
         if outcome.java is not None:
-            waiting.append((seed, outcome.java))
+            waiting.append((seed, history.writer is not None, outcome.java))
             readers["Iceberg Java"] += 1
         else:
             shutil.rmtree(directory)
         if outcome.failure is not None:
             short = shrink(history, fails)
             failures.append(f"{short.describe()}\n  failed with: {outcome.failure.splitlines()[0]}")
-            _report(failures[-1], seed, started, histories)
+            _report(failures[-1], seed, history.writer is not None, started, histories)
         if len(waiting) >= JAVA_BATCH:
             failures += _read_with_iceberg_java(waiting, root, started, histories)
     failures += _read_with_iceberg_java(waiting, root, started, histories)
@@ -68,26 +71,28 @@ def main(argv: list[str]) -> int:
 JAVA_BATCH = 25
 
 
-def _read_with_iceberg_java(waiting: list[tuple[int, JavaCheck]], root: Path, started: float, done: int) -> list[str]:
+def _read_with_iceberg_java(
+    waiting: list[tuple[int, bool, JavaCheck]], root: Path, started: float, done: int
+) -> list[str]:
     """Iceberg Java reads the end of every waiting history (one JVM); returns the failures; empties the list."""
     if not waiting:
         return []
     found = []
-    problems = check_with_iceberg_java([check for _, check in waiting])
-    for (seed, _), problem in zip(waiting, problems, strict=True):
+    problems = check_with_iceberg_java([check for _, _, check in waiting])
+    for (seed, through_spark, _), problem in zip(waiting, problems, strict=True):
         shutil.rmtree(root / str(seed))
         if problem is not None:
             found.append(f"seed {seed}: {problem}")
-            _report(found[-1], seed, started, done)
+            _report(found[-1], seed, through_spark, started, done)
     waiting.clear()
     return found
 
 
-def _report(failure: str, seed: int, started: float, histories: int) -> None:
+def _report(failure: str, seed: int, spark: bool, started: float, histories: int) -> None:
     found_after = (time.monotonic() - started) / 60
     print(
         f"FAILED seed {seed} after {found_after:.1f} min, {histories} histories "
-        f"(replay: make histories SEED={seed})\n{failure}",
+        f"(replay: make histories SEED={seed} SPARK={int(spark)})\n{failure}",
         flush=True,
     )
 

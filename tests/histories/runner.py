@@ -13,12 +13,13 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from icesink.catalog.config import CatalogConfig
-from tests.histories.grammar import TableShape, random_table
+from tests.histories.grammar import PRIMITIVES, SPARK_PRIMITIVES, TableShape, random_table
+from tests.histories.spark_world import SparkWorld
 from tests.histories.world import FAILPOINTS, Mismatch, World
 
 KINDS = ("write", "write", "write", "write", "alter", "maintain", "expire", "crash", "discard", "replay")
@@ -44,6 +45,7 @@ class Step:
             "expire": "commit a checkpoint with snapshot expiry down to one snapshot",
             "discard": "write a checkpoint, lose its manifest, discard it",
             "replay": "Spark re-delivers the last checkpoint",
+            "evolve": f"the stream's input gains a column, evolve_schema=True ({self.size} change(s))",
         }[self.kind]
 
 
@@ -52,18 +54,30 @@ class History:
     seed: int
     shape: TableShape
     steps: tuple[Step, ...]
+    writer: str | None = None  # through a real icesink.stream with this writer; None: the task writer directly
 
     def describe(self) -> str:
-        lines = [f"seed {self.seed}: table {self.shape.describe()}"]
+        through = f", written through icesink.stream (writer={self.writer!r})" if self.writer else ""
+        lines = [f"seed {self.seed}: table {self.shape.describe()}{through}"]
         lines += [f"  {n + 1}. {step.describe()}" for n, step in enumerate(self.steps)]
         return "\n".join(lines)
 
 
-def generate(seed: int, length: int) -> History:
+# One history in this many runs through Spark (its own draw, so that the other histories of a seed stay as
+# they were); ``spark=True`` or ``False`` decides it.
+SPARK_SHARE = 6
+SPARK_KINDS = ("write", "write", "write", "alter", "maintain", "expire", "crash", "discard", "replay", "evolve")
+
+
+def generate(seed: int, length: int, spark: bool | None = None) -> History:
     rng = random.Random(seed)
-    shape = random_table(rng)
-    steps = tuple(Step(rng.choice(KINDS), rng.randrange(2**31), rng.randint(1, 25)) for _ in range(length))
-    return History(seed, shape, steps)
+    through = random.Random(seed ^ 0x5EED)
+    if spark is None:
+        spark = through.randrange(SPARK_SHARE) == 0
+    shape = random_table(rng, SPARK_PRIMITIVES if spark else PRIMITIVES)
+    kinds = SPARK_KINDS if spark else KINDS
+    steps = tuple(Step(rng.choice(kinds), rng.randrange(2**31), rng.randint(1, 25)) for _ in range(length))
+    return History(seed, shape, steps, through.choice(("auto", "arrow")) if spark else None)
 
 
 @dataclass
@@ -96,7 +110,11 @@ def run(history: History, directory: Path, readers: bool = True) -> Outcome:
     database.upgrade(config)
     outcome = Outcome()
     try:
-        world = World(config, history.shape)
+        world = (
+            SparkWorld(config, history.shape, directory, history.writer)
+            if history.writer
+            else World(config, history.shape)
+        )
         seen: list[State] = []
         for number, step in enumerate(history.steps):
             outcome.failed_at = number
@@ -118,52 +136,39 @@ def run(history: History, directory: Path, readers: bool = True) -> Outcome:
 
 def _do(world: World, step: Step) -> None:
     rng = random.Random(step.seed)
-    if step.kind == "write":
-        rows, ops = world.changes(rng, step.size)
-        _, staged = world.write(rows, ops)
-        assert staged
-        world.commit()
-        world.apply_to_model(rows, ops)
-    elif step.kind in ("expire", "crash"):
-        rows, ops = world.changes(rng, 5)
-        world.write(rows, ops)
-        if step.kind == "expire":
+    if step.kind in ("write", "expire", "crash", "discard"):
+        rows, ops = world.changes(rng, step.size if step.kind == "write" else 5)
+        if step.kind == "discard":
+            world.lose_and_discard(world.stage(rows, ops))
+            return
+        if step.kind == "crash":
+            world.stage(rows, ops)
+            world.crash_commit(FAILPOINTS[step.seed % len(FAILPOINTS)])
+        elif step.kind == "expire":
             with world.table().transaction() as change:
                 change.set_properties(
                     {"history.expire.max-snapshot-age-ms": "1", "history.expire.min-snapshots-to-keep": "1"}
                 )
-            world.commit(expire=True)
+            world.write_and_commit(rows, ops, expire=True)
         else:
-            world.crash_commit(FAILPOINTS[step.seed % len(FAILPOINTS)])
+            world.write_and_commit(rows, ops)
         world.apply_to_model(rows, ops)
-    elif step.kind == "discard":
-        rows, ops = world.changes(rng, 5)
-        world.lose_and_discard(world.write(rows, ops)[0])
+    elif step.kind == "evolve":
+        world.evolve(rng, step.size)
     elif step.kind == "replay":
-        _replay(world, rng)
+        world.replay(rng)
     elif step.kind == "alter":
         world.alter(rng)
     elif step.kind == "maintain":
         world.maintain(("convert", "compact", "all")[step.seed % 3])
 
 
-def _replay(world: World, rng: random.Random) -> None:
-    """Spark re-delivers the last checkpoint after a crash: staging keeps the first, nothing is written twice."""
-    if world.next_checkpoint == 0:
-        return
-    rows, ops = world.changes(rng, 3)
-    checkpoint, staged = world.write(rows, ops, again=world.next_checkpoint - 1)
-    if staged:
-        raise Mismatch(f"checkpoint {checkpoint} was staged a second time")
-    world.commit()
-
-
-State = tuple[int, list[dict[str, Any]]]  # a snapshot id and the model's rows then
+State = tuple[int, int, list[dict[str, Any]]]  # a snapshot id, the schema id and the model's rows then
 
 
 def _check(world: World, seen: list[State], step: Step) -> list[State]:
     """The table and every invariant now; the changelog since the state before and since one earlier state
-    (the same schema, not expired); returns the states seen since the schema last changed."""
+    (under the same schema, not expired); returns the states seen since the schema last changed."""
     import icesink
 
     world.check_reader("icesink.read", icesink.read(world.table()).to_pylist())
@@ -172,14 +177,14 @@ def _check(world: World, seen: list[State], step: Step) -> list[State]:
     head = table.current_snapshot()
     if head is None:
         return seen
-    if step.kind == "alter":
-        seen = []  # names changed under the rows: a changelog across it is not compared
-    alive = [state for state in seen if table.metadata.snapshot_by_id(state[0]) is not None]
+    # Names may have changed under the rows: a changelog across a schema change is not compared.
+    schema_id = table.schema().schema_id
+    alive = [s for s in seen if s[1] == schema_id and table.metadata.snapshot_by_id(s[0]) is not None]
     if alive:
         earlier = random.Random(step.seed).choice(alive)
-        for since, rows_then in {id(s): s for s in (alive[-1], earlier)}.values():
+        for since, _, rows_then in {id(s): s for s in (alive[-1], earlier)}.values():
             _check_changelog(world, rows_then, icesink.changes(table, since).to_pylist())
-    return [*alive, (head.snapshot_id, world.expected()[1])]
+    return [*alive, (head.snapshot_id, schema_id, world.expected()[1])]
 
 
 def _check_changelog(world: World, rows_before: list[dict[str, Any]], changes: list[dict[str, Any]]) -> None:
@@ -313,13 +318,13 @@ def shrink(history: History, fails: Callable[[History], bool], budget_seconds: f
         start, changed = 0, False
         while start < len(steps) and time.monotonic() < deadline:
             candidate = steps[:start] + steps[start + chunk :]
-            if candidate and fails(History(history.seed, history.shape, tuple(candidate))):
+            if candidate and fails(replace(history, steps=tuple(candidate))):
                 steps, changed = candidate, True
             else:
                 start += chunk
         if not changed:
             chunk //= 2
-    return History(history.seed, history.shape, tuple(steps))
+    return replace(history, steps=tuple(steps))
 
 
 def fails(history: History, readers: bool = True) -> bool:

@@ -140,6 +140,32 @@ class World:
         result = writer.complete()
         return checkpoint, stage_checkpoint(Ledger(self.config), table, IDENTIFIER, JOB, checkpoint, [result])
 
+    def stage(self, rows: pa.Table, ops: list[str]) -> int:
+        """The next checkpoint written and staged, left for a committer; returns its id."""
+        checkpoint, staged = self.write(rows, ops)
+        assert staged
+        return checkpoint
+
+    def write_and_commit(self, rows: pa.Table, ops: list[str], expire: bool = False) -> None:
+        self.stage(rows, ops)
+        self.commit(expire)
+
+    def replay(self, rng: random.Random) -> None:
+        """Spark re-delivers the last checkpoint after a crash: staging keeps the first, nothing is written twice."""
+        if self.next_checkpoint == 0:
+            return
+        rows, ops = self.changes(rng, 3)
+        checkpoint, staged = self.write(rows, ops, again=self.next_checkpoint - 1)
+        if staged:
+            raise Mismatch(f"checkpoint {checkpoint} was staged a second time")
+        self.commit()
+
+    def evolve(self, rng: random.Random, size: int) -> None:
+        """A stream's input gains a column (only a stream can do this: see SparkWorld); here, a plain write."""
+        rows, ops = self.changes(rng, size)
+        self.write_and_commit(rows, ops)
+        self.apply_to_model(rows, ops)
+
     def commit(self, expire: bool = False) -> None:
         committer = self.committer
         if expire:
