@@ -49,8 +49,9 @@ bench: install
 clean:
 	rm -rf $(VENV) $(JAVA_READER) warehouse .icesink-demo
 
-# Random histories against a model (tests/histories): MINUTES of new seeds, or SEED=N to replay one.
+# Random histories against a model (tests/histories): MINUTES of new seeds, or SEED=N to replay one
+# (a failure prints the LENGTH, SPARK and CATALOG to replay it with).
 MINUTES ?= 10
 LENGTH ?= 30
 histories: install install-interop
-	$(BIN)/python -m tests.histories --minutes $(MINUTES) --length $(LENGTH) $(if $(SEED),--seed $(SEED),) $(if $(SPARK),--spark $(SPARK),)
+	$(BIN)/python -m tests.histories --minutes $(MINUTES) --length $(LENGTH) $(if $(SEED),--seed $(SEED),) $(if $(SPARK),--spark $(SPARK),) $(if $(CATALOG),--catalog $(CATALOG),)

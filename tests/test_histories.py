@@ -18,6 +18,7 @@ SEEDS = (1, 2, 3, 5, 8, 13)
 
 # And histories written through a real icesink.stream (one JVM: the test session's Spark).
 SPARK_SEEDS = (1, 2)
+PG_SEED = 4  # and one whose catalog is in PostgreSQL (the committer killed in a process of its own)
 _ENDS: dict[tuple[int, bool], Outcome] = {}
 
 
@@ -53,6 +54,16 @@ def test_a_random_history_through_spark_equals_the_model(
     outcome = _history(seed, True, tmp_path_factory)
     _passes(seed, True, outcome)
     assert outcome.steps["evolve"] + outcome.steps["replay"] > 0, "the seed takes no Spark-only step"
+
+
+@pytest.mark.interop
+@pytest.mark.postgres
+def test_a_random_history_with_its_catalog_in_postgresql_equals_the_model(pg_database: str, tmp_path: Path) -> None:
+    outcome = run(generate(PG_SEED, LENGTH, spark=False), tmp_path, database_url=pg_database)
+    if outcome.failure is not None:
+        replay = f"make histories SEED={PG_SEED} LENGTH={LENGTH} SPARK=0 CATALOG=postgresql"
+        pytest.fail(f"{outcome.failure}\nreplay: {replay}")
+    assert outcome.steps["crash"] > 0, "the seed kills no committer"
 
 
 @pytest.mark.interop
@@ -120,3 +131,20 @@ def test_compaction_checks_maps_of_maps_of_uuids(tmp_path: Path) -> None:
     steps = (Step("write", 1015216334, 17), Step("write", 531958833, 16), Step("maintain", 2))  # 2: "all"
     outcome = run(History(760936240, shape, steps), tmp_path, readers=False)
     assert outcome.failure is None, outcome.failure
+
+
+def test_shrinking_leaves_the_steps_and_the_changes_that_fail() -> None:
+    """The shrinker alone, on a made-up failure: a maintain after a write of at least 3 changes."""
+    from tests.histories.runner import History, Step
+
+    def made_up_failure(history: History) -> bool:
+        writes = [n for n, s in enumerate(history.steps) if s.kind == "write" and s.size >= 3]
+        return any(s.kind == "maintain" and writes and n > writes[0] for n, s in enumerate(history.steps))
+
+    history = generate(5, 30)
+    steps = (Step("alter", 1), Step("write", 2, 20), Step("crash", 3), Step("replay", 4), Step("maintain", 5))
+    long_history = History(history.seed, history.shape, steps * 4)
+    assert made_up_failure(long_history)
+    short = shrink(long_history, made_up_failure)
+    assert [(s.kind, s.size) for s in short.steps] == [("write", 5), ("maintain", 0)]
+    assert "1. write a checkpoint of 5 change(s)" in short.describe()

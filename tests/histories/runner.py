@@ -98,14 +98,21 @@ class JavaCheck:
     expected: list[dict[str, Any]]
 
 
-def run(history: History, directory: Path, readers: bool = True) -> Outcome:
-    """Run every step, checking the table against the model after each; the other readers at the end."""
+def run(history: History, directory: Path, readers: bool = True, database_url: str | None = None) -> Outcome:
+    """Run every step, checking the table against the model after each; the other readers at the end.
+
+    The catalog is a new SQLite file, or, with ``database_url`` (a migrated PostgreSQL database), a catalog
+    of a new name in that database.
+    """
+    import uuid
+
     from icesink.catalog import database
 
     warehouse = directory / "warehouse"
     warehouse.mkdir(parents=True)
+    name = f"hist{history.seed}_{uuid.uuid4().hex[:8]}"
     config = CatalogConfig(
-        name=f"hist{history.seed}", uri=f"sqlite:///{warehouse / 'catalog.db'}", warehouse=warehouse.as_uri()
+        name=name, uri=database_url or f"sqlite:///{warehouse / 'catalog.db'}", warehouse=warehouse.as_uri()
     )
     database.upgrade(config)
     outcome = Outcome()
@@ -310,7 +317,8 @@ def _partitions_differing_only_in_case(table: Any) -> bool:
 
 
 def shrink(history: History, fails: Callable[[History], bool], budget_seconds: float = 120) -> History:
-    """Fewer steps that still fail: drop halves, then single steps, while the budget lasts."""
+    """A smaller history that still fails, while the budget lasts: fewer steps (halves, then single steps),
+    then fewer changes in each step that writes."""
     deadline = time.monotonic() + budget_seconds
     steps = list(history.steps)
     chunk = max(1, len(steps) // 2)
@@ -324,9 +332,15 @@ def shrink(history: History, fails: Callable[[History], bool], budget_seconds: f
                 start += chunk
         if not changed:
             chunk //= 2
+    for number, step in enumerate(steps):
+        while step.kind in ("write", "evolve") and step.size > 1 and time.monotonic() < deadline:
+            smaller = [*steps[:number], replace(step, size=step.size // 2), *steps[number + 1 :]]
+            if not fails(replace(history, steps=tuple(smaller))):
+                break
+            steps, step = smaller, smaller[number]
     return replace(history, steps=tuple(steps))
 
 
-def fails(history: History, readers: bool = True) -> bool:
+def fails(history: History, readers: bool = True, database_url: str | None = None) -> bool:
     with tempfile.TemporaryDirectory() as directory:
-        return run(history, Path(directory), readers).failure is not None
+        return run(history, Path(directory), readers, database_url).failure is not None
