@@ -37,13 +37,17 @@ class SparkWorld(World):
         self.checkpoints = directory / "checkpoint"
         self.inputs.mkdir(parents=True)
         self.writer = writer
+        # The inline committer maintains the table between commits (as the daemon's --maintain does), and
+        # finds something to do at this small scale.
+        with self.table().transaction() as change:
+            change.set_properties({"icesink.maintain.min-commits": "1", "icesink.maintain.min-input-files": "2"})
 
     def stage(self, rows: pa.Table, ops: list[str]) -> int:
         """One micro-batch through the stream, staged for the daemon (``committer="daemon"``)."""
         return self._micro_batch(rows, ops, committer="daemon")
 
     def write_and_commit(self, rows: pa.Table, ops: list[str], expire: bool = False) -> None:
-        self._micro_batch(rows, ops, committer="inline", expire_snapshots=expire)
+        self._micro_batch(rows, ops, committer="inline", expire_snapshots=expire, maintain=True)
 
     def evolve(self, rng: random.Random, size: int) -> None:
         """The stream's input gains a column the table lacks; ``evolve_schema=True`` adds it."""
