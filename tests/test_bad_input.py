@@ -204,3 +204,23 @@ def test_scan_text_output_shows_nested_values_binary_and_decimals_as_json_not_py
     assert _cell(b"\x00\xff") == "AP8="
     assert _cell({"dd": decimal.Decimal("0.00"), "b": [b"\x01", None]}) == '{"dd": "0.00", "b": ["AQ==", null]}'
     assert _cell(7) == 7 and _cell(None) is None
+
+
+def test_a_key_inside_a_list_or_map_is_refused_with_its_name() -> None:
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import IntegerType, ListType, LongType, MapType, NestedField, StringType, StructType
+
+    from icesink.errors import ConfigError
+    from icesink.sink.changes import _table_key_field
+
+    item = StructType(NestedField(4, "sku ü", LongType(), required=True))
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "lines", ListType(3, item, element_required=True), required=True),
+        NestedField(5, "by name", MapType(6, StringType(), 7, StructType(NestedField(8, "n", IntegerType()))), False),
+        NestedField(9, "s", StructType(NestedField(10, "k", LongType(), required=True)), required=True),
+    )
+    assert _table_key_field(schema, "shop.o", "s.k").field_id == 10
+    for name in ("lines.element.sku ü", "by name.value.n"):
+        with pytest.raises(ConfigError, match=r"table shop\.o: equality field .* is inside a list or a map"):
+            _table_key_field(schema, "shop.o", name)

@@ -10,7 +10,8 @@ from icesink.committer.commit import TableCommitter
 from icesink.committer.ledger import CheckpointState, Ledger
 from icesink.errors import ManifestError
 from icesink.iceberg.manifests import to_data_file
-from icesink.iceberg.marker import JOB_ID_PROPERTY, MAX_CHECKPOINT_PROPERTY, committed_marker
+from icesink.iceberg.marker import committed_marker
+from icesink.properties import JOB_ID_PROPERTY, MAX_CHECKPOINT_PROPERTY
 from icesink.iceberg.snapshots import commit_prepared, prepare_snapshot
 from tests.support import create_orders_table, orders, stage_rows, table_ids, write_files
 

@@ -62,3 +62,42 @@ def test_layers_import_only_downwards_and_pyiceberg_internals_stay_in_one_packag
             if module.startswith("pyiceberg") and private and layer != "iceberg":
                 problems.append(f"{relative} imports pyiceberg's private {private} from {module}")
     assert problems == []
+
+
+def _private_names_defined(root: Path) -> set[str]:
+    """Every ``_name`` a package defines: attributes it assigns, functions, classes, annotated names."""
+    import ast
+
+    names: set[str] = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names.add(node.target.id)
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def test_private_pyiceberg_attributes_are_used_only_inside_the_iceberg_package() -> None:
+    """``x._name`` outside ``icesink/iceberg`` where pyiceberg defines ``_name`` (``self._…`` is icesink's own)."""
+    import ast
+
+    import pyiceberg
+
+    root = Path(__file__).parent.parent / "icesink"
+    theirs = _private_names_defined(Path(pyiceberg.__file__).parent)
+    assert {"_lazy_id_to_parent", "_do_commit"} <= theirs  # the scan below sees pyiceberg's internals
+    problems = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if relative.parts[0] == "iceberg":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Attribute) or node.attr not in theirs:
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            problems.append(f"{relative}:{node.lineno} uses pyiceberg's private {node.attr}")
+    assert problems == []

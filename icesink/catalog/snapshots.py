@@ -6,7 +6,7 @@ import datetime
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from icesink.iceberg.marker import JOB_ID_PROPERTY, MAX_CHECKPOINT_PROPERTY
+from icesink.properties import JOB_ID_PROPERTY, MAX_CHECKPOINT_PROPERTY
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table

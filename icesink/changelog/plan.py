@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from icesink.errors import ConfigError, StartingSnapshotExpiredError
 from icesink.iceberg.deletes import GLOBAL, PartitionKey, partition_scope
+from icesink.properties import MAINTENANCE_PROPERTY
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -21,8 +22,6 @@ if TYPE_CHECKING:
     from pyiceberg.table.snapshots import Snapshot
 
     from icesink.iceberg.scan import LiveFile, ManifestCache, PlannedDelete, PlannedScan
-
-MAINTENANCE_PROPERTY = "icesink.maintenance"
 
 
 @dataclass(frozen=True)

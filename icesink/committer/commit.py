@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pyiceberg.table.refs import MAIN_BRANCH
+
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
@@ -43,6 +45,7 @@ from icesink.iceberg.marker import (
     marker_properties,
     marker_table_properties,
 )
+from icesink.properties import CHECKPOINT_RANGE_PROPERTY, CONVERTED_PROPERTY, DISCARDED_PROPERTY
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -53,10 +56,6 @@ if TYPE_CHECKING:
     from icesink.maintenance.convert import CommitConversion
 
 log = logging.getLogger("icesink.committer")
-
-CHECKPOINT_RANGE_PROPERTY = "icesink.checkpoint-ids"
-CONVERTED_PROPERTY = "icesink.converted-equality-deletes"
-DISCARDED_PROPERTY = "icesink.discarded-checkpoints"
 
 
 class _CheckpointFailed(Exception):
@@ -176,7 +175,7 @@ class TableCommitter:
                     )
                 table = load_table(self._catalog, self._config, identifier)
                 continue
-            snapshot = committed.metadata.snapshot_by_name("main") if committed is not table else None
+            snapshot = committed.metadata.snapshot_by_name(MAIN_BRANCH) if committed is not table else None
             table = committed
             snapshot_id = snapshot.snapshot_id if snapshot else None  # None: nothing to commit
             if snapshot_id is not None:
@@ -333,7 +332,7 @@ class TableCommitter:
         if converted is not None:
             # The staged equality deletes were replaced by position deletes: no snapshot names them.
             delete_quietly(committed.io, [str(f.file_path) for f in deletes])
-        head = committed.metadata.snapshot_by_name("main")
+        head = committed.metadata.snapshot_by_name(MAIN_BRANCH)
         if discarded and head is not None:
             with contextlib.suppress(IcesinkError):  # the summary is what counts; the ledger only points to it
                 self._ledger.mark_discards_recorded([r.id for r in discarded], head.snapshot_id)

@@ -18,7 +18,12 @@ what icesink needs, so these modules build on its internals, one concern each:
 * :mod:`~icesink.iceberg.files`: what a table references and what its location holds;
 * :mod:`~icesink.iceberg.scan`: scan planning that keeps equality deletes, file reads;
 * :mod:`~icesink.iceberg.file_reads`: one data file read into a schema without losing a value
-  (pyiceberg's projection turns null lists and maps of structs into empty ones).
+  (pyiceberg's projection turns null lists and maps of structs into empty ones);
+* :mod:`~icesink.iceberg.deletes`: the equality deletes of a table, grouped by the partition they apply to;
+* :mod:`~icesink.iceberg.describe`: what executors need to know of a table (its columns, partitioning,
+  Parquet settings), as icesink's own typed values;
+* :mod:`~icesink.iceberg.history`: the snapshots between two states of a branch, for change reads;
+* :mod:`~icesink.iceberg.schemas`: schema changes as values, paths of nested fields, field ids of files.
 
 Nothing outside this package imports pyiceberg's private names.
 ``tests/test_iceberg_boundary.py`` exercises each of them so that a pyiceberg

@@ -16,14 +16,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyiceberg.table.metadata import TableMetadata
 
-JOB_ID_PROPERTY = "icesink.job-id"
-MAX_CHECKPOINT_PROPERTY = "icesink.max-committed-checkpoint-id"
-STREAM_ID_PROPERTY = "icesink.stream-id"
-MAIN_BRANCH = "main"
-# The same marker, also kept as table properties in the same atomic metadata commit,
-# for when snapshot expiry has removed the snapshot that carried it.
-TABLE_PROPERTY_PREFIX = "icesink.max-committed-checkpoint-id."
-STREAM_TABLE_PROPERTY_PREFIX = "icesink.stream-id."
+from pyiceberg.table.refs import MAIN_BRANCH
+
+from icesink.properties import (
+    JOB_ID_PROPERTY,
+    MAX_CHECKPOINT_PROPERTY,
+    STREAM_ID_PROPERTY,
+    STREAM_TABLE_PROPERTY_PREFIX,
+    TABLE_PROPERTY_PREFIX,
+)
 
 
 def table_property(job_id: str) -> str:

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from icesink.arrays import FIELD_ID
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.schema import Schema
@@ -174,7 +176,7 @@ def _field_ids(fields: Iterable[pa.Field]) -> Iterator[int]:
     import pyarrow as pa
 
     for field in fields:
-        raw = (field.metadata or {}).get(b"PARQUET:field_id")
+        raw = (field.metadata or {}).get(FIELD_ID)
         if raw is not None:
             yield int(raw)
         kind = field.type

@@ -29,11 +29,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("icesink.maintenance")
 
-MAINTENANCE_PROPERTY = "icesink.maintenance"
 # Its values: what the maintenance commit did.
 CONVERT = "convert-equality-deletes"
 COMPACT = "compact"
-BASE_SNAPSHOT_PROPERTY = "icesink.maintenance.base-snapshot-id"
 
 
 class ConflictError(Exception):

@@ -39,14 +39,8 @@ from icesink.arrays import repeated
 from icesink.failpoints import failpoint
 from icesink.iceberg.deletes import GLOBAL, EqualityDeletes, PartitionKey, partition_scope
 from icesink.iceberg.schemas import with_dropped_keys
-from icesink.maintenance.committing import (
-    BASE_SNAPSHOT_PROPERTY,
-    COMPACT,
-    MAINTENANCE_PROPERTY,
-    ConflictError,
-    MaintenanceTarget,
-    commit_change,
-)
+from icesink.maintenance.committing import COMPACT, ConflictError, MaintenanceTarget, commit_change
+from icesink.properties import BASE_SNAPSHOT_PROPERTY, MAINTENANCE_PROPERTY
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile

@@ -32,15 +32,9 @@ from icesink.failpoints import failpoint
 from icesink.iceberg.deletes import GLOBAL, EqualityDeletes, PartitionKey, partition_scope
 from icesink.iceberg.describe import parquet_compression
 from icesink.iceberg.schemas import with_dropped_keys
-from icesink.maintenance.committing import (
-    BASE_SNAPSHOT_PROPERTY,
-    CONVERT,
-    MAINTENANCE_PROPERTY,
-    ConflictError,
-    MaintenanceTarget,
-    commit_change,
-)
+from icesink.maintenance.committing import CONVERT, ConflictError, MaintenanceTarget, commit_change
 from icesink.maintenance.positions import DeletedRows, candidates, deleted_rows
+from icesink.properties import BASE_SNAPSHOT_PROPERTY, MAINTENANCE_PROPERTY
 from icesink.results import FileRecord
 
 if TYPE_CHECKING:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from icesink.errors import ConfigError
+from icesink.properties import POLICY_PROPERTIES
 
 PREFIX = "icesink."
 
@@ -90,17 +91,7 @@ def _parse(identifier: str, attribute: str, raw: str) -> bool | int | float:
     return value
 
 
-PROPERTY_NAMES = {
-    "convert_at_commit": "icesink.equality-deletes.convert-at-commit",
-    "convert_max_rows": "icesink.equality-deletes.convert-max-rows",
-    "equality_delete_files": "icesink.maintain.equality-delete-files",
-    "min_input_files": "icesink.maintain.min-input-files",
-    "min_file_ratio": "icesink.maintain.min-file-ratio",
-    "delete_file_threshold": "icesink.maintain.delete-file-threshold",
-    "min_commits": "icesink.maintain.min-commits",
-    "max_group_bytes": "icesink.maintain.max-group-bytes",
-    "max_seconds": "icesink.maintain.max-seconds",
-}
+PROPERTY_NAMES = POLICY_PROPERTIES
 CONVERT_AT_COMMIT = PROPERTY_NAMES["convert_at_commit"]
 
 # Allowed values of the numeric settings, inclusive, and why the bound is where it is.

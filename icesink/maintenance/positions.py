@@ -21,9 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from icesink.arrays import repeated
+from icesink.arrays import FIELD_ID, repeated
 from icesink.iceberg.deletes import EqualityDeletes, PartitionKey, partition_scope
-from icesink.writer.spec import FIELD_ID_KEY
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
@@ -63,7 +62,7 @@ def read_key_columns(table: Table, schema: Schema, data: LiveFile, field_ids: se
         parquet = pq.ParquetFile(stream)
         by_id: dict[int, str] = {}
         for field in parquet.schema_arrow:
-            raw = (field.metadata or {}).get(FIELD_ID_KEY)
+            raw = (field.metadata or {}).get(FIELD_ID)
             if raw is not None:
                 by_id[int(raw)] = field.name
         in_file = [by_id.get(i) or schema.find_column_name(i) or "" for i in top_ids]

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from icesink.maintenance.committing import COMPACT, MAINTENANCE_PROPERTY, MaintenanceTarget
+from icesink.maintenance.committing import COMPACT, MaintenanceTarget
 from icesink.maintenance.policy import MaintenancePolicy
+from icesink.properties import MAINTENANCE_PROPERTY
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table

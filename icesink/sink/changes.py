@@ -117,6 +117,8 @@ def _table_key_field(schema: Schema, identifier: str, name: str) -> NestedField:
     """An equality field of the table: a top-level column of that exact name, else a field inside structs."""
     from pyiceberg.types import StructType
 
+    from icesink.iceberg.schemas import field_path
+
     # Top-level columns by their exact name first: find_field reads a dot as a path into a struct.
     field = next((f for f in schema.fields if f.name == name), None)
     if field is not None:
@@ -128,15 +130,12 @@ def _table_key_field(schema: Schema, identifier: str, name: str) -> NestedField:
             f"table {identifier}: equality field {name!r} is neither a column of the table nor a field inside one "
             f"of its structs (columns: {', '.join(f.name for f in schema.fields)})"
         ) from None
-    parents = schema._lazy_id_to_parent
-    parent = parents.get(field.field_id)
-    while parent is not None:
+    for parent, _ in field_path(schema, field.field_id)[:-1]:
         if not isinstance(schema.find_field(parent).field_type, StructType):
             raise ConfigError(
                 f"table {identifier}: equality field {name!r} is inside a list or a map; a key is a primitive "
                 "column, or a primitive field inside structs"
             )
-        parent = parents.get(parent)
     if not field.field_type.is_primitive:
         raise ConfigError(f"table {identifier}: equality field {name!r} is {field.field_type}, not a primitive")
     return field

@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from icesink.arrays import FIELD_ID
 from icesink.errors import ManifestError
 from icesink.results import FileContent, FileRecord
 from icesink.writer.files import column_sizes, split_offsets
@@ -36,7 +37,7 @@ _RAW_BOUNDS = frozenset({"date", "timestamp", "timestamptz"})
 def check_field_ids(metadata: pq.FileMetaData, spec: WriterSpec, uri: str) -> None:
     """The file must hold the table's columns, in the table's order, under the table's field ids."""
     schema = metadata.schema.to_arrow_schema()
-    found = [(f.name, int((f.metadata or {}).get(b"PARQUET:field_id", b"-1"))) for f in schema]
+    found = [(f.name, int((f.metadata or {}).get(FIELD_ID, b"-1"))) for f in schema]
     wanted = [(c.name, c.field_id) for c in spec.columns]
     if found != wanted:
         raise ManifestError(

@@ -18,17 +18,18 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from icesink.arrays import FIELD_ID
 from icesink.results import FileContent, FileRecord, PartitionValue
 from icesink.writer.files import split_offsets
-from icesink.writer.spec import FIELD_ID_KEY, Compression
+from icesink.writer.spec import Compression
 from icesink.writer.storage import split_location
 
 FILE_PATH_ID = 2147483546
 POS_ID = 2147483545
 SCHEMA = pa.schema(
     [
-        pa.field("file_path", pa.string(), nullable=False, metadata={FIELD_ID_KEY: str(FILE_PATH_ID).encode()}),
-        pa.field("pos", pa.int64(), nullable=False, metadata={FIELD_ID_KEY: str(POS_ID).encode()}),
+        pa.field("file_path", pa.string(), nullable=False, metadata={FIELD_ID: str(FILE_PATH_ID).encode()}),
+        pa.field("pos", pa.int64(), nullable=False, metadata={FIELD_ID: str(POS_ID).encode()}),
     ]
 )
 

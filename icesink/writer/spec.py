@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-FIELD_ID_KEY = b"PARQUET:field_id"
+from icesink.arrays import FIELD_ID
 
 _DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
 _FIXED = re.compile(r"fixed\[(\d+)\]")
@@ -243,5 +243,5 @@ def arrow_field(column: ColumnSpec, nullable: bool | None = None) -> pa.Field:
         column.name,
         arrow_type(column.iceberg_type, column.children),
         nullable=not column.required if nullable is None else nullable,
-        metadata={FIELD_ID_KEY: str(column.field_id).encode()},
+        metadata={FIELD_ID: str(column.field_id).encode()},
     )
