@@ -101,13 +101,18 @@ def age_everything(root: Path, seconds: float = 7200) -> None:
             os.utime(path, (old, old))
 
 
-def wait_for(condition: Any, what: str, seconds: float = 90) -> None:
-    """Poll ``condition`` until it holds; an AssertionError naming ``what`` after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+def wait_for(condition: Any, what: str, seconds: float = 90, tolerate: tuple[type[Exception], ...] = ()) -> float:
+    """Poll ``condition`` until it holds and return how long that took; an AssertionError naming ``what``
+    after ``seconds``. Exceptions of the ``tolerate`` types count as "not yet" (a file still being written)."""
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        try:
+            if condition():
+                return time.monotonic() - started
+        except tolerate:
+            pass
         time.sleep(0.1)
+    raise AssertionError(f"not within {seconds} s: {what}")
 
 
 def add_input_file(directory: Path, table: pa.Table) -> None:

@@ -104,7 +104,7 @@ def test_equality_deletes_keyed_on_a_column_dropped_since_still_apply(sqlite_cat
         writer = TaskWriter(spec, 0, 0)
         writer.write(changes)
         assert stage_checkpoint(Ledger(sqlite_catalog), table, TABLE, "job", checkpoint, [writer.complete()])
-        TableCommitter(catalog, sqlite_catalog, Ledger(sqlite_catalog)).commit_pending(TABLE)
+        TableCommitter.of(sqlite_catalog).commit_pending(TABLE)
 
     commit(0, orders(0, 4), ["I"] * 4)
     commit(1, orders(1, 2), ["D", "U"])  # deletes id 1, rewrites id 2

@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 from icesink.catalog.config import CatalogConfig
 from tests.conftest import free_port
 from tests.outcomes import check_outcome
+from tests.support import wait_for
 from tests.test_s3 import catalog_env, icesink_cli
 
 pytestmark = [pytest.mark.cluster, pytest.mark.s3, pytest.mark.postgres]
@@ -40,16 +40,6 @@ def spark_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ICESINK_", "PYICEBERG_"))}
     env.update(SPARK_HOME=str(spark_home()), PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     return env
-
-
-def wait_for(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError, ValueError):
-            if condition():
-                return
-        time.sleep(0.5)
-    raise AssertionError(f"not within {timeout} s: {what}")
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -81,7 +71,12 @@ def standalone_cluster(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     )
     processes = [master]
     try:
-        wait_for(lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close() is None, 60, "master")
+        wait_for(
+            lambda: socket.create_connection(("127.0.0.1", port), timeout=1).close() is None,
+            "master",
+            60,
+            tolerate=(OSError, ValueError),
+        )
         url = f"spark://127.0.0.1:{port}"
         work = tmp_path / "worker"
         worker = start_spark_class(
@@ -96,7 +91,7 @@ def standalone_cluster(tmp_path: Path) -> Iterator[tuple[str, Path]]:
                 status = json.load(response)
             return any(w["state"] == "ALIVE" for w in status["workers"])
 
-        wait_for(worker_alive, 60, "the worker registers with the master")
+        wait_for(worker_alive, "the worker registers with the master", 60, tolerate=(OSError, ValueError))
         yield url, work
     finally:
         for process in processes:

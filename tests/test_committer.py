@@ -11,8 +11,8 @@ from icesink.committer.ledger import CheckpointState, Ledger
 from icesink.errors import ManifestError
 from icesink.iceberg.manifests import to_data_file
 from icesink.iceberg.marker import committed_marker
-from icesink.properties import JOB_ID_PROPERTY, MAX_CHECKPOINT_PROPERTY
 from icesink.iceberg.snapshots import commit_prepared, prepare_snapshot
+from icesink.properties import JOB_ID_PROPERTY, MAX_CHECKPOINT_PROPERTY
 from tests.support import create_orders_table, orders, stage_rows, table_ids, write_files
 
 TABLE = "shop.orders"
@@ -24,7 +24,7 @@ def max_committed_checkpoint(metadata: object, job_id: str) -> int | None:
 
 
 def committer(config: CatalogConfig) -> TableCommitter:
-    return TableCommitter(open_catalog(config), config, Ledger(config))
+    return TableCommitter.of(config)
 
 
 def test_pending_append_checkpoints_become_one_snapshot_with_the_marker(catalog_config: CatalogConfig) -> None:

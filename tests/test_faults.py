@@ -25,7 +25,7 @@ from icesink.committer.ledger import CheckpointState, Ledger
 from tests.changes import ChangeModel, random_checkpoint, sorted_rows, write_checkpoint_file
 from tests.outcomes import check_outcome
 from tests.streams import add_input_files
-from tests.support import age_everything, create_orders_table, orders, stage_rows, table_ids
+from tests.support import age_everything, create_orders_table, orders, stage_rows, table_ids, wait_for
 
 pytestmark = pytest.mark.faults
 TABLE = "shop.orders"
@@ -339,15 +339,6 @@ def lease_holder(config: CatalogConfig) -> tuple[int, int] | None:
     return None if row is None else (int(row.owner.split(":")[1]), int(row.epoch))
 
 
-def wait_until(condition, timeout: float, what: str) -> float:  # type: ignore[no-untyped-def]
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if condition():
-            return time.monotonic() - started
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout} s: {what}")
-
-
 def all_committed(config: CatalogConfig, table: str = TABLE) -> bool:
     rows = Ledger(config).for_table(table)
     return bool(rows) and all(r.state == CheckpointState.COMMITTED for r in rows)
@@ -359,10 +350,10 @@ def test_standby_committer_takes_over_after_sigkill_and_commits_exactly_once(
     create_orders_table(catalog_config)
     committers = [start_committer(catalog_config, tmp_path / f"committer-{i}.log") for i in range(2)]  # together
     try:
-        wait_until(lambda: lease_holder(catalog_config) is not None, 30, "a committer holds the lease")
+        wait_for(lambda: lease_holder(catalog_config) is not None, "a committer holds the lease", 30)
         for checkpoint in range(3):
             stage_rows(catalog_config, TABLE, "job-a", checkpoint, orders(checkpoint * 100, 100))
-        wait_until(lambda: all_committed(catalog_config), 30, "the active committer commits")
+        wait_for(lambda: all_committed(catalog_config), "the active committer commits", 30)
         pid, epoch = lease_holder(catalog_config)  # type: ignore[misc]
         active = next(p for p in committers if p.pid == pid)
         standby = next(p for p in committers if p.pid != pid)
@@ -370,7 +361,7 @@ def test_standby_committer_takes_over_after_sigkill_and_commits_exactly_once(
         active.wait()
         for checkpoint in range(3, 5):
             stage_rows(catalog_config, TABLE, "job-a", checkpoint, orders(checkpoint * 100, 100))
-        took = wait_until(lambda: all_committed(catalog_config), 30, "the standby takes over and commits")
+        took = wait_for(lambda: all_committed(catalog_config), "the standby takes over and commits", 30)
         assert took < 2.0 + 5.0  # lease TTL + polling + commit
         assert lease_holder(catalog_config) == (standby.pid, epoch + 1)
         check_outcome("two committers together, active SIGKILL", catalog_config, TABLE, list(range(500)))
@@ -420,17 +411,17 @@ def test_paused_committer_resumed_after_a_takeover_commits_nothing(
     create_orders_table(catalog_config)
     committers = [start_committer(catalog_config, tmp_path / f"committer-{i}.log") for i in range(2)]
     try:
-        wait_until(lambda: lease_holder(catalog_config) is not None, 30, "a committer holds the lease")
+        wait_for(lambda: lease_holder(catalog_config) is not None, "a committer holds the lease", 30)
         stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 100))
-        wait_until(lambda: all_committed(catalog_config), 30, "the active committer commits")
-        wait_until(lambda: manifests_cleaned(catalog_config), 30, "the active committer cleans up")
+        wait_for(lambda: all_committed(catalog_config), "the active committer commits", 30)
+        wait_for(lambda: manifests_cleaned(catalog_config), "the active committer cleans up", 30)
         pid, epoch = lease_holder(catalog_config)  # type: ignore[misc]
         stale = next(p for p in committers if p.pid == pid)
         pause_outside_a_write(stale, catalog_config)  # a long GC pause, a frozen VM
-        wait_until(lambda: lease_holder(catalog_config) != (pid, epoch), 30, "the standby takes over")
+        wait_for(lambda: lease_holder(catalog_config) != (pid, epoch), "the standby takes over", 30)
         for checkpoint in range(1, 4):
             stage_rows(catalog_config, TABLE, "job-a", checkpoint, orders(checkpoint * 100, 100))
-        wait_until(lambda: all_committed(catalog_config), 30, "the new committer commits")
+        wait_for(lambda: all_committed(catalog_config), "the new committer commits", 30)
         stale_log = tmp_path / f"committer-{committers.index(stale)}.log"
         before_resume = len(stale_log.read_text())
         os.killpg(stale.pid, signal.SIGCONT)
@@ -442,7 +433,7 @@ def test_paused_committer_resumed_after_a_takeover_commits_nothing(
         table = open_catalog(catalog_config).load_table(TABLE)
         snapshots = len(table.metadata.snapshots)
         stage_rows(catalog_config, TABLE, "job-a", 4, orders(400, 100))
-        wait_until(lambda: all_committed(catalog_config), 30, "the active committer keeps committing")
+        wait_for(lambda: all_committed(catalog_config), "the active committer keeps committing", 30)
         assert len(open_catalog(catalog_config).load_table(TABLE).metadata.snapshots) == snapshots + 1
         check_outcome("stale committer SIGSTOP, SIGCONT after takeover", catalog_config, TABLE, list(range(500)))
         assert lease_holder(catalog_config)[0] != stale.pid  # type: ignore[index]
@@ -487,7 +478,7 @@ def test_catalog_connections_killed_during_commits_lose_and_duplicate_nothing(
     killer = threading.Thread(target=kill_connections)
     checkpoints = 0
     try:
-        wait_until(lambda: lease_holder(pg_catalog) is not None, 30, "the committer holds the lease")
+        wait_for(lambda: lease_holder(pg_catalog) is not None, "the committer holds the lease", 30)
         killer.start()
         # A kill lands only while a query runs (an idle pooled connection is replaced unnoticed):
         # keep the committer busy until one has, 30 checkpoints at least, 120 at most.
@@ -498,7 +489,7 @@ def test_catalog_connections_killed_during_commits_lose_and_duplicate_nothing(
         time.sleep(2)
         stop.set()
         killer.join()
-        wait_until(lambda: all_committed(pg_catalog), 60, "the committer recovers and commits everything")
+        wait_for(lambda: all_committed(pg_catalog), "the committer recovers and commits everything", 60)
         assert committer.poll() is None, "the committer must ride out lost connections, not exit"
     finally:
         stop.set()

@@ -30,7 +30,7 @@ def table_root(config: CatalogConfig) -> Path:
 
 def test_gc_deletes_orphans_and_keeps_everything_referenced(catalog_config: CatalogConfig) -> None:
     create_orders_table(catalog_config)
-    committer = TableCommitter(open_catalog(catalog_config), catalog_config, Ledger(catalog_config))
+    committer = TableCommitter.of(catalog_config)
     stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
     committer.commit_pending(TABLE)
     # A killed task attempt's file that no checkpoint names, and a checkpoint staged but not committed.
@@ -139,7 +139,7 @@ def test_gc_racing_a_commit_finds_the_files_in_the_table(
     create_orders_table(sqlite_catalog)
     stage_rows(sqlite_catalog, TABLE, "job-a", 0, orders(0, 10))
     stale_rows = Ledger(sqlite_catalog).for_table(TABLE)
-    TableCommitter(open_catalog(sqlite_catalog), sqlite_catalog, Ledger(sqlite_catalog)).commit_pending(TABLE)
+    TableCommitter.of(sqlite_catalog).commit_pending(TABLE)
     assert not local(stale_rows[0].data_manifest).exists()
     monkeypatch.setattr(Ledger, "for_table", lambda self, identifier, newest=None: stale_rows)
     age_everything(table_root(sqlite_catalog))

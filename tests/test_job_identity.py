@@ -51,14 +51,14 @@ def test_a_checkpoint_staged_by_another_stream_is_refused_not_taken_for_a_replay
     assert "stream stream-b (checkpoint location /checkpoints/b)" in message and "job orders" in message
     (row,) = Ledger(catalog_config).for_table(TABLE)
     assert row.stream_id == "stream-a" and row.state == CheckpointState.STAGED
-    TableCommitter(open_catalog(catalog_config), catalog_config, Ledger(catalog_config)).commit_pending(TABLE)
+    TableCommitter.of(catalog_config).commit_pending(TABLE)
     assert table_ids(catalog_config, TABLE) == list(range(10))
 
 
 def test_the_committer_never_takes_another_streams_checkpoint_for_committed(catalog_config: CatalogConfig) -> None:
     """Stream B's checkpoint 1 is below stream A's marker: it is an error, not a silent skip."""
     create_orders_table(catalog_config)
-    committer = TableCommitter(open_catalog(catalog_config), catalog_config, Ledger(catalog_config))
+    committer = TableCommitter.of(catalog_config)
     for checkpoint in range(3):
         stage(catalog_config, checkpoint, orders(checkpoint * 10, 10), STREAM_A)
     committer.commit_pending(TABLE)

@@ -106,7 +106,7 @@ def commit_changes(
         )
     )
     stage_checkpoint(Ledger(config), table, TABLE, job, checkpoint, [writer.complete()])
-    TableCommitter(catalog, config, Ledger(config)).commit_pending(TABLE)
+    TableCommitter.of(config).commit_pending(TABLE)
 
 
 def rows_by_every_reader(config: CatalogConfig) -> list[list[tuple[int, str]]]:
@@ -429,7 +429,7 @@ def test_an_equality_delete_of_a_null_key_removes_the_rows_whose_key_is_null(sql
     stage_checkpoint(
         Ledger(sqlite_catalog), table, TABLE, "other", 0, [WriteResult(0, 0, 0, delete_files=tuple(writer.close()))]
     )
-    TableCommitter(catalog, sqlite_catalog, Ledger(sqlite_catalog)).commit_pending(TABLE)
+    TableCommitter.of(sqlite_catalog).commit_pending(TABLE)
     expected = [(1, "b")]
     for rows in rows_by_every_reader(sqlite_catalog):
         assert rows == expected

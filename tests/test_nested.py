@@ -166,7 +166,7 @@ def _create(config: CatalogConfig, identifier: str, schema: Any) -> Any:
 def _commit(config: CatalogConfig, identifier: str, rows: pa.Table, checkpoint_id: int = 0) -> Any:
     assert stage_rows(config, identifier, "job", checkpoint_id, rows)
     catalog = open_catalog(config)
-    TableCommitter(catalog, config, Ledger(config)).commit_pending(identifier)
+    TableCommitter.of(config).commit_pending(identifier)
     return catalog.load_table(identifier)
 
 
@@ -870,7 +870,7 @@ def test_a_key_field_renamed_inside_its_struct_by_another_tool_still_converts_an
 
     def commit(checkpoint: int, changes: list[tuple[Any, ...]]) -> Any:
         _stage_keyed_inside_a_struct(sqlite_catalog, checkpoint, changes)
-        TableCommitter(catalog, sqlite_catalog, Ledger(sqlite_catalog)).commit_pending(KEYED)
+        TableCommitter.of(sqlite_catalog).commit_pending(KEYED)
         return catalog.load_table(KEYED)
 
     commit(0, [("a", 1, "one", "I"), ("a", 2, "two", "I")])

@@ -138,7 +138,7 @@ def test_hostile_partition_values_land_where_the_manifest_says(
     rows = _rows(values)
     result = write_files(table, identifier, "job/with?odd#id%", 0, rows)
     stage_checkpoint(Ledger(config), table, identifier, "job/with?odd#id%", 0, [result])
-    TableCommitter(open_catalog(config), config, Ledger(config)).commit_pending(identifier)
+    TableCommitter.of(config).commit_pending(identifier)
     table = open_catalog(config).load_table(identifier)
 
     # Every file a manifest names exists at exactly that location.

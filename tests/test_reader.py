@@ -23,7 +23,7 @@ TABLE = "shop.orders"
 def filled(sqlite_catalog: CatalogConfig) -> CatalogConfig:
     create_orders_table(sqlite_catalog)
     stage_rows(sqlite_catalog, TABLE, "job", 0, orders(0, 10))
-    TableCommitter(open_catalog(sqlite_catalog), sqlite_catalog, Ledger(sqlite_catalog)).commit_pending(TABLE)
+    TableCommitter.of(sqlite_catalog).commit_pending(TABLE)
     return sqlite_catalog
 
 
@@ -69,7 +69,7 @@ def test_a_delete_only_checkpoint_writes_no_data_file_and_is_a_delete_snapshot(f
     result = writer.complete()
     assert result.data_files == () and len(result.delete_files) == 1
     stage_checkpoint(Ledger(filled), table, TABLE, "cdc", 0, [result])
-    TableCommitter(open_catalog(filled), filled, Ledger(filled)).commit_pending(TABLE)
+    TableCommitter.of(filled).commit_pending(TABLE)
     snapshot = open_catalog(filled).load_table(TABLE).current_snapshot()
     assert snapshot.summary.operation.value == "delete"
     assert snapshot.summary["added-data-files"] is None and snapshot.summary["added-delete-files"] == "1"

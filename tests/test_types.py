@@ -21,7 +21,6 @@ import icesink
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
-from icesink.committer.ledger import Ledger
 from icesink.errors import BadRowError
 from icesink.writer import values
 from tests.outcomes import iceberg_rust_sql, read_with_duckdb, read_with_iceberg_java
@@ -190,7 +189,7 @@ def test_a_bad_value_fails_the_task_naming_table_checkpoint_and_column(sqlite_ca
 def _commit(config: CatalogConfig, identifier: str, rows: pa.Table) -> Any:
     assert stage_rows(config, identifier, "job", 0, rows)
     catalog = open_catalog(config)
-    TableCommitter(catalog, config, Ledger(config)).commit_pending(identifier)
+    TableCommitter.of(config).commit_pending(identifier)
     return catalog.load_table(identifier)
 
 

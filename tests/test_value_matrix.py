@@ -243,7 +243,7 @@ def _write(
     writer = TaskWriter(spec, task_id=0, attempt=0)
     writer.write(batch)
     assert stage_checkpoint(Ledger(config), table, identifier, "job", checkpoint, [writer.complete()])
-    TableCommitter(catalog, config, Ledger(config)).commit_pending(identifier)
+    TableCommitter.of(config).commit_pending(identifier)
 
 
 def _fill(config: CatalogConfig, identifier: str, keyed: bool) -> list[dict[str, Any]]:
@@ -412,7 +412,7 @@ def test_fields_under_a_null_struct_at_any_depth_are_neither_converted_nor_refus
     writer = TaskWriter(spec, task_id=0, attempt=0)
     writer.write(rows)
     assert stage_checkpoint(Ledger(sqlite_catalog), table, TABLE, "job", 0, [writer.complete()])
-    TableCommitter(catalog, sqlite_catalog, Ledger(sqlite_catalog)).commit_pending(TABLE)
+    TableCommitter.of(sqlite_catalog).commit_pending(TABLE)
     table = catalog.load_table(TABLE)
     expected = canon_rows(table.schema(), [{"id": 1, "outer": {"inner": value}}, {"id": 2, "outer": None}])
     assert canon_rows(table.schema(), icesink.read(table).to_pylist()) == expected

@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyiceberg.table.refs import MAIN_BRANCH
 
@@ -112,6 +112,13 @@ class TableCommitter:
     def table(self, table_identifier: str) -> Table:
         """The table as this committer's last commit left it (read from the catalog if it has none)."""
         return self._tables.get(table_identifier) or load_table(self._catalog, self._config, table_identifier)
+
+    @classmethod
+    def of(cls, config: CatalogConfig, **options: Any) -> TableCommitter:
+        """A committer of ``config``'s catalog, with a catalog handle and a ledger of its own."""
+        from icesink.catalog.loader import open_catalog
+
+        return cls(open_catalog(config), config, Ledger(config), **options)
 
     def forget(self, table_identifier: str) -> None:
         """Read the table from the catalog next time (someone else, maintenance say, committed)."""

@@ -74,6 +74,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--spark", type=int, choices=(0, 1), help="1: through icesink.stream, 0: not; default: drawn")
     parser.add_argument("--catalog", choices=("sqlite", "postgresql"), help="default: a share on PostgreSQL")
     args = parser.parse_args(argv)
+    from tests.conftest import JAVA_READER_VENV
+
+    if not (JAVA_READER_VENV / "bin" / "python").exists():
+        raise SystemExit(f"{JAVA_READER_VENV} is missing (Iceberg Java reads histories' ends): make install-interop")
     logging.basicConfig(level=logging.ERROR)  # the histories provoke warnings on purpose
     deadline = time.monotonic() + args.minutes * 60
     tally, root, waiting = Tally(), Path(tempfile.mkdtemp(prefix="icesink-histories-")), list[Waiting]()

@@ -217,7 +217,7 @@ class World:
             timeout=120,
         )
         assert done.returncode in (0, -9), done.stderr[-2000:]
-        self.committer = TableCommitter(self.catalog, self.config, Ledger(self.config))  # a new process' committer
+        self.committer = TableCommitter.of(self.config)  # a new process' committer
         self.commit()
 
     def lose_and_discard(self, checkpoint: int) -> None:
