@@ -62,3 +62,14 @@ def test_terminal_error_stops_one_table_others_commit_and_health_says_why(catalo
         runner.join(30)
         server.stop()
     assert not runner.is_alive()
+
+
+def test_one_backoff_policy_doubles_to_its_cap_with_jitter() -> None:
+    from icesink.retry import Backoff
+
+    backoff = Backoff(first=0.5, cap=4.0)
+    for failures, full in ((1, 0.5), (2, 1.0), (3, 2.0), (4, 4.0), (40, 4.0)):
+        waits = [backoff.delay(failures) for _ in range(200)]
+        assert all(0.5 * full <= w < full for w in waits), (failures, min(waits), max(waits))
+        assert max(waits) - min(waits) > 0.1 * full  # spread out, not in step
+    assert all(2.0 <= backoff.longest() < 4.0 for _ in range(50))

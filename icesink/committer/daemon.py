@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import random
 import signal
 import threading
 import time
@@ -19,8 +18,11 @@ from icesink.committer.maintainer import Maintainer
 from icesink.committer.observability import CommitterMetrics
 from icesink.errors import CatalogReplacedError, IcesinkError
 from icesink.maintenance.run import MaintenanceReport
+from icesink.retry import Backoff
 
 log = logging.getLogger("icesink.committer")
+# The ledger itself unreachable (database restarted, connection killed): a short wait, then again.
+LEDGER_BACKOFF = Backoff(first=1.0, cap=2.0)
 
 
 @dataclass
@@ -50,7 +52,7 @@ class CommitterDaemon:
         self._config = config
         self._tables = tuple(tables)
         self._poll_interval = poll_interval
-        self._max_backoff = max_backoff
+        self._backoff = Backoff(first=1.0, cap=max_backoff)
         self._stop = threading.Event()
         self._catalog = open_catalog(config)
         self._ledger = Ledger(config)
@@ -154,8 +156,7 @@ class CommitterDaemon:
         if not transient and table in self._ledger.tables_with_failures():
             self._terminal.add(table)  # recorded on its checkpoint: clearing that is the operator's signal
         # Retrying cannot help a terminal error until someone acts, so it waits the longest.
-        delay = self._max_backoff if not transient else min(self._max_backoff, 0.5 * 2 ** min(failures, 10))
-        delay *= random.uniform(0.5, 1.0)
+        delay = self._backoff.delay(failures) if transient else self._backoff.longest()
         self._retry_at[table] = time.monotonic() + delay
         if isinstance(error, IcesinkError):
             level = logging.WARNING if transient else logging.ERROR
@@ -210,7 +211,7 @@ class CommitterDaemon:
                         raise
                     # The ledger itself is unreachable (database restarted, connection killed): wait, go on.
                     log.warning("cannot read the ledger, retrying: %s", e)
-                    self._stop.wait(min(self._max_backoff, 2.0) * random.uniform(0.5, 1.0))
+                    self._stop.wait(LEDGER_BACKOFF.delay(2))
                     continue
                 self._update_pending()
                 if once and (waiting == 0 or report.failed):

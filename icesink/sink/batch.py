@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import logging
-import random
 import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -34,6 +33,7 @@ from icesink.failpoints import failpoint
 from icesink.iceberg.describe import writer_spec
 from icesink.iceberg.marker import committed_marker
 from icesink.results import decode_write_result
+from icesink.retry import Backoff
 from icesink.sink.columns import column, nested
 from icesink.sink.evolution import SchemaTracker
 from icesink.sink.schema import Projection
@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from icesink.writer.spec import ChangeSpec, Leaf, WriterSpec
 
 log = logging.getLogger("icesink.stream")
+# A transient commit failure of the inline committer: retried within the micro-batch.
+COMMIT_BACKOFF = Backoff(first=0.2, cap=10.0)
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
@@ -231,7 +233,6 @@ class BatchWriter:
     def _commit(self, job_id: str, phases: Phases | None = None) -> None:
         """Commit this job's pending checkpoints, retrying transient failures with capped backoff."""
         phases = phases or Phases()
-        delay = 0.2
         for attempt in range(1, self._settings.commit_attempts + 1):
             try:
                 outcomes = self._committer.commit_pending(self._settings.table, job_id)
@@ -246,8 +247,7 @@ class BatchWriter:
                 if not e.transient or attempt == self._settings.commit_attempts:
                     raise
                 log.warning("table=%s: commit attempt %d failed (%s); retrying", self._settings.table, attempt, e)
-                time.sleep(delay * random.uniform(0.5, 1.5))
-                delay = min(delay * 2, 10.0)
+                time.sleep(COMMIT_BACKOFF.delay(attempt))
 
 
 def _other_stream_error(
