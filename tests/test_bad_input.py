@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -224,3 +225,46 @@ def test_a_key_inside_a_list_or_map_is_refused_with_its_name() -> None:
     for name in ("lines.element.sku ü", "by name.value.n"):
         with pytest.raises(ConfigError, match=r"table shop\.o: equality field .* is inside a list or a map"):
             _table_key_field(schema, "shop.o", name)
+
+
+def test_every_stream_argument_is_an_option_described_once() -> None:
+    """icesink.stream's signature, StreamOptions and the docstring's Args cannot drift apart."""
+    import inspect
+
+    from icesink.sink.options import StreamOptions
+    from icesink.sink.stream import stream
+
+    arguments = [name for name in inspect.signature(stream).parameters if name != "df"]
+    described = [name for name, _, _ in StreamOptions.reference()]
+    assert sorted(arguments) == sorted(described)
+    doc = stream.__doc__ or ""
+    for name, _, meaning in StreamOptions.reference():
+        assert f"        {name}: " in doc and meaning.split()[0] in doc, name
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"writer": "parquet"}, r"table shop\.o ü: writer must be one of \('auto', 'spark', 'arrow'\), not 'parquet'"),
+        ({"committer": None}, r"committer must be one of \('inline', 'daemon'\), not None"),
+        ({"committer": "daemon", "maintain": True}, "maintain applies to the inline committer.*--maintain"),
+        ({"committer": "daemon", "expire_snapshots": True}, "--expire-snapshots to icesink committer run"),
+    ],
+)
+def test_stream_options_refuse_what_cannot_work(options: dict[str, Any], message: str) -> None:
+    from icesink.errors import ConfigError
+    from icesink.sink.options import Committer, StreamOptions, Writer
+
+    with pytest.raises(ConfigError, match=message):
+        StreamOptions(table="shop.o ü", **options)
+    typed = StreamOptions(table="t", committer="daemon", writer="arrow")  # type: ignore[arg-type]
+    assert typed.committer is Committer.DAEMON and typed.writer is Writer.ARROW
+
+
+def test_the_readme_has_a_row_for_every_stream_option() -> None:
+    from icesink.sink.options import StreamOptions
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    first_cells = [line.split("|")[1] for line in readme.splitlines() if line.startswith("| `")]
+    missing = [name for name, _, _ in StreamOptions.reference() if not any(f"`{name}`" in c for c in first_cells)]
+    assert missing == []

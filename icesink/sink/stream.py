@@ -9,15 +9,18 @@ from typing import TYPE_CHECKING, Any
 
 from icesink.catalog.config import CatalogConfig, resolve_catalog
 from icesink.errors import ConfigError, NotStreamingError
+from icesink.sink.options import Committer, StreamOptions, Writer, args_doc
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import Table
     from pyspark.sql import DataFrame
     from pyspark.sql.streaming.query import StreamingQuery
 
-log = logging.getLogger("icesink.stream")
+    from icesink.sink.batch import SinkSettings
+    from icesink.writer.spec import ChangeSpec
 
-COMMITTERS = ("inline", "daemon")
-WRITERS = ("auto", "spark", "arrow")
+log = logging.getLogger("icesink.stream")
 
 
 def stream(
@@ -44,55 +47,109 @@ def stream(
 ) -> StreamingQuery:
     """Start writing a streaming DataFrame into an Iceberg table, exactly once per micro-batch.
 
-    Args:
-        df: a streaming DataFrame whose columns fit the table.
-        table: ``namespace.table`` in the catalog.
-        checkpoint_location: Spark's checkpoint directory; the job id is derived from it.
-        trigger: keyword arguments of ``DataStreamWriter.trigger``, e.g. ``{"processingTime": "10 seconds"}``.
-        create_table: create the table from the DataFrame's schema if it does not exist.
-        partition_by: partition fields of a new table: ``"col"``, ``"day(ts)"``, ``"bucket(16, id)"``, ….
-        table_properties: properties of a new table (``write.target-file-size-bytes``, ``icesink.maintain.*``, …);
-            an existing table keeps its own.
-        job_id: a stable name for this writer; by default Spark's query id stored in the checkpoint.
-        catalog: catalog name, :class:`CatalogConfig` or properties; default: pyiceberg configuration,
-            else the embedded SQLite catalog under ``./warehouse``.
-        committer: ``"inline"`` commits from the driver after every batch; ``"daemon"`` only stages,
-            leaving commits to ``icesink committer run``.
-        query_name: Spark query name.
-        equality_fields: the key of a change stream: every row replaces the table's row with the same
-            key (upsert). Defaults to the table's identifier fields; a new table gets them as identifier fields.
-        op_column: CDC: the column holding each row's operation; ``op_values`` maps its values to
-            ``insert``/``update``/``delete`` (default ``{"I": "insert", "U": "update", "D": "delete"}``).
-        sequence_by: orders the changes of one key within a micro-batch; the last one wins.
-        expire_snapshots: with the inline committer, drop snapshots past the table's ``history.expire.*``
-            retention in every commit (as ``icesink committer run --expire-snapshots`` does).
-        maintain: with the inline committer, run the table's due maintenance (equality deletes left in
-            the table become position deletes, small files are compacted) after commits, as
-            ``icesink committer run --maintain`` does; the next micro-batch waits at most
-            ``icesink.maintain.max-seconds`` plus one compaction group.
-        evolve_schema: let the stream change the table's schema where the DataFrame no longer fits it and
-            the change loses nothing: DataFrame columns the table lacks are added as optional columns, a
-            wider type widens the column (int to long, float to double, a decimal's precision), a required
-            column that receives nulls becomes optional. Each change is a metadata commit of its own, made
-            before the checkpoint that needs it. Without it, each of these stops the stream with the column
-            named. Renames, drops and narrowing are never made.
-        writer: who writes the Parquet files. ``"auto"`` (default): Spark's own Parquet writer where it can
-            do all the table asks (appends to an unpartitioned table on a file system path), icesink's Arrow
-            writer elsewhere; ``"spark"``: Spark's writer or an error saying why not; ``"arrow"``: always
-            icesink's Arrow writer (partition transforms, object stores, change streams, per-row checks).
+    The options are those of :class:`~icesink.sink.options.StreamOptions` (described there, once).
 
     Returns:
         The running ``StreamingQuery``.
     """
+    _check_streaming(df, table)
+    session_default = df.sparkSession.conf.get("spark.sql.streaming.checkpointLocation", None)
+    options = StreamOptions(
+        table=table,
+        checkpoint_location=checkpoint_location or session_default,
+        trigger=trigger,
+        create_table=create_table,
+        partition_by=partition_by,
+        table_properties=table_properties,
+        job_id=job_id,
+        catalog=catalog,
+        committer=committer,  # type: ignore[arg-type]  # checked and made a Committer by StreamOptions
+        query_name=query_name,
+        equality_fields=equality_fields,
+        op_column=op_column,
+        op_values=op_values,
+        sequence_by=sequence_by,
+        expire_snapshots=expire_snapshots,
+        writer=writer,  # type: ignore[arg-type]
+        maintain=maintain,
+        evolve_schema=evolve_schema,
+    )
+    settings, catalog_handle = preflight(df, options)
+    return start(df, options, settings, catalog_handle)
+
+
+def _check_streaming(df: DataFrame, table: str) -> None:
     from pyspark.sql import DataFrame as SparkDataFrame
 
-    from icesink import paths
+    if not isinstance(df, SparkDataFrame):
+        raise NotStreamingError(f"table {table}: icesink.stream needs a Spark DataFrame, got {type(df).__name__}")
+    if not df.isStreaming:
+        raise NotStreamingError(
+            f"table {table}: the DataFrame is not streaming; build it with spark.readStream "
+            "(for a one-off load, use readStream with trigger={'availableNow': True})"
+        )
+
+
+def preflight(df: DataFrame, options: StreamOptions) -> tuple[SinkSettings, SqlCatalog]:
+    """Everything that can refuse a stream, checked before its query starts: the table (found or
+    created), its key, the DataFrame's fit; returns the settings of the stream's micro-batches."""
     from icesink.catalog.loader import open_catalog
+    from icesink.settings import check_environment
+    from icesink.sink.batch import SinkSettings
+    from icesink.sink.tables import resolve_table, table_exists
+
+    table = options.table
+    if not options.checkpoint_location:
+        raise ConfigError(
+            f"table {table}: checkpoint_location is required; exactly-once needs Spark's checkpoint to survive restarts"
+        )
+    check_environment()
+    if not os.environ.get("PYSPARK_PYTHON"):
+        log.warning("PYSPARK_PYTHON is not set; executors must run a Python that has icesink and pyarrow installed")
+    config = resolve_catalog(options.catalog)
+    catalog_handle = open_catalog(config)
+    if options.equality_fields and not table_exists(catalog_handle, config, table):
+        from icesink.sink.changes import check_key_columns
+
+        check_key_columns(table, df.schema, options.equality_fields)  # a new table takes its key from the DataFrame
+    iceberg_table = resolve_table(
+        catalog_handle,
+        config,
+        table,
+        df.schema,
+        options.create_table,
+        options.partition_by,
+        options.equality_fields or (),
+        [c for c in (options.op_column,) if c],
+        properties={k: str(v) for k, v in (options.table_properties or {}).items()},
+    )
+    changes, passthrough = _plan_changes(df, options, iceberg_table, config)
+    settings = SinkSettings(
+        table=table,
+        catalog=config,
+        job_id=options.job_id,
+        inline_commit=options.committer == Committer.INLINE,
+        expire_snapshots=options.expire_snapshots,
+        changes=changes,
+        passthrough=tuple(passthrough),
+        writer=options.writer,
+        checkpoint_location=options.checkpoint_location,
+        maintain=options.maintain,
+        evolve_schema=options.evolve_schema,
+    )
+    return settings, catalog_handle
+
+
+def _plan_changes(
+    df: DataFrame, options: StreamOptions, iceberg_table: Table, config: CatalogConfig
+) -> tuple[ChangeSpec | None, list[str]]:
+    """The stream's key and change columns as the table names them now, and the DataFrame's fit to the
+    table's schema: refused here, before the query starts, where it cannot fit."""
+    from icesink import paths
     from icesink.committer.ledger import Ledger
     from icesink.errors import SchemaMismatchError
     from icesink.iceberg.describe import writer_spec
     from icesink.iceberg.schemas import AddColumn
-    from icesink.sink.batch import BatchWriter, SinkSettings
     from icesink.sink.changes import (
         change_spec,
         check_key_columns,
@@ -103,63 +160,14 @@ def stream(
     from icesink.sink.evolution import known_field_ids
     from icesink.sink.schema import plan_schema, schema_refusal
     from icesink.sink.spark_writer import spark_writer_refusal
-    from icesink.sink.tables import resolve_table, table_exists
 
-    if not isinstance(df, SparkDataFrame):
-        raise NotStreamingError(f"table {table}: icesink.stream needs a Spark DataFrame, got {type(df).__name__}")
-    if not df.isStreaming:
-        raise NotStreamingError(
-            f"table {table}: the DataFrame is not streaming; build it with spark.readStream "
-            "(for a one-off load, use readStream with trigger={'availableNow': True})"
-        )
-    if writer not in WRITERS:
-        raise ConfigError(f"table {table}: writer must be one of {WRITERS}, not {writer!r}")
-    if committer not in COMMITTERS:
-        raise ConfigError(f"table {table}: committer must be one of {COMMITTERS}, not {committer!r}")
-    spark = df.sparkSession
-    checkpoint_location = checkpoint_location or spark.conf.get("spark.sql.streaming.checkpointLocation", None)
-    if not checkpoint_location:
-        raise ConfigError(
-            f"table {table}: checkpoint_location is required; exactly-once needs Spark's checkpoint to survive restarts"
-        )
-    if maintain and committer != "inline":
-        raise ConfigError(
-            f"table {table}: maintain applies to the inline committer; with committer='daemon' "
-            "pass --maintain to icesink committer run"
-        )
-    if expire_snapshots and committer != "inline":
-        raise ConfigError(
-            f"table {table}: expire_snapshots applies to the inline committer; with committer='daemon' "
-            "pass --expire-snapshots to icesink committer run"
-        )
-    from icesink.settings import check_environment
-
-    check_environment()
-    if not os.environ.get("PYSPARK_PYTHON"):
-        log.warning("PYSPARK_PYTHON is not set; executors must run a Python that has icesink and pyarrow installed")
-
-    config = resolve_catalog(catalog)
-    catalog_handle = open_catalog(config)
-    if equality_fields and not table_exists(catalog_handle, config, table):
-        check_key_columns(table, df.schema, equality_fields)  # a new table takes its key from the DataFrame
-    non_data = [c for c in (op_column,) if c]
-    iceberg_table = resolve_table(
-        catalog_handle,
-        config,
-        table,
-        df.schema,
-        create_table,
-        partition_by,
-        equality_fields or (),
-        non_data,
-        properties={k: str(v) for k, v in (table_properties or {}).items()},
-    )
-    # Refuse a stream that cannot fit before the query starts.
-    known_job = job_id or query_id_of(checkpoint_location)
+    table, checkpoint_location = options.table, options.checkpoint_location
+    assert checkpoint_location is not None
+    known_job = options.job_id or query_id_of(checkpoint_location)
     known = known_field_ids(Ledger(config), iceberg_table, table, known_job)
     # The key as the table names it now (another tool may have renamed it since), and as the DataFrame does.
-    keys = resolve_equality_fields(iceberg_table, table, equality_fields, known, df.schema)
-    if (op_column or op_values or sequence_by) and not keys:
+    keys = resolve_equality_fields(iceberg_table, table, options.equality_fields, known, df.schema)
+    if (options.op_column or options.op_values or options.sequence_by) and not keys:
         raise ConfigError(
             f"table {table}: op_column, op_values and sequence_by need a key: pass equality_fields, or give the "
             "table identifier fields"
@@ -168,40 +176,42 @@ def stream(
     passthrough: list[str] = []
     if keys:
         check_key_columns(table, df.schema, dataframe_key_names(iceberg_table, table, keys, known))
-        changes = change_spec(iceberg_table, table, df.schema, keys, op_column, op_values, sequence_by)
+        changes = change_spec(
+            iceberg_table, table, df.schema, keys, options.op_column, options.op_values, options.sequence_by
+        )
         passthrough = extra_columns(changes, iceberg_table)
     plan = plan_schema(df.schema, iceberg_table.schema(), table, passthrough, known)
     # A column renamed in the table looks new to a stream whose job (Spark's query id, kept in a checkpoint
     # location this process cannot read) is unknown here: the first micro-batch knows it and decides.
     deferred = known_job is None and not paths.parse(checkpoint_location).is_local
-    if plan.changes and not evolve_schema and not (deferred and all(isinstance(c, AddColumn) for c in plan.changes)):
+    only_additions = all(isinstance(c, AddColumn) for c in plan.changes)
+    if plan.changes and not options.evolve_schema and not (deferred and only_additions):
         raise SchemaMismatchError(schema_refusal(table, plan.changes[0]))
-    spec = writer_spec(iceberg_table, table, job_id or "check", changes)
-    if writer == "spark" and plan.projection is not None:
+    if options.writer == Writer.SPARK and plan.projection is not None:
+        spec = writer_spec(iceberg_table, table, options.job_id or "check", changes)
         refusal = spark_writer_refusal(spec, plan.projection.apply(df, iceberg_table.schema()))
         if refusal:
             raise ConfigError(f"table {table}: writer='spark' cannot write this stream: {refusal}")
+    return changes, passthrough
 
-    settings = SinkSettings(
-        table=table,
-        catalog=config,
-        job_id=job_id,
-        inline_commit=committer == "inline",
-        expire_snapshots=expire_snapshots,
-        changes=changes,
-        passthrough=tuple(passthrough),
-        writer=writer,
-        checkpoint_location=checkpoint_location,
-        maintain=maintain,
-        evolve_schema=evolve_schema,
-    )
-    handler = BatchWriter(settings, catalog_handle)
-    stream_writer = df.writeStream.foreachBatch(handler).option("checkpointLocation", checkpoint_location)
-    if trigger:
-        stream_writer = stream_writer.trigger(**trigger)
-    if query_name:
-        stream_writer = stream_writer.queryName(query_name)
+
+def start(df: DataFrame, options: StreamOptions, settings: SinkSettings, catalog: SqlCatalog) -> StreamingQuery:
+    """The streaming query, writing every micro-batch through icesink."""
+    from icesink.sink.batch import BatchWriter
+
+    handler = BatchWriter(settings, catalog)
+    stream_writer = df.writeStream.foreachBatch(handler).option("checkpointLocation", options.checkpoint_location)
+    if options.trigger:
+        stream_writer = stream_writer.trigger(**options.trigger)
+    if options.query_name:
+        stream_writer = stream_writer.queryName(options.query_name)
     return stream_writer.start()
+
+
+stream.__doc__ = (stream.__doc__ or "").replace(
+    "    The options are those of :class:`~icesink.sink.options.StreamOptions` (described there, once).\n",
+    args_doc() + "\n",
+)
 
 
 def query_id_of(checkpoint_location: str) -> str | None:
