@@ -246,3 +246,35 @@ def test_two_streams_racing_to_create_a_table_both_land_every_row(
         thread.join()
     assert failures == []
     check_outcome("two streams creating one table", catalog_config, identifier, [*range(50), *range(1000, 1050)])
+
+
+def test_the_protocol_answers_each_case_of_a_checkpoint_once(sqlite_catalog: CatalogConfig) -> None:
+    """The one admission decision both sinks act on, case by case, without Spark."""
+    from icesink.committer.protocol import Admission, admit
+    from icesink.errors import CheckpointRewindError
+
+    create_orders_table(sqlite_catalog)
+    ledger = Ledger(sqlite_catalog)
+
+    def decide(checkpoint: int, stream: StreamIdentity = STREAM_A, first: bool = False) -> Any:
+        table = open_catalog(sqlite_catalog).load_table(TABLE)
+        return admit(ledger, table, TABLE, "orders", checkpoint, stream, first)
+
+    assert decide(0, first=True).admission == Admission.WRITE
+    stage(sqlite_catalog, 0, orders(0, 5), STREAM_A)
+    staged = decide(0)
+    assert staged.admission == Admission.STAGED and staged.commit_staged and staged.refusal is None
+    other = decide(1, STREAM_B, first=True)
+    assert other.admission == Admission.ANOTHER_STREAM and isinstance(other.refusal, JobIdConflictError)
+    assert "stream stream-a (checkpoint location /checkpoints/a)" in str(other.refusal)
+    assert decide(1, STREAM_B).admission == Admission.WRITE  # only a stream's first checkpoint asks the ledger
+    TableCommitter.of(sqlite_catalog).commit_pending(TABLE)
+    assert decide(0).admission == Admission.COMMITTED
+    stage(sqlite_catalog, 1, orders(5, 5), STREAM_A)
+    stage(sqlite_catalog, 2, orders(10, 5), STREAM_A)
+    TableCommitter.of(sqlite_catalog).commit_pending(TABLE)
+    rewind = decide(1)
+    assert rewind.admission == Admission.REWIND and isinstance(rewind.refusal, CheckpointRewindError)
+    assert "already holds checkpoint 2 of job orders, but the stream is at checkpoint 1" in str(rewind.refusal)
+    assert decide(2, STREAM_B).admission == Admission.ANOTHER_STREAM  # the marker names stream A
+    assert decide(3).admission == Admission.WRITE

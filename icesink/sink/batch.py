@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import load_table, open_catalog
 from icesink.committer.commit import TableCommitter
-from icesink.committer.ledger import CheckpointState, Ledger, StreamIdentity
+from icesink.committer.ledger import Ledger, StreamIdentity
 from icesink.committer.maintainer import Maintainer
+from icesink.committer.protocol import Admission, admit
 from icesink.committer.staging import stage_checkpoint
-from icesink.errors import CheckpointRewindError, ConfigError, IcesinkError, JobIdConflictError
+from icesink.errors import ConfigError, IcesinkError
 from icesink.failpoints import failpoint
 from icesink.iceberg.describe import writer_spec
-from icesink.iceberg.marker import committed_marker
 from icesink.results import decode_write_result
 from icesink.retry import Backoff
 from icesink.sink.columns import column, nested
@@ -119,37 +119,16 @@ class BatchWriter:
         stream = self.stream_identity(batch_df)
         checkpoint_id = int(batch_id)
         table = load_table(self._catalog, self._settings.catalog, identifier)
-        marker = committed_marker(table.metadata, job_id)
-        if marker is not None and marker.written_by_another_stream(stream.stream_id):
-            raise _other_stream_error(identifier, job_id, stream, f"stream {marker.stream_id}", marker.checkpoint_id)
-        if not self._claimed:
-            self._claim_job(identifier, job_id, stream)
-        if marker is not None and checkpoint_id < marker.checkpoint_id:
-            raise CheckpointRewindError(
-                f"table {identifier} already holds checkpoint {marker.checkpoint_id} of job {job_id}, but the stream "
-                f"is at checkpoint {checkpoint_id}: it was restarted from an older copy of its checkpoint location. "
-                f"Either restore the checkpoint location at or after checkpoint {marker.checkpoint_id} to continue, "
-                "or pass a new job_id= to write this data again as a new job (rows already committed will then be "
-                "written twice)"
-            )
-        if marker is not None and checkpoint_id == marker.checkpoint_id:
+        decision = admit(self._ledger, table, identifier, job_id, checkpoint_id, stream, first=not self._claimed)
+        if decision.refusal is not None:
+            raise decision.refusal
+        self._claimed = True
+        if decision.admission != Admission.WRITE:
+            state = decision.staged.state if decision.staged is not None else "committed"
             log.info(
-                "table=%s job=%s checkpoint=%d is already in the table; skipped", identifier, job_id, checkpoint_id
+                "table=%s job=%s checkpoint=%d already %s; not written again", identifier, job_id, checkpoint_id, state
             )
-            return
-        known = self._ledger.get(identifier, job_id, checkpoint_id)
-        if known is not None and stream.differs_from(known.stream_id):
-            raise _other_stream_error(identifier, job_id, stream, known.describe_stream(), checkpoint_id)
-        if known is not None:
-            # Spark re-delivered a batch whose staging survived: commit it, never write it again.
-            log.info(
-                "table=%s job=%s checkpoint=%d already %s; not written again",
-                identifier,
-                job_id,
-                checkpoint_id,
-                known.state,
-            )
-            if known.state == CheckpointState.STAGED and self._settings.inline_commit:
+            if decision.commit_staged and self._settings.inline_commit:
                 self._commit(job_id)
             return
         table, projection = self._schema.fit(batch_df.schema, table, job_id, checkpoint_id)
@@ -181,13 +160,6 @@ class BatchWriter:
             self._commit(job_id, phases)
         self.last_phases = phases.milliseconds
         log.info("table=%s checkpoint=%d took %s", identifier, checkpoint_id, phases)
-
-    def _claim_job(self, identifier: str, job_id: str, stream: StreamIdentity) -> None:
-        """Once per run: a job id whose staged checkpoints come from another stream is not this stream's."""
-        others = [s for s in self._ledger.streams_of_job(identifier, job_id) if stream.differs_from(s.stream_id)]
-        if others:
-            raise _other_stream_error(identifier, job_id, stream, others[0].describe(), None)
-        self._claimed = True
 
     def _write(
         self, batch_df: DataFrame, table: Table, spec: WriterSpec, projection: Projection, phases: Phases
@@ -248,19 +220,6 @@ class BatchWriter:
                     raise
                 log.warning("table=%s: commit attempt %d failed (%s); retrying", self._settings.table, attempt, e)
                 time.sleep(COMMIT_BACKOFF.delay(attempt))
-
-
-def _other_stream_error(
-    identifier: str, job_id: str, stream: StreamIdentity, holder: str, checkpoint_id: int | None
-) -> JobIdConflictError:
-    """A job id's checkpoints belong to one checkpoint history; this stream's is another one."""
-    held = f"checkpoints up to {checkpoint_id}" if checkpoint_id is not None else "staged checkpoints"
-    return JobIdConflictError(
-        f"table {identifier}: job {job_id} already has {held} from {holder}, and this is {stream.describe()}: "
-        "the checkpoint location is new (or emptied), or another stream runs with the same job id. Nothing of "
-        "this batch was written. Either restart from that stream's checkpoint location to continue its job, or "
-        "pass a job_id= of its own to this stream (or none: Spark's query id is then the job id)"
-    )
 
 
 class Phases:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from icesink.errors import CheckpointRewindError, ConfigError
+from icesink.errors import ConfigError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -143,23 +143,25 @@ class IcesinkStreamWriter(DataSourceStreamArrowWriter):
 
         from icesink.catalog.loader import load_table, open_catalog
         from icesink.committer.commit import TableCommitter
-        from icesink.committer.ledger import Ledger
+        from icesink.committer.ledger import Ledger, StreamIdentity
+        from icesink.committer.protocol import Admission, admit
         from icesink.committer.staging import stage_checkpoint
-        from icesink.iceberg.marker import committed_marker
         from icesink.results import decode_write_result
 
         catalog = open_catalog(self._config)
         table = load_table(catalog, self._config, self._table)
-        marker = committed_marker(table.metadata, self._job_id)
-        if marker is not None and batchId < marker.checkpoint_id:
-            raise CheckpointRewindError(
-                f"table {self._table} already holds checkpoint {marker.checkpoint_id} of job {self._job_id}, but the "
-                f"stream is at batch {batchId}: restore its newer checkpoint location or choose a new job_id"
-            )
         ledger = Ledger(self._config)
-        if (marker is not None and batchId == marker.checkpoint_id) or ledger.get(self._table, self._job_id, batchId):
+        # This sink does not know its stream's identity (Spark hands the data source no checkpoint location).
+        decision = admit(ledger, table, self._table, self._job_id, batchId, StreamIdentity())
+        if decision.refusal is not None:
+            raise decision.refusal
+        if decision.admission != Admission.WRITE:
             log.info(
-                "table=%s job=%s batch=%d already staged or committed; skipped", self._table, self._job_id, batchId
+                "table=%s job=%s checkpoint=%d already %s; skipped",
+                self._table,
+                self._job_id,
+                batchId,
+                decision.admission,
             )
         else:
             results = [
