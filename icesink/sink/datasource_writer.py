@@ -118,25 +118,11 @@ class IcesinkStreamWriter(DataSourceStreamArrowWriter):
         return cls(table, job_id, config, writer_spec(iceberg_table, table, job_id))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WrittenFiles:
-        from pyspark import TaskContext
-
         from icesink.results import encode_write_result
-        from icesink.writer.task import TaskWriter
+        from icesink.writer.task import run_task
 
-        context = TaskContext.get()
-        task_id = context.partitionId() if context else 0
-        attempt = context.attemptNumber() if context else 0
         # Executors are not told the batch id: file names carry a uuid, and the driver assigns the checkpoint.
-        writer = TaskWriter(self._spec.for_checkpoint(0), task_id, attempt)
-        try:
-            for batch in iterator:
-                if batch.num_rows:
-                    writer.write(batch)
-            result = writer.complete()
-        except BaseException:
-            writer.abort()
-            raise
-        return WrittenFiles(encode_write_result(result))
+        return WrittenFiles(encode_write_result(run_task(self._spec.for_checkpoint(0), iterator)))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         from dataclasses import replace

@@ -6,7 +6,7 @@ partition and yields exactly one row: the encoded :class:`WriteResult`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
@@ -110,21 +110,28 @@ def write_task(
     """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        task_id = context.partitionId() if context else 0
-        attempt = context.attemptNumber() if context else 0
-        writer = TaskWriter(spec, task_id, attempt)
-        try:
-            for batch in batches:
-                if batch.num_rows:
-                    writer.write(batch if column_names is None else batch.rename_columns(list(column_names)))
-            result = writer.complete()
-        except BaseException:
-            # A failed attempt leaves no files behind; the retry writes its own.
-            writer.abort()
-            raise
+        if column_names is not None:
+            batches = (batch.rename_columns(list(column_names)) for batch in batches)
+        result = run_task(spec, batches)
         yield pa.record_batch([pa.array([encode_write_result(result)], pa.binary())], names=[RESULT_COLUMN])
 
     return run
+
+
+def run_task(spec: WriterSpec, batches: Iterable[pa.RecordBatch]) -> WriteResult:
+    """The one task entry point of both sinks: this Spark task's rows written as files, or none left behind."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    task_id = context.partitionId() if context else 0
+    attempt = context.attemptNumber() if context else 0
+    writer = TaskWriter(spec, task_id, attempt)
+    try:
+        for batch in batches:
+            if batch.num_rows:
+                writer.write(batch)
+        return writer.complete()
+    except BaseException:
+        # A failed attempt leaves no files behind; the retry writes its own.
+        writer.abort()
+        raise
