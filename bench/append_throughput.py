@@ -216,7 +216,7 @@ def native_write(spark, source: Path, work: Path, run: str, files_per_batch: int
     """``df.writeStream.format("icesink")``: pyspark's Python data source sink (appends, the Arrow writer)."""
     import icesink
     from icesink.catalog.loader import open_catalog
-    from icesink.sink.schema import schema_from_spark
+    from icesink.sink.tables import schema_from_spark
 
     name = f"bench.native_{run}"
     df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", files_per_batch).parquet(str(source))

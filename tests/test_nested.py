@@ -821,7 +821,7 @@ def test_evolution_adds_fields_to_structs_inside_lists_and_maps(sqlite_catalog: 
     from pyspark.sql import types as st
 
     from icesink.iceberg.schemas import AddColumn, WidenColumn, apply_schema_changes
-    from icesink.sink.schema import plan_schema
+    from icesink.sink.projection import plan_schema
 
     item = StructType(NestedField(4, "qty", LongType()))
     note = StructType(NestedField(6, "text", StringType()))

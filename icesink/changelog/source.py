@@ -140,7 +140,7 @@ def spark_schema(schema: Schema, mode: str) -> StructType:
     """The DataFrame schema of a change stream: the table's columns, then the change columns."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-    from icesink.sink.schema import spark_type_of
+    from icesink.spark_types import spark_type_of
 
     fields = [StructField(f.name, spark_type_of(f.field_type), not f.required) for f in schema.fields]
     if mode == "changelog":

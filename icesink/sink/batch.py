@@ -36,7 +36,7 @@ from icesink.results import decode_write_result
 from icesink.retry import Backoff
 from icesink.sink.columns import column, nested
 from icesink.sink.evolution import SchemaTracker
-from icesink.sink.schema import Projection
+from icesink.sink.projection import Projection
 from icesink.sink.spark_writer import SparkParquetWriter, spark_writer_refusal, table_bytes_per_row
 from icesink.writer.task import RESULT_SCHEMA_DDL, write_task
 

@@ -39,10 +39,10 @@ def resolve_equality_fields(
     """The key by the table's current names: as given, else the table's identifier fields, else none.
 
     A DataFrame column (or field inside its structs) the job's earlier checkpoints wrote to a field
-    (``known``, keyed as :func:`~icesink.sink.schema.path_key`) means that field, under whatever name the
+    (``known``, keyed as :func:`~icesink.sink.projection.path_key`) means that field, under whatever name the
     table gives it now: another tool may have renamed the key.
     """
-    from icesink.sink.schema import path_key
+    from icesink.sink.projection import path_key
 
     schema = table.schema()
     if not equality_fields:
@@ -60,7 +60,7 @@ def dataframe_key_names(
     table: Table, identifier: str, keys: Sequence[str], known: Mapping[str, int] | None = None
 ) -> list[str]:
     """The DataFrame's names of the table's key fields ``keys``: those the job wrote them from, else the same."""
-    from icesink.sink.schema import PATH_SEPARATOR
+    from icesink.sink.projection import PATH_SEPARATOR
 
     schema = table.schema()
     by_id = {field_id: ".".join(column.split(PATH_SEPARATOR)) for column, field_id in (known or {}).items()}

@@ -103,7 +103,7 @@ class IcesinkStreamWriter(DataSourceStreamArrowWriter):
         from icesink.catalog.config import catalog_from_options
         from icesink.catalog.loader import load_table, open_catalog
         from icesink.iceberg.describe import writer_spec
-        from icesink.sink.schema import plan_projection
+        from icesink.sink.projection import plan_projection
 
         table, job_id = _table_and_job(options)
         config = catalog_from_options(options)

@@ -21,7 +21,7 @@ from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
 from icesink.errors import CommitConflictError, SchemaMismatchError
 from icesink.iceberg.schemas import MakeOptional, SchemaChange, apply_schema_changes, schema_by_id
-from icesink.sink.schema import Projection, plan_schema, schema_refusal
+from icesink.sink.projection import Projection, plan_schema, schema_refusal
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog

@@ -158,7 +158,7 @@ def _plan_changes(
         resolve_equality_fields,
     )
     from icesink.sink.evolution import known_field_ids
-    from icesink.sink.schema import plan_schema, schema_refusal
+    from icesink.sink.projection import plan_schema, schema_refusal
     from icesink.sink.spark_writer import spark_writer_refusal
 
     table, checkpoint_location = options.table, options.checkpoint_location

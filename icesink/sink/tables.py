@@ -12,13 +12,14 @@ from icesink.catalog.database import database_errors
 from icesink.catalog.loader import check_identifier, load_table
 from icesink.errors import ConfigError, TableNotFoundError
 from icesink.iceberg.describe import check_write_properties
-from icesink.sink.schema import schema_from_spark
+from icesink.spark_types import FieldIds, iceberg_type_of
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.partitioning import PartitionSpec
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
+    from pyiceberg.types import NestedField
     from pyspark.sql.types import StructType
 
 _TRANSFORM = re.compile(r"^\s*(\w+)\s*\(\s*(?:(\d+)\s*,\s*)?(.+?)\s*\)\s*$", re.DOTALL)
@@ -167,3 +168,58 @@ def _same_partitioning(table: Table, partition_by: Sequence[str]) -> bool:
     return [(f.source_id, str(f.transform)) for f in wanted.fields] == [
         (f.source_id, str(f.transform)) for f in current.fields
     ]
+
+
+def schema_from_spark(
+    spark_schema: StructType, table: str, identifier_fields: Sequence[str] = (), skip: Sequence[str] = ()
+) -> Schema:
+    """A new table's schema: field ids 1..n in column order, non-nullable Spark columns required.
+
+    Identifier fields (the key of a change stream) are required, as Iceberg demands;
+    ``skip`` names DataFrame columns that are not table data (a change stream's operation).
+    """
+    from pyiceberg.schema import Schema, assign_fresh_schema_ids
+    from pyiceberg.types import NestedField
+
+    from icesink.sink.changes import dataframe_key_path
+
+    columns = [f for f in spark_schema.fields if f.name not in skip]
+    nested_ids = FieldIds(len(columns) + 1)
+    fields = [
+        NestedField(
+            field_id=i,
+            name=f.name,
+            field_type=iceberg_type_of(f.dataType, f.name, table, nested_ids),
+            required=not f.nullable,
+        )
+        for i, f in enumerate(columns, start=1)
+    ]
+    ids = []
+    for name in identifier_fields:
+        path = dataframe_key_path(spark_schema, name)
+        if path is None:
+            continue  # check_key_columns names it
+        # Iceberg: an identifier field is required, and so is every struct holding it.
+        fields, field_id = _required_along(fields, path)
+        ids.append(field_id)
+    # Iceberg's numbering: top-level columns 1..n, then the nested fields.
+    return assign_fresh_schema_ids(Schema(*fields, identifier_field_ids=ids))
+
+
+def _required_along(fields: list[NestedField], path: tuple[str, ...]) -> tuple[list[NestedField], int]:
+    """``fields`` with the field at ``path`` and the structs above it required, and that field's id."""
+    from pyiceberg.types import NestedField, StructType
+
+    out = []
+    found = -1
+    for field in fields:
+        if field.name != path[0]:
+            out.append(field)
+            continue
+        field_type = field.field_type
+        found = field.field_id
+        if len(path) > 1 and isinstance(field_type, StructType):
+            children, found = _required_along(list(field_type.fields), path[1:])
+            field_type = StructType(*children)
+        out.append(NestedField(field.field_id, field.name, field_type, required=True, doc=field.doc))
+    return out, found

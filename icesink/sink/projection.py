@@ -1,4 +1,5 @@
-"""Matching a Spark schema with an Iceberg table schema.
+"""Matching a Spark schema with an Iceberg table schema: the projection of a DataFrame onto the table, or
+the schema changes the table needs first, and the refusal texts.
 
 Runs on the driver before the stream starts, so that a DataFrame that cannot
 fit the table is refused with the column named, before any file is written.
@@ -10,13 +11,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from icesink.errors import SchemaMismatchError, UnsupportedTableError
+from icesink.errors import SchemaMismatchError
 from icesink.iceberg.schemas import AddColumn, SchemaChange, WidenColumn, can_promote
 from icesink.sink.columns import column
+from icesink.spark_types import iceberg_type_of, spark_type_of
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
-    from pyiceberg.types import IcebergType, NestedField
+    from pyiceberg.types import IcebergType
     from pyiceberg.types import StructType as StructTypeIceberg
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructField, StructType
@@ -30,127 +32,6 @@ PATH_SEPARATOR = "\x1f"
 def path_key(path: Sequence[str]) -> str:
     """A DataFrame field's path as a key of the column → field id map (a top-level column: its name)."""
     return PATH_SEPARATOR.join(path)
-
-
-class FieldIds:
-    """Hands out field ids for the nested fields of a new type; the catalog assigns the final ones."""
-
-    def __init__(self, start: int = 1) -> None:
-        self._next = start
-
-    def take(self) -> int:
-        self._next += 1
-        return self._next - 1
-
-
-def iceberg_type_of(spark_type: DataType, column: str, table: str, ids: FieldIds | None = None) -> IcebergType:
-    """The Iceberg type a new table (or a new column) gets for a Spark column, nested types included.
-
-    Nested fields are optional where Spark says they may be null; their ids are
-    placeholders from ``ids`` (pyiceberg assigns fresh ones to any new type).
-    """
-    from pyiceberg import types as it
-    from pyspark.sql import types as st
-
-    ids = ids or FieldIds(1000)
-    if isinstance(spark_type, st.StructType):
-        return it.StructType(
-            *[
-                it.NestedField(
-                    ids.take(), f.name, iceberg_type_of(f.dataType, f"{column}.{f.name}", table, ids), not f.nullable
-                )
-                for f in spark_type.fields
-            ]
-        )
-    if isinstance(spark_type, st.ArrayType):
-        element = iceberg_type_of(spark_type.elementType, f"{column}.element", table, ids)
-        return it.ListType(ids.take(), element, element_required=not spark_type.containsNull)
-    if isinstance(spark_type, st.MapType):
-        key = iceberg_type_of(spark_type.keyType, f"{column}.key", table, ids)
-        value = iceberg_type_of(spark_type.valueType, f"{column}.value", table, ids)
-        return it.MapType(ids.take(), key, ids.take(), value, value_required=not spark_type.valueContainsNull)
-
-    mapping: list[tuple[type, IcebergType]] = [
-        (st.BooleanType, it.BooleanType()),
-        (st.ByteType, it.IntegerType()),
-        (st.ShortType, it.IntegerType()),
-        (st.IntegerType, it.IntegerType()),
-        (st.LongType, it.LongType()),
-        (st.FloatType, it.FloatType()),
-        (st.DoubleType, it.DoubleType()),
-        (st.StringType, it.StringType()),
-        (st.BinaryType, it.BinaryType()),
-        (st.DateType, it.DateType()),
-        (st.TimestampType, it.TimestamptzType()),
-        (st.TimestampNTZType, it.TimestampType()),
-        (st.TimeType, it.TimeType()),
-    ]
-    for spark_class, iceberg in mapping:
-        if type(spark_type) is spark_class:
-            return iceberg
-    if isinstance(spark_type, st.DecimalType):
-        return it.DecimalType(spark_type.precision, spark_type.scale)
-    raise UnsupportedTableError(
-        f"table {table}: column {column!r} has Spark type {spark_type.simpleString()}, which icesink cannot "
-        "write yet (supported: boolean, integers, float, double, decimal, string, binary, date, timestamp, "
-        "timestamp_ntz, time, and structs, arrays and maps of them); "
-        "cast or drop the column"
-    )
-
-
-def schema_from_spark(
-    spark_schema: StructType, table: str, identifier_fields: Sequence[str] = (), skip: Sequence[str] = ()
-) -> Schema:
-    """A new table's schema: field ids 1..n in column order, non-nullable Spark columns required.
-
-    Identifier fields (the key of a change stream) are required, as Iceberg demands;
-    ``skip`` names DataFrame columns that are not table data (a change stream's operation).
-    """
-    from pyiceberg.schema import Schema, assign_fresh_schema_ids
-    from pyiceberg.types import NestedField
-
-    from icesink.sink.changes import dataframe_key_path
-
-    columns = [f for f in spark_schema.fields if f.name not in skip]
-    nested_ids = FieldIds(len(columns) + 1)
-    fields = [
-        NestedField(
-            field_id=i,
-            name=f.name,
-            field_type=iceberg_type_of(f.dataType, f.name, table, nested_ids),
-            required=not f.nullable,
-        )
-        for i, f in enumerate(columns, start=1)
-    ]
-    ids = []
-    for name in identifier_fields:
-        path = dataframe_key_path(spark_schema, name)
-        if path is None:
-            continue  # check_key_columns names it
-        # Iceberg: an identifier field is required, and so is every struct holding it.
-        fields, field_id = _required_along(fields, path)
-        ids.append(field_id)
-    # Iceberg's numbering: top-level columns 1..n, then the nested fields.
-    return assign_fresh_schema_ids(Schema(*fields, identifier_field_ids=ids))
-
-
-def _required_along(fields: list[NestedField], path: tuple[str, ...]) -> tuple[list[NestedField], int]:
-    """``fields`` with the field at ``path`` and the structs above it required, and that field's id."""
-    from pyiceberg.types import NestedField, StructType
-
-    out = []
-    found = -1
-    for field in fields:
-        if field.name != path[0]:
-            out.append(field)
-            continue
-        field_type = field.field_type
-        found = field.field_id
-        if len(path) > 1 and isinstance(field_type, StructType):
-            children, found = _required_along(list(field_type.fields), path[1:])
-            field_type = StructType(*children)
-        out.append(NestedField(field.field_id, field.name, field_type, required=True, doc=field.doc))
-    return out, found
 
 
 def _accepts(target: IcebergType, source: IcebergType) -> bool:
@@ -263,43 +144,6 @@ class SchemaPlan:
 
     projection: Projection | None
     changes: tuple[SchemaChange, ...] = ()
-
-
-def spark_type_of(iceberg: IcebergType) -> DataType:
-    """The Spark type of an Iceberg type (timestamptz: TimestampType, timestamp: TimestampNTZType)."""
-    from pyiceberg import types as it
-    from pyspark.sql import types as st
-
-    if isinstance(iceberg, it.StructType):
-        return st.StructType(
-            [st.StructField(f.name, spark_type_of(f.field_type), nullable=not f.required) for f in iceberg.fields]
-        )
-    if isinstance(iceberg, it.ListType):
-        return st.ArrayType(spark_type_of(iceberg.element_type), containsNull=not iceberg.element_required)
-    if isinstance(iceberg, it.MapType):
-        return st.MapType(
-            spark_type_of(iceberg.key_type),
-            spark_type_of(iceberg.value_type),
-            valueContainsNull=not iceberg.value_required,
-        )
-    if isinstance(iceberg, it.DecimalType):
-        return st.DecimalType(iceberg.precision, iceberg.scale)
-    mapping: dict[type, DataType] = {
-        it.BooleanType: st.BooleanType(),
-        it.IntegerType: st.IntegerType(),
-        it.LongType: st.LongType(),
-        it.FloatType: st.FloatType(),
-        it.DoubleType: st.DoubleType(),
-        it.StringType: st.StringType(),
-        it.BinaryType: st.BinaryType(),
-        it.DateType: st.DateType(),
-        it.TimestamptzType: st.TimestampType(),
-        it.TimestampType: st.TimestampNTZType(),
-        it.TimeType: st.TimeType(),
-        it.UUIDType: st.StringType(),
-        it.FixedType: st.BinaryType(),
-    }
-    return mapping[type(iceberg)]
 
 
 def plan_projection(
