@@ -74,6 +74,14 @@ def json_value(value: Any) -> Any:
     return value
 
 
+def _checkpoint_json(row: Any) -> dict[str, Any]:
+    """A ledger row as flat JSON: its manifests as the columns they are stored in, and its status."""
+    from dataclasses import fields
+
+    plain = {f.name: getattr(row, f.name) for f in fields(row) if f.name != "manifests"}
+    return {**plain, **row.manifests.columns(), "status": row.status}
+
+
 def _json(data: Any, indent: int | None = 2) -> str:
     return json.dumps(json_value(data), indent=indent, allow_nan=False, default=str)
 
@@ -400,9 +408,9 @@ def checkpoints_list(obj: Context, table: str, limit: int, as_json: bool) -> Non
                 r.job_id,
                 r.checkpoint_id,
                 r.status,
-                r.data_files,
-                r.data_records,
-                r.delete_files,
+                r.manifests.data_files,
+                r.manifests.data_records,
+                r.manifests.delete_files,
                 r.snapshot_id if r.state == CheckpointState.COMMITTED else None,  # a discard's is where it is named
                 r.staged_at,
                 r.committed_at,
@@ -427,7 +435,7 @@ def checkpoints_list(obj: Context, table: str, limit: int, as_json: bool) -> Non
         text += "\n\ndiscarded:\n" + "\n".join(discarded)
     _emit(
         as_json,
-        {"jobs": [asdict(j) for j in jobs], "checkpoints": [{**asdict(r), "status": r.status} for r in rows]},
+        {"jobs": [asdict(j) for j in jobs], "checkpoints": [_checkpoint_json(r) for r in rows]},
         text,
     )
 
@@ -457,7 +465,6 @@ def checkpoints_discard(
     Its rows never reach the table. The ledger keeps who discarded it, when and why, and the next snapshot
     of its job names it in icesink.discarded-checkpoints. A committed checkpoint is never discarded.
     """
-    from dataclasses import asdict
 
     from icesink.committer.operator import check_not_in_table, default_operator, discard
 
@@ -466,7 +473,7 @@ def checkpoints_discard(
         check_not_in_table(iceberg_table, choice)
         _emit(
             as_json,
-            {"discarded": False, "would_lose": asdict(choice.row)},
+            {"discarded": False, "would_lose": _checkpoint_json(choice.row)},
             f"{choice.what_is_lost()}.\nNothing was changed; add --yes to discard it.",
         )
         return
@@ -474,9 +481,9 @@ def checkpoints_discard(
     row = discard(ledger, iceberg_table, choice, default_operator(), why)
     _emit(
         as_json,
-        {"discarded": True, "checkpoint": {**asdict(row), "status": row.status}},
-        f"discarded checkpoint {row.checkpoint_id} of job {row.job_id} of table {table} ({row.data_records} row(s) "
-        f"lost), by {row.discarded_by}: {why}",
+        {"discarded": True, "checkpoint": _checkpoint_json(row)},
+        f"discarded checkpoint {row.checkpoint_id} of job {row.job_id} of table {table} "
+        f"({row.manifests.data_records} row(s) lost), by {row.discarded_by}: {why}",
     )
 
 

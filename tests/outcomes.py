@@ -92,7 +92,7 @@ def check_outcome(
         expected = [tuple(sorted(r.items())) for r in expected_rows]
     have, want = Counter(actual), Counter(expected)
     staged = {
-        (r.job_id, r.checkpoint_id) for r in Ledger(config).for_table(identifier) if r.data_files or r.delete_files
+        (r.job_id, r.checkpoint_id) for r in Ledger(config).for_table(identifier) if r.manifests.paths
     }
     counts = checkpoint_counts(config, identifier)
     outcome = Outcome(

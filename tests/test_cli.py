@@ -80,7 +80,7 @@ def test_checkpoints_list_shows_the_lag_of_waiting_and_failed_checkpoints(catalo
     stage_rows(catalog_config, TABLE, "job-a", 2, orders(15, 5))
     stage_rows(catalog_config, TABLE, "job-b", 0, orders(20, 5))
     (broken,) = Ledger(catalog_config).pending(TABLE, "job-b")
-    Path(broken.data_manifest.removeprefix("file://")).unlink()
+    Path(broken.manifests.data.path.removeprefix("file://")).unlink()
     time.sleep(0.2)
     code, output = invoke(catalog_config, "committer", "run", "--once", "--table", TABLE)
     assert code != 0  # job-b's manifest is gone: the table stops, job-a's checkpoint 2 is already in
@@ -91,10 +91,10 @@ def test_checkpoints_list_shows_the_lag_of_waiting_and_failed_checkpoints(catalo
     assert (jobs["job-b"]["pending"], jobs["job-b"]["failed"], jobs["job-b"]["committed"]) == (1, 1, 0)
     assert jobs["job-b"]["lag_seconds"] >= 0.2
     (failed,) = [r for r in listing["checkpoints"] if r["job_id"] == "job-b"]
-    assert failed["status"] == "failed" and broken.data_manifest in failed["error"]
+    assert failed["status"] == "failed" and broken.manifests.data.path in failed["error"]
     code, text = invoke(catalog_config, "checkpoints", "list", TABLE, "--limit", "1")
     assert code == 0
-    assert "failed" in text and broken.data_manifest in text and "lag" in text
+    assert "failed" in text and broken.manifests.data.path in text and "lag" in text
     newest_rows = text.split("\n\n")[1].splitlines()[2:]
     assert [line.split()[:3] for line in newest_rows] == [["job-a", "2", "committed"], ["job-b", "0", "failed"]]
 

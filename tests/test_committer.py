@@ -51,7 +51,7 @@ def test_temporary_manifests_are_deleted_after_the_commit(catalog_config: Catalo
     create_orders_table(catalog_config)
     stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
     (row,) = Ledger(catalog_config).pending(TABLE)
-    manifest = Path(row.data_manifest.removeprefix("file://"))
+    manifest = Path(row.manifests.data.path.removeprefix("file://"))
     assert manifest.exists()
     committer(catalog_config).commit_pending(TABLE)
     assert not manifest.exists()
@@ -152,11 +152,11 @@ def test_missing_manifest_is_a_clear_error_and_loses_nothing(catalog_config: Cat
     create_orders_table(catalog_config)
     stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
     (row,) = Ledger(catalog_config).pending(TABLE)
-    Path(row.data_manifest.removeprefix("file://")).unlink()
+    Path(row.manifests.data.path.removeprefix("file://")).unlink()
     with pytest.raises(ManifestError) as raised:
         committer(catalog_config).commit_pending(TABLE)
     message = str(raised.value)
-    assert TABLE in message and "job-a" in message and "checkpoint 0" in message and row.data_manifest in message
+    assert TABLE in message and "job-a" in message and "checkpoint 0" in message and row.manifests.data.path in message
     assert open_catalog(catalog_config).load_table(TABLE).current_snapshot() is None
     assert [r.state for r in Ledger(catalog_config).for_table(TABLE)] == [CheckpointState.STAGED]
 
@@ -337,3 +337,15 @@ def test_a_committer_that_remembers_the_table_still_sees_what_others_did_in_betw
     assert table.current_snapshot().schema_id == table.schema().schema_id == 1
     assert "note" in table.schema().column_names
     assert table_ids(catalog_config, TABLE) == [*range(30), *range(100, 105)]
+
+
+def test_delta_manifests_are_one_value_kept_as_the_ledgers_columns() -> None:
+    from icesink.committer.ledger import DeltaManifests, StagedManifest
+
+    both = DeltaManifests(StagedManifest("s3://b/d ü.avro", 10, 2, 7), StagedManifest("/x/del%.avro", 5, 1, 3))
+    assert DeltaManifests.from_columns(both.columns()) == both
+    assert both.paths == ["s3://b/d ü.avro", "/x/del%.avro"] and both.data_records == 7 and both.delete_files == 1
+    only_deletes = DeltaManifests(deletes=StagedManifest("/x/del.avro", 5, 1, 3))
+    assert DeltaManifests.from_columns(only_deletes.columns()) == only_deletes
+    assert only_deletes.columns()["data_manifest"] is None and only_deletes.data_files == 0
+    assert DeltaManifests().paths == [] and DeltaManifests.from_columns(DeltaManifests().columns()) == DeltaManifests()

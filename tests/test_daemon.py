@@ -29,7 +29,7 @@ def test_terminal_error_stops_one_table_others_commit_and_health_says_why(catalo
     create_orders_table(catalog_config, "shop.fine")
     stage_rows(catalog_config, "shop.broken", "job", 0, orders(0, 10))
     (row,) = Ledger(catalog_config).pending("shop.broken")
-    Path(row.data_manifest.removeprefix("file://")).unlink()  # a lost staged manifest: retrying cannot help
+    Path(row.manifests.data.path.removeprefix("file://")).unlink()  # a lost staged manifest: retrying cannot help
     daemon = CommitterDaemon(catalog_config, poll_interval=0.1, lease_ttl=5)
     server = StatusServer("127.0.0.1", 0, daemon.metrics, daemon.problems)
     server.start()
@@ -47,7 +47,7 @@ def test_terminal_error_stops_one_table_others_commit_and_health_says_why(catalo
         status, body = get(f"{base}/healthz")
         assert status == 503
         (problem,) = json.loads(body)["problems"]
-        assert "shop.broken failed" in problem and "checkpoint 0" in problem and row.data_manifest in problem
+        assert "shop.broken failed" in problem and "checkpoint 0" in problem and row.manifests.data.path in problem
         assert [r.state for r in Ledger(catalog_config).for_table("shop.broken")] == [CheckpointState.STAGED]
         time.sleep(0.5)  # one more loop to refresh the gauges
         status, metrics = get(f"{base}/metrics")

@@ -48,7 +48,7 @@ def test_gc_deletes_orphans_and_keeps_everything_referenced(catalog_config: Cata
     assert report.deleted == [orphan.path]
     assert report.too_young == 1 and local(young.path).exists()  # may belong to a batch still being written
     assert not local(orphan.path).exists()
-    assert local(staged.data_manifest).exists()
+    assert local(staged.manifests.data.path).exists()
     # The staged checkpoint still commits, and the table reads exactly.
     committer.commit_pending(TABLE)
     assert table_ids(catalog_config, TABLE) == list(range(20))
@@ -95,12 +95,12 @@ def test_gc_refuses_to_guess_when_a_staged_manifest_is_missing(sqlite_catalog: C
     create_orders_table(sqlite_catalog)
     stage_rows(sqlite_catalog, TABLE, "job-a", 0, orders(0, 10))
     (row,) = Ledger(sqlite_catalog).pending(TABLE)
-    local(row.data_manifest).unlink()
+    local(row.manifests.data.path).unlink()
     age_everything(table_root(sqlite_catalog))
     files_before = sorted(table_root(sqlite_catalog).rglob("*.parquet"))
     with pytest.raises(ManifestError, match="checkpoint 0") as raised:
         collect_garbage(open_catalog(sqlite_catalog), sqlite_catalog, TABLE, HOUR)
-    assert row.data_manifest in str(raised.value) and TABLE in str(raised.value)
+    assert row.manifests.data.path in str(raised.value) and TABLE in str(raised.value)
     assert sorted(table_root(sqlite_catalog).rglob("*.parquet")) == files_before
 
 
@@ -140,7 +140,7 @@ def test_gc_racing_a_commit_finds_the_files_in_the_table(
     stage_rows(sqlite_catalog, TABLE, "job-a", 0, orders(0, 10))
     stale_rows = Ledger(sqlite_catalog).for_table(TABLE)
     TableCommitter.of(sqlite_catalog).commit_pending(TABLE)
-    assert not local(stale_rows[0].data_manifest).exists()
+    assert not local(stale_rows[0].manifests.data.path).exists()
     monkeypatch.setattr(Ledger, "for_table", lambda self, identifier, newest=None: stale_rows)
     age_everything(table_root(sqlite_catalog))
     report = collect_garbage(open_catalog(sqlite_catalog), sqlite_catalog, TABLE, HOUR)

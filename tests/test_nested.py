@@ -906,7 +906,11 @@ def test_a_checkpoint_that_only_deletes_absent_keys_commits_no_snapshot(sqlite_c
     before = set(location.rglob("*.parquet"))
     _stage_keyed_inside_a_struct(sqlite_catalog, 1, [("x", 7, None, "D"), ("y", 8, None, "D")])
     staged = ledger.get(KEYED, "job", 1)
-    assert staged is not None and staged.delete_files == 1 and len(set(location.rglob("*.parquet")) - before) == 1
+    assert (
+        staged is not None
+        and staged.manifests.delete_files == 1
+        and len(set(location.rglob("*.parquet")) - before) == 1
+    )
     (outcome,) = TableCommitter(catalog, sqlite_catalog, ledger).commit_pending(KEYED)
     assert outcome.snapshot_id is None and outcome.checkpoint_ids == (1,)
     table = catalog.load_table(KEYED)

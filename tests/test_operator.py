@@ -41,8 +41,8 @@ def states(config: CatalogConfig, table: str) -> dict[int, str]:
 
 def lose_manifest(config: CatalogConfig, table: str, checkpoint: int, keep: Path | None = None) -> Path:
     row = Ledger(config).get(table, "job", checkpoint)
-    assert row is not None and row.data_manifest is not None
-    path = Path(row.data_manifest.removeprefix("file://"))
+    assert row is not None and row.manifests.data is not None
+    path = Path(row.manifests.data.path.removeprefix("file://"))
     if keep is not None:
         shutil.copy(path, keep)
     path.unlink()

@@ -434,14 +434,11 @@ class TableCommitter:
     def _read_files(self, table: Table, identifier: str, row: CheckpointRow, deletes: bool) -> list[DataFile]:
         from icesink.iceberg.manifests import DeltaManifest, read_delta_manifest
 
-        path, length = (
-            (row.delete_manifest, row.delete_manifest_length)
-            if deletes
-            else (row.data_manifest, row.data_manifest_length)
-        )
-        if path is None or length is None:
+        staged = row.manifests.deletes if deletes else row.manifests.data
+        if staged is None:
             return []
-        manifest = DeltaManifest(path, row.spec_id, length, deletes=deletes)
+        path = staged.path
+        manifest = DeltaManifest(path, row.spec_id, staged.length, deletes=deletes)
         try:
             return read_delta_manifest(table.io, manifest)
         except Exception as e:  # whatever the Avro reader raises, the file is unusable
@@ -493,8 +490,8 @@ class TableCommitter:
             job_id=job_id,
             checkpoint_ids=tuple(r.checkpoint_id for r in rows),
             snapshot_id=snapshot_id,
-            data_files=sum(r.data_files for r in rows),
-            records=sum(r.data_records for r in rows),
+            data_files=sum(r.manifests.data_files for r in rows),
+            records=sum(r.manifests.data_records for r in rows),
             seconds=seconds,
             already_committed=already,
         )

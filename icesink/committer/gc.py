@@ -69,13 +69,9 @@ def collect_garbage(
         keep.update(row.manifest_paths)
         if row.state != CheckpointState.STAGED:
             continue
-        for path, length, deletes in (
-            (row.data_manifest, row.data_manifest_length, False),
-            (row.delete_manifest, row.delete_manifest_length, True),
-        ):
-            if path is None or length is None:
-                continue
-            manifest = DeltaManifest(path, row.spec_id, length, deletes=deletes)
+        for deletes, staged in row.manifests.present():
+            path = staged.path
+            manifest = DeltaManifest(path, row.spec_id, staged.length, deletes=deletes)
             try:
                 keep.update(f.file_path for f in read_delta_manifest(table.io, manifest))
             except Exception as e:  # without the manifest, its files cannot be told from garbage

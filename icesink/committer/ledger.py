@@ -11,9 +11,9 @@ from __future__ import annotations
 import datetime
 import enum
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -86,6 +86,68 @@ class StreamIdentity:
         return f"stream {self.stream_id}{where}"
 
 
+@dataclass(frozen=True)
+class StagedManifest:
+    """One manifest a checkpoint staged: where it is, its length, and what it holds."""
+
+    path: str
+    length: int
+    files: int
+    records: int  # rows of data files, keys of delete files
+
+
+@dataclass(frozen=True)
+class DeltaManifests:
+    """What one checkpoint staged for one table: a manifest of its data files and one of its delete files
+    (either may be absent). The ledger keeps it as columns of the checkpoint's row."""
+
+    data: StagedManifest | None = None
+    deletes: StagedManifest | None = None
+
+    def present(self) -> list[tuple[bool, StagedManifest]]:
+        """(holds deletes, manifest) of each manifest there is."""
+        return [(deletes, m) for deletes, m in ((False, self.data), (True, self.deletes)) if m is not None]
+
+    @property
+    def paths(self) -> list[str]:
+        return [m.path for _, m in self.present()]
+
+    @property
+    def data_files(self) -> int:
+        return self.data.files if self.data else 0
+
+    @property
+    def data_records(self) -> int:
+        return self.data.records if self.data else 0
+
+    @property
+    def delete_files(self) -> int:
+        return self.deletes.files if self.deletes else 0
+
+    @property
+    def delete_records(self) -> int:
+        return self.deletes.records if self.deletes else 0
+
+    def columns(self) -> dict[str, Any]:
+        """As the ledger's columns."""
+        values: dict[str, Any] = {}
+        for kind, manifest in (("data", self.data), ("delete", self.deletes)):
+            values[f"{kind}_manifest"] = manifest.path if manifest else None
+            values[f"{kind}_manifest_length"] = manifest.length if manifest else None
+            values[f"{kind}_files"] = manifest.files if manifest else 0
+            values[f"{kind}_records"] = manifest.records if manifest else 0
+        return values
+
+    @staticmethod
+    def from_columns(values: Mapping[str, Any]) -> DeltaManifests:
+        found = []
+        for kind in ("data", "delete"):
+            path, length = values[f"{kind}_manifest"], values[f"{kind}_manifest_length"]
+            files, records = int(values[f"{kind}_files"]), int(values[f"{kind}_records"])
+            found.append(StagedManifest(path, int(length), files, records) if path is not None else None)
+        return DeltaManifests(*found)
+
+
 @dataclass(frozen=True, kw_only=True)
 class StagedCheckpoint:
     """What a writer hands to the ledger for one checkpoint of one table.
@@ -101,14 +163,7 @@ class StagedCheckpoint:
     job_id: str
     checkpoint_id: int
     spec_id: int
-    data_manifest: str | None = None
-    data_manifest_length: int | None = None
-    data_files: int = 0
-    data_records: int = 0
-    delete_manifest: str | None = None
-    delete_manifest_length: int | None = None
-    delete_files: int = 0
-    delete_records: int = 0
+    manifests: DeltaManifests = DeltaManifests()
     stream_id: str | None = None
     checkpoint_location: str | None = None
     schema_id: int | None = None
@@ -116,11 +171,11 @@ class StagedCheckpoint:
 
     @property
     def manifest_paths(self) -> list[str]:
-        return [p for p in (self.data_manifest, self.delete_manifest) if p]
+        return self.manifests.paths
 
     @property
     def has_deletes(self) -> bool:
-        return self.delete_files > 0
+        return self.manifests.delete_files > 0
 
     @property
     def stream(self) -> StreamIdentity:
@@ -153,7 +208,7 @@ class CheckpointRow(StagedCheckpoint):
         return "failed" if self.state == CheckpointState.STAGED and self.error else self.state.value
 
 
-_ROW_FIELDS = tuple(f.name for f in fields(CheckpointRow))
+_ROW_FIELDS = tuple(f.name for f in fields(CheckpointRow) if f.name != "manifests")
 
 
 @dataclass(frozen=True)
@@ -190,6 +245,7 @@ class Ledger:
     @staticmethod
     def _row(row: sa.Row) -> CheckpointRow:  # type: ignore[type-arg]
         values = {name: row._mapping[name] for name in _ROW_FIELDS}
+        values["manifests"] = DeltaManifests.from_columns(dict(row._mapping))
         values["state"] = CheckpointState(values["state"])
         if values["column_ids"] is not None:
             values["column_ids"] = tuple((str(k), int(v)) for k, v in json.loads(values["column_ids"]).items())
@@ -202,7 +258,8 @@ class Ledger:
         """Record a staged checkpoint; False if the ledger already had it (the earlier row wins)."""
         now = _now()
         values = {
-            **asdict(staged),
+            **{f.name: getattr(staged, f.name) for f in fields(staged) if f.name != "manifests"},
+            **staged.manifests.columns(),
             "catalog_name": self._config.name,
             "state": state.value,
             "staged_at": now,

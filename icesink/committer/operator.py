@@ -31,8 +31,9 @@ class CheckpointChoice:
         r = self.row
         return (
             f"checkpoint {r.checkpoint_id} of job {r.job_id} of table {r.table_identifier} ({r.status}): "
-            f"{r.data_files} data file(s) with {r.data_records} row(s) and {r.delete_files} delete file(s) with "
-            f"{r.delete_records} key(s) would never reach the table"
+            f"{r.manifests.data_files} data file(s) with {r.manifests.data_records} row(s) and "
+            f"{r.manifests.delete_files} delete file(s) with {r.manifests.delete_records} key(s) would never reach "
+            "the table"
         )
 
 

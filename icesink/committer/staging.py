@@ -9,7 +9,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from icesink import paths
-from icesink.committer.ledger import CheckpointState, Ledger, StagedCheckpoint, StreamIdentity
+from icesink.committer.ledger import (
+    CheckpointState,
+    DeltaManifests,
+    Ledger,
+    StagedCheckpoint,
+    StagedManifest,
+    StreamIdentity,
+)
 from icesink.errors import JobIdConflictError
 from icesink.failpoints import failpoint
 from icesink.results import WriteResult
@@ -40,7 +47,7 @@ def stage_checkpoint(
     ``schema_id`` is the schema the files were written with (default: the table's current one),
     ``column_ids`` which field each DataFrame column was written to.
     """
-    from icesink.iceberg.manifests import DeltaManifest, to_data_file, write_delta_manifest
+    from icesink.iceberg.manifests import to_data_file, write_delta_manifest
 
     stream = stream or StreamIdentity()
     records = [f for r in results for f in r.data_files]
@@ -64,30 +71,22 @@ def stage_checkpoint(
         return staged or _same_stream(ledger, table_identifier, job_id, checkpoint_id, stream)
     format_version = table.metadata.format_version
     prefix = f"icesink-{paths.segment(job_id, 64)}-{checkpoint_id:010d}-{uuid.uuid4().hex}"
-    manifests: dict[bool, DeltaManifest] = {}
+    staged_manifests: list[StagedManifest | None] = []
     for deletes, group in ((False, records), (True, delete_records)):
-        if group:
-            path = table.location_provider().new_metadata_location(f"{prefix}-{'deletes' if deletes else 'data'}.avro")
-            files = [to_data_file(r, format_version) for r in group]
-            manifests[deletes] = write_delta_manifest(table.metadata, table.io, path, spec_id, files, deletes=deletes)
+        if not group:
+            staged_manifests.append(None)
+            continue
+        path = table.location_provider().new_metadata_location(f"{prefix}-{'deletes' if deletes else 'data'}.avro")
+        files = [to_data_file(r, format_version) for r in group]
+        written_manifest = write_delta_manifest(table.metadata, table.io, path, spec_id, files, deletes=deletes)
+        records_in = sum(r.record_count for r in group)
+        staged_manifests.append(StagedManifest(path, written_manifest.length, len(group), records_in))
     failpoint("stage.after-manifest")
-    data, deletes_manifest = manifests.get(False), manifests.get(True)
-    staged = ledger.stage(
-        replace(
-            empty,
-            data_manifest=data.path if data else None,
-            data_manifest_length=data.length if data else None,
-            data_files=len(records),
-            data_records=sum(r.record_count for r in records),
-            delete_manifest=deletes_manifest.path if deletes_manifest else None,
-            delete_manifest_length=deletes_manifest.length if deletes_manifest else None,
-            delete_files=len(delete_records),
-            delete_records=sum(r.record_count for r in delete_records),
-        )
-    )
+    manifests = DeltaManifests(*staged_manifests)
+    staged = ledger.stage(replace(empty, manifests=manifests))
     if not staged:
-        for manifest in manifests.values():
-            table.io.delete(manifest.path)
+        for path in manifests.paths:
+            table.io.delete(path)
         _same_stream(ledger, table_identifier, job_id, checkpoint_id, stream)
         log.warning(
             "table %s: checkpoint %d of job %s was already staged; dropped this attempt's manifest",
