@@ -3,13 +3,14 @@ new seeds for as long as you like; see tests/histories)."""
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.histories.runner import Outcome, check_with_iceberg_java, fails, generate, run, shrink
+from tests.histories.runner import Outcome, check_with_iceberg_java, fails, generate, run, shrink, signature
 
 # Seeds whose tables cover, between them: appends and upserts, keys in structs and on uuids, nested types,
 # partition transforms, every kind of step. Found bugs get a seed here (and a named test of their own).
@@ -31,7 +32,8 @@ def _history(seed: int, spark: bool, directories: pytest.TempPathFactory) -> Out
 
 def _passes(seed: int, spark: bool, outcome: Outcome) -> None:
     if outcome.failure is not None:
-        short = shrink(generate(seed, LENGTH, spark), fails, budget_seconds=60)
+        like = signature(outcome.failure)
+        short = shrink(generate(seed, LENGTH, spark), functools.partial(fails, like=like), budget_seconds=60)
         replay = f"make histories SEED={seed} LENGTH={LENGTH} SPARK={int(spark)}"
         pytest.fail(f"{short.describe()}\nfailed with: {outcome.failure}\nreplay: {replay}")
     assert {"icesink.read", "icesink.changes"} <= set(outcome.readers), outcome.readers

@@ -21,7 +21,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.histories.runner import History, JavaCheck, check_with_iceberg_java, fails, generate, run, shrink
+from tests.histories.runner import (
+    History,
+    JavaCheck,
+    check_with_iceberg_java,
+    fails,
+    generate,
+    run,
+    shrink,
+    signature,
+)
 
 
 @dataclass
@@ -81,7 +90,7 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.ERROR)  # the histories provoke warnings on purpose
     deadline = time.monotonic() + args.minutes * 60
     tally, root, waiting = Tally(), Path(tempfile.mkdtemp(prefix="icesink-histories-")), list[Waiting]()
-    with postgresql(args.catalog) as database_url:
+    with postgresql(args.catalog) as database_url, _removed_after(root):
         rng = random.Random()
         while (args.seed is not None and tally.histories == 0) or (args.seed is None and time.monotonic() < deadline):
             seed = args.seed if args.seed is not None else rng.randrange(2**31)
@@ -90,7 +99,6 @@ def main(argv: list[str]) -> int:
             waiting += _run_one(history, root, database_url if on_postgresql else None, tally)
             if len(waiting) >= JAVA_BATCH or not (args.seed is None and time.monotonic() < deadline):
                 _read_with_iceberg_java(waiting, root, tally)
-    shutil.rmtree(root)
     tally.print()
     return 1 if tally.failures else 0
 
@@ -106,12 +114,21 @@ def _run_one(history: History, root: Path, database_url: str | None, tally: Tall
     tally.readers.update(outcome.readers)
     tally.features.update(_features(history) + (["PostgreSQL"] if database_url else []))
     if outcome.failure is not None:
-        short = shrink(history, functools.partial(fails, database_url=database_url))
+        like = signature(outcome.failure)
+        short = shrink(history, functools.partial(fails, database_url=database_url, like=like))
         tally.failed(f"{short.describe()}\n  failed with: {outcome.failure.splitlines()[0]}", seed, replay)
     if outcome.java is None:
         shutil.rmtree(root / str(seed))
         return []
     return [Waiting(seed, replay, outcome.java)]
+
+
+@contextlib.contextmanager
+def _removed_after(root: Path) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @contextlib.contextmanager

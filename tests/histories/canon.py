@@ -68,7 +68,8 @@ def canon_primitive(kind: str, value: Any) -> Any:
     if kind in ("int", "long"):
         return int(value)
     if kind in ("float", "double"):
-        return float(value)
+        number = float(value)
+        return "NaN" if number != number else number  # NaN equals itself here, as in a table
     if kind == "boolean":
         return value if isinstance(value, bool) else str(value).lower() == "true"
     return value

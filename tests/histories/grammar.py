@@ -191,7 +191,11 @@ def random_value(rng: random.Random, kind: Any, required: bool) -> Any:
 
 
 def random_primitive(rng: random.Random, kind: str, small: bool = False) -> Any:
-    """``small`` draws from few values, so that keys repeat."""
+    """``small`` draws from few values, so that keys repeat; otherwise, now and then, an extreme one."""
+    if not small and rng.random() < 0.15:
+        wide = _extreme(rng, kind)
+        if wide is not None:
+            return wide
     spread = 6 if small else 10**6
     n = rng.randrange(-spread, spread)
     if kind == "boolean":
@@ -221,6 +225,28 @@ def random_primitive(rng: random.Random, kind: str, small: bool = False) -> Any:
     if kind == "binary":
         return bytes(abs(n) % 256 for _ in range(abs(n) % 4))
     raise ValueError(kind)
+
+
+def _extreme(rng: random.Random, kind: str) -> Any:
+    """The edges of a type: its largest and smallest values, every digit of a decimal, doubles that need all
+    64 bits, NaN and the infinities."""
+    import math
+    import struct
+
+    if kind == "int":
+        return rng.choice((2**31 - 1, -(2**31), 0))
+    if kind == "long":
+        return rng.choice((2**63 - 1, -(2**63), 2**53 + 1))
+    if kind == "double":
+        return rng.choice((math.nan, math.inf, -math.inf, -0.0, 1.7976931348623157e308, 5e-324, 1 / 3, 0.1))
+    if kind == "float":  # what a float32 holds exactly: the input is float32 before icesink sees it
+        chosen = rng.choice((math.nan, math.inf, -math.inf, 3.4028234663852886e38, 1.401298464324817e-45, 0.1))
+        return struct.unpack("<f", struct.pack("<f", chosen))[0]
+    if kind.startswith("decimal"):
+        precision, scale = (int(p) for p in kind[len("decimal(") : -1].split(","))
+        unscaled = rng.choice((10**precision - 1, -(10**precision - 1), rng.randrange(10**precision)))
+        return decimal.Decimal(unscaled).scaleb(-scale)
+    return None
 
 
 def input_type(kind: Any) -> pa.DataType:

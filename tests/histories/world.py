@@ -86,6 +86,10 @@ class World:
         self.committer = TableCommitter(self.catalog, config, Ledger(config))
         self.last_marker = -1
         self.readers_asked: Counter[str] = Counter()
+        # Names dropped or renamed away, by struct: a new field may take one again (the name-reuse trap:
+        # files of the old field hold that name with another field id).
+        self.retired: dict[tuple[str, ...], list[str]] = {}
+        self.notes: list[str] = []  # what the schema changes did, for a failure's report
 
     def table(self) -> Any:
         return self.catalog.load_table(IDENTIFIER)
@@ -184,14 +188,14 @@ class World:
             return
         latest: dict[Any, tuple[str, Row]] = {}
         for row, op, raw in zip(model_rows, ops, rows.to_pylist(), strict=True):
-            latest[self._key_of(schema, raw)] = (op, row)
+            latest[self.key_of(schema, raw)] = (op, row)
         for key, (op, row) in latest.items():
             if op == "D":
                 self.model.rows.pop(key, None)
             else:
                 self.model.rows[key] = row
 
-    def _key_of(self, schema: Any, raw: dict[str, Any]) -> tuple[Any, ...]:
+    def key_of(self, schema: Any, raw: dict[str, Any]) -> tuple[Any, ...]:
         from icesink.iceberg.schemas import field_path
 
         key = []
@@ -216,7 +220,8 @@ class World:
             text=True,
             timeout=120,
         )
-        assert done.returncode in (0, -9), done.stderr[-2000:]
+        # Every failpoint is on the way of a commit that has a checkpoint to commit: the process must die there.
+        assert done.returncode == -9, f"the committer was not killed at {failpoint}: {done.stderr[-2000:]}"
         self.committer = TableCommitter.of(self.config)  # a new process' committer
         self.commit()
 
@@ -259,16 +264,18 @@ class World:
         with table.update_schema() as update:
             if kind == "add":
                 parent = rng.choice(structs)
-                name = _fresh_name(schema, parent, rng)
+                name = _fresh_name(schema, parent, rng, self.retired.get(parent, []))
                 update.add_column((*parent, name), LongType())  # a tuple: a dot in a name is no path
                 return f"add column {(*parent, name)}"
             path, target, _ = rng.choice({"drop": droppable, "widen": widen}.get(kind, members))
             if kind == "rename":
-                name = _fresh_name(schema, path[:-1], rng)
+                name = _fresh_name(schema, path[:-1], rng, self.retired.get(path[:-1], []))
                 update.rename_column(path, name)
+                self.retired.setdefault(path[:-1], []).append(path[-1])
                 return f"rename {path} to {name!r}"
             if kind == "drop":
                 update.delete_column(path)
+                self.retired.setdefault(path[:-1], []).append(path[-1])
                 self.model.change_values(lambda row: drop_id(row, target.field_id))
                 return f"drop {path}"
             if kind == "optional":
@@ -325,14 +332,18 @@ class World:
     def check_invariants(self) -> None:
         """No checkpoint in two snapshots, the marker never back, no manifest naming a missing file."""
         from icesink.iceberg.marker import committed_marker
-        from icesink.iceberg.scan import live_files
+        from icesink.properties import CHECKPOINT_RANGE_PROPERTY, JOB_ID_PROPERTY, MAINTENANCE_PROPERTY
 
         table = self.table()
         seen: dict[int, int] = {}
         for snapshot in table.snapshots():
             summary = snapshot.summary.additional_properties if snapshot.summary else {}
-            span = summary.get("icesink.checkpoint-ids")
+            span = summary.get(CHECKPOINT_RANGE_PROPERTY)
             if span is None:
+                if JOB_ID_PROPERTY in summary and MAINTENANCE_PROPERTY not in summary:
+                    raise Mismatch(
+                        f"snapshot {snapshot.snapshot_id} of job {summary[JOB_ID_PROPERTY]} names no checkpoints"
+                    )
                 continue
             first, _, last = span.partition("-")
             for checkpoint in range(int(first), int(last or first) + 1):
@@ -346,12 +357,11 @@ class World:
         if now < self.last_marker:
             raise Mismatch(f"the marker went back from {self.last_marker} to {now}")
         self.last_marker = now
-        live = live_files(table)
-        for file in [*live.data, *live.position_deletes, *live.equality_deletes]:
-            if not Path(file.path.removeprefix("file://")).exists():
-                raise Mismatch(f"a manifest names {file.path}, which does not exist")
-        garbage = self.collect_garbage(dry_run=True)
         needed = {_local(path) for path in self.referenced_files()}
+        missing = sorted(path for path in needed if not Path(path).exists())
+        if missing:
+            raise Mismatch(f"the table's metadata names {len(missing)} missing file(s), e.g. {missing[0]}")
+        garbage = self.collect_garbage(dry_run=True)
         wrong = sorted(uri for uri in garbage if _local(uri) in needed)
         if wrong:
             raise Mismatch(f"committer gc --dry-run lists {len(wrong)} referenced file(s), e.g. {wrong[0]}")
@@ -408,8 +418,8 @@ def _struct_members(schema: Any) -> Iterator[tuple[tuple[str, ...], Any, int]]:
     yield from walk(schema.as_struct(), ())
 
 
-def _fresh_name(schema: Any, parent: tuple[str, ...], rng: random.Random) -> str:
-    """A name no member of struct ``parent`` has, in any case."""
+def _fresh_name(schema: Any, parent: tuple[str, ...], rng: random.Random, retired: list[str]) -> str:
+    """A name no member of struct ``parent`` has, in any case; half the time one it had before."""
     from pyiceberg.types import ListType, MapType
 
     kind: Any = schema.as_struct()
@@ -421,6 +431,9 @@ def _fresh_name(schema: Any, parent: tuple[str, ...], rng: random.Random) -> str
         else:
             kind = next(f.field_type for f in kind.fields if f.name == name)
     taken = {f.name.lower() for f in kind.fields}
+    again = [name for name in retired if name.lower() not in taken]
+    if again and rng.random() < 0.5:
+        return rng.choice(again)
     while True:
         name = rng.choice(("added", "new col", "n%/ü", "z.z")) + str(rng.randrange(1000))
         if name.lower() not in taken:
