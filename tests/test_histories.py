@@ -150,3 +150,42 @@ def test_shrinking_leaves_the_steps_and_the_changes_that_fail() -> None:
     short = shrink(long_history, made_up_failure)
     assert [(s.kind, s.size) for s in short.steps] == [("write", 5), ("maintain", 0)]
     assert "1. write a checkpoint of 5 change(s)" in short.describe()
+
+
+def test_a_decimal_widened_past_28_digits_keeps_every_digit(tmp_path: Path) -> None:
+    """Seed 679317014, shrunk: a decimal(22, 4) widened by another tool to decimal(30, 4), then written with 30
+    digits. (What failed there was the tester: Python's default decimal context keeps 28 digits.)"""
+    import decimal
+
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import DecimalType, LongType, NestedField
+
+    import icesink
+    from icesink.catalog import database
+    from icesink.catalog.config import CatalogConfig
+    from tests.histories.grammar import TableShape
+    from tests.histories.world import World
+
+    config = CatalogConfig(name="c", uri=f"sqlite:///{tmp_path / 'c.db'}", warehouse=tmp_path.as_uri())
+    database.upgrade(config)
+    schema = Schema(NestedField(1, "k", LongType(), required=True), NestedField(2, "d", DecimalType(22, 4)))
+    world = World(config, TableShape(schema, (), None))
+    before = pa.Table.from_pylist([{"k": 1, "d": decimal.Decimal("-" + "9" * 18 + ".9999")}], schema=_arrow(22))
+    world.write_and_commit(before, ["I"])
+    world.apply_to_model(before, ["I"])
+    with world.table().update_schema() as update:
+        update.update_column(("d",), field_type=DecimalType(30, 4))
+    wide = decimal.Context(prec=80).create_decimal("9" * 26 + ".9999")
+    after = pa.Table.from_pylist([{"k": 2, "d": wide}], schema=_arrow(30))
+    world.write_and_commit(after, ["I"])
+    world.apply_to_model(after, ["I"])
+    world.check_reader("icesink.read", icesink.read(world.table()).to_pylist())
+    assert {str(r["d"]) for r in icesink.read(world.table()).to_pylist()} == {"-999999999999999999.9999", str(wide)}
+    database.dispose_engines()
+
+
+def _arrow(precision: int) -> Any:
+    import pyarrow as pa
+
+    return pa.schema([("k", pa.int64()), ("d", pa.decimal128(precision, 4))])

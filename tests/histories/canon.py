@@ -10,6 +10,7 @@ import uuid
 from typing import Any
 
 UTC = datetime.UTC
+WIDE = decimal.Context(prec=80)
 
 
 def canon(kind: Any, value: Any) -> Any:
@@ -47,7 +48,8 @@ def canon_primitive(kind: str, value: Any) -> Any:
         return uuid.UUID(str(value)).hex
     if kind.startswith("decimal"):
         scale = int(kind.rstrip(")").split(",")[1])
-        return str(decimal.Decimal(str(value)).quantize(decimal.Decimal(1).scaleb(-scale)))
+        # A context wide enough for 38 digits (the default one keeps 28).
+        return str(decimal.Decimal(str(value)).quantize(decimal.Decimal(1).scaleb(-scale), context=WIDE))
     if kind == "date":
         return (
             value.isoformat()

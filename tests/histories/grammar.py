@@ -208,7 +208,7 @@ def random_primitive(rng: random.Random, kind: str, small: bool = False) -> Any:
         return n / 7  # most need all 64 bits: a double squeezed through 32 shows
     if kind.startswith("decimal"):
         scale = int(kind.rstrip(")").split(",")[1])
-        return decimal.Decimal(n).scaleb(-scale)
+        return decimal.Decimal(n).scaleb(-scale, WIDE)
     if kind == "date":
         return datetime.date(2000, 1, 1) + datetime.timedelta(days=n % 40_000 - 20_000)
     if kind == "time":
@@ -247,8 +247,11 @@ def _extreme(rng: random.Random, kind: str) -> Any:
     if kind.startswith("decimal"):
         precision, scale = (int(p) for p in kind[len("decimal(") : -1].split(","))
         unscaled = rng.choice((10**precision - 1, -(10**precision - 1), rng.randrange(10**precision)))
-        return decimal.Decimal(unscaled).scaleb(-scale)
+        return decimal.Decimal(unscaled).scaleb(-scale, WIDE)  # the default context keeps 28 digits
     return None
+
+
+WIDE = decimal.Context(prec=80)
 
 
 def input_type(kind: Any) -> pa.DataType:
