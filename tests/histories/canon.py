@@ -23,7 +23,9 @@ def canon(kind: Any, value: Any) -> Any:
     if value is None:
         return None
     if isinstance(kind, StructType):
-        return {f.name: canon(f.field_type, value.get(f.name)) for f in kind.fields}
+        found = {f.name: canon(f.field_type, value.get(f.name)) for f in kind.fields}
+        unknown = sorted(set(value) - {f.name for f in kind.fields})
+        return {**found, "<members the schema does not have>": unknown} if unknown else found
     if isinstance(kind, ListType):
         return [canon(kind.element_type, v) for v in value]
     if isinstance(kind, MapType):

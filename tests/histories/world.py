@@ -325,6 +325,9 @@ class World:
 
         schema, expected = self.expected()
         self.readers_asked[reader] += 1
+        names = {f.name for f in schema.fields}
+        if rows and set(rows[0]) != names:
+            raise Mismatch(f"{reader} gives columns {sorted(rows[0])}, the table has {sorted(names)}")
         problem = first_difference(canon_rows(schema, rows), expected, reader)
         if problem:
             raise Mismatch(problem)
