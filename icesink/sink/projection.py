@@ -18,7 +18,7 @@ from icesink.spark_types import iceberg_type_of, spark_type_of
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
-    from pyiceberg.types import IcebergType
+    from pyiceberg.types import IcebergType, NestedField
     from pyiceberg.types import StructType as StructTypeIceberg
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructField, StructType
@@ -301,73 +301,51 @@ class _Fitter:
 def _match_struct_fields(
     table: str, path: str, spark_type: StructType, target: StructTypeIceberg, known: Mapping[str, int]
 ) -> dict[int, StructField]:
-    """Table field id → the DataFrame struct field that fills it: the field this stream wrote it from
-    (``known``: DataFrame field name → field id), then exact names, then names ignoring case."""
-    by_id = {f.field_id: f for f in target.fields}
-    by_name = {f.name: f for f in target.fields}
-    by_lower = {f.name.lower(): f for f in target.fields}
-    sources: dict[int, StructField] = {}
-    rest = []
-    for spark_field in spark_type.fields:
-        field_id = known.get(spark_field.name)
-        if field_id is None:
-            rest.append(spark_field)
-            continue
-        field = by_id.get(field_id) or by_name.get(spark_field.name)
-        if field is None:
-            raise SchemaMismatchError(
-                f"table {table}: field {path + '.' + spark_field.name!r} (field id {field_id}), which this stream "
-                "writes, was dropped from the table by someone else; icesink never re-creates a dropped field. "
-                "Nothing of this batch was written: add a field of that name back to the table, or drop it from "
-                "the DataFrame, and restart the stream"
-            )
-        sources[field.field_id] = spark_field
-    for lookup, key in ((by_name, str), (by_lower, str.lower)):
-        unmatched = []
-        for spark_field in rest:
-            field = lookup.get(key(spark_field.name))
-            if field is None:
-                unmatched.append(spark_field)
-            elif field.field_id in sources:
-                raise SchemaMismatchError(
-                    f"table {table}: DataFrame fields {sources[field.field_id].name!r} and {spark_field.name!r} of "
-                    f"{path!r} would both fill the table's field {path + '.' + field.name!r}; nothing of this batch "
-                    "was written: rename or drop one of them in the DataFrame"
-                )
-            else:
-                sources[field.field_id] = spark_field
-        rest = unmatched
-    return sources
+    """Table field id → the DataFrame struct field that fills it (see :func:`_match`)."""
+    return _match(table, list(spark_type.fields), list(target.fields), known, "field", f"{path}.")
 
 
 def _match_columns(
     table: str, data_fields: list[StructField], table_schema: Schema, field_ids: Mapping[str, int]
 ) -> dict[int, StructField]:
-    """Table field id → the DataFrame column that fills it, matched in three passes.
+    """Table field id → the DataFrame column that fills it (see :func:`_match`)."""
+    return _match(table, data_fields, list(table_schema.fields), field_ids, "column", "")
 
-    First the columns this stream wrote before, to the same field whatever it
-    is called now (a field dropped since is found again only when a column of
-    that name was added back); then exact names; then names ignoring case.
-    Two DataFrame columns that would fill one field are an error naming both.
+
+def _match(
+    table: str,
+    spark_fields: list[StructField],
+    targets: list[NestedField],
+    known: Mapping[str, int],
+    noun: str,
+    prefix: str,
+) -> dict[int, StructField]:
+    """Table field id → the DataFrame field that fills it, matched in three passes, at the top level and in
+    structs alike.
+
+    First the fields this stream wrote before (``known``: DataFrame name → field id), to the same field
+    whatever it is called now (a field dropped since is found again only when one of that name was added
+    back); then exact names; then names ignoring case. Two DataFrame fields that would fill one table field
+    are an error naming both. ``noun`` (column or field) and ``prefix`` (the struct's path) are for messages.
     """
-    by_id = {f.field_id: f for f in table_schema.fields}
-    by_name = {f.name: f for f in table_schema.fields}
-    by_lower = {f.name.lower(): f for f in table_schema.fields}
+    by_id = {f.field_id: f for f in targets}
+    by_name = {f.name: f for f in targets}
+    by_lower = {f.name.lower(): f for f in targets}
     source_of: dict[int, StructField] = {}
     how: dict[int, str] = {}
     unmatched: list[StructField] = []
-    for spark_field in data_fields:
-        known = field_ids.get(spark_field.name)
-        if known is None:
+    for spark_field in spark_fields:
+        field_id = known.get(spark_field.name)
+        if field_id is None:
             unmatched.append(spark_field)
             continue
-        target = by_id.get(known) or by_name.get(spark_field.name)
+        target = by_id.get(field_id) or by_name.get(spark_field.name)
         if target is None:
             raise SchemaMismatchError(
-                f"table {table}: column {spark_field.name!r} (field id {known}), which this stream writes, was "
-                "dropped from the table by someone else; icesink never re-creates a dropped column. Nothing of "
-                "this batch was written: add a column of that name back to the table, or drop it from the "
-                "DataFrame, and restart the stream"
+                f"table {table}: {noun} {prefix + spark_field.name!r} (field id {field_id}), which this stream "
+                f"writes, was dropped from the table by someone else; icesink never re-creates a dropped {noun}. "
+                f"Nothing of this batch was written: add a {noun} of that name back to the table, or drop it from "
+                "the DataFrame, and restart the stream"
             )
         source_of[target.field_id] = spark_field
         how[target.field_id] = f"which this stream has written to it (as {target.name!r} now)"
@@ -381,9 +359,9 @@ def _match_columns(
             if target.field_id in source_of:
                 other = source_of[target.field_id].name
                 raise SchemaMismatchError(
-                    f"table {table}: DataFrame columns {other!r} ({how[target.field_id]}) and "
-                    f"{spark_field.name!r} ({way}) would both fill table column {target.name!r}; nothing of this "
-                    "batch was written: rename or drop one of them in the DataFrame"
+                    f"table {table}: DataFrame {noun}s {other!r} ({how[target.field_id]}) and "
+                    f"{spark_field.name!r} ({way}) would both fill table {noun} {prefix + target.name!r}; nothing "
+                    "of this batch was written: rename or drop one of them in the DataFrame"
                 )
             source_of[target.field_id] = spark_field
             how[target.field_id] = way
