@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pyiceberg.manifest import (
@@ -167,15 +167,7 @@ def prepare_change(
         written.append(path)
         return path
 
-    new_manifests: list[ManifestFile] = []
-    groups: dict[tuple[bool, int], list[AddedFile]] = {}
-    for added in change.added:
-        deletes = added.file.content != DataFileContent.DATA
-        groups.setdefault((deletes, added.file.spec_id), []).append(added)
-    for (deletes, spec_id), group in sorted(groups.items()):
-        output = table.io.new_output(new_path("d" if deletes else "m"))
-        new_manifests.append(write_added(metadata, spec_id, output, snapshot_id, group, deletes))
-
+    new_manifests = _write_added(table, change.added, snapshot_id, new_path)
     existing: list[ManifestFile] = []
     if parent_id is not None:
         parent = metadata.snapshot_by_id(parent_id)
@@ -206,7 +198,6 @@ def prepare_change(
         avro_compression=compression(metadata),
     ) as list_writer:
         list_writer.add_manifests(new_manifests + existing)
-
     snapshot = Snapshot(
         snapshot_id=snapshot_id,
         parent_snapshot_id=parent_id,
@@ -216,11 +207,34 @@ def prepare_change(
         schema_id=metadata.current_schema_id,
         first_row_id=getattr(metadata, "next_row_id", None) if metadata.format_version >= 3 else None,
     )
+    updates = _updates(metadata, snapshot, branch, change, expire_snapshots)
+    return PreparedSnapshot(snapshot_id, parent_id, updates, _requirements(metadata, parent_id, branch), tuple(written))
+
+
+def _write_added(
+    table: Table, added: Sequence[AddedFile], snapshot_id: int, new_path: Callable[[str], str]
+) -> list[ManifestFile]:
+    """The manifests of the files a change adds: one per kind (data, deletes) and partition spec."""
+    groups: dict[tuple[bool, int], list[AddedFile]] = {}
+    for file in added:
+        deletes = file.file.content != DataFileContent.DATA
+        groups.setdefault((deletes, file.file.spec_id), []).append(file)
+    manifests = []
+    for (deletes, spec_id), group in sorted(groups.items()):
+        output = table.io.new_output(new_path("d" if deletes else "m"))
+        manifests.append(write_added(table.metadata, spec_id, output, snapshot_id, group, deletes))
+    return manifests
+
+
+def _updates(
+    metadata: TableMetadata, snapshot: Snapshot, branch: str, change: SnapshotChange, expire_snapshots: bool
+) -> tuple[TableUpdate, ...]:
+    """The metadata changes that put ``snapshot`` at the head of ``branch``, in one commit."""
     updates: tuple[TableUpdate, ...] = (
         AddSnapshotUpdate(snapshot=snapshot),
         SetSnapshotRefUpdate(
-            snapshot_id=snapshot_id,
-            parent_snapshot_id=parent_id,
+            snapshot_id=snapshot.snapshot_id,
+            parent_snapshot_id=snapshot.parent_snapshot_id,
             ref_name=branch,
             type=SnapshotRefType.BRANCH,
             max_ref_age_ms=None,
@@ -235,7 +249,7 @@ def prepare_change(
         expired = expired_snapshot_ids(metadata, snapshot, branch)
         if expired:
             updates += (RemoveSnapshotsUpdate(snapshot_ids=expired),)
-    return PreparedSnapshot(snapshot_id, parent_id, updates, _requirements(metadata, parent_id, branch), tuple(written))
+    return updates
 
 
 def _remove_files(
