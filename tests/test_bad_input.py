@@ -268,3 +268,11 @@ def test_the_readme_has_a_row_for_every_stream_option() -> None:
     first_cells = [line.split("|")[1] for line in readme.splitlines() if line.startswith("| `")]
     missing = [name for name, _, _ in StreamOptions.reference() if not any(f"`{name}`" in c for c in first_cells)]
     assert missing == []
+
+
+def test_the_option_reference_gives_plain_defaults() -> None:
+    from icesink.sink.options import StreamOptions
+
+    defaults = {name: default for name, default, _ in StreamOptions.reference()}
+    assert defaults["table"] == "required" and defaults["committer"] == "'inline'" and defaults["writer"] == "'auto'"
+    assert defaults["maintain"] == "False" and defaults["partition_by"] == "()"

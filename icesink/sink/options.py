@@ -157,7 +157,8 @@ class StreamOptions:
         """(option, default, meaning) of every option, for the documentation."""
         rows = []
         for option in fields(cls):
-            default = "required" if option.name == "table" else repr(option.default)
+            value = option.default.value if isinstance(option.default, enum.Enum) else option.default
+            default = "required" if option.name == "table" else repr(value)
             rows.append((option.name, default, option.metadata["doc"]))
         return rows
 
