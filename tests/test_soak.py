@@ -20,7 +20,8 @@ from icesink.catalog.loader import open_catalog
 from tests.outcomes import check_outcome
 from tests.soak_streams import JOBS
 from tests.streams import add_input_files
-from tests.test_faults import ROOT, _env, _kill_group, all_committed, start_committer, wait_until
+from tests.support import wait_for
+from tests.test_faults import ROOT, _env, _kill_group, all_committed, start_committer
 
 pytestmark = [pytest.mark.faults, pytest.mark.spark]
 ROWS_PER_FILE = 2000
@@ -80,7 +81,7 @@ def test_four_jobs_two_tables_two_committers_one_killed_at_random(pg_catalog: Ca
             committers[victim] = start_committer(pg_catalog, logs[victim])
         assert stream.wait() == 0, (tmp_path / "stream.log").read_text()[-4000:]
         tables = sorted(set(JOBS.values()))
-        wait_until(lambda: all(all_committed(pg_catalog, t) for t in tables), 60, "every checkpoint is committed")
+        wait_for(lambda: all(all_committed(pg_catalog, t) for t in tables), "every checkpoint is committed", 60)
     finally:
         _kill_group(stream)
         for process in committers:
