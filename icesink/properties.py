@@ -17,6 +17,8 @@ CONVERTED_PROPERTY = "icesink.converted-equality-deletes"
 DISCARDED_PROPERTY = "icesink.discarded-checkpoints"
 MAINTENANCE_PROPERTY = "icesink.maintenance"  # which maintenance made the snapshot: convert or compact
 BASE_SNAPSHOT_PROPERTY = "icesink.maintenance.base-snapshot-id"
+# Shared by the snapshots one atomic commit made in several tables (one transaction of the catalog).
+COMMIT_ID_PROPERTY = "icesink.commit-id"
 
 # --- table properties -----------------------------------------------------------------------------------------------
 # The marker again, per job, in the same atomic metadata commit (``<prefix><job id>``).

@@ -13,7 +13,7 @@ import pyarrow as pa
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.committer.ledger import Ledger
-from icesink.committer.staging import stage_checkpoint
+from icesink.committer.staging import TableResults, stage_checkpoint, stage_tables
 from icesink.iceberg.describe import writer_spec
 from icesink.results import WriteResult
 from icesink.writer.task import TaskWriter
@@ -85,6 +85,19 @@ def stage_rows(config: CatalogConfig, identifier: str, job_id: str, checkpoint_i
     table = catalog.load_table(identifier)
     result = write_files(table, identifier, job_id, checkpoint_id, rows)
     return stage_checkpoint(Ledger(config), table, identifier, job_id, checkpoint_id, [result])
+
+
+def stage_group(
+    config: CatalogConfig, job_id: str, checkpoint_id: int, rows: dict[str, pa.Table | None], atomic: bool = True
+) -> bool:
+    """Stage one checkpoint of a job writing several tables (``None``: the checkpoint wrote nothing there)."""
+    catalog = open_catalog(config)
+    written = []
+    for identifier, table_rows in rows.items():
+        table = catalog.load_table(identifier)
+        results = [write_files(table, identifier, job_id, checkpoint_id, table_rows)] if table_rows is not None else []
+        written.append(TableResults(table, identifier, results))
+    return stage_tables(Ledger(config), job_id, checkpoint_id, written, atomic=atomic)
 
 
 def table_ids(config: CatalogConfig, identifier: str) -> list[int]:

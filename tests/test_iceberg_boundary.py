@@ -125,3 +125,44 @@ def test_delete_manifest_declares_content_deletes_and_int_equality_ids(table, tm
     assert element == "int"
     (back,) = read_delta_manifest(table.io, manifest)
     assert back.content == DataFileContent.EQUALITY_DELETES and back.equality_ids == [1]
+
+
+@pytest.mark.parametrize("stale", [0, 1])
+def test_tables_swapped_in_one_transaction_or_not_at_all(catalog_config: CatalogConfig, stale: int) -> None:
+    """commit_tables moves every pointer or none: with either table moved meanwhile, neither changes,
+    and the metadata files written for the attempt are gone."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    from icesink.iceberg.catalog_commit import TableSwap, commit_tables
+    from tests.test_group_commit import pointers
+
+    identifiers = ["shop.a", "shop.b b"]
+    catalog = open_catalog(catalog_config)
+    tables = [create_orders_table(catalog_config, identifier) for identifier in identifiers]
+    swaps = []
+    for table, identifier in zip(tables, identifiers, strict=True):
+        files = [to_data_file(f, 2) for f in write_files(table, identifier, "job", 0, orders(0, 2)).data_files]
+        swaps.append(TableSwap(table, prepare_snapshot(table, files, {"icesink.job-id": "job"})))
+    catalog.load_table(identifiers[stale]).append(orders(7, 1))  # another writer moves one table
+    before = pointers(catalog_config)
+    metadata_files = {p for t in tables for p in Path(t.location().removeprefix("file://"), "metadata").glob("*.json")}
+    with pytest.raises(CommitFailedException):
+        commit_tables(catalog, swaps)
+    assert pointers(catalog_config) == before
+    after = {p for t in tables for p in Path(t.location().removeprefix("file://"), "metadata").glob("*.json")}
+    assert after == metadata_files
+    # Built on the current heads, the same commit goes through for both, with the caller's statements.
+    fresh = [catalog.load_table(identifier) for identifier in identifiers]
+    swaps = [
+        TableSwap(
+            t,
+            prepare_snapshot(
+                t, [to_data_file(f, 2) for f in write_files(t, i, "job", 1, orders(10, 1)).data_files], {}
+            ),
+        )
+        for t, i in zip(fresh, identifiers, strict=True)
+    ]
+    seen = []
+    committed = commit_tables(catalog, swaps, within=lambda connection: seen.append(connection.in_transaction()))
+    assert seen == [True]
+    assert [t.metadata_location for t in committed] == [pointers(catalog_config)[i] for i in identifiers]

@@ -56,6 +56,8 @@ checkpoints = sa.Table(
     sa.Column("discarded_at", sa.DateTime(timezone=True)),
     sa.Column("discarded_by", sa.String(255)),
     sa.Column("discard_reason", sa.Text()),
+    sa.Column("atomic", sa.Boolean(), nullable=False, server_default=sa.false()),
+    sa.Column("commit_id", sa.String(64)),
 )
 
 
@@ -168,6 +170,8 @@ class StagedCheckpoint:
     checkpoint_location: str | None = None
     schema_id: int | None = None
     column_ids: tuple[tuple[str, int], ...] | None = None  # DataFrame column -> the field it was written to
+    # Committed with the job's other tables of the same checkpoint in one catalog transaction, or not at all.
+    atomic: bool = False
 
     @property
     def manifest_paths(self) -> list[str]:
@@ -201,6 +205,7 @@ class CheckpointRow(StagedCheckpoint):
     discarded_at: datetime.datetime | None = None
     discarded_by: str | None = None
     discard_reason: str | None = None
+    commit_id: str | None = None  # shared by the tables of one atomic commit
 
     @property
     def status(self) -> str:
@@ -256,21 +261,33 @@ class Ledger:
 
     def stage(self, staged: StagedCheckpoint, state: CheckpointState = CheckpointState.STAGED) -> bool:
         """Record a staged checkpoint; False if the ledger already had it (the earlier row wins)."""
+        return self.stage_all([(staged, state)])
+
+    def stage_all(self, checkpoints_of: Sequence[tuple[StagedCheckpoint, CheckpointState]]) -> bool:
+        """Record one checkpoint's rows (one per table) in one transaction: all of them, or none.
+
+        False if the ledger already had any of them (the earlier rows win; nothing of this call is kept).
+        """
         now = _now()
-        values = {
-            **{f.name: getattr(staged, f.name) for f in fields(staged) if f.name != "manifests"},
-            **staged.manifests.columns(),
-            "catalog_name": self._config.name,
-            "state": state.value,
-            "staged_at": now,
-            "committed_at": now if state == CheckpointState.COMMITTED else None,
-            "manifests_deleted": not staged.manifest_paths,
-            "column_ids": json.dumps(dict(staged.column_ids)) if staged.column_ids is not None else None,
-        }
+        rows = [
+            {
+                **{f.name: getattr(staged, f.name) for f in fields(staged) if f.name != "manifests"},
+                **staged.manifests.columns(),
+                "catalog_name": self._config.name,
+                "state": state.value,
+                "staged_at": now,
+                "committed_at": now if state == CheckpointState.COMMITTED else None,
+                "manifests_deleted": not staged.manifest_paths,
+                "column_ids": json.dumps(dict(staged.column_ids)) if staged.column_ids is not None else None,
+            }
+            for staged, state in checkpoints_of
+        ]
+        if not rows:
+            return True
         with database_errors(self._config):
             try:
                 with self._engine.begin() as connection:
-                    connection.execute(checkpoints.insert().values(**values))
+                    connection.execute(checkpoints.insert(), rows)
             except sa.exc.IntegrityError:
                 return False
         return True
@@ -471,11 +488,13 @@ class Ledger:
         with database_errors(self._config), self._engine.begin() as connection:
             return int(connection.execute(query).rowcount)
 
-    def uncleaned(self, table_identifier: str | None = None) -> list[CheckpointRow]:
+    def uncleaned(self, table_identifier: str | None = None, job_id: str | None = None) -> list[CheckpointRow]:
         """Committed checkpoints whose temporary manifests may still exist."""
         where = [checkpoints.c.state == CheckpointState.COMMITTED.value, checkpoints.c.manifests_deleted == sa.false()]
         if table_identifier is not None:
             where.append(checkpoints.c.table_identifier == table_identifier)
+        if job_id is not None:
+            where.append(checkpoints.c.job_id == job_id)
         return self._select(*where)
 
     def mark_committed(self, ids: Sequence[int], snapshot_id: int | None) -> None:
@@ -487,6 +506,41 @@ class Ledger:
             error=None,
             failed_at=None,
         )
+
+    def mark_committed_in(
+        self, connection: sa.Connection, snapshots: Mapping[int, int | None], commit_id: str | None
+    ) -> None:
+        """Within the caller's transaction (the catalog commit's own): ledger row id -> its table's new snapshot."""
+        now = _now()
+        for row_id, snapshot_id in snapshots.items():
+            connection.execute(
+                checkpoints.update()
+                .where(checkpoints.c.id == row_id)
+                .values(
+                    state=CheckpointState.COMMITTED.value,
+                    snapshot_id=snapshot_id,
+                    committed_at=now,
+                    error=None,
+                    failed_at=None,
+                    commit_id=commit_id,
+                )
+            )
+
+    def pending_atomic(self, job_id: str) -> list[CheckpointRow]:
+        """The job's staged checkpoints that commit across tables, by checkpoint, then table."""
+        c = checkpoints.c
+        query = (
+            sa.select(checkpoints)
+            .where(
+                c.catalog_name == self._config.name,
+                c.job_id == job_id,
+                c.state == CheckpointState.STAGED.value,
+                c.atomic == sa.true(),
+            )
+            .order_by(c.checkpoint_id, c.table_identifier)
+        )
+        with database_errors(self._config), self._engine.connect() as connection:
+            return [self._row(r) for r in connection.execute(query)]
 
     def mark_manifests_deleted(self, ids: Iterable[int]) -> None:
         self._update(list(ids), manifests_deleted=True)

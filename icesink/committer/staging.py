@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from icesink import paths
@@ -27,6 +27,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class TableResults:
+    """What one checkpoint wrote into one table: its files, the schema they were written with (default:
+    the table's current one) and which field each DataFrame column went to."""
+
+    table: Table
+    identifier: str
+    results: Sequence[WriteResult]
+    schema_id: int | None = None
+    column_ids: Mapping[str, int] | None = None
+
+
 def stage_checkpoint(
     ledger: Ledger,
     table: Table,
@@ -38,64 +50,110 @@ def stage_checkpoint(
     schema_id: int | None = None,
     column_ids: dict[str, int] | None = None,
 ) -> bool:
-    """Write the checkpoint's delta manifest and record it in the ledger.
+    """Stage one table's checkpoint (see :func:`stage_tables`)."""
+    written = TableResults(table, table_identifier, results, schema_id, column_ids)
+    return stage_tables(ledger, job_id, checkpoint_id, [written], stream)
 
-    Returns False when the ledger already had this checkpoint from the same
-    stream (a retried batch); the earlier staging wins and this attempt's
-    manifest is removed. The same checkpoint of the same job staged by
-    another stream is a :class:`JobIdConflictError`: two streams share a job id.
-    ``schema_id`` is the schema the files were written with (default: the table's current one),
-    ``column_ids`` which field each DataFrame column was written to.
+
+def stage_tables(
+    ledger: Ledger,
+    job_id: str,
+    checkpoint_id: int,
+    written: Sequence[TableResults],
+    stream: StreamIdentity | None = None,
+    atomic: bool = False,
+) -> bool:
+    """Write the checkpoint's delta manifests, one pair per table, and record them in the ledger in one
+    transaction: every table's row, or none.
+
+    Returns False when the ledger already had this checkpoint from the same stream (a retried batch);
+    the earlier staging wins and this attempt's manifests are removed. The same checkpoint of the same
+    job staged by another stream is a :class:`JobIdConflictError`: two streams share a job id. With
+    ``atomic`` the tables' rows are committed together, in one catalog transaction.
     """
+    stream = stream or StreamIdentity()
+    staged: list[StagedCheckpoint] = []
+    try:
+        for one in written:
+            staged.append(_write_delta_manifests(one, job_id, checkpoint_id, stream, atomic))
+    except BaseException:
+        _drop_manifests(written, staged)
+        raise
+    wrote_files = any(s.manifest_paths for s in staged)
+    if wrote_files:
+        failpoint("stage.after-manifest")
+    rows = [(s, CheckpointState.STAGED if s.manifest_paths else CheckpointState.COMMITTED) for s in staged]
+    if ledger.stage_all(rows):
+        if wrote_files:
+            failpoint("stage.after-ledger")
+        return True
+    _drop_manifests(written, staged)
+    for one in written:
+        _same_stream(ledger, one.identifier, job_id, checkpoint_id, stream)
+    if wrote_files:
+        log.warning(
+            "table(s) %s: checkpoint %d of job %s was already staged; dropped this attempt's manifests",
+            ", ".join(w.identifier for w in written),
+            checkpoint_id,
+            job_id,
+        )
+        failpoint("stage.after-ledger")
+    return False
+
+
+def _write_delta_manifests(
+    written: TableResults, job_id: str, checkpoint_id: int, stream: StreamIdentity, atomic: bool
+) -> StagedCheckpoint:
+    """The table's checkpoint with its delta manifests written (none when it wrote no file)."""
+    from icesink.iceberg.files import delete_quietly
     from icesink.iceberg.manifests import to_data_file, write_delta_manifest
 
-    stream = stream or StreamIdentity()
-    records = [f for r in results for f in r.data_files]
-    delete_records = [f for r in results for f in r.delete_files]
-    written = records + delete_records
+    table = written.table
+    records = [f for r in written.results for f in r.data_files]
+    delete_records = [f for r in written.results for f in r.delete_files]
+    every_file = records + delete_records
     # Every file of a checkpoint is written with the spec the driver read for it.
-    spec_id = written[0].spec_id if written else table.metadata.default_spec_id
+    spec_id = every_file[0].spec_id if every_file else table.metadata.default_spec_id
     empty = StagedCheckpoint(
-        table_identifier=table_identifier,
+        table_identifier=written.identifier,
         job_id=job_id,
         checkpoint_id=checkpoint_id,
         spec_id=spec_id,
         stream_id=stream.stream_id,
         checkpoint_location=stream.checkpoint_location,
-        schema_id=table.metadata.current_schema_id if schema_id is None else schema_id,
-        column_ids=tuple(sorted(column_ids.items())) if column_ids is not None else None,
+        schema_id=table.metadata.current_schema_id if written.schema_id is None else written.schema_id,
+        column_ids=tuple(sorted(written.column_ids.items())) if written.column_ids is not None else None,
+        atomic=atomic,
     )
-    if not written:
-        # Nothing to commit; remember the checkpoint so a retry does not rewrite it.
-        staged = ledger.stage(empty, state=CheckpointState.COMMITTED)
-        return staged or _same_stream(ledger, table_identifier, job_id, checkpoint_id, stream)
+    if not every_file:
+        # Nothing to commit; remembered (as committed) so a retry does not rewrite it.
+        return empty
     format_version = table.metadata.format_version
     prefix = f"icesink-{paths.segment(job_id, 64)}-{checkpoint_id:010d}-{uuid.uuid4().hex}"
     staged_manifests: list[StagedManifest | None] = []
-    for deletes, group in ((False, records), (True, delete_records)):
-        if not group:
-            staged_manifests.append(None)
-            continue
-        path = table.location_provider().new_metadata_location(f"{prefix}-{'deletes' if deletes else 'data'}.avro")
-        files = [to_data_file(r, format_version) for r in group]
-        written_manifest = write_delta_manifest(table.metadata, table.io, path, spec_id, files, deletes=deletes)
-        records_in = sum(r.record_count for r in group)
-        staged_manifests.append(StagedManifest(path, written_manifest.length, len(group), records_in))
-    failpoint("stage.after-manifest")
-    manifests = DeltaManifests(*staged_manifests)
-    staged = ledger.stage(replace(empty, manifests=manifests))
-    if not staged:
-        for path in manifests.paths:
-            table.io.delete(path)
-        _same_stream(ledger, table_identifier, job_id, checkpoint_id, stream)
-        log.warning(
-            "table %s: checkpoint %d of job %s was already staged; dropped this attempt's manifest",
-            table_identifier,
-            checkpoint_id,
-            job_id,
-        )
-    failpoint("stage.after-ledger")
-    return staged
+    try:
+        for deletes, group in ((False, records), (True, delete_records)):
+            if not group:
+                staged_manifests.append(None)
+                continue
+            kind = "deletes" if deletes else "data"
+            path = table.location_provider().new_metadata_location(f"{prefix}-{kind}.avro")
+            files = [to_data_file(r, format_version) for r in group]
+            manifest = write_delta_manifest(table.metadata, table.io, path, spec_id, files, deletes=deletes)
+            staged_manifests.append(
+                StagedManifest(path, manifest.length, len(group), sum(r.record_count for r in group))
+            )
+    except BaseException:
+        delete_quietly(table.io, [m.path for m in staged_manifests if m is not None])
+        raise
+    return replace(empty, manifests=DeltaManifests(*staged_manifests))
+
+
+def _drop_manifests(written: Sequence[TableResults], staged: Sequence[StagedCheckpoint]) -> None:
+    from icesink.iceberg.files import delete_quietly
+
+    for one, checkpoint in zip(written, staged, strict=False):
+        delete_quietly(one.table.io, checkpoint.manifest_paths)
 
 
 def _same_stream(

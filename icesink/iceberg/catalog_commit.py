@@ -1,0 +1,118 @@
+"""Several tables' snapshots swapped into a SQL catalog in one database transaction, or none.
+
+pyiceberg's ``SqlCatalog.commit_table`` moves one table's pointer per
+transaction (a compare-and-swap on ``iceberg_tables.metadata_location``). A
+checkpoint that touches several tables must move all their pointers together,
+so that a reader of the catalog never sees one table with the checkpoint and
+another without it: every table's new metadata file is written first, then one
+transaction compare-and-swaps every pointer and runs the caller's own
+statements (the ledger's), and commits. If any pointer moved meanwhile, the
+transaction rolls back and nothing of it is visible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import Table
+
+from icesink.failpoints import failpoint
+from icesink.iceberg.snapshots import PreparedSnapshot
+
+
+@dataclass(frozen=True)
+class TableSwap:
+    """One table's part of a commit across tables: the table as it was read, and its prepared snapshot."""
+
+    table: Table
+    prepared: PreparedSnapshot
+
+
+def commit_tables(
+    catalog: SqlCatalog,
+    swaps: Sequence[TableSwap],
+    within: Callable[[sa.Connection], None] | None = None,
+) -> list[Table]:
+    """Swap every table to its prepared snapshot in one transaction; the committed tables, in order.
+
+    ``within`` runs inside the same transaction after the swaps (the ledger's bookkeeping, so that it
+    can never disagree with the catalog). Raises ``CommitFailedException`` naming the first table whose
+    head moved; then no table changed, and the new metadata files written for the attempt are deleted.
+    """
+    staged = []
+    for swap in swaps:
+        identifier = swap.table.name()
+        current = catalog.load_table(identifier)
+        # Checks the requirements (the head, the schema) against the table as the catalog has it now.
+        staged.append(
+            (
+                current,
+                catalog._update_and_stage_table(current, identifier, swap.prepared.requirements, swap.prepared.updates),
+            )
+        )
+    written: list[tuple[Table, str]] = []
+    try:
+        for _, new in staged:
+            catalog._write_metadata(metadata=new.metadata, io=new.io, metadata_path=new.metadata_location)
+            written.append((new, new.metadata_location))
+        failpoint("group.before-transaction")  # every metadata file written, no pointer moved
+    except BaseException:
+        _delete_quietly(written)
+        raise
+    with catalog.engine.connect() as connection:
+        transaction = connection.begin()
+        try:
+            for number, (current, new) in enumerate(staged):
+                _swap_pointer(connection, catalog.name, current, new.metadata_location)
+                if number == 0:
+                    failpoint("group.during-transaction")  # one pointer moved, not committed
+            if within is not None:
+                within(connection)
+        except BaseException:
+            transaction.rollback()  # nothing of it is visible, so nothing references what was written
+            _delete_quietly(written)
+            raise
+        # An error in COMMIT itself (a lost connection) leaves the outcome unknown: the files stay, since
+        # the catalog may name them; the marker decides on the retry, gc removes orphans.
+        transaction.commit()
+    failpoint("group.after-transaction")
+    return [
+        Table(
+            identifier=new.name(),
+            metadata=new.metadata,
+            metadata_location=new.metadata_location,
+            io=new.io,
+            catalog=catalog,
+        )
+        for _, new in staged
+    ]
+
+
+def _swap_pointer(connection: sa.Connection, catalog_name: str, current: Table, location: str) -> None:
+    identifier = current.name()
+    namespace = Catalog.namespace_to_string(Catalog.namespace_from(identifier))
+    name = Catalog.table_name_from(identifier)
+    result = connection.execute(
+        sa.update(IcebergTables)
+        .where(
+            IcebergTables.catalog_name == catalog_name,
+            IcebergTables.table_namespace == namespace,
+            IcebergTables.table_name == name,
+            IcebergTables.metadata_location == current.metadata_location,
+        )
+        .values(metadata_location=location, previous_metadata_location=current.metadata_location)
+    )
+    if result.rowcount != 1:
+        raise CommitFailedException(f"Table has been updated by another process: {namespace}.{name}")
+
+
+def _delete_quietly(written: Sequence[tuple[Table, str]]) -> None:
+    from icesink.iceberg.files import delete_quietly
+
+    for table, location in written:
+        delete_quietly(table.io, [location])

@@ -1,0 +1,143 @@
+"""A job's checkpoints committed across several tables in one catalog transaction (driven without Spark)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.database import engine
+from icesink.catalog.loader import open_catalog
+from icesink.committer.commit import TableCommitter
+from icesink.committer.ledger import CheckpointState, Ledger
+from icesink.errors import ManifestError
+from icesink.iceberg.marker import committed_marker
+from icesink.properties import COMMIT_ID_PROPERTY
+from tests.support import create_orders_table, orders, stage_group, table_ids
+
+TABLES = ("shop.orders", "shop.order lines", "shop.façade%/x")
+
+
+def pointers(config: CatalogConfig) -> dict[str, str]:
+    """Every table's metadata location, read in one statement (one transaction)."""
+    query = sa.text("SELECT table_namespace, table_name, metadata_location FROM iceberg_tables WHERE catalog_name = :c")
+    with engine(config).connect() as connection:
+        return {f"{ns}.{name}": loc for ns, name, loc in connection.execute(query, {"c": config.name})}
+
+
+def marker_of(config: CatalogConfig, identifier: str, job_id: str = "job") -> int | None:
+    marker = committed_marker(open_catalog(config).load_table(identifier).metadata, job_id)
+    return marker.checkpoint_id if marker else None
+
+
+@pytest.fixture
+def three_tables(catalog_config: CatalogConfig) -> CatalogConfig:
+    for identifier in TABLES:
+        create_orders_table(catalog_config, identifier)
+    return catalog_config
+
+
+def test_one_checkpoint_moves_every_table_it_touched_in_one_commit(three_tables: CatalogConfig) -> None:
+    config = three_tables
+    assert stage_group(config, "job", 0, {TABLES[0]: orders(0, 3), TABLES[1]: orders(10, 2), TABLES[2]: None})
+    assert stage_group(config, "job", 1, {TABLES[0]: orders(3, 1), TABLES[1]: None, TABLES[2]: orders(20, 4)})
+    before = pointers(config)
+    outcomes = TableCommitter.of(config).commit_pending(TABLES[1])  # any table of the job commits all of them
+    assert all(pointers(config)[t] != before[t] for t in TABLES)
+    assert table_ids(config, TABLES[0]) == [0, 1, 2, 3]
+    assert table_ids(config, TABLES[1]) == [10, 11]
+    assert table_ids(config, TABLES[2]) == [20, 21, 22, 23]
+    # Appends commute: both checkpoints went in one transaction, one snapshot per table.
+    catalog = open_catalog(config)
+    commit_ids = set()
+    for identifier in TABLES:
+        table = catalog.load_table(identifier)
+        assert len(table.metadata.snapshots) == 1
+        commit_ids.add(table.current_snapshot().summary[COMMIT_ID_PROPERTY])
+    assert len(commit_ids) == 1
+    assert {o.table_identifier: o.checkpoint_ids for o in outcomes} == {
+        TABLES[0]: (0, 1),
+        TABLES[1]: (0,),
+        TABLES[2]: (1,),
+    }
+    assert [marker_of(config, t) for t in TABLES] == [1, 0, 1]
+    rows = [r for t in TABLES for r in Ledger(config).for_table(t)]
+    assert {r.state for r in rows} == {CheckpointState.COMMITTED}
+    assert {r.commit_id for r in rows if r.manifest_paths} == commit_ids
+    assert all(r.manifests_deleted for r in rows)
+
+
+def test_a_table_the_checkpoint_did_not_touch_keeps_its_snapshot(three_tables: CatalogConfig) -> None:
+    config = three_tables
+    stage_group(config, "job", 0, {TABLES[0]: orders(0, 1), TABLES[1]: orders(1, 1)})
+    TableCommitter.of(config).commit_pending(TABLES[0])
+    before = pointers(config)
+    stage_group(config, "job", 1, {TABLES[0]: orders(2, 1), TABLES[1]: None})
+    TableCommitter.of(config).commit_pending(TABLES[0])
+    after = pointers(config)
+    assert after[TABLES[0]] != before[TABLES[0]]
+    assert after[TABLES[1]] == before[TABLES[1]]
+    assert after[TABLES[2]] == before[TABLES[2]]  # never part of the job
+
+
+def test_a_table_that_cannot_commit_holds_the_group_and_the_error_names_it(three_tables: CatalogConfig) -> None:
+    config = three_tables
+    stage_group(config, "job", 0, {TABLES[0]: orders(0, 1), TABLES[1]: orders(1, 1)})
+    stage_group(config, "job", 1, {TABLES[0]: orders(2, 1), TABLES[1]: orders(3, 1)})
+    broken = next(r for r in Ledger(config).pending(TABLES[1]) if r.checkpoint_id == 1)
+    Path(broken.manifests.data.path.removeprefix("file://")).unlink()
+    with pytest.raises(ManifestError, match=f"table {TABLES[1]}, job job, checkpoint 1"):
+        TableCommitter.of(config).commit_pending(TABLES[0])
+    # Checkpoint 0 could commit everywhere, and did; checkpoint 1 moved no table.
+    assert [marker_of(config, t) for t in TABLES[:2]] == [0, 0]
+    assert table_ids(config, TABLES[0]) == [0]
+    assert table_ids(config, TABLES[1]) == [1]
+    pending = Ledger(config).pending(TABLES[0]) + Ledger(config).pending(TABLES[1])
+    assert [(r.table_identifier, r.checkpoint_id, r.status) for r in pending] == [
+        (TABLES[0], 1, "staged"),
+        (TABLES[1], 1, "failed"),
+    ]
+
+
+def test_another_writer_moving_one_table_sends_the_whole_group_back(three_tables: CatalogConfig) -> None:
+    """The swap of a group whose table moved since it was read is refused as a whole, then rebuilt once."""
+    config = three_tables
+    stage_group(config, "job", 0, {TABLES[0]: orders(0, 2), TABLES[1]: orders(10, 2)})
+    interfered = []
+
+    def another_writer() -> None:
+        if not interfered:
+            interfered.append(True)
+            open_catalog(config).load_table(TABLES[1]).append(orders(99, 1))
+
+    committer = TableCommitter(open_catalog(config), config, Ledger(config), before_commit=another_writer)
+    committer.commit_pending(TABLES[0])
+    assert interfered
+    assert table_ids(config, TABLES[0]) == [0, 1]
+    assert table_ids(config, TABLES[1]) == [10, 11, 99]
+    assert [marker_of(config, t) for t in TABLES[:2]] == [0, 0]
+
+
+def test_a_checkpoint_staged_for_several_tables_is_staged_once(three_tables: CatalogConfig) -> None:
+    """Staging all tables' rows is one transaction: a replay stages nothing and leaves no manifest behind."""
+    config = three_tables
+    assert stage_group(config, "job", 0, {TABLES[0]: orders(0, 1), TABLES[1]: orders(1, 1)})
+    metadata = Path(open_catalog(config).load_table(TABLES[0]).location().removeprefix("file://")) / "metadata"
+    manifests_before = sorted(metadata.glob("icesink-*"))
+    assert not stage_group(config, "job", 0, {TABLES[0]: orders(5, 1), TABLES[1]: orders(6, 1)})
+    assert sorted(metadata.glob("icesink-*")) == manifests_before
+    assert len(Ledger(config).pending(TABLES[0])) == 1
+    assert len(Ledger(config).pending(TABLES[1])) == 1
+
+
+def test_tables_committed_independently_when_not_atomic(three_tables: CatalogConfig) -> None:
+    config = three_tables
+    stage_group(config, "job", 0, {TABLES[0]: orders(0, 1), TABLES[1]: orders(1, 1)}, atomic=False)
+    TableCommitter.of(config).commit_pending(TABLES[0])
+    assert table_ids(config, TABLES[0]) == [0]
+    assert table_ids(config, TABLES[1]) == []
+    summary = open_catalog(config).load_table(TABLES[0]).current_snapshot().summary
+    assert COMMIT_ID_PROPERTY not in summary.additional_properties
+    assert "icesink.job-id" in summary.additional_properties
