@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from icesink.catalog.config import CatalogConfig
     from icesink.changelog.api import changes, read_stream, register
     from icesink.reader import read
+    from icesink.sink.options import Target
     from icesink.sink.stream import stream
 
 __version__ = "0.1.0"
@@ -33,6 +34,7 @@ __all__ = [
     "IcesinkError",
     "SchemaMismatchError",
     "TableNotFoundError",
+    "Target",
     "TerminalError",
     "TransientError",
     "changes",
@@ -56,6 +58,10 @@ def __getattr__(name: str) -> Any:
         from icesink.changelog import api
 
         return getattr(api, name)
+    if name == "Target":
+        from icesink.sink.options import Target
+
+        return Target
     if name == "CatalogConfig":
         from icesink.catalog.config import CatalogConfig
 

@@ -274,5 +274,6 @@ def test_the_option_reference_gives_plain_defaults() -> None:
     from icesink.sink.options import StreamOptions
 
     defaults = {name: default for name, default, _ in StreamOptions.reference()}
-    assert defaults["table"] == "required" and defaults["committer"] == "'inline'" and defaults["writer"] == "'auto'"
+    assert defaults["table"] == "required (or tables)"
+    assert defaults["committer"] == "'inline'" and defaults["writer"] == "'auto'"
     assert defaults["maintain"] == "False" and defaults["partition_by"] == "()"

@@ -116,6 +116,10 @@ class TableCommitter:
         self._tables[table_identifier] = table  # only after every job went through without an error
         return outcomes
 
+    def commit_atomic(self, job_id: str) -> list[CommitOutcome]:
+        """Commit every pending checkpoint of a job that commits atomically across its tables."""
+        return self._group.commit_job(job_id)
+
     def _commit_job(
         self, table: Table, identifier: str, job_id: str, rows: list[CheckpointRow], outcomes: list[CommitOutcome]
     ) -> Table:

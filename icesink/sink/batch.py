@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -28,7 +29,7 @@ from icesink.committer.commit import TableCommitter
 from icesink.committer.ledger import Ledger, StreamIdentity
 from icesink.committer.maintainer import Maintainer
 from icesink.committer.protocol import Admission, admit
-from icesink.committer.staging import stage_checkpoint
+from icesink.committer.staging import TableResults, stage_tables
 from icesink.errors import ConfigError, IcesinkError
 from icesink.failpoints import failpoint
 from icesink.iceberg.describe import writer_spec
@@ -73,64 +74,160 @@ class SinkSettings:
     evolve_schema: bool = False
 
 
-class BatchWriter:
-    """The ``foreachBatch`` callable of one stream."""
+@dataclass(frozen=True)
+class TargetSettings:
+    """One table of a stream and the part of each micro-batch that goes there (None: all of it)."""
 
-    def __init__(self, settings: SinkSettings, catalog: SqlCatalog | None = None) -> None:
-        self._settings = settings
+    settings: SinkSettings
+    select: Callable[[DataFrame], DataFrame] | None = None
+
+
+class BatchWriter:
+    """The ``foreachBatch`` callable of one stream, into one table or several.
+
+    Every micro-batch is one checkpoint of the stream's job in every table: admitted (the checkpoint
+    protocol) in each, written into each, staged for all of them in one ledger transaction, and
+    committed; with ``atomic`` the tables are committed together, in one catalog transaction.
+    """
+
+    def __init__(
+        self, targets: Sequence[TargetSettings], catalog: SqlCatalog | None = None, atomic: bool = False
+    ) -> None:
+        first = targets[0].settings
+        self._first = first
+        self._targets = list(targets)
+        self._atomic = atomic
         # stream() hands over the catalog it opened (and checked the migrations of) already.
-        self._catalog = catalog or open_catalog(settings.catalog)
-        self._ledger = Ledger(settings.catalog)
+        self._catalog = catalog or open_catalog(first.catalog)
+        self._ledger = Ledger(first.catalog)
         self._committer = TableCommitter(
-            self._catalog, settings.catalog, self._ledger, expire_snapshots=settings.expire_snapshots
+            self._catalog, first.catalog, self._ledger, expire_snapshots=first.expire_snapshots
         )
+        self._sinks = [TableSink(t.settings, self._catalog, self._ledger) for t in targets]
+        self._claimed = False  # this run checked that no other stream uses its job id
+        self.last_phases: dict[str, float] = {}  # of the last micro-batch written, for profiles
+
+    @property
+    def _names(self) -> str:
+        return ", ".join(t.settings.table for t in self._targets)
+
+    def job_id(self, batch_df: DataFrame) -> str:
+        if self._first.job_id:
+            return self._first.job_id
+        # Spark persists the query id in the checkpoint location: stable across restarts.
+        query_id = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+        if not query_id:
+            raise ConfigError(f"table {self._names}: cannot find the streaming query id; pass job_id=")
+        return query_id
+
+    def stream_identity(self, batch_df: DataFrame) -> StreamIdentity:
+        query_id = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
+        return StreamIdentity(query_id or None, self._first.checkpoint_location)
+
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        phases = Phases()
+        job_id = self.job_id(batch_df)
+        stream = self.stream_identity(batch_df)
+        checkpoint_id = int(batch_id)
+        tables = [load_table(self._catalog, t.settings.catalog, t.settings.table) for t in self._targets]
+        if not self._admitted(tables, job_id, checkpoint_id, stream):
+            return
+        several = len(self._targets) > 1
+        if several:  # every target reads the micro-batch: its source is read once
+            batch_df = batch_df.persist()
+        try:
+            written = [
+                sink.write(target.select(batch_df) if target.select else batch_df, table, job_id, checkpoint_id, phases)
+                for sink, target, table in zip(self._sinks, self._targets, tables, strict=True)
+            ]
+        finally:
+            if several:
+                batch_df.unpersist()
+        failpoint("driver.after-write")
+        stage_tables(self._ledger, job_id, checkpoint_id, [w.results for w in written], stream, atomic=self._atomic)
+        for sink, one in zip(self._sinks, written, strict=True):
+            sink.staged(one)
+        phases.done("stage")
+        failpoint("driver.after-stage")
+        if self._first.inline_commit:
+            self._commit(job_id, phases)
+        self.last_phases = phases.milliseconds
+        log.info("table=%s checkpoint=%d took %s", self._names, checkpoint_id, phases)
+
+    def _admitted(self, tables: Sequence[Table], job_id: str, checkpoint_id: int, stream: StreamIdentity) -> bool:
+        """Whether this checkpoint is still to be written; if it was staged before, it is committed instead.
+
+        A checkpoint is staged for all of a stream's tables at once, so one table that has it (staged or
+        committed) means it is not written again anywhere.
+        """
+        decisions = [
+            admit(self._ledger, table, t.settings.table, job_id, checkpoint_id, stream, first=not self._claimed)
+            for table, t in zip(tables, self._targets, strict=True)
+        ]
+        for decision in decisions:
+            if decision.refusal is not None:
+                raise decision.refusal
+        self._claimed = True
+        if all(d.admission == Admission.WRITE for d in decisions):
+            return True
+        for decision, target in zip(decisions, self._targets, strict=True):
+            state = decision.staged.state if decision.staged is not None else decision.admission.value
+            log.info(
+                "table=%s job=%s checkpoint=%d already %s; not written again",
+                target.settings.table,
+                job_id,
+                checkpoint_id,
+                state,
+            )
+        if any(d.commit_staged for d in decisions) and self._first.inline_commit:
+            self._commit(job_id)
+        return False
+
+    def _commit(self, job_id: str, phases: Phases | None = None) -> None:
+        """Commit this job's pending checkpoints, retrying transient failures with capped backoff."""
+        phases = phases or Phases()
+        for attempt in range(1, self._first.commit_attempts + 1):
+            try:
+                if self._atomic:
+                    outcomes = self._committer.commit_atomic(job_id)
+                else:
+                    tables = [t.settings.table for t in self._targets]
+                    outcomes = [o for table in tables for o in self._committer.commit_pending(table, job_id)]
+                phases.done("commit")
+                for sink in self._sinks:
+                    if any(o.snapshot_id is not None and o.table_identifier == sink.table for o in outcomes):
+                        sink.maintain(self._committer)
+                phases.done("maintain")
+                return
+            except IcesinkError as e:
+                if not e.transient or attempt == self._first.commit_attempts:
+                    raise
+                log.warning("table=%s: commit attempt %d failed (%s); retrying", self._names, attempt, e)
+                time.sleep(COMMIT_BACKOFF.delay(attempt))
+
+
+class TableSink:
+    """One table of a stream: fits each micro-batch to the table and writes its files on the executors."""
+
+    def __init__(self, settings: SinkSettings, catalog: SqlCatalog, ledger: Ledger) -> None:
+        self._settings = settings
+        self.table = settings.table
         # The next micro-batch waits for the driver: maintenance stops after icesink.maintain.max-seconds.
         self._maintainer = (
-            Maintainer(self._catalog, settings.catalog, waiting=lambda table: True) if settings.maintain else None
+            Maintainer(catalog, settings.catalog, waiting=lambda table: True) if settings.maintain else None
         )
         passthrough = list(settings.passthrough)
         if settings.changes is not None:
             passthrough.append(settings.changes.order_column)
         self._schema = SchemaTracker(
-            self._catalog, settings.catalog, self._ledger, settings.table, passthrough, settings.evolve_schema
+            catalog, settings.catalog, ledger, settings.table, passthrough, settings.evolve_schema
         )
         self._spark_writer = SparkParquetWriter()
         self._writer_in_use: str | None = None
-        self._claimed = False  # this run checked that no other stream uses its job id
-        self.last_phases: dict[str, float] = {}  # of the last micro-batch written, for profiles
 
-    def job_id(self, batch_df: DataFrame) -> str:
-        if self._settings.job_id:
-            return self._settings.job_id
-        # Spark persists the query id in the checkpoint location: stable across restarts.
-        query_id = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
-        if not query_id:
-            raise ConfigError(f"table {self._settings.table}: cannot find the streaming query id; pass job_id=")
-        return query_id
-
-    def stream_identity(self, batch_df: DataFrame) -> StreamIdentity:
-        query_id = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
-        return StreamIdentity(query_id or None, self._settings.checkpoint_location)
-
-    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+    def write(self, batch_df: DataFrame, table: Table, job_id: str, checkpoint_id: int, phases: Phases) -> Written:
+        """The checkpoint's files in this table, written on the executors (not yet staged)."""
         identifier = self._settings.table
-        phases = Phases()
-        job_id = self.job_id(batch_df)
-        stream = self.stream_identity(batch_df)
-        checkpoint_id = int(batch_id)
-        table = load_table(self._catalog, self._settings.catalog, identifier)
-        decision = admit(self._ledger, table, identifier, job_id, checkpoint_id, stream, first=not self._claimed)
-        if decision.refusal is not None:
-            raise decision.refusal
-        self._claimed = True
-        if decision.admission != Admission.WRITE:
-            state = decision.staged.state if decision.staged is not None else "committed"
-            log.info(
-                "table=%s job=%s checkpoint=%d already %s; not written again", identifier, job_id, checkpoint_id, state
-            )
-            if decision.commit_staged and self._settings.inline_commit:
-                self._commit(job_id)
-            return
         table, projection = self._schema.fit(batch_df.schema, table, job_id, checkpoint_id)
         phases.done("check")
         spec = replace(
@@ -138,28 +235,19 @@ class BatchWriter:
             nulls_in_required=self._settings.evolve_schema,
         )
         results = self._write(batch_df, table, spec, projection, phases)
-        failpoint("driver.after-write")
         optional = self._schema.required_nulls(spec, results)
         if optional:
             table = self._schema.make_optional(table, optional, checkpoint_id)
-        stage_checkpoint(
-            self._ledger,
-            table,
-            identifier,
-            job_id,
-            checkpoint_id,
-            results,
-            stream,
-            spec.schema_id,
-            projection.field_ids,
-        )
-        self._schema.remember(projection)
-        phases.done("stage")
-        failpoint("driver.after-stage")
-        if self._settings.inline_commit:
-            self._commit(job_id, phases)
-        self.last_phases = phases.milliseconds
-        log.info("table=%s checkpoint=%d took %s", identifier, checkpoint_id, phases)
+        staged = TableResults(table, identifier, results, spec.schema_id, projection.field_ids)
+        return Written(staged, projection)
+
+    def staged(self, written: Written) -> None:
+        self._schema.remember(written.projection)
+
+    def maintain(self, committer: TableCommitter) -> None:
+        """The table's due maintenance, between commits (``maintain=True``)."""
+        if self._maintainer is not None and self._maintainer.between_commits(committer.table(self.table), self.table):
+            committer.forget(self.table)
 
     def _write(
         self, batch_df: DataFrame, table: Table, spec: WriterSpec, projection: Projection, phases: Phases
@@ -202,24 +290,13 @@ class BatchWriter:
             self._writer_in_use = writer
             log.info("table=%s: files are written by %s", self._settings.table, why)
 
-    def _commit(self, job_id: str, phases: Phases | None = None) -> None:
-        """Commit this job's pending checkpoints, retrying transient failures with capped backoff."""
-        phases = phases or Phases()
-        for attempt in range(1, self._settings.commit_attempts + 1):
-            try:
-                outcomes = self._committer.commit_pending(self._settings.table, job_id)
-                phases.done("commit")
-                if self._maintainer is not None and any(o.snapshot_id is not None for o in outcomes):
-                    identifier = self._settings.table
-                    if self._maintainer.between_commits(self._committer.table(identifier), identifier):
-                        self._committer.forget(identifier)
-                    phases.done("maintain")
-                return
-            except IcesinkError as e:
-                if not e.transient or attempt == self._settings.commit_attempts:
-                    raise
-                log.warning("table=%s: commit attempt %d failed (%s); retrying", self._settings.table, attempt, e)
-                time.sleep(COMMIT_BACKOFF.delay(attempt))
+
+@dataclass(frozen=True)
+class Written:
+    """One table's files of a checkpoint, and the projection they were written through."""
+
+    results: TableResults
+    projection: Projection
 
 
 class Phases:

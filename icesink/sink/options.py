@@ -8,13 +8,15 @@ left out.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from icesink.errors import ConfigError
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
     from icesink.catalog.config import CatalogConfig
 
 
@@ -41,7 +43,7 @@ def _doc(text: str) -> dict[str, str]:
 class StreamOptions:
     """The options of one stream into one table."""
 
-    table: str = field(metadata=_doc("``namespace.table`` in the catalog."))
+    table: str = field(metadata=_doc("``namespace.table`` in the catalog (or ``tables``, for several)."))
     checkpoint_location: str | None = field(
         default=None,
         metadata=_doc(
@@ -140,6 +142,27 @@ class StreamOptions:
         ),
     )
 
+    tables: Mapping[str, Target] | None = field(
+        default=None,
+        metadata=_doc(
+            "instead of ``table``: several tables from one stream, one checkpoint and one job, "
+            '``{"ns.orders": icesink.Target(select=..., equality_fields=[...]), ...}``. Each '
+            ":class:`~icesink.Target` says which rows of a micro-batch go to its table and takes the options "
+            "that belong to one table (``create_table``, ``partition_by``, ``table_properties``, "
+            "``equality_fields``, ``op_column``, ``op_values``, ``sequence_by``, ``writer``, ``maintain``, "
+            "``evolve_schema``); the others apply to the stream."
+        ),
+    )
+    atomic: bool = field(
+        default=True,
+        metadata=_doc(
+            "with ``tables=``: every table a micro-batch touches moves to its new snapshot in one transaction of "
+            "the catalog database, or none does, so a reader of the catalog sees all of them at the same "
+            "checkpoint; a table whose checkpoint cannot commit holds back the others. ``False`` commits each "
+            "table on its own."
+        ),
+    )
+
     def __post_init__(self) -> None:
         table = self.table
         object.__setattr__(self, "committer", _member(Committer, self.committer, table, "committer"))
@@ -153,14 +176,62 @@ class StreamOptions:
                 )
 
     @classmethod
+    def default_of(cls, name: str) -> Any:
+        """The default of one option."""
+        (option,) = (f for f in fields(cls) if f.name == name)
+        return option.default
+
+    @classmethod
     def reference(cls) -> list[tuple[str, str, str]]:
         """(option, default, meaning) of every option, for the documentation."""
         rows = []
         for option in fields(cls):
             value = option.default.value if isinstance(option.default, enum.Enum) else option.default
-            default = "required" if option.name == "table" else repr(value)
+            default = "required (or tables)" if option.name == "table" else repr(value)
             rows.append((option.name, default, option.metadata["doc"]))
         return rows
+
+
+# The options that belong to one table: given per table (in a Target) when a stream writes several.
+TABLE_OPTIONS = (
+    "create_table",
+    "partition_by",
+    "table_properties",
+    "equality_fields",
+    "op_column",
+    "op_values",
+    "sequence_by",
+    "writer",
+    "maintain",
+    "evolve_schema",
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One table of a stream that writes several: ``icesink.stream(df, tables={"ns.t": icesink.Target(...)})``.
+
+    ``select`` makes the table's rows out of each micro-batch, e.g. ``lambda df: df.where(...).select(...)``;
+    without it the table gets the whole micro-batch. It must be a DataFrame transformation without
+    actions: it is also applied to the streaming DataFrame, to check the table's fit before the stream
+    starts. The other options mean what they mean for a stream into one table.
+    """
+
+    select: Callable[[DataFrame], DataFrame] | None = None
+    create_table: bool = False
+    partition_by: Sequence[str] = ()
+    table_properties: Mapping[str, str] | None = None
+    equality_fields: Sequence[str] | None = None
+    op_column: str | None = None
+    op_values: Mapping[str, str] | None = None
+    sequence_by: str | None = None
+    writer: Writer | str = Writer.AUTO
+    maintain: bool = False
+    evolve_schema: bool = False
+
+    def options(self) -> dict[str, Any]:
+        """The table's options, as :class:`StreamOptions` takes them."""
+        return {name: getattr(self, name) for name in TABLE_OPTIONS}
 
 
 def _member(kind: type[enum.StrEnum], value: object, table: str, option: str) -> Any:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from icesink.catalog.config import CatalogConfig, resolve_catalog
 from icesink.errors import ConfigError, NotStreamingError
-from icesink.sink.options import Committer, StreamOptions, Writer, args_doc
+from icesink.sink.options import TABLE_OPTIONS, Committer, StreamOptions, Target, Writer, args_doc
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.streaming.query import StreamingQuery
 
-    from icesink.sink.batch import SinkSettings
+    from icesink.sink.batch import SinkSettings, TargetSettings
     from icesink.writer.spec import ChangeSpec
 
 log = logging.getLogger("icesink.stream")
@@ -25,9 +25,11 @@ log = logging.getLogger("icesink.stream")
 
 def stream(
     df: DataFrame,
-    table: str,
+    table: str | None = None,
     checkpoint_location: str | None = None,
     *,
+    tables: Mapping[str, Target] | None = None,
+    atomic: bool = True,
     trigger: Mapping[str, Any] | None = None,
     create_table: bool = False,
     partition_by: Sequence[str] = (),
@@ -52,30 +54,65 @@ def stream(
     Returns:
         The running ``StreamingQuery``.
     """
+    arguments = dict(locals())  # first, while it holds only the arguments
+    del arguments["df"]
+    if tables is not None:
+        return _stream_tables(df, arguments)
+    if table is None:
+        raise ConfigError("icesink.stream needs table='namespace.table' (or tables={...} for several tables)")
     _check_streaming(df, table)
-    session_default = df.sparkSession.conf.get("spark.sql.streaming.checkpointLocation", None)
-    options = StreamOptions(
-        table=table,
-        checkpoint_location=checkpoint_location or session_default,
-        trigger=trigger,
-        create_table=create_table,
-        partition_by=partition_by,
-        table_properties=table_properties,
-        job_id=job_id,
-        catalog=catalog,
-        committer=committer,  # type: ignore[arg-type]  # checked and made a Committer by StreamOptions
-        query_name=query_name,
-        equality_fields=equality_fields,
-        op_column=op_column,
-        op_values=op_values,
-        sequence_by=sequence_by,
-        expire_snapshots=expire_snapshots,
-        writer=writer,  # type: ignore[arg-type]
-        maintain=maintain,
-        evolve_schema=evolve_schema,
-    )
+    arguments["checkpoint_location"] = _checkpoint_location(df, checkpoint_location)
+    options = StreamOptions(**arguments)
+    from icesink.sink.batch import TargetSettings
+
     settings, catalog_handle = preflight(df, options)
-    return start(df, options, settings, catalog_handle)
+    return start(df, options, [TargetSettings(settings)], catalog_handle)
+
+
+def _stream_tables(df: DataFrame, arguments: dict[str, Any]) -> StreamingQuery:
+    """One stream into several tables: each target checked as a stream of its own, then one query."""
+    from pyspark.sql import DataFrame as SparkDataFrame
+
+    from icesink.sink.batch import TargetSettings
+
+    tables: Mapping[str, Target] = arguments.pop("tables")
+    named = ", ".join(tables) if isinstance(tables, Mapping) else repr(tables)
+    if arguments.pop("table") is not None:
+        raise ConfigError(f"icesink.stream takes table= or tables=, not both (tables: {named})")
+    if not isinstance(tables, Mapping) or not tables:
+        raise ConfigError(f'tables= needs at least one table: {{"ns.table": icesink.Target(...), ...}}, not {named}')
+    given = [name for name in TABLE_OPTIONS if arguments[name] != StreamOptions.default_of(name)]
+    if given:
+        raise ConfigError(
+            f"tables {named}: {', '.join(given)} belong(s) to one table; pass it in each icesink.Target(...) "
+            "(the stream takes checkpoint_location, trigger, job_id, catalog, committer, query_name, "
+            "expire_snapshots and atomic)"
+        )
+    for name in TABLE_OPTIONS:
+        del arguments[name]
+    _check_streaming(df, named)
+    arguments["checkpoint_location"] = _checkpoint_location(df, arguments["checkpoint_location"])
+    targets: list[TargetSettings] = []
+    options = None
+    catalog_handle = None
+    for identifier, target in tables.items():
+        if not isinstance(target, Target):
+            raise ConfigError(f"table {identifier}: tables= maps each table to an icesink.Target, not {target!r}")
+        selected = target.select(df) if target.select is not None else df
+        if not isinstance(selected, SparkDataFrame):
+            raise ConfigError(
+                f"table {identifier}: its Target's select returned {type(selected).__name__}, not a DataFrame"
+            )
+        options = StreamOptions(table=identifier, **arguments, **target.options())
+        settings, catalog_handle = preflight(selected, options)
+        targets.append(TargetSettings(settings, target.select))
+    assert options is not None and catalog_handle is not None
+    return start(df, options, targets, catalog_handle)
+
+
+def _checkpoint_location(df: DataFrame, given: str | None) -> str | None:
+    """The location given, or the session's default one."""
+    return given or df.sparkSession.conf.get("spark.sql.streaming.checkpointLocation", None)
 
 
 def _check_streaming(df: DataFrame, table: str) -> None:
@@ -195,11 +232,13 @@ def _plan_changes(
     return changes, passthrough
 
 
-def start(df: DataFrame, options: StreamOptions, settings: SinkSettings, catalog: SqlCatalog) -> StreamingQuery:
-    """The streaming query, writing every micro-batch through icesink."""
+def start(
+    df: DataFrame, options: StreamOptions, targets: Sequence[TargetSettings], catalog: SqlCatalog
+) -> StreamingQuery:
+    """The streaming query, writing every micro-batch through icesink into its tables."""
     from icesink.sink.batch import BatchWriter
 
-    handler = BatchWriter(settings, catalog)
+    handler = BatchWriter(targets, catalog, atomic=options.atomic and len(targets) > 1)
     stream_writer = df.writeStream.foreachBatch(handler).option("checkpointLocation", options.checkpoint_location)
     if options.trigger:
         stream_writer = stream_writer.trigger(**options.trigger)

@@ -1,0 +1,186 @@
+"""One stream into several tables (``icesink.stream(df, tables={...})``), committed atomically, with real Spark."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import icesink
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from icesink.committer.ledger import Ledger
+from icesink.errors import ConfigError
+from icesink.iceberg.marker import committed_marker
+from icesink.properties import COMMIT_ID_PROPERTY
+from tests.outcomes import read_many_with_iceberg_java, read_with_duckdb, read_with_iceberg_rust
+
+pytestmark = pytest.mark.spark
+ORDERS, LINES, AUDIT = "shop.orders", "shop.order lines", "shop.audit ü%"
+EVENTS_SCHEMA = "kind string, id long, name string, qty int, op string, seq long"
+
+
+def write_events(directory: Path, number: int, events: list[dict[str, Any]]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"part-{number:05d}.json"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events), encoding="utf-8")
+    os.utime(path, (1_750_000_000 + number, 1_750_000_000 + number))  # Spark takes files in time order
+
+
+def targets() -> dict[str, icesink.Target]:
+    from pyspark.sql import functions as F
+
+    return {
+        ORDERS: icesink.Target(
+            select=lambda df: df.where(F.col("kind") == "order").select("id", "name", "op", "seq"),
+            create_table=True,
+            equality_fields=["id"],
+            op_column="op",
+            op_values={"c": "insert", "u": "update", "d": "delete"},
+            sequence_by="seq",
+        ),
+        LINES: icesink.Target(
+            select=lambda df: df.where(F.col("kind") == "line").select("id", "qty"),
+            create_table=True,
+            partition_by=["bucket(2, id)"],
+        ),
+        AUDIT: icesink.Target(create_table=True),  # every event
+    }
+
+
+def run(spark: Any, config: CatalogConfig, tmp_path: Path, **options: Any) -> None:
+    df = spark.readStream.schema(EVENTS_SCHEMA).option("maxFilesPerTrigger", 1).json(str(tmp_path / "in"))
+    query = icesink.stream(
+        df,
+        tables=targets(),
+        checkpoint_location=str(tmp_path / "ckpt"),
+        trigger={"availableNow": True},
+        catalog=config,
+        **options,
+    )
+    query.awaitTermination()
+
+
+def rows(config: CatalogConfig, identifier: str, *columns: str) -> list[tuple[Any, ...]]:
+    table = icesink.read(identifier, catalog=config)
+    return sorted(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
+
+
+BATCHES = [
+    [
+        {"kind": "order", "id": 1, "name": "a", "op": "c", "seq": 1},
+        {"kind": "order", "id": 2, "name": "b", "op": "c", "seq": 2},
+        {"kind": "line", "id": 10, "qty": 3},
+    ],
+    [
+        {"kind": "order", "id": 1, "name": "a2", "op": "u", "seq": 3},
+        {"kind": "order", "id": 2, "op": "d", "seq": 4},
+        {"kind": "line", "id": 11, "qty": 1},
+        {"kind": "line", "id": 12, "qty": None},
+    ],
+    [{"kind": "line", "id": 13, "qty": 7}],  # the orders table is not touched
+]
+
+
+def test_one_stream_commits_every_table_of_a_checkpoint_together(
+    spark: Any, catalog_config: CatalogConfig, tmp_path: Path
+) -> None:
+    config = catalog_config
+    for number, batch in enumerate(BATCHES):
+        write_events(tmp_path / "in", number, batch)
+    run(spark, config, tmp_path)
+    assert rows(config, ORDERS, "id", "name") == [(1, "a2")]
+    assert rows(config, LINES, "id", "qty") == [(10, 3), (11, 1), (12, None), (13, 7)]
+    assert len(rows(config, AUDIT, "kind", "id")) == 8
+    catalog = open_catalog(config)
+    job = Ledger(config).for_table(ORDERS)[0].job_id
+    by_commit: dict[str, set[str]] = {}
+    for identifier in (ORDERS, LINES, AUDIT):
+        table = catalog.load_table(identifier)
+        for snapshot in table.metadata.snapshots:
+            by_commit.setdefault(snapshot.summary[COMMIT_ID_PROPERTY], set()).add(identifier)
+    # Checkpoints 0 and 1 moved all three tables together; checkpoint 2 two of them.
+    assert sorted(map(sorted, by_commit.values())) == sorted(
+        [sorted([ORDERS, LINES, AUDIT]), sorted([ORDERS, LINES, AUDIT]), sorted([LINES, AUDIT])]
+    )
+    markers = {t: committed_marker(catalog.load_table(t).metadata, job).checkpoint_id for t in (ORDERS, LINES, AUDIT)}
+    assert markers == {ORDERS: 1, LINES: 2, AUDIT: 2}
+
+    # Spark runs the last micro-batch again (its commit record lost, as a crash leaves it): nothing twice.
+    for record in ("2", ".2.crc"):
+        (tmp_path / "ckpt" / "commits" / record).unlink(missing_ok=True)
+    run(spark, config, tmp_path)
+    assert rows(config, LINES, "id", "qty") == [(10, 3), (11, 1), (12, None), (13, 7)]
+    assert len(rows(config, AUDIT, "kind", "id")) == 8
+
+    # Readers nobody here wrote see the same tables.
+    locations = [catalog.load_table(t).metadata_location for t in (ORDERS, LINES)]
+    duck_orders, duck_lines = read_with_duckdb(*locations)
+    assert sorted((r["id"], r["name"]) for r in duck_orders) == [(1, "a2")]
+    assert sorted((r["id"], r["qty"]) for r in duck_lines) == [(10, 3), (11, 1), (12, None), (13, 7)]
+    rust = read_with_iceberg_rust(config, AUDIT, "id")
+    assert sorted(rust.column("id").to_pylist()) == [1, 1, 2, 2, 10, 11, 12, 13]
+
+
+def test_a_daemon_commits_a_many_table_stream_as_one_group(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, java_reader: Path
+) -> None:
+    from icesink.committer.daemon import CommitterDaemon
+
+    config = sqlite_catalog
+    for number, batch in enumerate(BATCHES[:2]):
+        write_events(tmp_path / "in", number, batch)
+    run(spark, config, tmp_path, committer="daemon")
+    catalog = open_catalog(config)
+    assert all(catalog.load_table(t).current_snapshot() is None for t in (ORDERS, LINES, AUDIT))
+    report = CommitterDaemon(config).run(once=True)
+    assert report.failed == {}
+    assert rows(config, ORDERS, "id", "name") == [(1, "a2")]
+    # Two checkpoints with deletes: two transactions, each moving all three tables.
+    commits = {s.summary[COMMIT_ID_PROPERTY] for t in (ORDERS, LINES, AUDIT) for s in catalog.load_table(t).snapshots()}
+    assert len(commits) == 2
+    java_orders, java_lines = read_many_with_iceberg_java(
+        java_reader,
+        [
+            (catalog.load_table(ORDERS).metadata_location, ["id", "name"], {}),
+            (catalog.load_table(LINES).metadata_location, ["id", "qty"], {}),
+        ],
+    )
+    assert [(r["id"], r["name"]) for r in java_orders] == [(1, "a2")]
+    assert sorted((r["id"], r["qty"]) for r in java_lines) == [(10, 3), (11, 1), (12, None)]
+
+
+def test_atomic_false_commits_each_table_on_its_own(spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path) -> None:
+    write_events(tmp_path / "in", 0, BATCHES[0])
+    run(spark, sqlite_catalog, tmp_path, atomic=False)
+    catalog = open_catalog(sqlite_catalog)
+    for identifier in (ORDERS, LINES, AUDIT):
+        summary = catalog.load_table(identifier).current_snapshot().summary.additional_properties
+        assert COMMIT_ID_PROPERTY not in summary
+    assert rows(sqlite_catalog, LINES, "id", "qty") == [(10, 3)]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"table": "shop.x"}, r"takes table= or tables=, not both"),
+        ({"equality_fields": ["id"]}, r"equality_fields belong\(s\) to one table; pass it in each icesink.Target"),
+        ({"tables": {}}, r"tables= needs at least one table"),
+        ({"tables": {"shop.a": {"equality_fields": ["id"]}}}, r"table shop.a: tables= maps each table to an icesink"),
+        (
+            {"tables": {"shop.a": icesink.Target(select=lambda df: 42)}},
+            r"table shop.a: its Target's select returned int",
+        ),
+    ],
+)
+def test_mistakes_in_tables_are_refused_before_the_stream_starts(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, arguments: dict[str, Any], message: str
+) -> None:
+    df = spark.readStream.schema(EVENTS_SCHEMA).json(str(tmp_path))
+    options = {"tables": {"shop.a": icesink.Target()}, **arguments}
+    with pytest.raises(ConfigError, match=message):
+        icesink.stream(df, checkpoint_location=str(tmp_path / "ckpt"), catalog=sqlite_catalog, **options)
+    assert not open_catalog(sqlite_catalog).table_exists("shop.a")
