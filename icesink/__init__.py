@@ -21,6 +21,7 @@ from icesink.errors import (
 if TYPE_CHECKING:
     from icesink.catalog.config import CatalogConfig
     from icesink.changelog.api import changes, read_stream, register
+    from icesink.cut import read_tables
     from icesink.reader import read
     from icesink.sink.options import Target
     from icesink.sink.stream import stream
@@ -40,6 +41,7 @@ __all__ = [
     "changes",
     "read",
     "read_stream",
+    "read_tables",
     "register",
     "stream",
 ]
@@ -58,6 +60,10 @@ def __getattr__(name: str) -> Any:
         from icesink.changelog import api
 
         return getattr(api, name)
+    if name == "read_tables":
+        from icesink.cut import read_tables
+
+        return read_tables
     if name == "Target":
         from icesink.sink.options import Target
 

@@ -86,6 +86,10 @@ class StartingSnapshotExpiredError(TerminalError):
     """Raised when a change read starts at a snapshot the table no longer keeps (expired or rolled back)."""
 
 
+class CheckpointNotCommittedError(TerminalError):
+    """Raised when a read at a checkpoint finds a table where that checkpoint is staged but not committed."""
+
+
 class SnapshotNotFoundError(TerminalError):
     """Raised when a snapshot id names no snapshot of the table."""
 

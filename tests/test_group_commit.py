@@ -141,3 +141,48 @@ def test_tables_committed_independently_when_not_atomic(three_tables: CatalogCon
     summary = open_catalog(config).load_table(TABLES[0]).current_snapshot().summary
     assert COMMIT_ID_PROPERTY not in summary.additional_properties
     assert "icesink.job-id" in summary.additional_properties
+
+
+def test_read_tables_gives_one_consistent_cut_now_or_at_a_checkpoint(three_tables: CatalogConfig) -> None:
+    import icesink
+    from icesink.errors import CheckpointNotCommittedError, ConfigError, SnapshotNotFoundError, TableNotFoundError
+
+    config = three_tables
+    a, b = TABLES[0], TABLES[1]
+    committer = TableCommitter.of(config)
+    for checkpoint, rows in enumerate([{a: orders(0, 2), b: orders(10, 1)}, {a: orders(2, 1), b: None}]):
+        stage_group(config, "job", checkpoint, rows)
+        committer.commit_pending(a)
+    open_catalog(config).load_table(a).append(orders(99, 1))  # another writer, after checkpoint 1
+    stage_group(config, "job", 2, {a: orders(3, 1), b: orders(11, 1)})
+    committer.commit_pending(a)
+
+    def ids(cut: dict[str, object]) -> dict[str, list[int]]:
+        return {t: sorted(rows.column("id").to_pylist()) for t, rows in cut.items()}  # type: ignore[attr-defined]
+
+    now = icesink.read_tables([a, b], catalog=config)
+    assert list(now) == [a, b]
+    assert ids(now) == {a: [0, 1, 2, 3, 99], b: [10, 11]}
+    assert ids(icesink.read_tables([a, b], job_id="job", checkpoint_id=0, catalog=config)) == {a: [0, 1], b: [10]}
+    # After checkpoint 1: the other writer's snapshot holds no later checkpoint of the job, so it is in.
+    assert ids(icesink.read_tables([a, b], job_id="job", checkpoint_id=1, catalog=config)) == {
+        a: [0, 1, 2, 99],
+        b: [10],
+    }
+    assert ids(icesink.read_tables([b], job_id="job", checkpoint_id=-1, catalog=config)) == {b: []}
+
+    stage_group(config, "job", 3, {a: None, b: orders(12, 1)})  # staged, not committed
+    with pytest.raises(CheckpointNotCommittedError, match=f"table {b}: checkpoint 3 of job job is staged"):
+        icesink.read_tables([a, b], job_id="job", checkpoint_id=3, catalog=config)
+    assert ids(icesink.read_tables([a, b], job_id="job", checkpoint_id=2, catalog=config))[b] == [10, 11]
+
+    table = open_catalog(config).load_table(b)
+    table.maintenance.expire_snapshots().by_id(table.metadata.snapshots[0].snapshot_id).commit()
+    with pytest.raises(SnapshotNotFoundError, match=f"table {b}: the snapshots holding checkpoint 0 of job job"):
+        icesink.read_tables([a, b], job_id="job", checkpoint_id=0, catalog=config)
+    with pytest.raises(TableNotFoundError, match="'shop.nope'"):
+        icesink.read_tables([a, "shop.nope"], catalog=config)
+    with pytest.raises(ConfigError, match="job_id and checkpoint_id together"):
+        icesink.read_tables([a], checkpoint_id=1, catalog=config)
+    with pytest.raises(ConfigError, match="a list of tables, not the string"):
+        icesink.read_tables(a, catalog=config)

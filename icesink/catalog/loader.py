@@ -63,6 +63,24 @@ def load_table(catalog: SqlCatalog, config: CatalogConfig, identifier: str) -> T
             ) from e
 
 
+def table_at(catalog: SqlCatalog, identifier: str, metadata_location: str) -> Table:
+    """The table as one of its metadata files describes it (a pointer read earlier), not as it is now."""
+    from pyiceberg.io import load_file_io
+    from pyiceberg.serializers import FromInputFile
+    from pyiceberg.table import Table
+
+    io = load_file_io(properties=catalog.properties, location=metadata_location)
+    metadata = FromInputFile.table_metadata(io.new_input(metadata_location))
+    namespace, name = identifier.rsplit(".", 1)
+    return Table(
+        identifier=(*namespace.split("."), name),
+        metadata=metadata,
+        metadata_location=metadata_location,
+        io=load_file_io(properties={**catalog.properties, **metadata.properties}, location=metadata_location),
+        catalog=catalog,
+    )
+
+
 def _metadata_location(config: CatalogConfig, identifier: str) -> str:
     """Where the catalog says the table's metadata is (for errors about that file)."""
     import sqlalchemy as sa

@@ -107,3 +107,38 @@ def marker_table_properties(job_id: str, checkpoint_id: int, stream_id: str | No
     if stream_id is not None:
         properties[stream_table_property(job_id)] = stream_id
     return properties
+
+
+class CheckpointExpired(Exception):
+    """The snapshot that held a job's checkpoint is gone from the table's history (expired)."""
+
+
+def snapshot_at_checkpoint(metadata: TableMetadata, job_id: str, checkpoint_id: int) -> int | None:
+    """The newest snapshot of ``main`` holding the job's checkpoints up to ``checkpoint_id`` and none after it.
+
+    None is the table's state before its first snapshot. Snapshots other writers (maintenance) made
+    after one of the job's snapshots hold the same checkpoints, so the newest of them is returned.
+    Raises :class:`CheckpointExpired` when expiry removed the snapshots that would answer.
+    """
+    ref = metadata.refs.get(MAIN_BRANCH)
+    newest = ref.snapshot_id if ref else None
+    snapshot_id = newest
+    seen_job = False
+    while snapshot_id is not None:
+        snapshot = metadata.snapshot_by_id(snapshot_id)
+        if snapshot is None:
+            raise CheckpointExpired(snapshot_id)
+        summary = snapshot.summary
+        marker = summary[MAX_CHECKPOINT_PROPERTY] if summary is not None else None
+        if summary is not None and summary[JOB_ID_PROPERTY] == job_id and marker is not None:
+            seen_job = True
+            if int(marker) <= checkpoint_id:
+                return newest
+            if snapshot.parent_snapshot_id is None and (snapshot.sequence_number or 0) > 1:
+                raise CheckpointExpired(snapshot_id)  # not the first snapshot: expiry cut the history below it
+            newest = snapshot.parent_snapshot_id  # this one holds later checkpoints: look below it
+        snapshot_id = snapshot.parent_snapshot_id
+    recorded = metadata.properties.get(table_property(job_id))
+    if not seen_job and newest is not None and recorded is not None and int(recorded) > checkpoint_id:
+        raise CheckpointExpired(newest)  # the job's snapshots were expired; the property says it wrote later ones
+    return newest

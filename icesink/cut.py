@@ -1,0 +1,85 @@
+"""Several tables read at one consistent cut: the catalog's state at one instant, or one checkpoint of a job.
+
+A front door beside :mod:`icesink.reader` (which it reads through): it also asks the ledger whether a
+checkpoint is still staged somewhere, which the read side itself never needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from icesink.catalog.config import CatalogConfig, resolve_catalog
+from icesink.catalog.loader import open_catalog, table_at
+from icesink.catalog.pointers import read_pointers
+from icesink.committer.ledger import Ledger
+from icesink.errors import CheckpointNotCommittedError, ConfigError, SnapshotNotFoundError
+from icesink.iceberg.marker import CheckpointExpired, snapshot_at_checkpoint
+from icesink.reader import read_table
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.table import Table
+
+
+def read_tables(
+    tables: Sequence[str],
+    job_id: str | None = None,
+    checkpoint_id: int | None = None,
+    catalog: str | CatalogConfig | dict[str, str] | None = None,
+) -> dict[str, pa.Table]:
+    """Several tables at one consistent cut, so that a join of them never sees a torn state.
+
+    Without ``checkpoint_id``: every table as the catalog held it at one instant (their pointers read
+    in one transaction); tables a stream commits atomically (``icesink.stream(tables=...)``) come back
+    at the same checkpoint of its job. With ``job_id`` and ``checkpoint_id``: every table right after
+    that checkpoint of the job (later snapshots of other writers that hold no later checkpoint of the
+    job included); a table where a checkpoint up to it is still staged, or whose snapshots of it were
+    expired, is an error naming it.
+
+    Returns:
+        ``{table: rows}``, deletes applied, in the order given.
+    """
+    if isinstance(tables, str):
+        raise ConfigError(f"read_tables takes a list of tables, not the string {tables!r}; use icesink.read for one")
+    if (job_id is None) != (checkpoint_id is None):
+        raise ConfigError("read_tables: pass job_id and checkpoint_id together (or neither, for the catalog's now)")
+    config = resolve_catalog(catalog)
+    handle = open_catalog(config)
+    loaded = {name: table_at(handle, name, location) for name, location in read_pointers(config, tables).items()}
+    if job_id is None or checkpoint_id is None:
+        return {name: read_table(table) for name, table in loaded.items()}
+    _check_committed(config, list(loaded), job_id, checkpoint_id)
+    return {name: _read_at(table, name, job_id, checkpoint_id) for name, table in loaded.items()}
+
+
+def _read_at(table: Table, identifier: str, job_id: str, checkpoint_id: int) -> pa.Table:
+    from icesink.arrays import empty_table
+
+    snapshot_id = _at_checkpoint(table, identifier, job_id, checkpoint_id)
+    if snapshot_id is None:  # before the table's first snapshot
+        return empty_table(table.schema().as_arrow())
+    return read_table(table, snapshot_id)
+
+
+def _at_checkpoint(table: Table, identifier: str, job_id: str, checkpoint_id: int) -> int | None:
+    try:
+        return snapshot_at_checkpoint(table.metadata, job_id, checkpoint_id)
+    except CheckpointExpired as e:
+        raise SnapshotNotFoundError(
+            f"table {identifier}: the snapshots holding checkpoint {checkpoint_id} of job {job_id} were expired "
+            f"(history ends at snapshot {e.args[0]}); read a later checkpoint, or the tables as they are now"
+        ) from e
+
+
+def _check_committed(config: CatalogConfig, identifiers: list[str], job_id: str, checkpoint_id: int) -> None:
+    """A checkpoint still staged (not committed) somewhere would make the cut torn: say where."""
+    ledger = Ledger(config)
+    for identifier in identifiers:
+        waiting = [r.checkpoint_id for r in ledger.pending(identifier, job_id) if r.checkpoint_id <= checkpoint_id]
+        if waiting:
+            raise CheckpointNotCommittedError(
+                f"table {identifier}: checkpoint {waiting[0]} of job {job_id} is staged but not committed yet, so "
+                f"the table is not at checkpoint {checkpoint_id}; commit it (`icesink committer run --once`) or "
+                "read an earlier checkpoint"
+            )
