@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from icesink.catalog.config import CatalogConfig
     from icesink.changelog.api import changes, read_stream, register
     from icesink.cut import read_tables
+    from icesink.debezium_events.route import debezium
     from icesink.reader import read
     from icesink.sink.options import Target
     from icesink.sink.stream import stream
@@ -39,6 +40,7 @@ __all__ = [
     "TerminalError",
     "TransientError",
     "changes",
+    "debezium",
     "read",
     "read_stream",
     "read_tables",
@@ -60,6 +62,10 @@ def __getattr__(name: str) -> Any:
         from icesink.changelog import api
 
         return getattr(api, name)
+    if name == "debezium":
+        from icesink.debezium_events.route import debezium
+
+        return debezium
     if name == "read_tables":
         from icesink.cut import read_tables
 

@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import load_table, open_catalog
@@ -82,87 +82,123 @@ class TargetSettings:
     select: Callable[[DataFrame], DataFrame] | None = None
 
 
+@dataclass
+class Routed:
+    """A micro-batch split by table: each table's settings and rows; ``release`` frees what routing cached."""
+
+    targets: list[tuple[SinkSettings, DataFrame]]
+    release: Callable[[], object] = lambda: None
+
+
+class Router(Protocol):
+    def route(self, batch_df: DataFrame) -> Routed: ...
+
+
+class StaticRouter:
+    """The tables named when the stream started, each taking its ``select`` of the micro-batch."""
+
+    def __init__(self, targets: Sequence[TargetSettings]) -> None:
+        self._targets = list(targets)
+
+    def route(self, batch_df: DataFrame) -> Routed:
+        if len(self._targets) == 1:
+            target = self._targets[0]
+            return Routed([(target.settings, target.select(batch_df) if target.select else batch_df)])
+        cached = batch_df.persist()  # every target reads the micro-batch: its source is read once
+        targets = [(t.settings, t.select(cached) if t.select else cached) for t in self._targets]
+        return Routed(targets, cached.unpersist)
+
+
 class BatchWriter:
     """The ``foreachBatch`` callable of one stream, into one table or several.
 
-    Every micro-batch is one checkpoint of the stream's job in every table: admitted (the checkpoint
-    protocol) in each, written into each, staged for all of them in one ledger transaction, and
-    committed; with ``atomic`` the tables are committed together, in one catalog transaction.
+    Every micro-batch is one checkpoint of the stream's job in every table it routes rows to: admitted
+    (the checkpoint protocol) in each, written into each, staged for all of them in one ledger
+    transaction, and committed; with ``atomic`` the tables are committed together, in one catalog
+    transaction.
     """
 
     def __init__(
-        self, targets: Sequence[TargetSettings], catalog: SqlCatalog | None = None, atomic: bool = False
+        self, stream: SinkSettings, router: Router, catalog: SqlCatalog | None = None, atomic: bool = False
     ) -> None:
-        first = targets[0].settings
-        self._first = first
-        self._targets = list(targets)
+        self._stream = stream  # the stream's own settings (job, catalog, committer); its table names it in logs
+        self._router = router
         self._atomic = atomic
         # stream() hands over the catalog it opened (and checked the migrations of) already.
-        self._catalog = catalog or open_catalog(first.catalog)
-        self._ledger = Ledger(first.catalog)
+        self._catalog = catalog or open_catalog(stream.catalog)
+        self._ledger = Ledger(stream.catalog)
         self._committer = TableCommitter(
-            self._catalog, first.catalog, self._ledger, expire_snapshots=first.expire_snapshots
+            self._catalog, stream.catalog, self._ledger, expire_snapshots=stream.expire_snapshots
         )
-        self._sinks = [TableSink(t.settings, self._catalog, self._ledger) for t in targets]
+        self._sinks: dict[str, TableSink] = {}
         self._claimed = False  # this run checked that no other stream uses its job id
         self.last_phases: dict[str, float] = {}  # of the last micro-batch written, for profiles
 
-    @property
-    def _names(self) -> str:
-        return ", ".join(t.settings.table for t in self._targets)
-
     def job_id(self, batch_df: DataFrame) -> str:
-        if self._first.job_id:
-            return self._first.job_id
+        if self._stream.job_id:
+            return self._stream.job_id
         # Spark persists the query id in the checkpoint location: stable across restarts.
         query_id = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
         if not query_id:
-            raise ConfigError(f"table {self._names}: cannot find the streaming query id; pass job_id=")
+            raise ConfigError(f"table {self._stream.table}: cannot find the streaming query id; pass job_id=")
         return query_id
 
     def stream_identity(self, batch_df: DataFrame) -> StreamIdentity:
         query_id = batch_df.sparkSession.sparkContext.getLocalProperty(QUERY_ID_PROPERTY)
-        return StreamIdentity(query_id or None, self._first.checkpoint_location)
+        return StreamIdentity(query_id or None, self._stream.checkpoint_location)
+
+    def _sink(self, settings: SinkSettings) -> TableSink:
+        sink = self._sinks.get(settings.table)
+        if sink is None:
+            sink = self._sinks[settings.table] = TableSink(settings, self._catalog, self._ledger)
+        return sink
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         phases = Phases()
         job_id = self.job_id(batch_df)
         stream = self.stream_identity(batch_df)
         checkpoint_id = int(batch_id)
-        tables = [load_table(self._catalog, t.settings.catalog, t.settings.table) for t in self._targets]
-        if not self._admitted(tables, job_id, checkpoint_id, stream):
-            return
-        several = len(self._targets) > 1
-        if several:  # every target reads the micro-batch: its source is read once
-            batch_df = batch_df.persist()
+        routed = self._router.route(batch_df)
         try:
+            if not routed.targets:
+                return  # nothing for any table (a micro-batch of tombstones, say)
+            sinks = [self._sink(settings) for settings, _ in routed.targets]
+            tables = [load_table(self._catalog, s.catalog, s.table) for s, _ in routed.targets]
+            if not self._admitted(sinks, tables, job_id, checkpoint_id, stream):
+                return
             written = [
-                sink.write(target.select(batch_df) if target.select else batch_df, table, job_id, checkpoint_id, phases)
-                for sink, target, table in zip(self._sinks, self._targets, tables, strict=True)
+                sink.write(rows, table, job_id, checkpoint_id, phases)
+                for sink, (_, rows), table in zip(sinks, routed.targets, tables, strict=True)
             ]
         finally:
-            if several:
-                batch_df.unpersist()
+            routed.release()
         failpoint("driver.after-write")
         stage_tables(self._ledger, job_id, checkpoint_id, [w.results for w in written], stream, atomic=self._atomic)
-        for sink, one in zip(self._sinks, written, strict=True):
+        for sink, one in zip(sinks, written, strict=True):
             sink.staged(one)
         phases.done("stage")
         failpoint("driver.after-stage")
-        if self._first.inline_commit:
+        if self._stream.inline_commit:
             self._commit(job_id, phases)
         self.last_phases = phases.milliseconds
-        log.info("table=%s checkpoint=%d took %s", self._names, checkpoint_id, phases)
+        log.info("table=%s checkpoint=%d took %s", ", ".join(s.table for s in sinks), checkpoint_id, phases)
 
-    def _admitted(self, tables: Sequence[Table], job_id: str, checkpoint_id: int, stream: StreamIdentity) -> bool:
+    def _admitted(
+        self,
+        sinks: Sequence[TableSink],
+        tables: Sequence[Table],
+        job_id: str,
+        checkpoint_id: int,
+        stream: StreamIdentity,
+    ) -> bool:
         """Whether this checkpoint is still to be written; if it was staged before, it is committed instead.
 
         A checkpoint is staged for all of a stream's tables at once, so one table that has it (staged or
         committed) means it is not written again anywhere.
         """
         decisions = [
-            admit(self._ledger, table, t.settings.table, job_id, checkpoint_id, stream, first=not self._claimed)
-            for table, t in zip(tables, self._targets, strict=True)
+            admit(self._ledger, table, sink.table, job_id, checkpoint_id, stream, first=not self._claimed)
+            for table, sink in zip(tables, sinks, strict=True)
         ]
         for decision in decisions:
             if decision.refusal is not None:
@@ -170,39 +206,34 @@ class BatchWriter:
         self._claimed = True
         if all(d.admission == Admission.WRITE for d in decisions):
             return True
-        for decision, target in zip(decisions, self._targets, strict=True):
+        for decision, sink in zip(decisions, sinks, strict=True):
             state = decision.staged.state if decision.staged is not None else decision.admission.value
             log.info(
-                "table=%s job=%s checkpoint=%d already %s; not written again",
-                target.settings.table,
-                job_id,
-                checkpoint_id,
-                state,
+                "table=%s job=%s checkpoint=%d already %s; not written again", sink.table, job_id, checkpoint_id, state
             )
-        if any(d.commit_staged for d in decisions) and self._first.inline_commit:
+        if any(d.commit_staged for d in decisions) and self._stream.inline_commit:
             self._commit(job_id)
         return False
 
     def _commit(self, job_id: str, phases: Phases | None = None) -> None:
         """Commit this job's pending checkpoints, retrying transient failures with capped backoff."""
         phases = phases or Phases()
-        for attempt in range(1, self._first.commit_attempts + 1):
+        for attempt in range(1, self._stream.commit_attempts + 1):
             try:
                 if self._atomic:
                     outcomes = self._committer.commit_atomic(job_id)
                 else:
-                    tables = [t.settings.table for t in self._targets]
-                    outcomes = [o for table in tables for o in self._committer.commit_pending(table, job_id)]
+                    outcomes = [o for table in self._sinks for o in self._committer.commit_pending(table, job_id)]
                 phases.done("commit")
-                for sink in self._sinks:
+                for sink in self._sinks.values():
                     if any(o.snapshot_id is not None and o.table_identifier == sink.table for o in outcomes):
                         sink.maintain(self._committer)
                 phases.done("maintain")
                 return
             except IcesinkError as e:
-                if not e.transient or attempt == self._first.commit_attempts:
+                if not e.transient or attempt == self._stream.commit_attempts:
                     raise
-                log.warning("table=%s: commit attempt %d failed (%s); retrying", self._names, attempt, e)
+                log.warning("table=%s: commit attempt %d failed (%s); retrying", self._stream.table, attempt, e)
                 time.sleep(COMMIT_BACKOFF.delay(attempt))
 
 

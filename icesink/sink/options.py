@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from icesink.catalog.config import CatalogConfig
+    from icesink.debezium_events.route import Debezium
 
 
 class Committer(enum.StrEnum):
@@ -142,7 +143,7 @@ class StreamOptions:
         ),
     )
 
-    tables: Mapping[str, Target] | None = field(
+    tables: Mapping[str, Target] | Debezium | None = field(
         default=None,
         metadata=_doc(
             "instead of ``table``: several tables from one stream, one checkpoint and one job, "
@@ -150,7 +151,8 @@ class StreamOptions:
             ":class:`~icesink.Target` says which rows of a micro-batch go to its table and takes the options "
             "that belong to one table (``create_table``, ``partition_by``, ``table_properties``, "
             "``equality_fields``, ``op_column``, ``op_values``, ``sequence_by``, ``writer``, ``maintain``, "
-            "``evolve_schema``); the others apply to the stream."
+            "``evolve_schema``); the others apply to the stream. ``tables=icesink.debezium(namespace)`` routes "
+            "Debezium change events to one table per source table, created as they come."
         ),
     )
     atomic: bool = field(

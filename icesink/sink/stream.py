@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from icesink.catalog.config import CatalogConfig, resolve_catalog
+from icesink.debezium_events.route import Debezium
 from icesink.errors import ConfigError, NotStreamingError
 from icesink.sink.options import TABLE_OPTIONS, Committer, StreamOptions, Target, Writer, args_doc
 
@@ -28,7 +29,7 @@ def stream(
     table: str | None = None,
     checkpoint_location: str | None = None,
     *,
-    tables: Mapping[str, Target] | None = None,
+    tables: Mapping[str, Target] | Debezium | None = None,
     atomic: bool = True,
     trigger: Mapping[str, Any] | None = None,
     create_table: bool = False,
@@ -75,12 +76,10 @@ def _stream_tables(df: DataFrame, arguments: dict[str, Any]) -> StreamingQuery:
 
     from icesink.sink.batch import TargetSettings
 
-    tables: Mapping[str, Target] = arguments.pop("tables")
-    named = ", ".join(tables) if isinstance(tables, Mapping) else repr(tables)
+    tables: Mapping[str, Target] | Debezium = arguments.pop("tables")
+    named = _named(tables)
     if arguments.pop("table") is not None:
         raise ConfigError(f"icesink.stream takes table= or tables=, not both (tables: {named})")
-    if not isinstance(tables, Mapping) or not tables:
-        raise ConfigError(f'tables= needs at least one table: {{"ns.table": icesink.Target(...), ...}}, not {named}')
     given = [name for name in TABLE_OPTIONS if arguments[name] != StreamOptions.default_of(name)]
     if given:
         raise ConfigError(
@@ -90,6 +89,15 @@ def _stream_tables(df: DataFrame, arguments: dict[str, Any]) -> StreamingQuery:
         )
     for name in TABLE_OPTIONS:
         del arguments[name]
+    if isinstance(tables, Debezium):
+        _check_streaming(df, named)
+        arguments["checkpoint_location"] = _checkpoint_location(df, arguments["checkpoint_location"])
+        return _stream_debezium(df, tables, arguments)
+    if not isinstance(tables, Mapping) or not tables:
+        raise ConfigError(
+            f'tables= needs at least one table ({{"ns.table": icesink.Target(...), ...}}) or icesink.debezium(...), '
+            f"not {named}"
+        )
     _check_streaming(df, named)
     arguments["checkpoint_location"] = _checkpoint_location(df, arguments["checkpoint_location"])
     targets: list[TargetSettings] = []
@@ -108,6 +116,45 @@ def _stream_tables(df: DataFrame, arguments: dict[str, Any]) -> StreamingQuery:
         targets.append(TargetSettings(settings, target.select))
     assert options is not None and catalog_handle is not None
     return start(df, options, targets, catalog_handle)
+
+
+def _named(tables: object) -> str:
+    if isinstance(tables, Debezium):
+        return f"{tables.namespace}.* (Debezium)"
+    return ", ".join(map(str, tables)) if isinstance(tables, Mapping) else repr(tables)
+
+
+def _stream_debezium(df: DataFrame, spec: Debezium, arguments: dict[str, Any]) -> StreamingQuery:
+    """One stream of Debezium events into one table per source table, found and created as they come."""
+    from icesink.catalog.loader import open_catalog
+    from icesink.debezium_events.route import INPUT_COLUMNS
+    from icesink.settings import check_environment
+    from icesink.sink.batch import BatchWriter, SinkSettings
+    from icesink.sink.debezium_router import DebeziumRouter
+
+    name = _named(spec)
+    missing = [c for c in INPUT_COLUMNS if c not in df.columns]
+    if missing:
+        raise ConfigError(
+            f"tables {name}: the stream has no column {missing[0]!r}; icesink.debezium reads key and value as "
+            f"Spark's Kafka source gives them (its columns: {', '.join(df.columns)})"
+        )
+    options = StreamOptions(table=name, **arguments)
+    if not options.checkpoint_location:
+        raise ConfigError(f"tables {name}: checkpoint_location is required; exactly-once needs Spark's checkpoint")
+    check_environment()
+    config = resolve_catalog(options.catalog)
+    catalog = open_catalog(config)
+    stream_settings = SinkSettings(
+        table=name,
+        catalog=config,
+        job_id=options.job_id,
+        inline_commit=options.committer == Committer.INLINE,
+        expire_snapshots=options.expire_snapshots,
+        checkpoint_location=options.checkpoint_location,
+    )
+    router = DebeziumRouter(spec, arguments, catalog, config)
+    return _start_query(df, options, BatchWriter(stream_settings, router, catalog, atomic=options.atomic))
 
 
 def _checkpoint_location(df: DataFrame, given: str | None) -> str | None:
@@ -236,9 +283,13 @@ def start(
     df: DataFrame, options: StreamOptions, targets: Sequence[TargetSettings], catalog: SqlCatalog
 ) -> StreamingQuery:
     """The streaming query, writing every micro-batch through icesink into its tables."""
-    from icesink.sink.batch import BatchWriter
+    from icesink.sink.batch import BatchWriter, StaticRouter
 
-    handler = BatchWriter(targets, catalog, atomic=options.atomic and len(targets) > 1)
+    atomic = options.atomic and len(targets) > 1
+    return _start_query(df, options, BatchWriter(targets[0].settings, StaticRouter(targets), catalog, atomic))
+
+
+def _start_query(df: DataFrame, options: StreamOptions, handler: Any) -> StreamingQuery:
     stream_writer = df.writeStream.foreachBatch(handler).option("checkpointLocation", options.checkpoint_location)
     if options.trigger:
         stream_writer = stream_writer.trigger(**options.trigger)

@@ -1,0 +1,123 @@
+"""Connect schemas (as JsonConverter writes them) to Spark types, by Debezium's logical types.
+
+The one table of the mapping; the README's type table is checked against :data:`TYPE_TABLE`. A value
+is decoded on the executors (:mod:`icesink.debezium_events.decode`) into the spelling ``from_json`` reads into
+exactly this type.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from icesink.debezium_events import decode as d
+from icesink.errors import SchemaMismatchError
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import DataType, StructType
+
+# (Connect schema, Spark type, Iceberg type, how the value is read) — the documented mapping.
+TYPE_TABLE: tuple[tuple[str, str, str, str], ...] = (
+    ("`boolean`", "boolean", "boolean", ""),
+    ("`int8`, `int16`, `int32`", "tinyint, smallint, int", "int", ""),
+    ("`int64`", "bigint", "long", ""),
+    ("`float`, `double`", "float, double", "float, double", "`NaN` and the infinities kept"),
+    ("`string`, and `Uuid`, `Json`, `Xml`, `Enum`, `EnumSet`, `ZonedTime`, `Interval`", "string", "string", "as sent"),
+    ("`bytes`, `Bits`", "binary", "binary", "base64 decoded"),
+    (
+        "`Decimal` (`scale`, `connect.decimal.precision`)",
+        "decimal(p, s)",
+        "decimal(p, s)",
+        "base64 of the unscaled two's-complement value, exactly (or a JSON number with "
+        "`decimal.format=NUMERIC`); p defaults to 38",
+    ),
+    ("`VariableScaleDecimal`", "string", "string", "the exact decimal in plain digits (its scale varies by row)"),
+    ("`Date` (Connect or Debezium)", "date", "date", "days since 1970-01-01"),
+    (
+        "`Time`, `MicroTime`, `NanoTime`",
+        "bigint",
+        "long",
+        "microseconds since midnight (a nanosecond value must be whole microseconds)",
+    ),
+    (
+        "`Timestamp` (Connect or Debezium), `MicroTimestamp`, `NanoTimestamp`",
+        "timestamp_ntz",
+        "timestamp",
+        "the source's wall clock, to the microsecond (a nanosecond value must be whole microseconds)",
+    ),
+    ("`ZonedTimestamp`", "timestamp", "timestamptz", "the ISO 8601 instant; PostgreSQL's `infinity` is refused"),
+    ("`MicroDuration`, `Year`", "bigint, int", "long, int", "as sent"),
+    ("`struct` (and `Geometry`, `Point`)", "struct", "struct", "field by field"),
+    ("`array`", "array", "list", "element by element"),
+    ("`map` with string keys / other keys", "map / array of struct(key, value)", "map / list", "entry by entry"),
+)
+
+
+def spark_type(schema: dict[str, Any], where: str) -> DataType:
+    """The Spark type of a Connect schema."""
+    from pyspark.sql import types as T
+
+    name = schema.get("name")
+    kind = schema.get("type")
+    if name == d.DECIMAL:
+        parameters = schema.get("parameters") or {}
+        scale = int(parameters.get("scale", 0))
+        precision = int(parameters.get("connect.decimal.precision", 38))
+        if precision > 38 or scale > precision:
+            raise SchemaMismatchError(
+                f"{where}: decimal({precision}, {scale}) does not fit Iceberg's decimals (precision at most 38); "
+                "send it as text (decimal.handling.mode=string) or narrow the column"
+            )
+        return T.DecimalType(precision, scale)
+    named: dict[str, DataType] = {
+        d.VARIABLE_DECIMAL: T.StringType(),
+        d.TIME_MICROS: T.LongType(),
+        d.TIME_NANOS: T.LongType(),
+        d.TIMESTAMP_MICROS: T.TimestampNTZType(),
+        d.TIMESTAMP_NANOS: T.TimestampNTZType(),
+        d.ZONED_TIMESTAMP: T.TimestampType(),
+        **{n: T.DateType() for n in d.DATES},
+        **{n: T.LongType() for n in d.TIME_MILLIS},
+        **{n: T.TimestampNTZType() for n in d.TIMESTAMP_MILLIS},
+    }
+    if name in named:
+        return named[name]
+    primitives: dict[str, DataType] = {
+        "boolean": T.BooleanType(),
+        "int8": T.ByteType(),
+        "int16": T.ShortType(),
+        "int32": T.IntegerType(),
+        "int64": T.LongType(),
+        "float": T.FloatType(),
+        "float32": T.FloatType(),
+        "double": T.DoubleType(),
+        "float64": T.DoubleType(),
+        "string": T.StringType(),
+        "bytes": T.BinaryType(),
+    }
+    if kind in primitives:
+        return primitives[kind]
+    if kind == "struct":
+        return struct_type(schema, where)
+    if kind == "array":
+        return T.ArrayType(spark_type(schema["items"], f"{where}[]"), True)
+    if kind == "map":
+        keys, values = schema["keys"], schema["values"]
+        value_type = spark_type(values, f"{where}.value")
+        if keys.get("type") == "string" and not keys.get("name"):
+            return T.MapType(T.StringType(), value_type, True)
+        entry = T.StructType(
+            [T.StructField("key", spark_type(keys, f"{where}.key")), T.StructField("value", value_type)]
+        )
+        return T.ArrayType(entry, True)
+    raise SchemaMismatchError(f"{where}: Connect type {kind!r} ({name or 'no logical name'}) has no mapping")
+
+
+def struct_type(schema: dict[str, Any], where: str) -> StructType:
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField(f["field"], spark_type(f, f"{where}.{f['field']}"), bool(f.get("optional", True)))
+            for f in schema.get("fields", [])
+        ]
+    )

@@ -1,0 +1,81 @@
+"""The router of a Debezium stream: every micro-batch's tables, found, created and checked on first sight."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from icesink.catalog.loader import load_table
+from icesink.debezium_events.route import OP_COLUMN, POSITION_COLUMN, Debezium, RoutedTable, route
+from icesink.errors import TableNotFoundError
+from icesink.sink.batch import Routed
+from icesink.sink.options import StreamOptions
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+    from icesink.catalog.config import CatalogConfig
+    from icesink.sink.batch import SinkSettings
+
+# Debezium's operations, decoded: c, r and u are upserts of ``after``, d deletes the key.
+OP_VALUES = {"U": "update", "D": "delete"}
+
+
+class DebeziumRouter:
+    """Routes each micro-batch of Debezium events to its tables (see :mod:`icesink.debezium_events.route`)."""
+
+    def __init__(
+        self, spec: Debezium, stream_options: dict[str, Any], catalog: SqlCatalog, config: CatalogConfig
+    ) -> None:
+        self._spec = spec
+        self._options = stream_options  # the stream's own options: job, catalog, committer, checkpoint location
+        self._catalog = catalog
+        self._config = config
+        self._settings: dict[str, SinkSettings] = {}
+
+    def route(self, batch_df: DataFrame) -> Routed:
+        tables, parsed = route(self._spec, batch_df, self._known)
+        try:
+            targets = [(self._settings_of(table), table.rows) for table in tables]
+        except BaseException:
+            parsed.unpersist()
+            raise
+        return Routed(targets, parsed.unpersist)
+
+    def _settings_of(self, table: RoutedTable) -> SinkSettings:
+        """The table's settings, from a preflight the first time it is seen (creating it if need be)."""
+        from icesink.sink.stream import preflight
+
+        known = self._settings.get(table.identifier)
+        if known is not None:
+            return known
+        options = StreamOptions(
+            table=table.identifier,
+            **self._options,
+            create_table=True,
+            partition_by=tuple(self._spec.partition_by.get(table.identifier, ())),
+            table_properties=self._spec.table_properties,
+            equality_fields=list(table.keys),
+            op_column=OP_COLUMN,
+            op_values=OP_VALUES,
+            sequence_by=POSITION_COLUMN,
+            evolve_schema=self._spec.evolve_schema,
+        )
+        settings, _ = preflight(table.rows, options)
+        self._settings[table.identifier] = settings
+        return settings
+
+    def _known(self, identifier: str) -> StructType | None:
+        """An existing table's columns as Spark types (to type events that carry no schema)."""
+        from pyspark.sql import types as T
+
+        from icesink.spark_types import spark_type_of
+
+        try:
+            table = load_table(self._catalog, self._config, identifier)
+        except TableNotFoundError:
+            return None
+        return T.StructType(
+            [T.StructField(f.name, spark_type_of(f.field_type), not f.required) for f in table.schema().fields]
+        )
