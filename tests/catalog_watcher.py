@@ -15,9 +15,7 @@ import sqlalchemy as sa
 
 def main(uri: str, catalog: str, out: str) -> None:
     engine = sa.create_engine(uri)
-    query = sa.text(
-        "SELECT table_namespace, table_name, metadata_location FROM iceberg_tables WHERE catalog_name = :c"
-    )
+    query = sa.text("SELECT table_namespace, table_name, metadata_location FROM iceberg_tables WHERE catalog_name = :c")
     last = None
     with open(out, "a", encoding="utf-8") as sink:
         while True:

@@ -20,7 +20,7 @@ def test_import_icesink_starts_nothing_heavy() -> None:
 
 
 def test_executor_code_needs_neither_a_catalog_nor_sqlalchemy() -> None:
-    loaded = loaded_after("import icesink.writer.task, icesink.results")
+    loaded = loaded_after("import icesink.writer.task, icesink.results, icesink.debezium_events.decode")
     assert not loaded & {"sqlalchemy", "pyiceberg", "alembic", "click"}
     assert "pyarrow" in loaded
 
@@ -50,6 +50,14 @@ def test_layers_import_only_downwards_and_pyiceberg_internals_stay_in_one_packag
         "maintenance": ("icesink.committer", "icesink.sink"),
         "changelog": ("icesink.committer", "icesink.maintenance"),
         "reader.py": ("icesink.sink", "icesink.committer"),
+        # Decoding change events runs on executors and types values: nothing of the catalog or the commit.
+        "debezium_events": (
+            "icesink.committer",
+            "icesink.sink",
+            "icesink.catalog",
+            "icesink.iceberg",
+            "icesink.reader",
+        ),
     }
     problems = []
     for path in sorted(root.rglob("*.py")):

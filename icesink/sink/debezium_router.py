@@ -46,10 +46,23 @@ class DebeziumRouter:
     def _settings_of(self, table: RoutedTable) -> SinkSettings:
         """The table's settings, from a preflight the first time it is seen (creating it if need be)."""
         from icesink.sink.stream import preflight
+        from icesink.sink.tables import resolve_table
 
         known = self._settings.get(table.identifier)
         if known is not None:
             return known
+        # Created here (if missing) without the change columns, which are the stream's, not the source's.
+        resolve_table(
+            self._catalog,
+            self._config,
+            table.identifier,
+            table.rows.schema,
+            True,
+            tuple(self._spec.partition_by.get(table.identifier, ())),
+            table.keys,
+            (OP_COLUMN, POSITION_COLUMN),
+            {k: str(v) for k, v in (self._spec.table_properties or {}).items()},
+        )
         options = StreamOptions(
             table=table.identifier,
             **self._options,

