@@ -180,7 +180,7 @@ def test_read_tables_gives_one_consistent_cut_now_or_at_a_checkpoint(three_table
     table.maintenance.expire_snapshots().by_id(table.metadata.snapshots[0].snapshot_id).commit()
     with pytest.raises(SnapshotNotFoundError, match=f"table {b}: the snapshots holding checkpoint 0 of job job"):
         icesink.read_tables([a, b], job_id="job", checkpoint_id=0, catalog=config)
-    with pytest.raises(TableNotFoundError, match="'shop.nope'"):
+    with pytest.raises(TableNotFoundError, match=r"'shop\.nope'"):
         icesink.read_tables([a, "shop.nope"], catalog=config)
     with pytest.raises(ConfigError, match="job_id and checkpoint_id together"):
         icesink.read_tables([a], checkpoint_id=1, catalog=config)
