@@ -216,3 +216,48 @@ def test_a_debezium_stream_equals_the_model_for_every_reader(
         model = by_id[row["id"]]
         assert row["name"] == model["name"]
         assert (decimal.Decimal(row["balance"]) if row["balance"] is not None else None) == model["balance"]
+
+
+def test_the_readme_documents_the_type_mapping_as_the_code_has_it() -> None:
+    from icesink.debezium_events.schemas import TYPE_TABLE
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    for connect, spark, iceberg, how in TYPE_TABLE:
+        assert f"| {connect} | {spark} | {iceberg} | {how} |" in readme, connect
+
+
+@pytest.mark.parametrize(
+    ("schema", "spark_type"),
+    [
+        ({"type": "int8"}, "tinyint"),
+        ({"type": "int16"}, "smallint"),
+        (
+            {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": {"scale": "3"}},
+            "decimal(38,3)",
+        ),
+        ({"type": "int64", "name": "io.debezium.time.MicroTime"}, "bigint"),
+        ({"type": "int64", "name": "io.debezium.time.Timestamp"}, "timestamp_ntz"),
+        ({"type": "string", "name": "io.debezium.time.ZonedTimestamp"}, "timestamp"),
+        (
+            {"type": "map", "keys": {"type": "int32"}, "values": {"type": "string"}},
+            "array<struct<key:int,value:string>>",
+        ),
+    ],
+)
+def test_connect_schemas_map_to_spark_types(schema: dict[str, Any], spark_type: str) -> None:
+    from icesink.debezium_events.schemas import spark_type as mapped
+
+    assert mapped(schema, "t.c").simpleString() == spark_type
+
+
+def test_a_decimal_iceberg_cannot_hold_is_refused_naming_the_column() -> None:
+    from icesink.debezium_events.schemas import spark_type
+    from icesink.errors import SchemaMismatchError
+
+    schema = {
+        "type": "bytes",
+        "name": "org.apache.kafka.connect.data.Decimal",
+        "parameters": {"scale": "0", "connect.decimal.precision": "65"},
+    }
+    with pytest.raises(SchemaMismatchError, match=r"table inventory\.t \(source public\.t\)\.amount: decimal\(65, 0\)"):
+        spark_type(schema, "table inventory.t (source public.t).amount")
