@@ -74,6 +74,11 @@ def json_value(value: Any) -> Any:
     return value
 
 
+def _short(commit_id: str | None) -> str | None:
+    """The start of an atomic commit's id: enough to see which snapshots and checkpoints went together."""
+    return commit_id[:8] if commit_id else None
+
+
 def _checkpoint_json(row: Any) -> dict[str, Any]:
     """A ledger row as flat JSON: its manifests as the columns they are stored in, and its status."""
     from dataclasses import fields
@@ -242,6 +247,7 @@ def snapshots_list(obj: Context, table: str, as_json: bool) -> None:
             s.deleted_records,
             s.added_files,
             s.deleted_files,
+            _short(s.commit_id),
         ]
         for s in infos
     ]
@@ -256,6 +262,7 @@ def snapshots_list(obj: Context, table: str, as_json: bool) -> None:
         "-records",
         "+files",
         "-files",
+        "commit",
     ]
     _emit(as_json, [s.to_json() for s in infos], _table(rows, headers))
 
@@ -414,10 +421,22 @@ def checkpoints_list(obj: Context, table: str, limit: int, as_json: bool) -> Non
                 r.snapshot_id if r.state == CheckpointState.COMMITTED else None,  # a discard's is where it is named
                 r.staged_at,
                 r.committed_at,
+                _short(r.commit_id),
             ]
             for r in rows
         ],
-        ["job", "checkpoint", "state", "files", "records", "delete files", "snapshot", "staged at", "committed at"],
+        [
+            "job",
+            "checkpoint",
+            "state",
+            "files",
+            "records",
+            "delete files",
+            "snapshot",
+            "staged at",
+            "committed at",
+            "commit",
+        ],
     )
     errors = [
         f"checkpoint {r.checkpoint_id} of job {r.job_id} (at {r.failed_at}): {r.error}"
@@ -499,6 +518,42 @@ def checkpoints_retry(obj: Context, table: str, checkpoint: int, job: str | None
     ledger, iceberg_table, choice = _operator_choice(obj, table, checkpoint, job)
     row = retry(ledger, iceberg_table, choice)
     click.echo(f"checkpoint {row.checkpoint_id} of job {row.job_id} of table {table} will be tried again")
+
+
+@main.group()
+def jobs() -> None:
+    """Streams (jobs) and the tables each writes."""
+
+
+@jobs.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def jobs_list(obj: Context, as_json: bool) -> None:
+    """Every job with its tables: a stream into many tables is one job; atomic ones commit them together."""
+    from dataclasses import asdict
+
+    from icesink.committer.ledger import Ledger
+
+    obj.catalog()  # checks (or, for the embedded default, applies) the migrations
+    found = Ledger(obj.config).jobs()
+    rows = [
+        [
+            j.job_id,
+            "yes" if j.atomic else "no",
+            len(j.tables),
+            j.pending,
+            j.failed,
+            j.last_committed_checkpoint,
+            j.oldest_pending_at,
+        ]
+        for j in found
+    ]
+    text = _table(rows, ["job", "atomic", "tables", "pending", "failed", "last committed", "oldest pending"])
+    for j in found:
+        text += f"\n\njob {j.job_id}:\n" + _table(
+            [[table, checkpoint] for table, checkpoint in j.tables.items()], ["table", "last committed checkpoint"]
+        )
+    _emit(as_json, [asdict(j) for j in found], text)
 
 
 @main.group()
@@ -617,7 +672,7 @@ def committer_run(
     if metrics_port is not None:
         from icesink.committer.observability import StatusServer
 
-        server = StatusServer(metrics_host, metrics_port, daemon.metrics, daemon.problems)
+        server = StatusServer(metrics_host, metrics_port, daemon.metrics, daemon.problems, daemon.jobs)
         server.start()
         logging.getLogger("icesink.committer").info("metrics and health on http://%s:%d", metrics_host, server.port)
     try:

@@ -186,3 +186,60 @@ def test_read_tables_gives_one_consistent_cut_now_or_at_a_checkpoint(three_table
         icesink.read_tables([a], checkpoint_id=1, catalog=config)
     with pytest.raises(ConfigError, match="a list of tables, not the string"):
         icesink.read_tables(a, catalog=config)
+
+
+def test_operators_see_a_many_table_stream_as_one_job_with_its_tables(three_tables: CatalogConfig) -> None:
+    """`jobs list`, `checkpoints list`, `snapshots list` and /healthz, for an atomic job held back by one table."""
+    import json
+    import threading
+    import time
+
+    from icesink.committer.daemon import CommitterDaemon
+    from icesink.committer.observability import StatusServer
+    from tests.test_cli import invoke
+    from tests.test_daemon import get
+
+    config = three_tables
+    a, b = TABLES[0], TABLES[1]
+    stage_group(config, "many", 0, {a: orders(0, 1), b: orders(1, 1)})
+    stage_group(config, "many", 1, {a: orders(2, 1), b: orders(3, 1)})
+    stage_group(config, "single", 0, {TABLES[2]: orders(9, 1)}, atomic=False)
+    broken = next(r for r in Ledger(config).pending(b) if r.checkpoint_id == 1)
+    Path(broken.manifests.data.path.removeprefix("file://")).unlink()
+    code, output = invoke(config, "committer", "run", "--once")
+    assert code != 0 and f"table {b}, job many, checkpoint 1" in output
+
+    code, output = invoke(config, "jobs", "list", "--json")
+    assert code == 0
+    jobs = {j["job_id"]: j for j in json.loads(output)}
+    assert jobs["many"]["atomic"] is True and jobs["many"]["tables"] == {a: 0, b: 0}
+    assert jobs["many"]["pending"] == 2 and jobs["many"]["failed"] == 1
+    assert jobs["single"]["atomic"] is False and jobs["single"]["tables"] == {TABLES[2]: 0}
+    code, text = invoke(config, "jobs", "list")
+    assert code == 0 and "job many:" in text and b in text
+
+    commit_id = next(r.commit_id for r in Ledger(config).for_table(a) if r.checkpoint_id == 0)
+    assert commit_id
+    code, output = invoke(config, "checkpoints", "list", a, "--json")
+    assert [c["commit_id"] for c in json.loads(output)["checkpoints"]] == [commit_id, None]
+    code, text = invoke(config, "snapshots", "list", b)
+    assert code == 0 and commit_id[:8] in text
+
+    daemon = CommitterDaemon(config, poll_interval=0.1, lease_ttl=5)
+    server = StatusServer("127.0.0.1", 0, daemon.metrics, daemon.problems, daemon.jobs)
+    server.start()
+    runner = threading.Thread(target=daemon.run)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and get(f"http://127.0.0.1:{server.port}/healthz")[0] != 503:
+            time.sleep(0.1)
+        status, body = get(f"http://127.0.0.1:{server.port}/healthz")
+        health = json.loads(body)
+        assert status == 503 and any("checkpoint 1" in p for p in health["problems"])
+        many = next(j for j in health["jobs"] if j["job_id"] == "many")
+        assert many["tables"] == {a: 0, b: 0} and many["atomic"] is True
+    finally:
+        daemon.stop()
+        runner.join(30)
+        server.stop()

@@ -6,7 +6,7 @@ import datetime
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from icesink.properties import JOB_ID_PROPERTY, MAX_CHECKPOINT_PROPERTY
+from icesink.properties import COMMIT_ID_PROPERTY, JOB_ID_PROPERTY, MAX_CHECKPOINT_PROPERTY
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -28,6 +28,7 @@ class SnapshotInfo:
     added_files: int
     deleted_files: int
     summary: dict[str, str] = field(default_factory=dict)
+    commit_id: str | None = None  # shared with other tables' snapshots of one atomic commit
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -57,6 +58,7 @@ def snapshot_info(snapshot: Snapshot) -> SnapshotInfo:
         added_files=_int(summary, "added-data-files") + _int(summary, "added-delete-files"),
         deleted_files=_int(summary, "deleted-data-files") + _int(summary, "removed-delete-files"),
         summary=summary,
+        commit_id=summary.get(COMMIT_ID_PROPERTY),
     )
 
 

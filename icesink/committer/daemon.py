@@ -188,6 +188,12 @@ class CommitterDaemon:
         for table in set(counts) | set(self._failures):
             self.metrics.pending.labels(table).set(counts.get(table, 0))
 
+    def jobs(self) -> list[dict[str, object]]:
+        """Each job of the catalog with its tables (a stream into many tables is one job), for /healthz."""
+        from dataclasses import asdict
+
+        return [asdict(j) for j in self._ledger.jobs()]
+
     def problems(self) -> list[str]:
         """Why the daemon is unhealthy; empty while it is healthy."""
         return [

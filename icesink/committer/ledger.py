@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import enum
+import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -231,6 +232,19 @@ class JobLag:
     lag_seconds: float
 
 
+@dataclass(frozen=True)
+class JobTables:
+    """One job (a stream) and the tables it writes: what waits, what failed, how far each table is."""
+
+    job_id: str
+    atomic: bool  # its tables are committed together
+    tables: dict[str, int | None]  # table -> its last committed checkpoint of the job
+    pending: int
+    failed: int
+    last_committed_checkpoint: int | None
+    oldest_pending_at: datetime.datetime | None
+
+
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
@@ -423,6 +437,45 @@ class Ledger:
             )
             for job, pending, failed, done, last_staged, last_committed, last_committed_at, oldest in result
         ]
+
+    def jobs(self) -> list[JobTables]:
+        """Every job of the catalog with its tables, in one query: a stream that writes many tables is one job."""
+        c = checkpoints.c
+        staged = c.state == CheckpointState.STAGED.value
+        committed = c.state == CheckpointState.COMMITTED.value
+        query = (
+            sa.select(
+                c.job_id,
+                c.table_identifier,
+                sa.func.max(sa.case((c.atomic == sa.true(), 1), else_=0)),
+                sa.func.count().filter(staged),
+                sa.func.count().filter(sa.and_(staged, c.error.is_not(None))),
+                sa.func.max(c.checkpoint_id).filter(committed),
+                sa.func.min(c.staged_at).filter(staged),
+            )
+            .where(c.catalog_name == self._config.name)
+            .group_by(c.job_id, c.table_identifier)
+            .order_by(c.job_id, c.table_identifier)
+        )
+        with database_errors(self._config), self._engine.connect() as connection:
+            result = list(connection.execute(query))
+        jobs = []
+        for job_id, rows in itertools.groupby(result, key=lambda r: r[0]):
+            per_table = list(rows)
+            committed_ids = [r[5] for r in per_table if r[5] is not None]
+            waiting = [as_utc(r[6]) for r in per_table if r[6] is not None]
+            jobs.append(
+                JobTables(
+                    job_id=job_id,
+                    atomic=any(r[2] for r in per_table),
+                    tables={r[1]: r[5] for r in per_table},
+                    pending=sum(int(r[3]) for r in per_table),
+                    failed=sum(int(r[4]) for r in per_table),
+                    last_committed_checkpoint=max(committed_ids) if committed_ids else None,
+                    oldest_pending_at=min(waiting) if waiting else None,
+                )
+            )
+        return jobs
 
     def mark_failed(self, ids: Sequence[int], error: str) -> None:
         """Record why these checkpoints could not be committed, and when; they stay staged."""

@@ -67,7 +67,15 @@ class CommitterMetrics:
 class StatusServer:
     """Serves ``/metrics`` and ``/healthz`` on a background thread."""
 
-    def __init__(self, host: str, port: int, metrics: CommitterMetrics, health: Callable[[], list[str]]) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        metrics: CommitterMetrics,
+        health: Callable[[], list[str]],
+        jobs: Callable[[], list[dict[str, object]]] = list,
+    ) -> None:
+        """``health`` gives the reasons the daemon is unhealthy; ``jobs`` each job with its tables."""
         registry = metrics.registry
 
         class Handler(BaseHTTPRequestHandler):
@@ -76,7 +84,12 @@ class StatusServer:
                     body, status, kind = generate_latest(registry), 200, CONTENT_TYPE_LATEST
                 elif self.path.startswith("/healthz"):
                     problems = health()
-                    body = json.dumps({"healthy": not problems, "problems": problems}).encode()
+                    try:
+                        streams = jobs()
+                    except Exception as e:  # the ledger unreachable: health still answers, saying so
+                        streams = [{"error": str(e)}]
+                    report = {"healthy": not problems, "problems": problems, "jobs": streams}
+                    body = json.dumps(report, default=str).encode()
                     status, kind = (503 if problems else 200), "application/json"
                 else:
                     body, status, kind = b"not found\n", 404, "text/plain"
