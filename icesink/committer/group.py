@@ -32,6 +32,7 @@ from icesink.committer.build import (
     PreparedCommit,
     SnapshotBuilder,
     clean_staged,
+    clean_staged_of,
     commit_failure,
     refuse_other_streams,
 )
@@ -233,7 +234,7 @@ class GroupCommitter:
         for one in prepared:
             snapshot_id = one.snapshot.snapshot_id if one.snapshot else None
             outcomes.append(CommitOutcome.of(one.identifier, job_id, one.rows, snapshot_id, seconds))
-            clean_staged(self._ledger, self._tables.get(one.identifier, one.table), one.rows)
+        clean_staged_of(self._ledger, [(self._tables.get(p.identifier, p.table), p.rows) for p in prepared])
         log.info(
             "job=%s commit=%s up to checkpoint %d: tables=%s seconds=%.3f",
             job_id,
