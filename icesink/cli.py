@@ -382,7 +382,8 @@ def checkpoints_list(obj: Context, table: str, limit: int, as_json: bool) -> Non
     """
     from dataclasses import asdict
 
-    from icesink.committer.ledger import CheckpointState, Ledger
+    from icesink.committer.checkpoints import CheckpointState
+    from icesink.committer.ledger import Ledger
     from icesink.errors import TableNotFoundError
 
     ledger = Ledger(obj.config)

@@ -6,8 +6,9 @@ import pytest
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
+from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.commit import TableCommitter
-from icesink.committer.ledger import CheckpointState, Ledger
+from icesink.committer.ledger import Ledger
 from icesink.errors import ManifestError
 from icesink.iceberg.manifests import to_data_file
 from icesink.iceberg.marker import committed_marker
@@ -340,7 +341,7 @@ def test_a_committer_that_remembers_the_table_still_sees_what_others_did_in_betw
 
 
 def test_delta_manifests_are_one_value_kept_as_the_ledgers_columns() -> None:
-    from icesink.committer.ledger import DeltaManifests, StagedManifest
+    from icesink.committer.checkpoints import DeltaManifests, StagedManifest
 
     both = DeltaManifests(StagedManifest("s3://b/d ü.avro", 10, 2, 7), StagedManifest("/x/del%.avro", 5, 1, 3))
     assert DeltaManifests.from_columns(both.columns()) == both

@@ -10,8 +10,9 @@ import urllib.request
 from pathlib import Path
 
 from icesink.catalog.config import CatalogConfig
+from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.daemon import CommitterDaemon
-from icesink.committer.ledger import CheckpointState, Ledger
+from icesink.committer.ledger import Ledger
 from icesink.committer.observability import StatusServer
 from tests.support import create_orders_table, orders, stage_rows, table_ids
 

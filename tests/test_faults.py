@@ -20,8 +20,9 @@ import pytest
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
+from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.gc import collect_garbage
-from icesink.committer.ledger import CheckpointState, Ledger
+from icesink.committer.ledger import Ledger
 from tests.changes import ChangeModel, random_checkpoint, sorted_rows, write_checkpoint_file
 from tests.outcomes import check_outcome
 from tests.streams import add_input_files

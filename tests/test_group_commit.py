@@ -10,8 +10,9 @@ import sqlalchemy as sa
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import engine
 from icesink.catalog.loader import open_catalog
+from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.commit import TableCommitter
-from icesink.committer.ledger import CheckpointState, Ledger
+from icesink.committer.ledger import Ledger
 from icesink.errors import ManifestError
 from icesink.iceberg.marker import committed_marker
 from icesink.properties import COMMIT_ID_PROPERTY

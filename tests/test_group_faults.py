@@ -19,7 +19,8 @@ import pytest
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
-from icesink.committer.ledger import CheckpointState, Ledger
+from icesink.committer.checkpoints import CheckpointState
+from icesink.committer.ledger import Ledger
 from icesink.properties import TABLE_PROPERTY_PREFIX
 from tests.support import create_orders_table, orders, stage_group, table_ids
 from tests.test_faults import ROOT, _env, run_committer

@@ -18,9 +18,10 @@ import pytest
 import icesink
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
+from icesink.committer.checkpoints import CheckpointState, StreamIdentity
 from icesink.committer.commit import TableCommitter
 from icesink.committer.daemon import CommitterDaemon
-from icesink.committer.ledger import CheckpointState, Ledger, StreamIdentity
+from icesink.committer.ledger import Ledger
 from icesink.committer.staging import stage_checkpoint
 from icesink.errors import JobIdConflictError
 from tests.outcomes import check_outcome

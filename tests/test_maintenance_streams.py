@@ -27,8 +27,9 @@ import icesink
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.cli import main
+from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.daemon import CommitterDaemon
-from icesink.committer.ledger import CheckpointState, Ledger
+from icesink.committer.ledger import Ledger
 from icesink.iceberg.scan import live_files
 from tests.changes import ChangeModel, random_checkpoint, sorted_rows, write_checkpoint_file
 from tests.outcomes import check_outcome, iceberg_rust_sql, read_many_with_iceberg_java

@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.cli import main
-from icesink.committer.ledger import CheckpointState, Ledger
+from icesink.committer.checkpoints import CheckpointState
+from icesink.committer.ledger import Ledger
 from tests.support import create_orders_table, orders, stage_rows, table_ids, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent

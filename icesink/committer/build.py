@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import load_table
-from icesink.committer.ledger import CheckpointRow, Ledger
+from icesink.committer.checkpoints import CheckpointRow
+from icesink.committer.ledger import Ledger
 from icesink.errors import (
     ConfigError,
     DeleteConversionError,

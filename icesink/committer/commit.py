@@ -32,8 +32,9 @@ from icesink.committer.build import (
     commit_failure,
     refuse_other_streams,
 )
+from icesink.committer.checkpoints import CheckpointRow
 from icesink.committer.group import GroupCommitter
-from icesink.committer.ledger import CheckpointRow, Ledger
+from icesink.committer.ledger import Ledger
 from icesink.committer.policy import plan_snapshots
 from icesink.errors import CommitConflictError, IcesinkError
 from icesink.failpoints import failpoint

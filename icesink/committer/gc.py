@@ -27,7 +27,8 @@ from icesink import paths
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
-from icesink.committer.ledger import CheckpointState, Ledger
+from icesink.committer.checkpoints import CheckpointState
+from icesink.committer.ledger import Ledger
 from icesink.errors import ManifestError
 
 if TYPE_CHECKING:

@@ -9,17 +9,25 @@ table is decided by the table's marker (see :mod:`icesink.iceberg.marker`).
 from __future__ import annotations
 
 import datetime
-import enum
 import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from dataclasses import fields
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import as_utc, database_errors, engine
+from icesink.committer.checkpoints import (
+    CheckpointRow,
+    CheckpointState,
+    DeltaManifests,
+    JobLag,
+    JobTables,
+    StagedCheckpoint,
+    StreamIdentity,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -62,187 +70,7 @@ checkpoints = sa.Table(
 )
 
 
-class CheckpointState(enum.StrEnum):
-    """Where a checkpoint is. A staged checkpoint whose commit stopped on an error shows as ``failed``
-    (:attr:`CheckpointRow.status`) and stays staged, so that it commits once the cause is gone."""
-
-    STAGED = "staged"
-    COMMITTED = "committed"
-    DISCARDED = "discarded"  # given up by an operator; never committed
-
-
-@dataclass(frozen=True)
-class StreamIdentity:
-    """The stream a micro-batch comes from: Spark's query id, kept in its checkpoint location."""
-
-    stream_id: str | None = None
-    checkpoint_location: str | None = None
-
-    def differs_from(self, other_stream_id: str | None) -> bool:
-        """True when both are known and differ."""
-        return self.stream_id is not None and other_stream_id is not None and self.stream_id != other_stream_id
-
-    def describe(self) -> str:
-        if self.stream_id is None:
-            return "a stream that did not say who it is"
-        where = f" (checkpoint location {self.checkpoint_location})" if self.checkpoint_location else ""
-        return f"stream {self.stream_id}{where}"
-
-
-@dataclass(frozen=True)
-class StagedManifest:
-    """One manifest a checkpoint staged: where it is, its length, and what it holds."""
-
-    path: str
-    length: int
-    files: int
-    records: int  # rows of data files, keys of delete files
-
-
-@dataclass(frozen=True)
-class DeltaManifests:
-    """What one checkpoint staged for one table: a manifest of its data files and one of its delete files
-    (either may be absent). The ledger keeps it as columns of the checkpoint's row."""
-
-    data: StagedManifest | None = None
-    deletes: StagedManifest | None = None
-
-    def present(self) -> list[tuple[bool, StagedManifest]]:
-        """(holds deletes, manifest) of each manifest there is."""
-        return [(deletes, m) for deletes, m in ((False, self.data), (True, self.deletes)) if m is not None]
-
-    @property
-    def paths(self) -> list[str]:
-        return [m.path for _, m in self.present()]
-
-    @property
-    def data_files(self) -> int:
-        return self.data.files if self.data else 0
-
-    @property
-    def data_records(self) -> int:
-        return self.data.records if self.data else 0
-
-    @property
-    def delete_files(self) -> int:
-        return self.deletes.files if self.deletes else 0
-
-    @property
-    def delete_records(self) -> int:
-        return self.deletes.records if self.deletes else 0
-
-    def columns(self) -> dict[str, Any]:
-        """As the ledger's columns."""
-        values: dict[str, Any] = {}
-        for kind, manifest in (("data", self.data), ("delete", self.deletes)):
-            values[f"{kind}_manifest"] = manifest.path if manifest else None
-            values[f"{kind}_manifest_length"] = manifest.length if manifest else None
-            values[f"{kind}_files"] = manifest.files if manifest else 0
-            values[f"{kind}_records"] = manifest.records if manifest else 0
-        return values
-
-    @staticmethod
-    def from_columns(values: Mapping[str, Any]) -> DeltaManifests:
-        found = []
-        for kind in ("data", "delete"):
-            path, length = values[f"{kind}_manifest"], values[f"{kind}_manifest_length"]
-            files, records = int(values[f"{kind}_files"]), int(values[f"{kind}_records"])
-            found.append(StagedManifest(path, int(length), files, records) if path is not None else None)
-        return DeltaManifests(*found)
-
-
-@dataclass(frozen=True, kw_only=True)
-class StagedCheckpoint:
-    """What a writer hands to the ledger for one checkpoint of one table.
-
-    ``stream_id`` (Spark's query id, kept in the checkpoint location) and
-    ``checkpoint_location`` say which stream wrote it: a replay of the same
-    micro-batch comes from the same stream, another stream's checkpoint of the
-    same job id never passes for one. ``schema_id`` is the table schema the
-    files were written with, ``column_ids`` which field each DataFrame column went to.
-    """
-
-    table_identifier: str
-    job_id: str
-    checkpoint_id: int
-    spec_id: int
-    manifests: DeltaManifests = DeltaManifests()
-    stream_id: str | None = None
-    checkpoint_location: str | None = None
-    schema_id: int | None = None
-    column_ids: tuple[tuple[str, int], ...] | None = None  # DataFrame column -> the field it was written to
-    # Committed with the job's other tables of the same checkpoint in one catalog transaction, or not at all.
-    atomic: bool = False
-
-    @property
-    def manifest_paths(self) -> list[str]:
-        return self.manifests.paths
-
-    @property
-    def has_deletes(self) -> bool:
-        return self.manifests.delete_files > 0
-
-    @property
-    def stream(self) -> StreamIdentity:
-        return StreamIdentity(self.stream_id, self.checkpoint_location)
-
-    def describe_stream(self) -> str:
-        """Which stream staged it, for error messages."""
-        return self.stream.describe()
-
-
-@dataclass(frozen=True, kw_only=True)
-class CheckpointRow(StagedCheckpoint):
-    """One ledger row: a staged checkpoint and its fate."""
-
-    id: int
-    state: CheckpointState
-    snapshot_id: int | None
-    staged_at: datetime.datetime
-    committed_at: datetime.datetime | None
-    manifests_deleted: bool
-    error: str | None
-    failed_at: datetime.datetime | None = None
-    discarded_at: datetime.datetime | None = None
-    discarded_by: str | None = None
-    discard_reason: str | None = None
-    commit_id: str | None = None  # shared by the tables of one atomic commit
-
-    @property
-    def status(self) -> str:
-        """``failed`` for a staged checkpoint whose last commit attempt stopped on an error; otherwise the state."""
-        return "failed" if self.state == CheckpointState.STAGED and self.error else self.state.value
-
-
 _ROW_FIELDS = tuple(f.name for f in fields(CheckpointRow) if f.name != "manifests")
-
-
-@dataclass(frozen=True)
-class JobLag:
-    """How far the table is behind one job's staged checkpoints."""
-
-    job_id: str
-    pending: int
-    failed: int
-    committed: int
-    last_staged_checkpoint: int | None
-    last_committed_checkpoint: int | None
-    last_committed_at: datetime.datetime | None
-    oldest_pending_at: datetime.datetime | None
-    lag_seconds: float
-
-
-@dataclass(frozen=True)
-class JobTables:
-    """One job (a stream) and the tables it writes: what waits, what failed, how far each table is."""
-
-    job_id: str
-    atomic: bool  # its tables are committed together
-    tables: dict[str, int | None]  # table -> its last committed checkpoint of the job
-    pending: int
-    failed: int
-    last_committed_checkpoint: int | None
-    oldest_pending_at: datetime.datetime | None
 
 
 def _now() -> datetime.datetime:

@@ -14,7 +14,8 @@ import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from icesink.committer.ledger import CheckpointRow, CheckpointState, Ledger
+from icesink.committer.checkpoints import CheckpointRow, CheckpointState
+from icesink.committer.ledger import Ledger
 from icesink.errors import ConfigError
 
 if TYPE_CHECKING:

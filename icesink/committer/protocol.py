@@ -21,7 +21,8 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from icesink.committer.ledger import CheckpointRow, CheckpointState, Ledger, StreamIdentity
+from icesink.committer.checkpoints import CheckpointRow, CheckpointState, StreamIdentity
+from icesink.committer.ledger import Ledger
 from icesink.errors import CheckpointRewindError, IcesinkError, JobIdConflictError
 from icesink.iceberg.marker import committed_marker
 

@@ -9,14 +9,14 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from icesink import paths
-from icesink.committer.ledger import (
+from icesink.committer.checkpoints import (
     CheckpointState,
     DeltaManifests,
-    Ledger,
     StagedCheckpoint,
     StagedManifest,
     StreamIdentity,
 )
+from icesink.committer.ledger import Ledger
 from icesink.errors import JobIdConflictError
 from icesink.failpoints import failpoint
 from icesink.results import WriteResult

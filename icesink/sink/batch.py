@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import load_table, open_catalog
+from icesink.committer.checkpoints import StreamIdentity
 from icesink.committer.commit import TableCommitter
-from icesink.committer.ledger import Ledger, StreamIdentity
+from icesink.committer.ledger import Ledger
 from icesink.committer.maintainer import Maintainer
 from icesink.committer.protocol import Admission, admit
 from icesink.committer.staging import TableResults, stage_tables

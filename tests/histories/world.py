@@ -371,7 +371,7 @@ class World:
 
     def referenced_files(self) -> set[str]:
         """Every file a snapshot (current or not), the metadata log or a staged checkpoint still names."""
-        from icesink.committer.ledger import CheckpointState
+        from icesink.committer.checkpoints import CheckpointState
 
         table = self.table()
         needed = {table.metadata_location, *(entry.metadata_file for entry in table.metadata.metadata_log)}
