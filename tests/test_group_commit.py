@@ -244,3 +244,19 @@ def test_operators_see_a_many_table_stream_as_one_job_with_its_tables(three_tabl
         daemon.stop()
         runner.join(30)
         server.stop()
+
+
+def test_a_committer_limited_to_some_tables_refuses_a_group_reaching_beyond_them(three_tables: CatalogConfig) -> None:
+    from tests.test_cli import invoke
+
+    config = three_tables
+    stage_group(config, "job", 0, {TABLES[0]: orders(0, 1), TABLES[1]: orders(1, 1)})
+    before = pointers(config)
+    code, output = invoke(config, "committer", "run", "--once", "--table", TABLES[0])
+    assert code != 0
+    assert f"job job commits tables {TABLES[1]}, {TABLES[0]} together" in output
+    assert f"also has {TABLES[1]}" in output
+    assert pointers(config) == before
+    code, _ = invoke(config, "committer", "run", "--once", "--table", TABLES[0], "--table", TABLES[1])
+    assert code == 0
+    assert table_ids(config, TABLES[0]) == [0] and table_ids(config, TABLES[1]) == [1]

@@ -58,8 +58,10 @@ class TableCommitter:
         max_conflicts: int = 20,
         before_commit: Callable[[], None] | None = None,
         expire_snapshots: bool = False,
+        scope: Sequence[str] = (),
     ) -> None:
         """``before_commit`` runs right before every catalog commit; the daemon checks its lease there.
+        ``scope`` limits the tables a job committed atomically across tables may touch (the daemon's --table).
 
         With ``expire_snapshots`` every commit also drops the snapshots past the
         table's ``history.expire.*`` retention, in the same metadata commit.
@@ -74,7 +76,7 @@ class TableCommitter:
         self._markers: dict[tuple[str, str], KnownMarker] = {}
         self._tables: dict[str, Table] = {}
         self._group = GroupCommitter(
-            catalog, config, ledger, self._builder, self._tables, self._markers, max_conflicts, before_commit
+            catalog, config, ledger, self._builder, self._tables, self._markers, max_conflicts, before_commit, scope
         )
 
     def table(self, table_identifier: str) -> Table:

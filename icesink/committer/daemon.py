@@ -60,7 +60,12 @@ class CommitterDaemon:
         scope = ",".join(sorted(self._tables)) or "*"
         self.lease = Lease(config, scope, owner or default_owner(), ttl=lease_ttl)
         self._committer = TableCommitter(
-            self._catalog, config, self._ledger, before_commit=self.lease.check, expire_snapshots=expire_snapshots
+            self._catalog,
+            config,
+            self._ledger,
+            before_commit=self.lease.check,
+            expire_snapshots=expire_snapshots,
+            scope=self._tables,
         )
         self._maintainer = (
             Maintainer(

@@ -39,7 +39,7 @@ from icesink.committer.build import (
 from icesink.committer.checkpoints import CheckpointRow
 from icesink.committer.ledger import Ledger
 from icesink.committer.policy import plan_snapshots
-from icesink.errors import CommitConflictError, IcesinkError
+from icesink.errors import CommitConflictError, ConfigError, IcesinkError
 from icesink.iceberg.marker import CommittedMarker, KnownMarker, committed_marker
 from icesink.properties import COMMIT_ID_PROPERTY
 
@@ -67,6 +67,7 @@ class GroupCommitter:
         markers: dict[tuple[str, str], KnownMarker],
         max_conflicts: int,
         before_commit: Callable[[], None] | None,
+        scope: Sequence[str] = (),
     ) -> None:
         self._catalog = catalog
         self._config = config
@@ -76,6 +77,7 @@ class GroupCommitter:
         self._markers = markers
         self._max_conflicts = max_conflicts
         self._before_commit = before_commit
+        self._scope = frozenset(scope)  # the only tables this committer may commit (empty: all)
 
     def commit_job(self, job_id: str) -> list[CommitOutcome]:
         """Commit every pending atomic checkpoint of the job, in order; one transaction per commit."""
@@ -86,6 +88,13 @@ class GroupCommitter:
         conflicts = 0
         while rows := self._ledger.pending_atomic(job_id):
             by_table = {t: list(r) for t, r in itertools.groupby(sorted(rows, key=_by_table), key=_table_of)}
+            outside = sorted(set(by_table) - self._scope) if self._scope else []
+            if outside:
+                raise ConfigError(
+                    f"job {job_id} commits tables {', '.join(sorted(by_table))} together, but this committer only "
+                    f"commits {', '.join(sorted(self._scope))}: nothing was committed. Run a committer whose --table "
+                    f"list also has {', '.join(outside)} (or no --table)"
+                )
             tables = {t: self._table(t) for t in by_table}
             if self._skip_committed(job_id, tables, by_table, outcomes):
                 continue
