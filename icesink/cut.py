@@ -42,14 +42,19 @@ def read_tables(
     """
     if isinstance(tables, str):
         raise ConfigError(f"read_tables takes a list of tables, not the string {tables!r}; use icesink.read for one")
+    tables = list(tables)
+    if not tables:
+        raise ConfigError("read_tables: name at least one table")
     if (job_id is None) != (checkpoint_id is None):
         raise ConfigError("read_tables: pass job_id and checkpoint_id together (or neither, for the catalog's now)")
+    if checkpoint_id is not None and (not isinstance(checkpoint_id, int) or isinstance(checkpoint_id, bool)):
+        raise ConfigError(f"read_tables: checkpoint_id is a checkpoint number (an int), not {checkpoint_id!r}")
     config = resolve_catalog(catalog)
     handle = open_catalog(config)
     loaded = {name: table_at(handle, name, location) for name, location in read_pointers(config, tables).items()}
     if job_id is None or checkpoint_id is None:
         return {name: read_table(table) for name, table in loaded.items()}
-    _check_committed(config, list(loaded), job_id, checkpoint_id)
+    _check_committed(config, loaded, job_id, checkpoint_id)
     return {name: _read_at(table, name, job_id, checkpoint_id) for name, table in loaded.items()}
 
 
@@ -72,10 +77,20 @@ def _at_checkpoint(table: Table, identifier: str, job_id: str, checkpoint_id: in
         ) from e
 
 
-def _check_committed(config: CatalogConfig, identifiers: list[str], job_id: str, checkpoint_id: int) -> None:
-    """A checkpoint still staged (not committed) somewhere would make the cut torn: say where."""
+def _check_committed(config: CatalogConfig, tables: dict[str, Table], job_id: str, checkpoint_id: int) -> None:
+    """The job must have reached the checkpoint, and committed it everywhere: a cut that a later commit could
+    still change, or that a staged checkpoint leaves torn, is refused naming why."""
+    from icesink.iceberg.marker import committed_marker
+
     ledger = Ledger(config)
-    for identifier in identifiers:
+    reached = [m.checkpoint_id for t in tables.values() if (m := committed_marker(t.metadata, job_id)) is not None]
+    known = [j for j in ledger.jobs() if j.job_id == job_id]
+    staged = max([max((c for c in j.tables.values() if c is not None), default=-1) for j in known] + reached + [-1])
+    if not known and not reached:
+        raise ConfigError(
+            f"job {job_id} has written none of the tables {', '.join(tables)}; `icesink jobs list` shows the jobs"
+        )
+    for identifier in tables:
         waiting = [r.checkpoint_id for r in ledger.pending(identifier, job_id) if r.checkpoint_id <= checkpoint_id]
         if waiting:
             raise CheckpointNotCommittedError(
@@ -83,3 +98,9 @@ def _check_committed(config: CatalogConfig, identifiers: list[str], job_id: str,
                 f"the table is not at checkpoint {checkpoint_id}; commit it (`icesink committer run --once`) or "
                 "read an earlier checkpoint"
             )
+    last_staged = max([r.checkpoint_id for t in tables for r in ledger.pending(t, job_id)] + [staged])
+    if checkpoint_id > last_staged:
+        raise CheckpointNotCommittedError(
+            f"job {job_id} has not reached checkpoint {checkpoint_id} (its last is {last_staged}): a later commit "
+            "could still change the tables at that checkpoint. Read a checkpoint the job has committed"
+        )

@@ -102,7 +102,9 @@ def test_tombstones_messages_deletes_and_mistakes() -> None:
     assert delete is not None and delete.op == DELETE and delete.row == {"id": 5}
     with pytest.raises(DecodeError, match=r"TRUNCATE event \(public\.t\).*skipped\.operations=t"):
         decode(None, event(None, [], op="t"), "dbz.public.t", 0, 1)
-    with pytest.raises(DecodeError, match="has no key; icesink applies changes by primary key"):
+    with pytest.raises(
+        DecodeError, match=r"has no key \(a struct of the primary key columns\); icesink applies changes by primary key"
+    ):
         decode(None, event({"a": 1}, []), "dbz.public.t", 0, 2)
     with pytest.raises(DecodeError, match="offset 3: the record's value is not JSON"):
         decode('{"id": 1}', "{oops", "dbz.public.t", 0, 3)
@@ -259,5 +261,159 @@ def test_a_decimal_iceberg_cannot_hold_is_refused_naming_the_column() -> None:
         "name": "org.apache.kafka.connect.data.Decimal",
         "parameters": {"scale": "0", "connect.decimal.precision": "65"},
     }
-    with pytest.raises(SchemaMismatchError, match=r"table inventory\.t \(source public\.t\)\.amount: decimal\(65, 0\)"):
+    with pytest.raises(
+        SchemaMismatchError, match=r"\(source public\.t\)\.amount: decimal\(precision 65, scale 0\) needs 65"
+    ):
         spark_type(schema, "table inventory.t (source public.t).amount")
+
+
+def test_numbers_keep_every_digit_and_odd_records_are_skipped_or_named() -> None:
+    fields = [
+        {
+            "type": "bytes",
+            "optional": True,
+            "name": "org.apache.kafka.connect.data.Decimal",
+            "parameters": {"scale": "2"},
+            "field": "d",
+        },
+        {"type": "double", "optional": True, "field": "x"},
+    ]
+    # decimal.format=NUMERIC: a JSON number, every digit kept; a double stays the nearest double.
+    value = event({"id": 1, "d": "D", "x": "X"}, fields)
+    value = value.replace('"D"', "12345678901234567890.12").replace('"X"', "0.1")
+    change = decode('{"id": 1}', value)
+    assert change is not None and change.row["d"] == "12345678901234567890.12" and change.row["x"] == 0.1
+    # Heartbeats, transaction markers and schema changes share topics with row events by mistake: skipped.
+    assert decode(None, json.dumps({"ts_ms": 1})) is None
+    assert decode(None, json.dumps({"status": "BEGIN", "id": "571:53195829", "ts_ms": 1})) is None
+    assert decode(None, json.dumps({"source": {}, "ddl": "ALTER TABLE t ADD c int", "tableChanges": []})) is None
+    for odd in ("null", "[1, 2]", '"text"', '{"schema": {}, "payload": null}'):
+        with pytest.raises(DecodeError, match="partition 1, offset 4: the value is JSON but not a Debezium change"):
+            decode('{"id": 1}', odd, "dbz.public.t", 1, 4)
+    with pytest.raises(DecodeError, match="partition 1, offset 5: the record's value is not JSON"):
+        decode('{"id": 1}', "{oops", "dbz.public.t", 1, 5)
+
+
+def test_a_delete_whose_key_has_no_schema_is_typed_by_the_row_schema() -> None:
+    """Key converters often write no schema: a timestamp key then comes raw, which only the row's schema reads."""
+    fields = [{"type": "int64", "optional": False, "name": "io.debezium.time.MicroTimestamp", "field": "at"}]
+    row = {"type": "struct", "fields": fields, "optional": True, "name": "t.Value"}
+    schema = {"type": "struct", "fields": [{**row, "field": "before"}, {**row, "field": "after"}], "optional": False}
+    payload = {"before": {"at": 1_000_001}, "after": None, "op": "d", "source": {"schema": "public", "table": "t"}}
+    change = decode('{"at": 1000001}', json.dumps({"schema": schema, "payload": payload}))
+    assert change is not None and change.op == DELETE and change.row == {"at": "1970-01-01T00:00:01.000001"}
+
+
+def _record(
+    topic: str,
+    partition: int,
+    offset: int,
+    key: dict[str, Any],
+    after: dict[str, Any] | None,
+    fields: list[dict[str, Any]] | None,
+    op: str = "c",
+) -> dict[str, Any]:
+    source = {"schema": topic.split(".")[1], "table": topic.split(".")[2]}
+    payload = {"before": None if op != "d" else key, "after": after, "op": op, "source": source}
+    if fields is None:  # schemas disabled
+        value: Any = payload
+    else:
+        row = {"type": "struct", "fields": fields, "optional": True, "name": f"{topic}.Value"}
+        value = {
+            "schema": {
+                "type": "struct",
+                "fields": [{**row, "field": "before"}, {**row, "field": "after"}],
+                "optional": False,
+            },
+            "payload": payload,
+        }
+    return {
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "key": json.dumps(key),
+        "value": json.dumps(value),
+    }
+
+
+def _write_batches(directory: Path, batches: list[list[dict[str, Any]]]) -> None:
+    import os
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for number, batch in enumerate(batches):
+        path = directory / f"part-{number:05d}.json"
+        path.write_text("".join(json.dumps(r) + "\n" for r in batch), encoding="utf-8")
+        os.utime(path, (1_750_000_000 + number, 1_750_000_000 + number))
+
+
+def _run(spark: Any, config: CatalogConfig, tmp_path: Path, spec: Any) -> None:
+    events = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).json(str(tmp_path / "in"))
+    icesink.stream(
+        events, tables=spec, checkpoint_location=str(tmp_path / "ckpt"), trigger={"availableNow": True}, catalog=config
+    ).awaitTermination()
+
+
+@pytest.mark.spark
+def test_columns_the_source_adds_are_kept_with_or_without_schemas(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    """An old-schema event on another partition does not hide a column newer events carry; without schemas a
+    table created from a delete, or from a column that was null so far, still gets its columns and types."""
+    old = [{"type": "int32", "optional": False, "field": "id"}, {"type": "string", "optional": True, "field": "name"}]
+    new = [*old, {"type": "string", "optional": True, "field": "email"}]
+    batches = [
+        [
+            # id 1 with the new column on partition 0; id 2, still the old schema, later on partition 1.
+            _record("db.public.users", 0, 5, {"id": 1}, {"id": 1, "name": "a", "email": "a@x"}, new),
+            _record("db.public.users", 1, 9, {"id": 2}, {"id": 2, "name": "b"}, old),
+            _record("db.public.notes", 0, 0, {"id": 1}, None, None, op="d"),  # schemaless, a delete first
+        ],
+        [_record("db.public.notes", 0, 1, {"id": 2}, {"id": 2, "text": "t", "stars": None}, None)],
+        [_record("db.public.notes", 0, 2, {"id": 3}, {"id": 3, "text": "u", "stars": 5, "tag": "new"}, None)],
+    ]
+    _write_batches(tmp_path / "in", batches)
+    _run(spark, sqlite_catalog, tmp_path, icesink.debezium("app"))
+    users = icesink.read("app.users", catalog=sqlite_catalog).to_pylist()
+    assert sorted(users, key=lambda r: r["id"]) == [
+        {"id": 1, "name": "a", "email": "a@x"},
+        {"id": 2, "name": "b", "email": None},
+    ]
+    notes = sorted(icesink.read("app.notes", catalog=sqlite_catalog).to_pylist(), key=lambda r: r["id"])
+    assert notes == [
+        {"id": 2, "text": "t", "stars": None, "tag": None},
+        {"id": 3, "text": "u", "stars": 5, "tag": "new"},
+    ]
+    stars = open_catalog(sqlite_catalog).load_table("app.notes").schema().find_field("stars")
+    assert str(stars.field_type) == "long"  # typed by its first value, not made a string while it was null
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("case", ["two sources, one table", "the key changes"])
+def test_what_would_mix_rows_stops_the_stream_and_stages_nothing(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, case: str
+) -> None:
+    fields = [
+        {"type": "int32", "optional": False, "field": "id"},
+        {"type": "int32", "optional": True, "field": "tenant"},
+    ]
+    if case == "two sources, one table":
+        batches = [
+            [
+                _record("db.public.users", 0, 0, {"id": 1}, {"id": 1, "tenant": 1}, fields),
+                _record("db.billing.users", 0, 0, {"id": 1}, {"id": 1, "tenant": 2}, fields),
+            ]
+        ]
+        message = "table app.users: source tables billing.users and public.users both go there"
+    else:
+        batches = [
+            [_record("db.public.users", 0, 0, {"id": 1}, {"id": 1, "tenant": 1}, fields)],
+            [_record("db.public.users", 0, 1, {"id": 1, "tenant": 2}, {"id": 1, "tenant": 2}, fields)],
+        ]
+        message = r"table app.users: its events are keyed by \(id, tenant\), but the table is keyed by \(id\)"
+    _write_batches(tmp_path / "in", batches)
+    with pytest.raises(Exception, match=message):
+        _run(spark, sqlite_catalog, tmp_path, icesink.debezium("app"))
+    from icesink.committer.ledger import Ledger
+
+    staged = [r.checkpoint_id for r in Ledger(sqlite_catalog).for_table("app.users")]
+    assert staged == ([] if case == "two sources, one table" else [0])

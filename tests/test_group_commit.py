@@ -187,6 +187,13 @@ def test_read_tables_gives_one_consistent_cut_now_or_at_a_checkpoint(three_table
         icesink.read_tables([a], checkpoint_id=1, catalog=config)
     with pytest.raises(ConfigError, match="a list of tables, not the string"):
         icesink.read_tables(a, catalog=config)
+    with pytest.raises(ConfigError, match="job nobody has written none of the tables"):
+        icesink.read_tables([a, b], job_id="nobody", checkpoint_id=0, catalog=config)
+    with pytest.raises(CheckpointNotCommittedError, match="job job has not reached checkpoint 99 \\(its last is 3\\)"):
+        icesink.read_tables([a], job_id="job", checkpoint_id=99, catalog=config)
+    with pytest.raises(ConfigError, match="checkpoint_id is a checkpoint number \\(an int\\), not '0'"):
+        icesink.read_tables([a], job_id="job", checkpoint_id="0", catalog=config)  # type: ignore[arg-type]
+    assert list(icesink.read_tables((t for t in [b, a]), catalog=config)) == [b, a]
 
 
 def test_operators_see_a_many_table_stream_as_one_job_with_its_tables(three_tables: CatalogConfig) -> None:
@@ -260,3 +267,16 @@ def test_a_committer_limited_to_some_tables_refuses_a_group_reaching_beyond_them
     code, _ = invoke(config, "committer", "run", "--once", "--table", TABLES[0], "--table", TABLES[1])
     assert code == 0
     assert table_ids(config, TABLES[0]) == [0] and table_ids(config, TABLES[1]) == [1]
+
+
+def test_a_checkpoint_that_would_stage_one_table_twice_stages_nothing(three_tables: CatalogConfig) -> None:
+    from icesink.committer.staging import TableResults, stage_tables
+    from icesink.errors import ConfigError
+    from tests.support import write_files
+
+    config = three_tables
+    table = open_catalog(config).load_table(TABLES[0])
+    written = [TableResults(table, TABLES[0], [write_files(table, TABLES[0], "job", 0, orders(i, 1))]) for i in (0, 1)]
+    with pytest.raises(ConfigError, match=f"table {TABLES[0]}: checkpoint 0 of job job would stage it twice"):
+        stage_tables(Ledger(config), "job", 0, written, atomic=True)
+    assert Ledger(config).pending(TABLES[0]) == []

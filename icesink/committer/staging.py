@@ -17,7 +17,7 @@ from icesink.committer.checkpoints import (
     StreamIdentity,
 )
 from icesink.committer.ledger import Ledger
-from icesink.errors import JobIdConflictError
+from icesink.errors import ConfigError, JobIdConflictError
 from icesink.failpoints import failpoint
 from icesink.results import WriteResult
 
@@ -72,6 +72,13 @@ def stage_tables(
     ``atomic`` the tables' rows are committed together, in one catalog transaction.
     """
     stream = stream or StreamIdentity()
+    names = [w.identifier for w in written]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(
+            f"table {twice[0]}: checkpoint {checkpoint_id} of job {job_id} would stage it twice (two parts of the "
+            "stream write it); nothing was staged. Give each part a table of its own"
+        )
     staged: list[StagedCheckpoint] = []
     try:
         for one in written:

@@ -67,9 +67,13 @@ def decode(
     """The change a Kafka record holds, or None for a tombstone (and for a logical message)."""
     if value is None:
         return None  # the tombstone after a delete: Kafka's compaction marker, not a change
-    envelope, value_schema = _unwrap(_json(value, "value", topic, offset))
-    op = envelope.get("op")
     where = _where(topic, partition, offset)
+    envelope, value_schema = _unwrap(_json(value, "value", where))
+    if not isinstance(envelope, dict):
+        raise DecodeError(f"{where}: the value is JSON but not a Debezium change event (an object with 'op')")
+    op = envelope.get("op")
+    if op is None and _is_not_a_row_event(envelope):
+        return None  # a heartbeat, transaction marker or schema change sharing the subscription
     if op == "m":
         return None
     if op == "t":
@@ -79,40 +83,64 @@ def decode(
         )
     if op not in ("c", "r", "u", "d"):
         raise DecodeError(f"{where}: {op!r} is not a Debezium operation (c, r, u, d); is this a Debezium topic?")
-    key_payload, key_schema = _unwrap(_json(key, "key", topic, offset)) if key is not None else (None, None)
+    key_payload, key_schema = _unwrap(_json(key, "key", where)) if key is not None else (None, None)
     if not isinstance(key_payload, dict) or not key_payload:
         raise DecodeError(
-            f"{where}: the event of {_source_table(envelope, topic)} has no key; icesink applies changes by primary "
-            "key: give the table one, or set Debezium's message.key.columns"
+            f"{where}: the event of {_source_table(envelope, topic)} has no key (a struct of the primary key "
+            "columns); icesink applies changes by primary key: give the table one, or set Debezium's "
+            "message.key.columns"
         )
-    row_schema = _field_schema(value_schema, "after") if value_schema is not None else None
+    row_schema = _field_schema(value_schema, "after") if isinstance(value_schema, dict) else None
+    fields = {f["field"]: f for f in row_schema.get("fields", [])} if row_schema else {}
     key_names = tuple(key_payload)
     if op == "d":
-        key_fields = {f["field"]: f for f in key_schema.get("fields", [])} if key_schema else {}
-        row = {name: _canonical(value, key_fields.get(name), where, name) for name, value in key_payload.items()}
+        row = _deleted_key(envelope.get("before"), key_payload, key_schema, fields, where)
         change_op = DELETE
     else:
         after = envelope.get("after")
         if not isinstance(after, dict):
             raise DecodeError(f"{where}: a {op!r} event without an 'after' row")
-        fields = {f["field"]: f for f in row_schema.get("fields", [])} if row_schema else {}
         row = {name: _canonical(value, fields.get(name), where, name) for name, value in after.items()}
         change_op = UPSERT
+    source = envelope.get("source")
     return Change(
         source_table=_source_table(envelope, topic),
         op=change_op,
         key_names=key_names,
         row=row,
-        position=_position(envelope.get("source") or {}, partition, offset),
+        position=_position(source if isinstance(source, dict) else {}, partition, offset),
         row_schema=row_schema,
     )
 
 
-def _json(data: str | bytes, what: str, topic: str | None, offset: int | None) -> Any:
+def _is_not_a_row_event(payload: dict[str, Any]) -> bool:
+    """Records Debezium writes beside row events: heartbeats, transaction markers, schema changes."""
+    return (
+        set(payload) <= {"ts_ms"} or {"status", "id"} <= set(payload) or "ddl" in payload or "tableChanges" in payload
+    )
+
+
+def _deleted_key(
+    before: Any,
+    key_payload: dict[str, Any],
+    key_schema: dict[str, Any] | None,
+    fields: dict[str, dict[str, Any]],
+    where: str,
+) -> dict[str, Any]:
+    """The deleted row's key, typed by the key's schema, else by the row's (a key written without a schema
+    holds a timestamp or a decimal in its raw form, which only the row's schema can read)."""
+    if key_schema is None and fields and isinstance(before, dict) and all(k in before for k in key_payload):
+        return {name: _canonical(before[name], fields.get(name), where, name) for name in key_payload}
+    key_fields = {f["field"]: f for f in key_schema.get("fields", [])} if isinstance(key_schema, dict) else fields
+    return {name: _canonical(value, key_fields.get(name), where, name) for name, value in key_payload.items()}
+
+
+def _json(data: str | bytes, what: str, where: str) -> Any:
     try:
-        return json.loads(data)
+        # Numbers with a fraction stay exact: a decimal written as a JSON number keeps every digit.
+        return json.loads(data, parse_float=decimal.Decimal)
     except (ValueError, UnicodeDecodeError) as e:
-        raise DecodeError(f"{_where(topic, None, offset)}: the record's {what} is not JSON ({e})") from e
+        raise DecodeError(f"{where}: the record's {what} is not JSON ({e})") from e
 
 
 def _unwrap(message: Any) -> tuple[Any, dict[str, Any] | None]:
@@ -180,8 +208,10 @@ def _position(source: dict[str, Any], partition: int | None, offset: int | None)
 
 def _canonical(value: Any, schema: dict[str, Any] | None, where: str, column: str) -> Any:
     """``value`` as Spark's from_json reads it into the column's type (see :mod:`icesink.debezium_events.schemas`)."""
-    if value is None or schema is None:
-        return value
+    if value is None:
+        return None
+    if schema is None:
+        return _floats(value)
     name = schema.get("name")
     kind = schema.get("type")
     try:
@@ -205,6 +235,8 @@ def _canonical(value: Any, schema: dict[str, Any] | None, where: str, column: st
             return _zoned(str(value))
     except (ValueError, TypeError, OverflowError, KeyError, decimal.InvalidOperation) as e:
         raise DecodeError(f"{where}: column {column!r} ({name}) holds {value!r}, which cannot be read: {e}") from e
+    if isinstance(value, decimal.Decimal):
+        return float(value)  # a float or double column: the nearest double, as any JSON reader gives
     if kind == "struct" and isinstance(value, dict):
         fields = {f["field"]: f for f in schema.get("fields", [])}
         return {k: _canonical(v, fields.get(k), where, f"{column}.{k}") for k, v in value.items()}
@@ -225,9 +257,20 @@ def _canonical(value: Any, schema: dict[str, Any] | None, where: str, column: st
     return value
 
 
+def _floats(value: Any) -> Any:
+    """Without a schema a number with a fraction is a double (Spark infers one), whatever its digits."""
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    if isinstance(value, dict):
+        return {k: _floats(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_floats(v) for v in value]
+    return value
+
+
 def _decimal_text(value: Any, scale: int) -> str:
-    if isinstance(value, int | float):  # decimal.format=NUMERIC writes a JSON number
-        return format(decimal.Decimal(str(value)), "f")
+    if isinstance(value, int | decimal.Decimal):  # decimal.format=NUMERIC writes a JSON number
+        return format(decimal.Decimal(value), "f")
     unscaled = int.from_bytes(base64.b64decode(value, validate=True), "big", signed=True)
     return format(decimal.Decimal(unscaled).scaleb(-scale, _WIDE), "f")
 

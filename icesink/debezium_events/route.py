@@ -69,7 +69,28 @@ def debezium(
         raise ConfigError(
             f"icesink.debezium: namespace must be a namespace name such as 'inventory', not {namespace!r}"
         )
-    return Debezium(namespace, dict(tables or {}), dict(partition_by or {}), table_properties, evolve_schema)
+    names = dict(tables or {})
+    for source, target in names.items():
+        if (
+            not isinstance(target, str)
+            or "." not in target.strip(".")
+            or target.startswith(".")
+            or target.endswith(".")
+        ):
+            raise ConfigError(
+                f"icesink.debezium: tables maps source table {source!r} to {target!r}; map it to a table name "
+                "'namespace.table' (its options come from partition_by and table_properties)"
+            )
+    partitions = dict(partition_by or {})
+    for target, fields in partitions.items():
+        if isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
+            raise ConfigError(
+                f"icesink.debezium: partition_by[{target!r}] must be a list of partition fields such as "
+                f"['bucket(8, id)'], not {fields!r}"
+            )
+    if not isinstance(evolve_schema, bool):
+        raise ConfigError(f"icesink.debezium: evolve_schema must be True or False, not {evolve_schema!r}")
+    return Debezium(namespace, names, partitions, table_properties, evolve_schema)
 
 
 def parse_task(
@@ -126,21 +147,26 @@ def route(
     parsed = batch_df.select(*text).mapInArrow(parse_task(present), PARSED_DDL).persist()
     summary = (
         parsed.groupBy("source")
-        .agg(F.max_by("row_schema", "position").alias("row_schema"), F.collect_set("keys").alias("keys"))
+        .agg(
+            F.collect_set("row_schema").alias("row_schemas"),
+            F.collect_set("keys").alias("keys"),
+            F.max("position").alias("last"),
+        )
         .collect()
     )
+    _refuse_shared_targets(spec, [r[0] for r in summary])
     routed = []
-    for source, row_schema, keys in sorted(summary, key=lambda r: r[0]):
+    for source, row_schemas, keys, _ in sorted(summary, key=lambda r: r[0]):
         identifier = spec.identifier(source)
+        where = f"table {identifier} (source {source})"
         if len(keys) != 1:
             raise SchemaMismatchError(
-                f"table {identifier} (source {source}): the micro-batch's events carry different keys "
-                f"({' and '.join(sorted(keys))}); icesink keys a table by one primary key"
+                f"{where}: the micro-batch's events carry different keys ({' and '.join(sorted(keys))}); icesink "
+                "keys a table by one primary key"
             )
         key_names = tuple(json.loads(keys[0]))
-        schema = _schema(identifier, source, row_schema, parsed, known)
-        if OP_COLUMN in schema.names or POSITION_COLUMN in schema.names:
-            raise SchemaMismatchError(f"table {identifier}: a source column is named {OP_COLUMN} or {POSITION_COLUMN}")
+        schema = _schema(identifier, where, source, [r for r in row_schemas if r], parsed, known)
+        _refuse_ambiguous_names(where, schema)
         rows = (
             parsed.where(F.col("source") == source)
             .select(F.from_json("row", schema, {"mode": "FAILFAST"}).alias("r"), "op", "position")
@@ -154,19 +180,68 @@ def route(
     return routed, parsed
 
 
+def _refuse_shared_targets(spec: Debezium, sources: Sequence[str]) -> None:
+    """Two source tables into one Iceberg table would mix two key spaces (and two schemas): refused."""
+    by_target: dict[str, list[str]] = {}
+    for source in sources:
+        by_target.setdefault(spec.identifier(source), []).append(source)
+    for identifier, shared in sorted(by_target.items()):
+        if len(shared) > 1:
+            raise ConfigError(
+                f"table {identifier}: source tables {' and '.join(sorted(shared))} both go there; nothing of the "
+                "micro-batch was written. Map each to a table of its own: icesink.debezium(..., tables={"
+                + ", ".join(f"{s!r}: '...'" for s in sorted(shared))
+                + "})"
+            )
+
+
+def _refuse_ambiguous_names(where: str, schema: StructType) -> None:
+    """Spark resolves column names case-insensitively: ``Col`` and ``col`` cannot both be columns of a stream."""
+    seen: dict[str, str] = {}
+    for name in schema.names:
+        if name in (OP_COLUMN, POSITION_COLUMN):
+            raise SchemaMismatchError(f"{where}: a source column is named {name}, which icesink uses itself")
+        other = seen.setdefault(name.lower(), name)
+        if other != name:
+            raise SchemaMismatchError(
+                f"{where}: the source has columns {other!r} and {name!r}, which differ only in case; Spark cannot "
+                "tell them apart. Rename one at the source (or with a Debezium column.rename transform)"
+            )
+
+
 def _schema(
-    identifier: str, source: str, row_schema: str, parsed: DataFrame, known: Callable[[str], StructType | None]
+    identifier: str,
+    where: str,
+    source: str,
+    row_schemas: list[str],
+    parsed: DataFrame,
+    known: Callable[[str], StructType | None],
 ) -> StructType:
-    """The newest Connect schema of the table's events; without one, the table's, else the values' own."""
+    """The columns of the table's events in this micro-batch.
+
+    With schemas: every field any of the micro-batch's Connect schemas has (events before a column was
+    added lack it, and read it as null; a field dropped at the source stays, null from then on). Without:
+    the table's own columns, and the values' inferred types for columns the table does not have yet.
+    """
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
     from icesink.debezium_events.schemas import struct_type
 
-    if row_schema:
-        return struct_type(json.loads(row_schema), f"table {identifier} (source {source})")
+    if row_schemas:
+        merged: dict[str, T.StructField] = {}
+        for one in sorted(row_schemas, key=len):  # a column added later makes a longer schema: its type wins
+            for column in struct_type(json.loads(one), where).fields:
+                merged[column.name] = column
+        return T.StructType(list(merged.values()))
     existing = known(identifier)
-    if existing is not None:
-        return existing
     rows = parsed.where(F.col("source") == source).select("row")
-    spark = parsed.sparkSession
-    return spark.read.json(rows.rdd.map(lambda r: r[0])).schema
+    inferred = parsed.sparkSession.read.json(rows.rdd.map(lambda r: r[0]))
+    columns = {f.name: f for f in (existing.fields if existing is not None else [])}
+    new = [(i, f) for i, f in enumerate(inferred.schema.fields) if f.name not in columns]
+    if new:
+        # A column only ever null here has no type yet (Spark would say string): it is added once a value shows.
+        positional = inferred.toDF(*[f"_{i}" for i in range(len(inferred.columns))])
+        counts = positional.select(*[F.count(F.col(f"_{i}")).alias(f"_{i}") for i, _ in new]).first()
+        columns.update({f.name: f for i, f in new if counts is not None and counts[f"_{i}"] > 0})
+    return T.StructType(list(columns.values()))

@@ -62,12 +62,16 @@ def spark_type(schema: dict[str, Any], where: str) -> DataType:
         parameters = schema.get("parameters") or {}
         scale = int(parameters.get("scale", 0))
         precision = int(parameters.get("connect.decimal.precision", 38))
-        if precision > 38 or scale > precision:
+        # Iceberg's decimals need 0 <= scale <= precision: numeric(5, -2) holds whole numbers of up to 7 digits,
+        # numeric(2, 5) fractions of 5 digits. Both fit exactly in the decimal that holds every digit.
+        digits, fraction = precision + max(0, -scale), max(0, scale)
+        digits = max(digits, fraction)
+        if digits > 38:
             raise SchemaMismatchError(
-                f"{where}: decimal({precision}, {scale}) does not fit Iceberg's decimals (precision at most 38); "
-                "send it as text (decimal.handling.mode=string) or narrow the column"
+                f"{where}: decimal(precision {precision}, scale {scale}) needs {digits} digits, and Iceberg's "
+                "decimals hold at most 38; send it as text (decimal.handling.mode=string) or narrow the column"
             )
-        return T.DecimalType(precision, scale)
+        return T.DecimalType(digits, fraction)
     named: dict[str, DataType] = {
         d.VARIABLE_DECIMAL: T.StringType(),
         d.TIME_MICROS: T.LongType(),

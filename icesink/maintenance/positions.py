@@ -65,12 +65,26 @@ def read_key_columns(table: Table, schema: Schema, data: LiveFile, field_ids: se
             raw = (field.metadata or {}).get(FIELD_ID)
             if raw is not None:
                 by_id[int(raw)] = field.name
-        in_file = [by_id.get(i) or schema.find_column_name(i) or "" for i in top_ids]
-        read = parquet.read(columns=in_file).select(in_file)
-    read = read.rename_columns([schema.find_column_name(i) or "" for i in top_ids])
+        names = set(parquet.schema_arrow.names)
+        found = {i: by_id.get(i) or (None if by_id else schema.find_column_name(i)) for i in top_ids}
+        present = [i for i in top_ids if found[i] in names]
+        read = parquet.read(columns=[found[i] for i in present])
+    # A key column added to the table after the file was written is null in every row of it.
+    by_field = {i: read.column(found[i]) for i in present}
+    for i in top_ids:
+        if i not in by_field:
+            by_field[i] = pa.nulls(read.num_rows, _arrow_type(schema, i))
+    read = pa.table([by_field[i] for i in top_ids], names=[schema.find_column_name(i) or "" for i in top_ids])
     # Top-level columns now carry the schema's names, so the first step matches by name; deeper ones by id.
     columns = [nested_column(read, path) for path in paths.values()]
     return pa.table(columns, names=[schema.find_column_name(i) or "" for i in paths])
+
+
+def _arrow_type(schema: Schema, field_id: int) -> pa.DataType:
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+    from pyiceberg.schema import Schema as IcebergSchema
+
+    return schema_to_pyarrow(IcebergSchema(schema.find_field(field_id)), include_field_ids=False).field(0).type
 
 
 def deleted_rows(

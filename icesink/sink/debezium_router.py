@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from icesink.catalog.loader import load_table
 from icesink.debezium_events.route import OP_COLUMN, POSITION_COLUMN, Debezium, RoutedTable, route
-from icesink.errors import TableNotFoundError
+from icesink.errors import SchemaMismatchError, TableNotFoundError
 from icesink.sink.batch import Routed
 from icesink.sink.options import StreamOptions
 
@@ -33,6 +33,7 @@ class DebeziumRouter:
         self._catalog = catalog
         self._config = config
         self._settings: dict[str, SinkSettings] = {}
+        self._keys: dict[str, tuple[str, ...]] = {}  # each table's key, as its events first gave it
 
     def route(self, batch_df: DataFrame) -> Routed:
         tables, parsed = route(self._spec, batch_df, self._known)
@@ -50,6 +51,8 @@ class DebeziumRouter:
 
         known = self._settings.get(table.identifier)
         if known is not None:
+            if self._keys[table.identifier] != table.keys:
+                raise _key_changed(table, self._keys[table.identifier])
             return known
         # Created here (if missing) without the change columns, which are the stream's, not the source's.
         resolve_table(
@@ -75,8 +78,14 @@ class DebeziumRouter:
             sequence_by=POSITION_COLUMN,
             evolve_schema=self._spec.evolve_schema,
         )
+        identifier_fields = tuple(
+            sorted(load_table(self._catalog, self._config, table.identifier).schema().identifier_field_names())
+        )
+        if identifier_fields and identifier_fields != tuple(sorted(table.keys)):
+            raise _key_changed(table, identifier_fields)
         settings, _ = preflight(table.rows, options)
         self._settings[table.identifier] = settings
+        self._keys[table.identifier] = table.keys
         return settings
 
     def _known(self, identifier: str) -> StructType | None:
@@ -92,3 +101,12 @@ class DebeziumRouter:
         return T.StructType(
             [T.StructField(f.name, spark_type_of(f.field_type), not f.required) for f in table.schema().fields]
         )
+
+
+def _key_changed(table: RoutedTable, before: tuple[str, ...]) -> SchemaMismatchError:
+    return SchemaMismatchError(
+        f"table {table.identifier}: its events are keyed by ({', '.join(table.keys)}), but the table is keyed by "
+        f"({', '.join(before)}); the source's primary key changed. Nothing of the micro-batch was written. "
+        "Keying rows by another key would merge or split them: write the table anew under a new name (a "
+        "mapping in icesink.debezium(tables=...)), or change its identifier fields first"
+    )

@@ -170,6 +170,9 @@ class StreamOptions:
         object.__setattr__(self, "committer", _member(Committer, self.committer, table, "committer"))
         object.__setattr__(self, "writer", _member(Writer, self.writer, table, "writer"))
         object.__setattr__(self, "partition_by", tuple(self.partition_by))
+        for option in ("create_table", "maintain", "evolve_schema", "expire_snapshots", "atomic"):
+            if not isinstance(getattr(self, option), bool):
+                raise ConfigError(f"table {table}: {option} must be True or False, not {getattr(self, option)!r}")
         for option, flag in (("maintain", self.maintain), ("expire_snapshots", self.expire_snapshots)):
             if flag and self.committer != Committer.INLINE:
                 raise ConfigError(

@@ -82,10 +82,14 @@ def _stream_tables(df: DataFrame, arguments: dict[str, Any]) -> StreamingQuery:
         raise ConfigError(f"icesink.stream takes table= or tables=, not both (tables: {named})")
     given = [name for name in TABLE_OPTIONS if arguments[name] != StreamOptions.default_of(name)]
     if given:
+        where = (
+            "pass partition_by, table_properties or evolve_schema to icesink.debezium(...)"
+            if isinstance(tables, Debezium)
+            else "pass it in each icesink.Target(...)"
+        )
         raise ConfigError(
-            f"tables {named}: {', '.join(given)} belong(s) to one table; pass it in each icesink.Target(...) "
-            "(the stream takes checkpoint_location, trigger, job_id, catalog, committer, query_name, "
-            "expire_snapshots and atomic)"
+            f"tables {named}: {', '.join(given)} belong(s) to one table; {where} (the stream takes "
+            "checkpoint_location, trigger, job_id, catalog, committer, query_name, expire_snapshots and atomic)"
         )
     for name in TABLE_OPTIONS:
         del arguments[name]
@@ -106,6 +110,11 @@ def _stream_tables(df: DataFrame, arguments: dict[str, Any]) -> StreamingQuery:
     for identifier, target in tables.items():
         if not isinstance(target, Target):
             raise ConfigError(f"table {identifier}: tables= maps each table to an icesink.Target, not {target!r}")
+        if target.select is not None and not callable(target.select):
+            raise ConfigError(
+                f"table {identifier}: Target(select=...) takes a function of the micro-batch DataFrame, e.g. "
+                f"lambda df: df.where(...), not {target.select!r}"
+            )
         selected = target.select(df) if target.select is not None else df
         if not isinstance(selected, SparkDataFrame):
             raise ConfigError(
