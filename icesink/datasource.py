@@ -25,7 +25,7 @@ class IcesinkDataSource(DataSource):
         return "icesink"
 
     def schema(self) -> StructType:
-        from icesink.changelog.api import check_mode
+        from icesink.changelog.modes import check_mode
         from icesink.changelog.source import ReadOptions, spark_schema
 
         options = ReadOptions.of(self.options)

@@ -109,3 +109,55 @@ def test_private_pyiceberg_attributes_are_used_only_inside_the_iceberg_package()
                 continue
             problems.append(f"{relative}:{node.lineno} uses pyiceberg's private {node.attr}")
     assert problems == []
+
+
+def _runtime_imports(path: Path) -> list[tuple[str, list[str]]]:
+    """(module, names) of every import a module can run, function-local ones included; imports under
+    ``if TYPE_CHECKING:`` never run and are left out."""
+    import ast
+
+    found: list[tuple[str, list[str]]] = []
+    todo: list[ast.AST] = [ast.parse(path.read_text())]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.append((node.module, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            found.extend((a.name, []) for a in node.names)
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and isinstance(child.test, ast.Name) and child.test.id == "TYPE_CHECKING":
+                todo.extend(child.orelse)
+            else:
+                todo.append(child)
+    return found
+
+
+def test_no_import_cycle_not_even_through_a_function_local_import() -> None:
+    root = Path(__file__).parent.parent / "icesink"
+    modules = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for module, names in _runtime_imports(path):
+            for imported in names or [""]:
+                submodule = f"{module}.{imported}"
+                if submodule in modules:
+                    graph[name].add(submodule)
+                elif module in modules:
+                    graph[name].add(module)
+    # A cycle is a module that reaches itself.
+    cycles = []
+    for start in sorted(graph):
+        seen: set[str] = set()
+        todo = list(graph[start])
+        while todo:
+            current = todo.pop()
+            if current == start:
+                cycles.append(start)
+                break
+            if current not in seen:
+                seen.add(current)
+                todo.extend(graph[current])
+    assert cycles == []

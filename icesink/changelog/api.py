@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from icesink.arrays import empty_table
-from icesink.errors import ConfigError
+from icesink.changelog.modes import check_mode
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -14,20 +14,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from icesink.catalog.config import CatalogConfig
-
-MODES = ("changelog", "append")
-
-
-def check_mode(identifier: str, mode: str, net_changes: bool, table: Table) -> None:
-    if mode not in MODES:
-        raise ConfigError(f"table {identifier}: mode must be one of {MODES}, not {mode!r}")
-    if net_changes and mode != "changelog":
-        raise ConfigError(f"table {identifier}: net_changes applies to mode='changelog'")
-    if net_changes and not table.schema().identifier_field_ids:
-        raise ConfigError(
-            f"table {identifier} has no identifier fields, so a key's changes cannot be collapsed: set the table's "
-            "identifier fields (icesink.stream(..., equality_fields=...) does) or read without net_changes"
-        )
 
 
 def changes(

@@ -108,7 +108,7 @@ class ReadOptions:
     @classmethod
     def of(cls, options: Mapping[str, str]) -> ReadOptions:
         from icesink.catalog.config import check_data_source_options
-        from icesink.changelog.api import MODES
+        from icesink.changelog.modes import MODES
 
         table = check_data_source_options('readStream.format("icesink")', options, OPTIONS)
         mode = options.get("mode", "changelog")

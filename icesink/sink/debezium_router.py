@@ -46,7 +46,7 @@ class DebeziumRouter:
 
     def _settings_of(self, table: RoutedTable) -> SinkSettings:
         """The table's settings, from a preflight the first time it is seen (creating it if need be)."""
-        from icesink.sink.stream import preflight
+        from icesink.sink.preflight import preflight
         from icesink.sink.tables import resolve_table
 
         known = self._settings.get(table.identifier)

@@ -1,0 +1,145 @@
+"""Everything that can refuse a stream into one table, checked before anything is written: the table
+(found or created), its key, and the DataFrame's fit; the result is the settings of its micro-batches."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING
+
+from icesink.catalog.config import CatalogConfig, resolve_catalog
+from icesink.errors import ConfigError
+from icesink.sink.options import Committer, StreamOptions, Writer
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import Table
+    from pyspark.sql import DataFrame
+
+    from icesink.sink.batch import SinkSettings
+    from icesink.writer.spec import ChangeSpec
+
+log = logging.getLogger("icesink.stream")
+
+
+def preflight(df: DataFrame, options: StreamOptions) -> tuple[SinkSettings, SqlCatalog]:
+    """Everything that can refuse a stream, checked before its query starts: the table (found or
+    created), its key, the DataFrame's fit; returns the settings of the stream's micro-batches."""
+    from icesink.catalog.loader import open_catalog
+    from icesink.settings import check_environment
+    from icesink.sink.batch import SinkSettings
+    from icesink.sink.tables import resolve_table, table_exists
+
+    table = options.table
+    if not options.checkpoint_location:
+        raise ConfigError(
+            f"table {table}: checkpoint_location is required; exactly-once needs Spark's checkpoint to survive restarts"
+        )
+    check_environment()
+    if not os.environ.get("PYSPARK_PYTHON"):
+        log.warning("PYSPARK_PYTHON is not set; executors must run a Python that has icesink and pyarrow installed")
+    config = resolve_catalog(options.catalog)
+    catalog_handle = open_catalog(config)
+    if options.equality_fields and not table_exists(catalog_handle, config, table):
+        from icesink.sink.changes import check_key_columns
+
+        check_key_columns(table, df.schema, options.equality_fields)  # a new table takes its key from the DataFrame
+    iceberg_table = resolve_table(
+        catalog_handle,
+        config,
+        table,
+        df.schema,
+        options.create_table,
+        options.partition_by,
+        options.equality_fields or (),
+        [c for c in (options.op_column,) if c],
+        properties={k: str(v) for k, v in (options.table_properties or {}).items()},
+    )
+    changes, passthrough = _plan_changes(df, options, iceberg_table, config)
+    settings = SinkSettings(
+        table=table,
+        catalog=config,
+        job_id=options.job_id,
+        inline_commit=options.committer == Committer.INLINE,
+        expire_snapshots=options.expire_snapshots,
+        changes=changes,
+        passthrough=tuple(passthrough),
+        writer=options.writer,
+        checkpoint_location=options.checkpoint_location,
+        maintain=options.maintain,
+        evolve_schema=options.evolve_schema,
+    )
+    return settings, catalog_handle
+
+
+def _plan_changes(
+    df: DataFrame, options: StreamOptions, iceberg_table: Table, config: CatalogConfig
+) -> tuple[ChangeSpec | None, list[str]]:
+    """The stream's key and change columns as the table names them now, and the DataFrame's fit to the
+    table's schema: refused here, before the query starts, where it cannot fit."""
+    from icesink import paths
+    from icesink.committer.ledger import Ledger
+    from icesink.errors import SchemaMismatchError
+    from icesink.iceberg.describe import writer_spec
+    from icesink.iceberg.schemas import AddColumn
+    from icesink.sink.changes import (
+        change_spec,
+        check_key_columns,
+        dataframe_key_names,
+        extra_columns,
+        resolve_equality_fields,
+    )
+    from icesink.sink.evolution import known_field_ids
+    from icesink.sink.projection import plan_schema, schema_refusal
+    from icesink.sink.spark_writer import spark_writer_refusal
+
+    table, checkpoint_location = options.table, options.checkpoint_location
+    assert checkpoint_location is not None
+    known_job = options.job_id or query_id_of(checkpoint_location)
+    known = known_field_ids(Ledger(config), iceberg_table, table, known_job)
+    # The key as the table names it now (another tool may have renamed it since), and as the DataFrame does.
+    keys = resolve_equality_fields(iceberg_table, table, options.equality_fields, known, df.schema)
+    if (options.op_column or options.op_values or options.sequence_by) and not keys:
+        raise ConfigError(
+            f"table {table}: op_column, op_values and sequence_by need a key: pass equality_fields, or give the "
+            "table identifier fields"
+        )
+    changes = None
+    passthrough: list[str] = []
+    if keys:
+        check_key_columns(table, df.schema, dataframe_key_names(iceberg_table, table, keys, known))
+        changes = change_spec(
+            iceberg_table, table, df.schema, keys, options.op_column, options.op_values, options.sequence_by
+        )
+        passthrough = extra_columns(changes, iceberg_table)
+    plan = plan_schema(df.schema, iceberg_table.schema(), table, passthrough, known)
+    # A column renamed in the table looks new to a stream whose job (Spark's query id, kept in a checkpoint
+    # location this process cannot read) is unknown here: the first micro-batch knows it and decides.
+    deferred = known_job is None and not paths.parse(checkpoint_location).is_local
+    only_additions = all(isinstance(c, AddColumn) for c in plan.changes)
+    if plan.changes and not options.evolve_schema and not (deferred and only_additions):
+        raise SchemaMismatchError(schema_refusal(table, plan.changes[0]))
+    if options.writer == Writer.SPARK and plan.projection is not None:
+        spec = writer_spec(iceberg_table, table, options.job_id or "check", changes)
+        refusal = spark_writer_refusal(spec, plan.projection.apply(df, iceberg_table.schema()))
+        if refusal:
+            raise ConfigError(f"table {table}: writer='spark' cannot write this stream: {refusal}")
+    return changes, passthrough
+
+
+def query_id_of(checkpoint_location: str) -> str | None:
+    """The id Spark keeps in a local checkpoint location's ``metadata`` file (the default job id)."""
+    import json
+    from pathlib import Path
+
+    from icesink import paths
+
+    try:
+        location = paths.parse(checkpoint_location)
+        if not location.is_local:
+            return None
+        with open(Path(location.path) / "metadata", encoding="utf-8") as f:
+            value = json.loads(f.readline()).get("id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
