@@ -21,7 +21,7 @@ from icesink.errors import (
 if TYPE_CHECKING:
     from icesink.catalog.config import CatalogConfig
     from icesink.changelog.api import changes, read_stream, register
-    from icesink.cut import read_tables
+    from icesink.cut import changes_of_tables, read_tables
     from icesink.debezium_events.route import debezium
     from icesink.reader import read
     from icesink.sink.options import Target
@@ -40,6 +40,7 @@ __all__ = [
     "TerminalError",
     "TransientError",
     "changes",
+    "changes_of_tables",
     "debezium",
     "read",
     "read_stream",
@@ -66,10 +67,10 @@ def __getattr__(name: str) -> Any:
         from icesink.debezium_events.route import debezium
 
         return debezium
-    if name == "read_tables":
-        from icesink.cut import read_tables
+    if name in ("read_tables", "changes_of_tables"):
+        from icesink import cut
 
-        return read_tables
+        return getattr(cut, name)
     if name == "Target":
         from icesink.sink.options import Target
 

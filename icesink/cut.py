@@ -40,11 +40,7 @@ def read_tables(
     Returns:
         ``{table: rows}``, deletes applied, in the order given.
     """
-    if isinstance(tables, str):
-        raise ConfigError(f"read_tables takes a list of tables, not the string {tables!r}; use icesink.read for one")
-    tables = list(tables)
-    if not tables:
-        raise ConfigError("read_tables: name at least one table")
+    tables = _names(tables)
     if (job_id is None) != (checkpoint_id is None):
         raise ConfigError("read_tables: pass job_id and checkpoint_id together (or neither, for the catalog's now)")
     if checkpoint_id is not None and (not isinstance(checkpoint_id, int) or isinstance(checkpoint_id, bool)):
@@ -56,6 +52,64 @@ def read_tables(
         return {name: read_table(table) for name, table in loaded.items()}
     _check_committed(config, loaded, job_id, checkpoint_id)
     return {name: _read_at(table, name, job_id, checkpoint_id) for name, table in loaded.items()}
+
+
+def changes_of_tables(
+    tables: Sequence[str],
+    job_id: str,
+    to_checkpoint: int,
+    from_checkpoint: int | None = None,
+    mode: str = "changelog",
+    *,
+    net_changes: bool = False,
+    catalog: str | CatalogConfig | dict[str, str] | None = None,
+) -> dict[str, pa.Table]:
+    """The changes several tables got between two checkpoints of one job: after ``from_checkpoint`` (None:
+    from the start) up to and including ``to_checkpoint``, each table's as :func:`icesink.changes` gives
+    them. The same cut in every table: a downstream join of the changes never sees half a checkpoint.
+
+    Returns:
+        ``{table: changes}``, in the order given.
+    """
+    from icesink.changelog.api import changes
+
+    tables = _names(tables)
+    for name, value in (("to_checkpoint", to_checkpoint), ("from_checkpoint", from_checkpoint)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise ConfigError(f"changes_of_tables: {name} is a checkpoint number (an int), not {value!r}")
+    if from_checkpoint is not None and from_checkpoint > to_checkpoint:
+        raise ConfigError(
+            f"changes_of_tables: from_checkpoint {from_checkpoint} is after to_checkpoint {to_checkpoint}"
+        )
+    config = resolve_catalog(catalog)
+    handle = open_catalog(config)
+    loaded = {name: table_at(handle, name, location) for name, location in read_pointers(config, tables).items()}
+    _check_committed(config, loaded, job_id, to_checkpoint)
+    found = {}
+    for name, table in loaded.items():
+        end = _at_checkpoint(table, name, job_id, to_checkpoint)
+        start = _at_checkpoint(table, name, job_id, from_checkpoint) if from_checkpoint is not None else None
+        if end is None:  # the table had no snapshot yet at the end of the range
+            found[name] = _no_changes(table, mode)
+            continue
+        found[name] = changes(table, start, end, mode, net_changes=net_changes)
+    return found
+
+
+def _no_changes(table: Table, mode: str) -> pa.Table:
+    from icesink.arrays import empty_table
+    from icesink.changelog.compute import empty_changelog
+
+    return empty_changelog(table.schema()) if mode == "changelog" else empty_table(table.schema().as_arrow())
+
+
+def _names(tables: Sequence[str]) -> list[str]:
+    if isinstance(tables, str):
+        raise ConfigError(f"a list of tables is needed, not the string {tables!r}; name one table as [{tables!r}]")
+    names = list(tables)
+    if not names:
+        raise ConfigError("name at least one table")
+    return names
 
 
 def _read_at(table: Table, identifier: str, job_id: str, checkpoint_id: int) -> pa.Table:

@@ -185,7 +185,7 @@ def test_read_tables_gives_one_consistent_cut_now_or_at_a_checkpoint(three_table
         icesink.read_tables([a, "shop.nope"], catalog=config)
     with pytest.raises(ConfigError, match="job_id and checkpoint_id together"):
         icesink.read_tables([a], checkpoint_id=1, catalog=config)
-    with pytest.raises(ConfigError, match="a list of tables, not the string"):
+    with pytest.raises(ConfigError, match="a list of tables is needed, not the string"):
         icesink.read_tables(a, catalog=config)
     with pytest.raises(ConfigError, match="job nobody has written none of the tables"):
         icesink.read_tables([a, b], job_id="nobody", checkpoint_id=0, catalog=config)
@@ -280,3 +280,40 @@ def test_a_checkpoint_that_would_stage_one_table_twice_stages_nothing(three_tabl
     with pytest.raises(ConfigError, match=f"table {TABLES[0]}: checkpoint 0 of job job would stage it twice"):
         stage_tables(Ledger(config), "job", 0, written, atomic=True)
     assert Ledger(config).pending(TABLES[0]) == []
+
+
+def test_changes_of_several_tables_between_two_checkpoints_of_a_job(three_tables: CatalogConfig) -> None:
+    import icesink
+    from icesink.errors import CheckpointNotCommittedError, ConfigError
+
+    config = three_tables
+    a, b = TABLES[0], TABLES[1]
+    committer = TableCommitter.of(config)
+    for checkpoint, rows in enumerate([{a: orders(0, 2), b: orders(10, 1)}, {a: orders(2, 1), b: None}]):
+        stage_group(config, "job", checkpoint, rows)
+        committer.commit_pending(a)
+    open_catalog(config).load_table(a).append(orders(99, 1))  # another writer, after checkpoint 1
+    stage_group(config, "job", 2, {a: orders(3, 1), b: orders(11, 1)})
+    committer.commit_pending(a)
+
+    def inserted(found: dict[str, object]) -> dict[str, list[int]]:
+        out = {}
+        for t, rows in found.items():
+            kinds = rows.column("_change_type").to_pylist()  # type: ignore[attr-defined]
+            assert set(kinds) <= {"insert"}
+            out[t] = sorted(rows.column("id").to_pylist())  # type: ignore[attr-defined]
+        return out
+
+    everything = icesink.changes_of_tables([a, b], "job", to_checkpoint=2, catalog=config)
+    assert inserted(everything) == {a: [0, 1, 2, 3, 99], b: [10, 11]}
+    assert inserted(icesink.changes_of_tables([a, b], "job", 0, catalog=config)) == {a: [0, 1], b: [10]}
+    # After checkpoint 0 up to 1: b had nothing; the other writer's row came after checkpoint 1.
+    assert inserted(icesink.changes_of_tables([a, b], "job", 1, from_checkpoint=0, catalog=config)) == {
+        a: [2, 99],
+        b: [],
+    }
+    assert inserted(icesink.changes_of_tables([a, b], "job", 2, from_checkpoint=1, catalog=config)) == {a: [3], b: [11]}
+    with pytest.raises(CheckpointNotCommittedError, match="has not reached checkpoint 5"):
+        icesink.changes_of_tables([a, b], "job", 5, catalog=config)
+    with pytest.raises(ConfigError, match="from_checkpoint 2 is after to_checkpoint 1"):
+        icesink.changes_of_tables([a, b], "job", 1, from_checkpoint=2, catalog=config)
