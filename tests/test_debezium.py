@@ -232,6 +232,9 @@ def test_the_readme_documents_the_type_mapping_as_the_code_has_it() -> None:
     ("schema", "spark_type"),
     [
         ({"type": "int8"}, "tinyint"),
+        ({"type": "bytes", "name": "io.debezium.data.Bits", "parameters": {"length": "9"}}, "binary"),
+        ({"type": "int32", "name": "io.debezium.time.Year"}, "int"),
+        ({"type": "string", "name": "io.debezium.data.Uuid"}, "string"),
         ({"type": "int16"}, "smallint"),
         (
             {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": {"scale": "3"}},

@@ -360,34 +360,6 @@ def refuse_other_streams(
     raise error
 
 
-def clean_staged(ledger: Ledger, table: Table, rows: Sequence[CheckpointRow]) -> None:
-    """Delete the delta manifests of committed checkpoints; a failure here is only logged (gc retries)."""
-    clean_staged_of(ledger, [(table, rows)])
-
-
-def clean_staged_of(ledger: Ledger, committed: Sequence[tuple[Table, Sequence[CheckpointRow]]]) -> None:
-    """:func:`clean_staged` for several tables, with one ledger update for all of them."""
-    from icesink.failpoints import failpoint
-    from icesink.iceberg.files import delete_quietly
-
-    cleaned = []
-    for table, rows in committed:
-        for row in rows:
-            try:
-                for path in row.manifest_paths:
-                    failpoint("committer.during-cleanup")
-                    delete_quietly(table.io, [path])
-                cleaned.append(row.id)
-            except OSError as e:  # the next run (or gc) retries
-                log.warning(
-                    "table=%s: could not delete staged manifest of checkpoint %d: %s",
-                    row.table_identifier,
-                    row.checkpoint_id,
-                    e,
-                )
-    ledger.mark_manifests_deleted(cleaned)
-
-
 def commit_failure(error: Exception, identifier: str, job_id: str, rows: Sequence[CheckpointRow]) -> CheckpointFailed:
     """The error as the failure of these checkpoints; an error nobody foresaw still names what it stopped."""
     if isinstance(error, IcesinkError):

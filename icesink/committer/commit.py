@@ -28,11 +28,11 @@ from icesink.committer.build import (
     CommitOutcome,
     SnapshotBuilder,
     checkpoint_range,
-    clean_staged,
     commit_failure,
     refuse_other_streams,
 )
 from icesink.committer.checkpoints import CheckpointRow
+from icesink.committer.cleanup import clean_staged
 from icesink.committer.group import GroupCommitter
 from icesink.committer.ledger import Ledger
 from icesink.committer.policy import plan_snapshots

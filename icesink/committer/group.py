@@ -31,12 +31,11 @@ from icesink.committer.build import (
     CommitOutcome,
     PreparedCommit,
     SnapshotBuilder,
-    clean_staged,
-    clean_staged_of,
     commit_failure,
     refuse_other_streams,
 )
 from icesink.committer.checkpoints import CheckpointRow
+from icesink.committer.cleanup import clean_staged, clean_staged_of
 from icesink.committer.ledger import Ledger
 from icesink.committer.policy import plan_snapshots
 from icesink.errors import CommitConflictError, ConfigError, IcesinkError

@@ -72,34 +72,11 @@ def spark_type(schema: dict[str, Any], where: str) -> DataType:
                 "decimals hold at most 38; send it as text (decimal.handling.mode=string) or narrow the column"
             )
         return T.DecimalType(digits, fraction)
-    named: dict[str, DataType] = {
-        d.VARIABLE_DECIMAL: T.StringType(),
-        d.TIME_MICROS: T.LongType(),
-        d.TIME_NANOS: T.LongType(),
-        d.TIMESTAMP_MICROS: T.TimestampNTZType(),
-        d.TIMESTAMP_NANOS: T.TimestampNTZType(),
-        d.ZONED_TIMESTAMP: T.TimestampType(),
-        **{n: T.DateType() for n in d.DATES},
-        **{n: T.LongType() for n in d.TIME_MILLIS},
-        **{n: T.TimestampNTZType() for n in d.TIMESTAMP_MILLIS},
-    }
-    if name in named:
-        return named[name]
-    primitives: dict[str, DataType] = {
-        "boolean": T.BooleanType(),
-        "int8": T.ByteType(),
-        "int16": T.ShortType(),
-        "int32": T.IntegerType(),
-        "int64": T.LongType(),
-        "float": T.FloatType(),
-        "float32": T.FloatType(),
-        "double": T.DoubleType(),
-        "float64": T.DoubleType(),
-        "string": T.StringType(),
-        "bytes": T.BinaryType(),
-    }
-    if kind in primitives:
-        return primitives[kind]
+    simple = _simple_types()
+    if name in simple:
+        return simple[name]
+    if kind in simple:  # a primitive, or a logical type read as its primitive (Uuid, Json, Enum, Bits, Year, ...)
+        return simple[kind]
     if kind == "struct":
         return struct_type(schema, where)
     if kind == "array":
@@ -114,6 +91,34 @@ def spark_type(schema: dict[str, Any], where: str) -> DataType:
         )
         return T.ArrayType(entry, True)
     raise SchemaMismatchError(f"{where}: Connect type {kind!r} ({name or 'no logical name'}) has no mapping")
+
+
+def _simple_types() -> dict[str | None, DataType]:
+    """Logical names with a fixed type, and the primitive types (for names icesink has no reading of)."""
+    from pyspark.sql import types as T
+
+    return {
+        d.VARIABLE_DECIMAL: T.StringType(),
+        d.TIME_MICROS: T.LongType(),
+        d.TIME_NANOS: T.LongType(),
+        d.TIMESTAMP_MICROS: T.TimestampNTZType(),
+        d.TIMESTAMP_NANOS: T.TimestampNTZType(),
+        d.ZONED_TIMESTAMP: T.TimestampType(),
+        **{n: T.DateType() for n in d.DATES},
+        **{n: T.LongType() for n in d.TIME_MILLIS},
+        **{n: T.TimestampNTZType() for n in d.TIMESTAMP_MILLIS},
+        "boolean": T.BooleanType(),
+        "int8": T.ByteType(),
+        "int16": T.ShortType(),
+        "int32": T.IntegerType(),
+        "int64": T.LongType(),
+        "float": T.FloatType(),
+        "float32": T.FloatType(),
+        "double": T.DoubleType(),
+        "float64": T.DoubleType(),
+        "string": T.StringType(),
+        "bytes": T.BinaryType(),
+    }
 
 
 def struct_type(schema: dict[str, Any], where: str) -> StructType:

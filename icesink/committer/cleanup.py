@@ -1,0 +1,43 @@
+"""Deleting the delta manifests of committed checkpoints (their files are in the table now)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from icesink.committer.checkpoints import CheckpointRow
+from icesink.committer.ledger import Ledger
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+log = logging.getLogger("icesink.committer")
+
+
+def clean_staged(ledger: Ledger, table: Table, rows: Sequence[CheckpointRow]) -> None:
+    """Delete the delta manifests of committed checkpoints; a failure here is only logged (gc retries)."""
+    clean_staged_of(ledger, [(table, rows)])
+
+
+def clean_staged_of(ledger: Ledger, committed: Sequence[tuple[Table, Sequence[CheckpointRow]]]) -> None:
+    """:func:`clean_staged` for several tables, with one ledger update for all of them."""
+    from icesink.failpoints import failpoint
+    from icesink.iceberg.files import delete_quietly
+
+    cleaned = []
+    for table, rows in committed:
+        for row in rows:
+            try:
+                for path in row.manifest_paths:
+                    failpoint("committer.during-cleanup")
+                    delete_quietly(table.io, [path])
+                cleaned.append(row.id)
+            except OSError as e:  # the next run (or gc) retries
+                log.warning(
+                    "table=%s: could not delete staged manifest of checkpoint %d: %s",
+                    row.table_identifier,
+                    row.checkpoint_id,
+                    e,
+                )
+    ledger.mark_manifests_deleted(cleaned)
