@@ -74,6 +74,20 @@ def json_value(value: Any) -> Any:
     return value
 
 
+def _held_back(ledger: Any, table: str, rows: Sequence[Any]) -> list[str]:
+    """This table's staged checkpoints that wait for another table of their atomic job to commit."""
+    lines = []
+    for job in sorted({r.job_id for r in rows if r.atomic and r.status == "staged"}):
+        failing = [r for r in ledger.pending_atomic(job) if r.table_identifier != table and r.status == "failed"]
+        if failing:
+            first = failing[0]
+            lines.append(
+                f"job {job}: waits for checkpoint {first.checkpoint_id} of table {first.table_identifier} "
+                f"(`icesink checkpoints list {first.table_identifier}` says why)"
+            )
+    return lines
+
+
 def _short(commit_id: str | None) -> str | None:
     """The start of an atomic commit's id: enough to see which snapshots and checkpoints went together."""
     return commit_id[:8] if commit_id else None
@@ -453,6 +467,9 @@ def checkpoints_list(obj: Context, table: str, limit: int, as_json: bool) -> Non
     ]
     if discarded:
         text += "\n\ndiscarded:\n" + "\n".join(discarded)
+    held = _held_back(ledger, table, rows)
+    if held:
+        text += "\n\nheld back (committed together with a table whose checkpoint failed):\n" + "\n".join(held)
     _emit(
         as_json,
         {"jobs": [asdict(j) for j in jobs], "checkpoints": [_checkpoint_json(r) for r in rows]},
@@ -682,8 +699,17 @@ def committer_run(
         if server is not None:
             server.stop()
     if once and report.failed:
+        # Tables committed together fail together, with one error: said once, with the tables it holds back.
+        by_error: dict[str, list[str]] = {}
         for table, error in report.failed.items():
-            click.echo(f"error: {error}" if table in error else f"error: table {table}: {error}", err=True)
+            by_error.setdefault(error, []).append(table)
+        for error, failed_tables in by_error.items():
+            held = [t for t in failed_tables if t not in error]
+            suffix = f" (it also holds back {', '.join(held)}, committed together with it)" if held else ""
+            if not any(t in error for t in failed_tables):
+                error = f"table {failed_tables[0]}: {error}"
+                suffix = f" (it also holds back {', '.join(failed_tables[1:])})" if failed_tables[1:] else ""
+            click.echo(f"error: {error}{suffix}", err=True)
         sys.exit(2)
 
 

@@ -216,6 +216,10 @@ def test_operators_see_a_many_table_stream_as_one_job_with_its_tables(three_tabl
     Path(broken.manifests.data.path.removeprefix("file://")).unlink()
     code, output = invoke(config, "committer", "run", "--once")
     assert code != 0 and f"table {b}, job many, checkpoint 1" in output
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"it also holds back {a}" in errors[0]  # one error, said once
+    code, text = invoke(config, "checkpoints", "list", a)
+    assert f"job many: waits for checkpoint 1 of table {b}" in text
 
     code, output = invoke(config, "jobs", "list", "--json")
     assert code == 0
