@@ -19,6 +19,7 @@ from icesink.reader import read_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.table import Table
 
 
@@ -47,10 +48,10 @@ def read_tables(
         raise ConfigError(f"read_tables: checkpoint_id is a checkpoint number (an int), not {checkpoint_id!r}")
     config = resolve_catalog(catalog)
     handle = open_catalog(config)
-    loaded = {name: table_at(handle, name, location) for name, location in read_pointers(config, tables).items()}
     if job_id is None or checkpoint_id is None:
+        loaded = {name: table_at(handle, name, location) for name, location in read_pointers(config, tables).items()}
         return {name: read_table(table) for name, table in loaded.items()}
-    _check_committed(config, loaded, job_id, checkpoint_id)
+    loaded = _committed_tables(config, handle, tables, job_id, checkpoint_id)
     return {name: _read_at(table, name, job_id, checkpoint_id) for name, table in loaded.items()}
 
 
@@ -83,8 +84,7 @@ def changes_of_tables(
         )
     config = resolve_catalog(catalog)
     handle = open_catalog(config)
-    loaded = {name: table_at(handle, name, location) for name, location in read_pointers(config, tables).items()}
-    _check_committed(config, loaded, job_id, to_checkpoint)
+    loaded = _committed_tables(config, handle, tables, job_id, to_checkpoint)
     found = {}
     for name, table in loaded.items():
         end = _at_checkpoint(table, name, job_id, to_checkpoint)
@@ -94,6 +94,18 @@ def changes_of_tables(
             continue
         found[name] = changes(table, start, end, mode, net_changes=net_changes)
     return found
+
+
+def _committed_tables(
+    config: CatalogConfig, handle: SqlCatalog, tables: list[str], job_id: str, checkpoint_id: int
+) -> dict[str, Table]:
+    """The tables, once the ledger says the checkpoint is committed in each: the pointers are read after that
+    check, so they cannot predate the commit (a commit updates the catalog before, or with, the ledger)."""
+    pointers = read_pointers(config, tables)
+    _check_committed(
+        config, {name: table_at(handle, name, location) for name, location in pointers.items()}, job_id, checkpoint_id
+    )
+    return {name: table_at(handle, name, location) for name, location in read_pointers(config, tables).items()}
 
 
 def _no_changes(table: Table, mode: str) -> pa.Table:

@@ -420,3 +420,18 @@ def test_what_would_mix_rows_stops_the_stream_and_stages_nothing(
 
     staged = [r.checkpoint_id for r in Ledger(sqlite_catalog).for_table("app.users")]
     assert staged == ([] if case == "two sources, one table" else [0])
+
+
+def test_an_unchanged_toasted_value_is_never_written_over_the_real_one() -> None:
+    fields = [
+        {"type": "string", "optional": True, "field": "body"},
+        {"type": "bytes", "optional": True, "field": "blob"},
+    ]
+    for column, placeholder in (
+        ("body", "__debezium_unavailable_value"),
+        ("blob", "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="),
+    ):
+        with pytest.raises(
+            DecodeError, match=f"offset 8: column '{column}' holds Debezium's placeholder.*REPLICA IDENTITY FULL"
+        ):
+            decode('{"id": 1}', event({"id": 1, column: placeholder}, fields, op="u"), "dbz.public.t", 0, 8)

@@ -321,3 +321,117 @@ def test_changes_of_several_tables_between_two_checkpoints_of_a_job(three_tables
         icesink.changes_of_tables([a, b], "job", 5, catalog=config)
     with pytest.raises(ConfigError, match="from_checkpoint 2 is after to_checkpoint 1"):
         icesink.changes_of_tables([a, b], "job", 1, from_checkpoint=2, catalog=config)
+
+
+def _stage_changes(
+    config: CatalogConfig, job: str, checkpoint: int, per_table: dict[str, tuple[object, list[str]]]
+) -> None:
+    """Stage one atomic checkpoint of keyed changes (rows, ops) per table, as a change stream's tasks write them."""
+    import pyarrow as pa
+
+    from icesink.committer.staging import TableResults, stage_tables
+    from icesink.iceberg.describe import writer_spec
+    from icesink.writer.spec import ChangeSpec
+    from icesink.writer.task import TaskWriter
+
+    catalog = open_catalog(config)
+    written = []
+    for identifier, (rows, ops) in per_table.items():
+        table = catalog.load_table(identifier)
+        changes = rows.append_column("op", pa.array(ops)).append_column(  # type: ignore[attr-defined]
+            "__icesink_order", pa.array(range(len(ops)), pa.int64())
+        )
+        spec = writer_spec(table, identifier, job, ChangeSpec((1,), op_column="op")).for_checkpoint(checkpoint)
+        writer = TaskWriter(spec, 0, 0)
+        writer.write(changes)
+        written.append(TableResults(table, identifier, [writer.complete()]))
+    assert stage_tables(Ledger(config), job, checkpoint, written, atomic=True)
+
+
+def test_deletes_of_absent_keys_survive_a_group_rebuilt_after_a_conflict(three_tables: CatalogConfig) -> None:
+    """A table whose checkpoint only deletes keys it never held needs no snapshot; its delete files must stay
+    until the group is committed, since a conflict elsewhere makes the group prepare it again."""
+    import icesink
+
+    config = three_tables
+    a, b = TABLES[0], TABLES[1]
+    stage_group(config, "job", 0, {a: orders(0, 2), b: orders(10, 1)})
+    TableCommitter.of(config).commit_pending(a)
+    _stage_changes(config, "job", 1, {a: (orders(500, 1), ["D"]), b: (orders(11, 1), ["I"])})
+    (row,) = [r for r in Ledger(config).pending(a)]
+    interfered = []
+
+    def another_writer() -> None:
+        if not interfered:
+            interfered.append(True)
+            open_catalog(config).load_table(b).append(orders(99, 1))
+
+    committer = TableCommitter(open_catalog(config), config, Ledger(config), before_commit=another_writer)
+    committer.commit_pending(a)
+    assert interfered
+    assert sorted(icesink.read(a, catalog=config).column("id").to_pylist()) == [0, 1]
+    assert sorted(icesink.read(b, catalog=config).column("id").to_pylist()) == [10, 11, 99]
+    table = open_catalog(config).load_table(a)
+    assert len(table.metadata.snapshots) == 1  # the deletes named no row: no snapshot
+    assert [r.state for r in Ledger(config).for_table(a)] == [CheckpointState.COMMITTED] * 2
+    assert sorted(table_ids(config, a)) == [0, 1]  # pyiceberg reads it: no file the table names is missing
+    assert row.manifests.delete_files == 1
+
+
+def test_a_job_switching_from_one_table_to_several_commits_its_older_checkpoints_first(
+    three_tables: CatalogConfig,
+) -> None:
+    config = three_tables
+    a, b = TABLES[0], TABLES[1]
+    for checkpoint in (0, 1):  # a single-table stream's checkpoints, not committed yet
+        stage_group(config, "job", checkpoint, {a: orders(checkpoint * 10, 1)}, atomic=False)
+    stage_group(config, "job", 2, {a: orders(20, 1), b: orders(30, 1)})  # restarted to write two tables
+    TableCommitter.of(config).commit_pending(b)
+    assert table_ids(config, a) == [0, 10, 20]
+    assert table_ids(config, b) == [30]
+    assert {r.state for t in (a, b) for r in Ledger(config).for_table(t)} == {CheckpointState.COMMITTED}
+
+
+def test_a_checkpoint_discarded_while_its_group_commits_is_left_out(three_tables: CatalogConfig) -> None:
+    config = three_tables
+    a, b = TABLES[0], TABLES[1]
+    stage_group(config, "job", 0, {a: orders(0, 1), b: orders(10, 1)})
+    (row_b,) = Ledger(config).pending(b)
+    discarded = []
+
+    def operator_discards() -> None:
+        if not discarded:
+            discarded.append(Ledger(config).discard(row_b.id, "operator", "bad data"))
+
+    committer = TableCommitter(open_catalog(config), config, Ledger(config), before_commit=operator_discards)
+    committer.commit_pending(a)
+    assert discarded == [True]
+    assert table_ids(config, a) == [0]
+    assert table_ids(config, b) == []  # discarded before the commit could name it
+    assert [r.state for r in Ledger(config).for_table(b)] == [CheckpointState.DISCARDED]
+
+
+def test_a_checkpoint_whose_history_was_expired_below_another_writers_snapshot_is_refused(
+    three_tables: CatalogConfig,
+) -> None:
+    import icesink
+    from icesink.errors import SnapshotNotFoundError
+
+    config = three_tables
+    a = TABLES[0]
+    committer = TableCommitter.of(config)
+    for checkpoint in (3, 5):
+        stage_group(config, "job", checkpoint, {a: orders(checkpoint, 1)})
+        committer.commit_pending(a)
+    open_catalog(config).load_table(a).append(orders(99, 1))  # maintenance or another tool
+    stage_group(config, "job", 7, {a: orders(7, 1)})
+    committer.commit_pending(a)
+    table = open_catalog(config).load_table(a)
+    for snapshot in table.metadata.snapshots[:2]:  # the job's snapshots of checkpoints 3 and 5
+        table = open_catalog(config).load_table(a)
+        table.maintenance.expire_snapshots().by_id(snapshot.snapshot_id).commit()
+    with pytest.raises(SnapshotNotFoundError, match="the snapshots holding checkpoint 4 of job job were expired"):
+        icesink.read_tables([a], job_id="job", checkpoint_id=4, catalog=config)
+    assert sorted(
+        icesink.read_tables([a], job_id="job", checkpoint_id=7, catalog=config)[a].column("id").to_pylist()
+    ) == [3, 5, 7, 99]

@@ -177,7 +177,6 @@ class SnapshotBuilder:
         per_row: Sequence[CheckpointFiles],
         extra: Mapping[str, str],
     ) -> PreparedCommit:
-        from icesink.iceberg.files import delete_quietly
         from icesink.iceberg.snapshots import prepare_snapshot
 
         group = [c.row for c in per_row]
@@ -195,9 +194,10 @@ class SnapshotBuilder:
         converted = self._convert(table, identifier, job_id, last.checkpoint_id, deletes) if deletes else None
         prepared = PreparedCommit(table, identifier, job_id, group, None, discarded=discarded)
         if converted is not None and not files and not converted.position_deletes:
-            # Its deletes name no row of the table (keys never inserted): like an empty micro-batch, it
-            # needs no snapshot, and no snapshot will ever name its delete files.
-            delete_quietly(table.io, [str(f.file_path) for f in deletes])
+            # Its deletes name no row of the table (keys never inserted): like an empty micro-batch, it needs no
+            # snapshot. Its delete files go once the ledger says so (:meth:`committed`): until then a retry of
+            # this prepare (a group rebuilt on a moved head) still reads them.
+            prepared.replaced_deletes = [str(f.file_path) for f in deletes]
             return prepared
         if converted is not None:
             prepared.written += converted.written
@@ -226,15 +226,16 @@ class SnapshotBuilder:
         delete_quietly(prepared.table.io, prepared.written)
 
     def committed(self, prepared: PreparedCommit, committed: Table) -> None:
-        """After the swap: the converted equality deletes go, and the discards are recorded."""
+        """After the swap (or, with nothing to swap, after the ledger marked the checkpoints committed): the
+        staged equality deletes no snapshot names go, and the discards are recorded."""
         from pyiceberg.table.refs import MAIN_BRANCH
 
         from icesink.iceberg.files import delete_quietly
 
-        # The staged equality deletes were replaced by position deletes: no snapshot names them.
+        # Converted to position deletes, or naming no row: no snapshot names them.
         delete_quietly(committed.io, prepared.replaced_deletes)
         head = committed.metadata.snapshot_by_name(MAIN_BRANCH)
-        if prepared.discarded and head is not None:
+        if prepared.discarded and head is not None and prepared.snapshot is not None:
             with contextlib.suppress(IcesinkError):  # the summary is what counts; the ledger only points to it
                 self._ledger.mark_discards_recorded([r.id for r in prepared.discarded], head.snapshot_id)
 

@@ -26,6 +26,7 @@ from icesink.catalog.loader import load_table
 from icesink.committer.build import (
     CheckpointFailed,
     CommitOutcome,
+    PreparedCommit,
     SnapshotBuilder,
     checkpoint_range,
     commit_failure,
@@ -103,9 +104,28 @@ class TableCommitter:
         if not rows:
             return []
         outcomes: list[CommitOutcome] = []
-        for job in sorted({r.job_id for r in rows if r.atomic}):
-            outcomes += self._group.commit_job(job)
-        rows = [r for r in rows if not r.atomic]
+        atomic_jobs = sorted({r.job_id for r in rows if r.atomic})
+        for job in atomic_jobs:
+            outcomes += self.commit_atomic(job)
+        if atomic_jobs:  # those jobs' older checkpoints of one table were committed on the way
+            rows = [r for r in self._ledger.pending(table_identifier, job_id) if not r.atomic]
+        return outcomes + self._commit_table(table_identifier, rows)
+
+    def commit_atomic(self, job_id: str) -> list[CommitOutcome]:
+        """Commit every pending checkpoint of a job that commits atomically across its tables.
+
+        Checkpoints the job staged table by table before (a stream that wrote one table, restarted to write
+        several with the same job) commit first, table by table: the group's marker would pass over them.
+        """
+        outcomes: list[CommitOutcome] = []
+        single = [r for r in self._ledger.pending(job_id=job_id) if not r.atomic]
+        for identifier in sorted({r.table_identifier for r in single}):
+            outcomes += self._commit_table(identifier, [r for r in single if r.table_identifier == identifier])
+        return outcomes + self._group.commit_job(job_id)
+
+    def _commit_table(self, table_identifier: str, rows: list[CheckpointRow]) -> list[CommitOutcome]:
+        """Commit one table's pending checkpoints that are not part of a group, job by job."""
+        outcomes: list[CommitOutcome] = []
         if not rows:
             return outcomes
         # The table as this committer's last commit left it, if it has one. Safe even when someone
@@ -118,10 +138,6 @@ class TableCommitter:
             table = self._commit_job(table, table_identifier, job, list(job_rows), outcomes)
         self._tables[table_identifier] = table  # only after every job went through without an error
         return outcomes
-
-    def commit_atomic(self, job_id: str) -> list[CommitOutcome]:
-        """Commit every pending checkpoint of a job that commits atomically across its tables."""
-        return self._group.commit_job(job_id)
 
     def _commit_job(
         self, table: Table, identifier: str, job_id: str, rows: list[CheckpointRow], outcomes: list[CommitOutcome]
@@ -149,7 +165,7 @@ class TableCommitter:
                 continue
             started = time.monotonic()
             try:
-                committed, group = self._try_commit(table, identifier, job_id, plan_snapshots(rows)[0])
+                committed, group, unfinished = self._try_commit(table, identifier, job_id, plan_snapshots(rows)[0])
             except CheckpointFailed as failed:
                 if not failed.error.transient:  # shown as failed until a commit succeeds; they stay staged
                     with contextlib.suppress(IcesinkError):  # best effort: the error itself is what matters
@@ -175,6 +191,8 @@ class TableCommitter:
             failpoint("committer.after-catalog-commit")
             self._ledger.mark_committed([r.id for r in group], snapshot_id)
             failpoint("committer.after-ledger-update")
+            if unfinished is not None:
+                self._builder.committed(unfinished, table)
             outcome = CommitOutcome.of(identifier, job_id, group, snapshot_id, time.monotonic() - started)
             outcomes.append(outcome)
             log.info(
@@ -193,10 +211,11 @@ class TableCommitter:
 
     def _try_commit(
         self, table: Table, identifier: str, job_id: str, group: Sequence[CheckpointRow]
-    ) -> tuple[Table | None, list[CheckpointRow]]:
+    ) -> tuple[Table | None, list[CheckpointRow], PreparedCommit | None]:
         """Build and swap in one snapshot of the longest committable start of ``group``; None if the head moved.
 
-        Returns the new table (the same one when there was nothing to commit) and the checkpoints it holds.
+        Returns the new table (the same one when there was nothing to commit), the checkpoints it holds, and
+        what was prepared (to finish once the ledger has the checkpoints as committed).
         """
         from pyiceberg.exceptions import CommitFailedException
 
@@ -204,9 +223,9 @@ class TableCommitter:
 
         prepared = self._builder.try_prepare(table, identifier, job_id, group)
         if prepared is None:
-            return None, []
+            return None, [], None
         if prepared.snapshot is None:
-            return table, prepared.rows
+            return table, prepared.rows, prepared
         try:
             if self._before_commit is not None:
                 self._before_commit()
@@ -220,13 +239,13 @@ class TableCommitter:
         except CommitFailedException:
             self._builder.abandon(prepared)  # the swap was refused, so nothing references what was written
             log.info("table=%s job=%s: head moved during commit; re-reading the marker", identifier, job_id)
-            return None, prepared.rows
+            return None, prepared.rows, None
         except Exception as e:
             # Any other error leaves the swap's outcome unknown (a connection lost during COMMIT): what was
             # written stays, since the table may name it; the marker decides on the retry, gc removes orphans.
             raise commit_failure(e, identifier, job_id, prepared.rows) from e
         self._builder.committed(prepared, committed)
-        return committed, prepared.rows
+        return committed, prepared.rows, None
 
     def clean_committed(self) -> int:
         """Delete leftover temporary manifests of every committed checkpoint; returns how many were cleaned."""

@@ -98,8 +98,16 @@ class GroupCommitter:
             if self._skip_committed(job_id, tables, by_table, outcomes):
                 continue
             started = time.monotonic()
-            cut = self._prepare_cut(job_id, tables, by_table)
-            if cut is None or not self._swap(job_id, *cut, outcomes, started):
+            try:
+                cut = self._prepare_cut(job_id, tables, by_table)
+                swapped = cut is not None and self._swap(job_id, *cut, outcomes, started)
+            except BaseException:
+                for identifier in by_table:  # whatever went wrong, the next attempt reads the tables again
+                    self._tables.pop(identifier, None)
+                raise
+            if swapped:
+                conflicts = 0
+            else:
                 conflicts += 1
                 if conflicts > self._max_conflicts:
                     raise CommitConflictError(
@@ -231,6 +239,9 @@ class GroupCommitter:
             log.info("job=%s: a table's head moved during the group commit (%s); re-reading the markers", job_id, e)
             return False
         seconds = time.monotonic() - started
+        for one in prepared:
+            if one.snapshot is None:  # its checkpoints are committed in the ledger now: its delete files can go
+                self._builder.committed(one, one.table)
         for one, table in zip(swapping, committed, strict=True):
             self._builder.committed(one, table)
             self._tables[one.identifier] = table

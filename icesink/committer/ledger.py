@@ -391,12 +391,17 @@ class Ledger:
     def mark_committed_in(
         self, connection: sa.Connection, snapshots: Mapping[int, int | None], commit_id: str | None
     ) -> None:
-        """Within the caller's transaction (the catalog commit's own): ledger row id -> its table's new snapshot."""
+        """Within the caller's transaction (the catalog commit's own): ledger row id -> its table's new snapshot.
+
+        A row no longer staged (an operator discarded it meanwhile) fails the whole transaction, as a moved
+        table does: the group is rebuilt from what is still staged."""
+        from pyiceberg.exceptions import CommitFailedException
+
         now = _now()
         for row_id, snapshot_id in snapshots.items():
-            connection.execute(
+            result = connection.execute(
                 checkpoints.update()
-                .where(checkpoints.c.id == row_id)
+                .where(checkpoints.c.id == row_id, checkpoints.c.state == CheckpointState.STAGED.value)
                 .values(
                     state=CheckpointState.COMMITTED.value,
                     snapshot_id=snapshot_id,
@@ -406,6 +411,8 @@ class Ledger:
                     commit_id=commit_id,
                 )
             )
+            if result.rowcount != 1:  # discarded (or committed) by someone else since: the whole commit is off
+                raise CommitFailedException(f"checkpoint row {row_id} is no longer staged")
 
     def pending_atomic(self, job_id: str) -> list[CheckpointRow]:
         """The job's staged checkpoints that commit across tables, by checkpoint, then table."""

@@ -100,6 +100,7 @@ def decode(
         after = envelope.get("after")
         if not isinstance(after, dict):
             raise DecodeError(f"{where}: a {op!r} event without an 'after' row")
+        _refuse_unavailable(after, where)
         row = {name: _canonical(value, fields.get(name), where, name) for name, value in after.items()}
         change_op = UPSERT
     source = envelope.get("source")
@@ -111,6 +112,21 @@ def decode(
         position=_position(source if isinstance(source, dict) else {}, partition, offset),
         row_schema=row_schema,
     )
+
+
+# What PostgreSQL's connector sends for an unchanged TOASTed value (text, and bytes as base64): not the value.
+UNAVAILABLE = ("__debezium_unavailable_value", "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==")
+
+
+def _refuse_unavailable(after: dict[str, Any], where: str) -> None:
+    """An upsert would write the placeholder over the real value: refused, naming the column."""
+    for name, value in after.items():
+        if value in UNAVAILABLE or (isinstance(value, list) and any(v in UNAVAILABLE for v in value)):
+            raise DecodeError(
+                f"{where}: column {name!r} holds Debezium's placeholder for an unchanged TOASTed value, not the "
+                "value; applying the change would overwrite the real one. Set REPLICA IDENTITY FULL on the source "
+                "table, so that updates carry every value"
+            )
 
 
 def _is_not_a_row_event(payload: dict[str, Any]) -> bool:

@@ -145,18 +145,19 @@ def route(
         )
     text = [F.col(c).cast("string").alias(c) if c in INPUT_COLUMNS else F.col(c) for c in present]
     parsed = batch_df.select(*text).mapInArrow(parse_task(present), PARSED_DDL).persist()
+    # Each distinct schema of a source with its last position: the newest schema wins where two disagree.
+    schemas = parsed.groupBy("source", "row_schema").agg(F.max("position").alias("last"))
     summary = (
-        parsed.groupBy("source")
-        .agg(
-            F.collect_set("row_schema").alias("row_schemas"),
-            F.collect_set("keys").alias("keys"),
-            F.max("position").alias("last"),
-        )
+        schemas.groupBy("source")
+        .agg(F.sort_array(F.collect_list(F.struct("last", "row_schema"))).alias("row_schemas"))
+        .join(parsed.groupBy("source").agg(F.collect_set("keys").alias("keys")), "source")
+        .select("source", "row_schemas", "keys")
         .collect()
     )
     _refuse_shared_targets(spec, [r[0] for r in summary])
     routed = []
-    for source, row_schemas, keys, _ in sorted(summary, key=lambda r: r[0]):
+    for source, dated_schemas, keys in sorted(summary, key=lambda r: r[0]):
+        row_schemas = [schema for _, schema in dated_schemas]  # oldest first
         identifier = spec.identifier(source)
         where = f"table {identifier} (source {source})"
         if len(keys) != 1:
@@ -230,7 +231,7 @@ def _schema(
 
     if row_schemas:
         merged: dict[str, T.StructField] = {}
-        for one in sorted(row_schemas, key=len):  # a column added later makes a longer schema: its type wins
+        for one in row_schemas:  # oldest first: a column's newest type wins, a column dropped since stays
             for column in struct_type(json.loads(one), where).fields:
                 merged[column.name] = column
         return T.StructType(list(merged.values()))

@@ -48,6 +48,9 @@ def commit_tables(
     for swap in swaps:
         identifier = swap.table.name()
         current = catalog.load_table(identifier)
+        if current.metadata_location != swap.table.metadata_location:
+            # Built on metadata another commit replaced (on any branch, or an expiry): build it again.
+            raise CommitFailedException(f"Table has been updated by another process: {identifier}")
         # Checks the requirements (the head, the schema) against the table as the catalog has it now.
         staged.append(
             (

@@ -123,22 +123,26 @@ def snapshot_at_checkpoint(metadata: TableMetadata, job_id: str, checkpoint_id: 
     ref = metadata.refs.get(MAIN_BRANCH)
     newest = ref.snapshot_id if ref else None
     snapshot_id = newest
-    seen_job = False
+    seen_job = False  # passed a snapshot of the job holding later checkpoints
+    last = None
     while snapshot_id is not None:
         snapshot = metadata.snapshot_by_id(snapshot_id)
         if snapshot is None:
             raise CheckpointExpired(snapshot_id)
+        last = snapshot
         summary = snapshot.summary
         marker = summary[MAX_CHECKPOINT_PROPERTY] if summary is not None else None
         if summary is not None and summary[JOB_ID_PROPERTY] == job_id and marker is not None:
-            seen_job = True
             if int(marker) <= checkpoint_id:
                 return newest
-            if snapshot.parent_snapshot_id is None and (snapshot.sequence_number or 0) > 1:
-                raise CheckpointExpired(snapshot_id)  # not the first snapshot: expiry cut the history below it
+            seen_job = True
             newest = snapshot.parent_snapshot_id  # this one holds later checkpoints: look below it
         snapshot_id = snapshot.parent_snapshot_id
+    # The walk ended at a snapshot without a parent. A table's first snapshot has sequence number 1; a later
+    # one without a parent had its history expired, and what was below it cannot be told apart any more.
+    cut = last is not None and (last.sequence_number or 0) > 1
     recorded = metadata.properties.get(table_property(job_id))
-    if not seen_job and newest is not None and recorded is not None and int(recorded) > checkpoint_id:
-        raise CheckpointExpired(newest)  # the job's snapshots were expired; the property says it wrote later ones
+    later = seen_job or (recorded is not None and int(recorded) > checkpoint_id)
+    if cut and later:
+        raise CheckpointExpired(last.snapshot_id if last is not None else None)
     return newest
