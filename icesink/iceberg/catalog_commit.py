@@ -44,20 +44,7 @@ def commit_tables(
     can never disagree with the catalog). Raises ``CommitFailedException`` naming the first table whose
     head moved; then no table changed, and the new metadata files written for the attempt are deleted.
     """
-    staged = []
-    for swap in swaps:
-        identifier = swap.table.name()
-        current = catalog.load_table(identifier)
-        if current.metadata_location != swap.table.metadata_location:
-            # Built on metadata another commit replaced (on any branch, or an expiry): build it again.
-            raise CommitFailedException(f"Table has been updated by another process: {identifier}")
-        # Checks the requirements (the head, the schema) against the table as the catalog has it now.
-        staged.append(
-            (
-                current,
-                catalog._update_and_stage_table(current, identifier, swap.prepared.requirements, swap.prepared.updates),
-            )
-        )
+    staged = [_stage(catalog, swap) for swap in swaps]
     written: list[tuple[Table, str]] = []
     try:
         for _, new in staged:
@@ -94,6 +81,17 @@ def commit_tables(
         )
         for _, new in staged
     ]
+
+
+def _stage(catalog: SqlCatalog, swap: TableSwap) -> tuple[Table, Table]:
+    """The table as the catalog has it now, and its new metadata (checked against its requirements)."""
+    identifier = swap.table.name()
+    current = catalog.load_table(identifier)
+    if current.metadata_location != swap.table.metadata_location:
+        # Built on metadata another commit replaced (on any branch, or an expiry): build it again.
+        raise CommitFailedException(f"Table has been updated by another process: {identifier}")
+    new = catalog._update_and_stage_table(current, identifier, swap.prepared.requirements, swap.prepared.updates)
+    return current, new
 
 
 def _swap_pointer(connection: sa.Connection, catalog_name: str, current: Table, location: str) -> None:
