@@ -149,10 +149,9 @@ def _check_committed(config: CatalogConfig, tables: dict[str, Table], job_id: st
     from icesink.iceberg.marker import committed_marker
 
     ledger = Ledger(config)
-    reached = [m.checkpoint_id for t in tables.values() if (m := committed_marker(t.metadata, job_id)) is not None]
-    known = [j for j in ledger.jobs() if j.job_id == job_id]
-    staged = max([max((c for c in j.tables.values() if c is not None), default=-1) for j in known] + reached + [-1])
-    if not known and not reached:
+    markers = [m.checkpoint_id for t in tables.values() if (m := committed_marker(t.metadata, job_id)) is not None]
+    last = ledger.last_checkpoint(job_id)  # staged, committed or discarded: the job got that far
+    if last is None and not markers:
         raise ConfigError(
             f"job {job_id} has written none of the tables {', '.join(tables)}; `icesink jobs list` shows the jobs"
         )
@@ -164,7 +163,7 @@ def _check_committed(config: CatalogConfig, tables: dict[str, Table], job_id: st
                 f"the table is not at checkpoint {checkpoint_id}; commit it (`icesink committer run --once`) or "
                 "read an earlier checkpoint"
             )
-    last_staged = max([r.checkpoint_id for t in tables for r in ledger.pending(t, job_id)] + [staged])
+    last_staged = max([*markers, last if last is not None else -1])
     if checkpoint_id > last_staged:
         raise CheckpointNotCommittedError(
             f"job {job_id} has not reached checkpoint {checkpoint_id} (its last is {last_staged}): a later commit "

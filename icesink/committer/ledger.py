@@ -414,6 +414,14 @@ class Ledger:
             if result.rowcount != 1:  # discarded (or committed) by someone else since: the whole commit is off
                 raise CommitFailedException(f"checkpoint row {row_id} is no longer staged")
 
+    def last_checkpoint(self, job_id: str) -> int | None:
+        """The job's highest checkpoint in the ledger, whatever its state (None: the ledger has none)."""
+        c = checkpoints.c
+        query = sa.select(sa.func.max(c.checkpoint_id)).where(c.catalog_name == self._config.name, c.job_id == job_id)
+        with database_errors(self._config), self._engine.connect() as connection:
+            found = connection.execute(query).scalar()
+        return int(found) if found is not None else None
+
     def pending_atomic(self, job_id: str) -> list[CheckpointRow]:
         """The job's staged checkpoints that commit across tables, by checkpoint, then table."""
         c = checkpoints.c
