@@ -74,6 +74,89 @@ def json_value(value: Any) -> Any:
     return value
 
 
+CHECKPOINT_HEADERS = (
+    "job",
+    "checkpoint",
+    "state",
+    "files",
+    "records",
+    "delete files",
+    "snapshot",
+    "staged at",
+    "committed at",
+    "commit",
+)
+
+
+def _lag_text(jobs: Sequence[Any]) -> str:
+    return _table(
+        [
+            [
+                j.job_id,
+                j.pending,
+                j.failed,
+                j.committed,
+                j.last_staged_checkpoint,
+                j.last_committed_checkpoint,
+                j.last_committed_at,
+                f"{j.lag_seconds:.1f}s",
+            ]
+            for j in jobs
+        ],
+        ["job", "pending", "failed", "committed", "last staged", "last committed", "committed at", "lag"],
+    )
+
+
+def _checkpoints_text(rows: Sequence[Any]) -> str:
+    from icesink.committer.checkpoints import CheckpointState
+
+    return _table(
+        [
+            [
+                r.job_id,
+                r.checkpoint_id,
+                r.status,
+                r.manifests.data_files,
+                r.manifests.data_records,
+                r.manifests.delete_files,
+                r.snapshot_id if r.state == CheckpointState.COMMITTED else None,  # a discard's is where it is named
+                r.staged_at,
+                r.committed_at,
+                _short(r.commit_id),
+            ]
+            for r in rows
+        ],
+        CHECKPOINT_HEADERS,
+    )
+
+
+def _attention(ledger: Any, table: str, rows: Sequence[Any]) -> list[str]:
+    """The sections about checkpoints someone should look at: failed, discarded, held back by another table."""
+    from icesink.committer.checkpoints import CheckpointState
+
+    sections = []
+    errors = [
+        f"checkpoint {r.checkpoint_id} of job {r.job_id} (at {r.failed_at}): {r.error}"
+        for r in rows
+        if r.status == "failed"
+    ]
+    if errors:
+        sections.append(
+            "failed (`icesink checkpoints retry` once the cause is fixed, or `discard`):\n" + "\n".join(errors)
+        )
+    discarded = [
+        f"checkpoint {r.checkpoint_id} of job {r.job_id} by {r.discarded_by} at {r.discarded_at}: {r.discard_reason}"
+        for r in rows
+        if r.state == CheckpointState.DISCARDED
+    ]
+    if discarded:
+        sections.append("discarded:\n" + "\n".join(discarded))
+    held = _held_back(ledger, table, rows)
+    if held:
+        sections.append("held back (committed together with a table whose checkpoint failed):\n" + "\n".join(held))
+    return sections
+
+
 def _held_back(ledger: Any, table: str, rows: Sequence[Any]) -> list[str]:
     """This table's staged checkpoints that wait for another table of their atomic job to commit."""
     lines = []
@@ -396,7 +479,6 @@ def checkpoints_list(obj: Context, table: str, limit: int, as_json: bool) -> Non
     """
     from dataclasses import asdict
 
-    from icesink.committer.checkpoints import CheckpointState
     from icesink.committer.ledger import Ledger
     from icesink.errors import TableNotFoundError
 
@@ -408,68 +490,7 @@ def checkpoints_list(obj: Context, table: str, limit: int, as_json: bool) -> Non
             raise  # neither a table nor checkpoints: most likely a typo
     jobs = ledger.lag(table)
     rows = ledger.for_table(table, newest=limit or None)
-    text = _table(
-        [
-            [
-                j.job_id,
-                j.pending,
-                j.failed,
-                j.committed,
-                j.last_staged_checkpoint,
-                j.last_committed_checkpoint,
-                j.last_committed_at,
-                f"{j.lag_seconds:.1f}s",
-            ]
-            for j in jobs
-        ],
-        ["job", "pending", "failed", "committed", "last staged", "last committed", "committed at", "lag"],
-    )
-    text += "\n\n" + _table(
-        [
-            [
-                r.job_id,
-                r.checkpoint_id,
-                r.status,
-                r.manifests.data_files,
-                r.manifests.data_records,
-                r.manifests.delete_files,
-                r.snapshot_id if r.state == CheckpointState.COMMITTED else None,  # a discard's is where it is named
-                r.staged_at,
-                r.committed_at,
-                _short(r.commit_id),
-            ]
-            for r in rows
-        ],
-        [
-            "job",
-            "checkpoint",
-            "state",
-            "files",
-            "records",
-            "delete files",
-            "snapshot",
-            "staged at",
-            "committed at",
-            "commit",
-        ],
-    )
-    errors = [
-        f"checkpoint {r.checkpoint_id} of job {r.job_id} (at {r.failed_at}): {r.error}"
-        for r in rows
-        if r.status == "failed"
-    ]
-    if errors:
-        text += "\n\nfailed (`icesink checkpoints retry` once the cause is fixed, or `discard`):\n" + "\n".join(errors)
-    discarded = [
-        f"checkpoint {r.checkpoint_id} of job {r.job_id} by {r.discarded_by} at {r.discarded_at}: {r.discard_reason}"
-        for r in rows
-        if r.state == CheckpointState.DISCARDED
-    ]
-    if discarded:
-        text += "\n\ndiscarded:\n" + "\n".join(discarded)
-    held = _held_back(ledger, table, rows)
-    if held:
-        text += "\n\nheld back (committed together with a table whose checkpoint failed):\n" + "\n".join(held)
+    text = "\n\n".join([_lag_text(jobs), _checkpoints_text(rows), *_attention(ledger, table, rows)])
     _emit(
         as_json,
         {"jobs": [asdict(j) for j in jobs], "checkpoints": [_checkpoint_json(r) for r in rows]},
@@ -699,18 +720,24 @@ def committer_run(
         if server is not None:
             server.stop()
     if once and report.failed:
-        # Tables committed together fail together, with one error: said once, with the tables it holds back.
-        by_error: dict[str, list[str]] = {}
-        for table, error in report.failed.items():
-            by_error.setdefault(error, []).append(table)
-        for error, failed_tables in by_error.items():
-            held = [t for t in failed_tables if t not in error]
-            suffix = f" (it also holds back {', '.join(held)}, committed together with it)" if held else ""
-            if not any(t in error for t in failed_tables):
-                error = f"table {failed_tables[0]}: {error}"
-                suffix = f" (it also holds back {', '.join(failed_tables[1:])})" if failed_tables[1:] else ""
-            click.echo(f"error: {error}{suffix}", err=True)
+        for line in _failures(report.failed):
+            click.echo(f"error: {line}", err=True)
         sys.exit(2)
+
+
+def _failures(failed: dict[str, str]) -> list[str]:
+    """Each error once: tables committed together fail together, with one error and the tables it holds back."""
+    by_error: dict[str, list[str]] = {}
+    for table, error in failed.items():
+        by_error.setdefault(error, []).append(table)
+    lines = []
+    for error, tables in by_error.items():
+        named = [t for t in tables if t in error]
+        held = [t for t in tables if t not in error]
+        if not named:  # an error that does not name its table: the first one is said to be it
+            error, held = f"table {tables[0]}: {error}", tables[1:]
+        lines.append(f"{error} (it also holds back {', '.join(held)}, committed with it)" if held else error)
+    return lines
 
 
 @committer.command("gc")

@@ -150,17 +150,7 @@ class TableCommitter:
             if marker is not None:
                 refuse_other_streams(self._ledger, identifier, job_id, marker, done)
             if done:
-                # Committed before the ledger heard of it (a crash after the catalog commit).
-                self._ledger.mark_committed([r.id for r in done], None)
-                outcomes.append(CommitOutcome.of(identifier, job_id, done, None, 0.0, already=True))
-                log.info(
-                    "table=%s job=%s checkpoints=%s already committed (marker %s); skipped",
-                    identifier,
-                    job_id,
-                    checkpoint_range(done),
-                    marker,
-                )
-                self._cleanup(table, done)
+                self._already_committed(table, identifier, job_id, done, marker, outcomes)
                 rows = [r for r in rows if r not in done]
                 continue
             started = time.monotonic()
@@ -181,6 +171,7 @@ class TableCommitter:
                     )
                 table = load_table(self._catalog, self._config, identifier)
                 continue
+            conflicts = 0
             snapshot = committed.metadata.snapshot_by_name(MAIN_BRANCH) if committed is not table else None
             table = committed
             snapshot_id = snapshot.snapshot_id if snapshot else None  # None: nothing to commit
@@ -193,21 +184,48 @@ class TableCommitter:
             failpoint("committer.after-ledger-update")
             if unfinished is not None:
                 self._builder.committed(unfinished, table)
-            outcome = CommitOutcome.of(identifier, job_id, group, snapshot_id, time.monotonic() - started)
-            outcomes.append(outcome)
-            log.info(
-                "table=%s job=%s checkpoints=%s snapshot=%s files=%d records=%d seconds=%.3f",
-                identifier,
-                job_id,
-                checkpoint_range(group),
-                snapshot_id,
-                outcome.data_files,
-                outcome.records,
-                outcome.seconds,
-            )
+            outcomes.append(self._logged(identifier, job_id, group, snapshot_id, time.monotonic() - started))
             self._cleanup(table, group)
             rows = rows[len(group) :]
         return table
+
+    def _already_committed(
+        self,
+        table: Table,
+        identifier: str,
+        job_id: str,
+        done: list[CheckpointRow],
+        marker: CommittedMarker | None,
+        outcomes: list[CommitOutcome],
+    ) -> None:
+        """Committed before the ledger heard of it (a crash after the catalog commit): recorded, not redone."""
+        self._ledger.mark_committed([r.id for r in done], None)
+        outcomes.append(CommitOutcome.of(identifier, job_id, done, None, 0.0, already=True))
+        log.info(
+            "table=%s job=%s checkpoints=%s already committed (marker %s); skipped",
+            identifier,
+            job_id,
+            checkpoint_range(done),
+            marker,
+        )
+        self._cleanup(table, done)
+
+    @staticmethod
+    def _logged(
+        identifier: str, job_id: str, group: list[CheckpointRow], snapshot_id: int | None, seconds: float
+    ) -> CommitOutcome:
+        outcome = CommitOutcome.of(identifier, job_id, group, snapshot_id, seconds)
+        log.info(
+            "table=%s job=%s checkpoints=%s snapshot=%s files=%d records=%d seconds=%.3f",
+            identifier,
+            job_id,
+            checkpoint_range(group),
+            snapshot_id,
+            outcome.data_files,
+            outcome.records,
+            outcome.seconds,
+        )
+        return outcome
 
     def _try_commit(
         self, table: Table, identifier: str, job_id: str, group: Sequence[CheckpointRow]
