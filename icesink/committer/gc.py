@@ -33,6 +33,7 @@ from icesink.errors import ManifestError
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import Table
 
 log = logging.getLogger("icesink.gc")
 
@@ -55,14 +56,40 @@ def collect_garbage(
     older_than: datetime.timedelta,
     dry_run: bool = False,
 ) -> GcReport:
-    from icesink.iceberg.files import list_files, referenced_paths
-    from icesink.iceberg.manifests import DeltaManifest, read_delta_manifest
+    from icesink.iceberg.files import referenced_paths
 
     ledger = Ledger(config)
     report = GcReport(table=identifier, dry_run=dry_run)
     cutoff_ms = int((time.time() - older_than.total_seconds()) * 1000)
 
     table = load_table(catalog, config, identifier)  # for its FileIO; what it references is read below
+    keep = _staged_files(ledger, table, identifier)
+    table = load_table(catalog, config, identifier)  # after the ledger: see the module docstring
+    with database_errors(config):
+        keep.update(referenced_paths(table))
+    _sort_stored_files(table, {paths.normal_form(p) for p in keep}, cutoff_ms, report)
+    if not dry_run:
+        for uri in report.deleted:
+            table.io.delete(uri)
+        before = datetime.datetime.now(datetime.UTC) - older_than
+        report.ledger_rows_pruned = ledger.prune_committed(identifier, before)
+    log.info(
+        "table=%s gc: %d files, %d referenced, %d too young, %d %s, %d ledger rows pruned",
+        identifier,
+        report.files_seen,
+        report.referenced,
+        report.too_young,
+        len(report.deleted),
+        "would be deleted" if dry_run else "deleted",
+        report.ledger_rows_pruned,
+    )
+    return report
+
+
+def _staged_files(ledger: Ledger, table: Table, identifier: str) -> set[str]:
+    """What the ledger still needs: staged manifests, and the files of checkpoints not committed yet."""
+    from icesink.iceberg.manifests import DeltaManifest, read_delta_manifest
+
     keep: set[str] = set()
     for row in ledger.for_table(identifier):
         if (row.state == CheckpointState.COMMITTED and row.manifests_deleted) or row.state == CheckpointState.DISCARDED:
@@ -86,11 +113,12 @@ def collect_garbage(
                     f"cannot be read ({type(e).__name__}: {e}); gc deletes nothing in this table until the "
                     "checkpoint is committed or removed from the ledger"
                 ) from e
+    return keep
 
-    table = load_table(catalog, config, identifier)  # after the ledger: see the module docstring
-    with database_errors(config):
-        keep.update(referenced_paths(table))
-    kept = {paths.normal_form(p) for p in keep}
+
+def _sort_stored_files(table: Table, kept: set[str], cutoff_ms: int, report: GcReport) -> None:
+    """Every file under the table's locations: referenced, too young to judge, or garbage (``report.deleted``)."""
+    from icesink.iceberg.files import list_files
 
     locations = {table.location().rstrip("/")}
     for configured in ("write.data.path", "write.metadata.path"):
@@ -105,22 +133,6 @@ def collect_garbage(
                 report.too_young += 1
             else:
                 report.deleted.append(stored.uri)
-    if not dry_run:
-        for uri in report.deleted:
-            table.io.delete(uri)
-        before = datetime.datetime.now(datetime.UTC) - older_than
-        report.ledger_rows_pruned = ledger.prune_committed(identifier, before)
-    log.info(
-        "table=%s gc: %d files, %d referenced, %d too young, %d %s, %d ledger rows pruned",
-        identifier,
-        report.files_seen,
-        report.referenced,
-        report.too_young,
-        len(report.deleted),
-        "would be deleted" if dry_run else "deleted",
-        report.ledger_rows_pruned,
-    )
-    return report
 
 
 def parse_age(text: str) -> datetime.timedelta:
