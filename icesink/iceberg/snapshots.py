@@ -189,15 +189,7 @@ def prepare_change(
     sequence_number = metadata.next_sequence_number()
     list_path = locations.new_metadata_location(f"snap-{snapshot_id}-0-{commit_uuid}.avro")
     written.append(list_path)
-    with write_manifest_list(
-        format_version=metadata.format_version,
-        output_file=table.io.new_output(list_path),
-        snapshot_id=snapshot_id,
-        parent_snapshot_id=parent_id,
-        sequence_number=sequence_number,
-        avro_compression=compression(metadata),
-    ) as list_writer:
-        list_writer.add_manifests(new_manifests + existing)
+    _write_manifest_list(table, list_path, snapshot_id, parent_id, sequence_number, new_manifests + existing)
     snapshot = Snapshot(
         snapshot_id=snapshot_id,
         parent_snapshot_id=parent_id,
@@ -209,6 +201,26 @@ def prepare_change(
     )
     updates = _updates(metadata, snapshot, branch, change, expire_snapshots)
     return PreparedSnapshot(snapshot_id, parent_id, updates, _requirements(metadata, parent_id, branch), tuple(written))
+
+
+def _write_manifest_list(
+    table: Table,
+    path: str,
+    snapshot_id: int,
+    parent_id: int | None,
+    sequence_number: int,
+    manifests: list[ManifestFile],
+) -> None:
+    metadata = table.metadata
+    with write_manifest_list(
+        format_version=metadata.format_version,
+        output_file=table.io.new_output(path),
+        snapshot_id=snapshot_id,
+        parent_snapshot_id=parent_id,
+        sequence_number=sequence_number,
+        avro_compression=compression(metadata),
+    ) as list_writer:
+        list_writer.add_manifests(manifests)
 
 
 def _write_added(
