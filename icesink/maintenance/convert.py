@@ -20,6 +20,7 @@ engines judges them exactly as it judged the originals.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 
     from icesink.iceberg.history import ChangesSince
     from icesink.iceberg.scan import LiveFile, ManifestCache
+    from icesink.iceberg.snapshots import AddedFile, SnapshotChange
     from icesink.maintenance.policy import MaintenancePolicy
 
 log = logging.getLogger("icesink.maintenance")
@@ -150,12 +152,9 @@ def convert_equality_deletes(
 
     With ``max_rows``, a conversion that would read the keys of more rows is left for later.
     """
-    from pyiceberg.manifest import DataFileContent
-    from pyiceberg.table.snapshots import Operation
-
     from icesink.iceberg.manifests import to_data_file
     from icesink.iceberg.scan import live_files
-    from icesink.iceberg.snapshots import AddedFile, SnapshotChange
+    from icesink.iceberg.snapshots import AddedFile
 
     started = time.monotonic()
     live = live_files(table)
@@ -179,23 +178,14 @@ def convert_equality_deletes(
     removed = frozenset(e.path for e in live.equality_deletes)
     referenced = frozenset(f.data.path for f in found)
 
-    def build(head: Table, since: ChangesSince) -> SnapshotChange:
-        gone = (removed | referenced) & since.removed
-        if gone:
-            raise ConflictError(f"{len(gone)} file(s) this conversion depends on were removed since, e.g. {min(gone)}")
-        for new in since.added:
-            if new.file.content == DataFileContent.DATA and _older_than_a_delete(head, new, newest):
-                raise ConflictError(f"data file {new.path} was added since with an older sequence number")
-        return SnapshotChange(
-            added=added,
-            removed=removed,
-            operation=Operation.DELETE,
-            properties={
-                MAINTENANCE_PROPERTY: CONVERT,
-                BASE_SNAPSHOT_PROPERTY: str(live.snapshot_id),
-            },
-        )
-
+    build = functools.partial(
+        _conversion_change,
+        added=added,
+        removed=removed,
+        referenced=referenced,
+        newest=newest,
+        base_snapshot_id=live.snapshot_id,
+    )
     try:
         committed = commit_change(target, table, live.snapshot_id, build, written)
     except ConflictError as e:
@@ -209,6 +199,36 @@ def convert_equality_deletes(
         data_files_read=len(reached),
         snapshot_id=snapshot.snapshot_id if snapshot else None,
         seconds=time.monotonic() - started,
+    )
+
+
+def _conversion_change(
+    head: Table,
+    since: ChangesSince,
+    *,
+    added: tuple[AddedFile, ...],
+    removed: frozenset[str],
+    referenced: frozenset[str],
+    newest: dict[PartitionKey, int],
+    base_snapshot_id: int | None,
+) -> SnapshotChange:
+    """The conversion's snapshot on ``head``, unless a commit since took away what it depends on."""
+    from pyiceberg.manifest import DataFileContent
+    from pyiceberg.table.snapshots import Operation
+
+    from icesink.iceberg.snapshots import SnapshotChange
+
+    gone = (removed | referenced) & since.removed
+    if gone:
+        raise ConflictError(f"{len(gone)} file(s) this conversion depends on were removed since, e.g. {min(gone)}")
+    for new in since.added:
+        if new.file.content == DataFileContent.DATA and _older_than_a_delete(head, new, newest):
+            raise ConflictError(f"data file {new.path} was added since with an older sequence number")
+    return SnapshotChange(
+        added=added,
+        removed=removed,
+        operation=Operation.DELETE,
+        properties={MAINTENANCE_PROPERTY: CONVERT, BASE_SNAPSHOT_PROPERTY: str(base_snapshot_id)},
     )
 
 
