@@ -677,25 +677,9 @@ def committer_run(
     One committer per scope (all tables, or the --table list) is active; others wait as standbys
     and take over when its lease expires.
     """
-    from icesink.catalog.loader import check_identifier
     from icesink.committer.daemon import CommitterDaemon
-    from icesink.errors import TableNotFoundError
 
-    if poll_interval >= lease_ttl:
-        # The lease is renewed once per poll: it would lapse between polls and standbys would take over.
-        raise click.BadParameter(
-            f"{poll_interval:g}s is not below --lease-ttl ({lease_ttl:g}s): the lease is renewed once per poll, so "
-            "it would lapse between polls; poll more often or raise --lease-ttl",
-            param_hint="--poll-interval",
-        )
-    for table in tables:
-        check_identifier(table)
-        try:
-            obj.table(table)
-        except TableNotFoundError:
-            if once:
-                raise
-            logging.getLogger("icesink.committer").warning("table %s does not exist (yet); waiting for it", table)
+    _check_committer_options(obj, tables, once, poll_interval, lease_ttl)
     logging.getLogger("icesink").setLevel(logging.INFO)
     daemon = CommitterDaemon(
         obj.config,
@@ -723,6 +707,29 @@ def committer_run(
         for line in _failures(report.failed):
             click.echo(f"error: {line}", err=True)
         sys.exit(2)
+
+
+def _check_committer_options(
+    obj: Context, tables: tuple[str, ...], once: bool, poll_interval: float, lease_ttl: float
+) -> None:
+    from icesink.catalog.loader import check_identifier
+    from icesink.errors import TableNotFoundError
+
+    if poll_interval >= lease_ttl:
+        # The lease is renewed once per poll: it would lapse between polls and standbys would take over.
+        raise click.BadParameter(
+            f"{poll_interval:g}s is not below --lease-ttl ({lease_ttl:g}s): the lease is renewed once per poll, so "
+            "it would lapse between polls; poll more often or raise --lease-ttl",
+            param_hint="--poll-interval",
+        )
+    for table in tables:
+        check_identifier(table)
+        try:
+            obj.table(table)
+        except TableNotFoundError:
+            if once:
+                raise
+            logging.getLogger("icesink.committer").warning("table %s does not exist (yet); waiting for it", table)
 
 
 def _failures(failed: dict[str, str]) -> list[str]:

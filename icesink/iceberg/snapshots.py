@@ -168,11 +168,7 @@ def prepare_change(
         return path
 
     new_manifests = _write_added(table, change.added, snapshot_id, new_path)
-    existing: list[ManifestFile] = []
-    if parent_id is not None:
-        parent = metadata.snapshot_by_id(parent_id)
-        assert parent is not None
-        existing = [m for m in parent.manifests(table.io) if m.has_added_files() or m.has_existing_files()]
+    existing = _live_manifests(table, parent_id)
     removed_files: list[DataFile] = []
     if change.removed:
         existing, rewritten, removed_files = _remove_files(
@@ -201,6 +197,15 @@ def prepare_change(
     )
     updates = _updates(metadata, snapshot, branch, change, expire_snapshots)
     return PreparedSnapshot(snapshot_id, parent_id, updates, _requirements(metadata, parent_id, branch), tuple(written))
+
+
+def _live_manifests(table: Table, parent_id: int | None) -> list[ManifestFile]:
+    """The head's manifests that still list live files."""
+    if parent_id is None:
+        return []
+    parent = table.metadata.snapshot_by_id(parent_id)
+    assert parent is not None
+    return [m for m in parent.manifests(table.io) if m.has_added_files() or m.has_existing_files()]
 
 
 def _write_manifest_list(
