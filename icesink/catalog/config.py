@@ -140,20 +140,7 @@ class CatalogConfig:
                 )
             return cls.embedded_default(name=name)
         resolved_uri = merged.pop("uri")
-        if "warehouse" not in merged:
-            database_file = sqlite_path(resolved_uri)
-            if database_file is not None:
-                merged["warehouse"] = paths.file_uri(database_file.parent)
-            else:
-                raise ConfigError(
-                    f"catalog {name!r} ({redact_uri(resolved_uri)}) has no warehouse; set "
-                    f"PYICEBERG_CATALOG__{name.upper()}__WAREHOUSE or pass warehouse="
-                )
-        resolved_warehouse = merged.pop("warehouse")
-        paths.check_location(f"catalog {name!r}: warehouse", resolved_warehouse)
-        if not paths.parse(resolved_warehouse).scheme:
-            # A plain directory: iceberg-rust refuses locations without a scheme.
-            resolved_warehouse = paths.file_uri(resolved_warehouse)
+        resolved_warehouse = _warehouse(name, resolved_uri, merged.pop("warehouse", None))
         _validate_uri(name, resolved_uri)
         _validate_properties(name, merged)
         return cls(name=name, uri=resolved_uri, warehouse=resolved_warehouse, properties=merged)
@@ -223,6 +210,23 @@ def _validate_properties(name: str, properties: Mapping[str, str]) -> None:
             hint = f"; did you mean {close[0]!r}?" if close else ""
             env = f"PYICEBERG_CATALOG__{name.upper()}__{key.upper().replace('.', '__').replace('-', '_')}"
             raise ConfigError(f"catalog {name!r}: unknown setting {key!r} (e.g. from {env}){hint}")
+
+
+def _warehouse(name: str, uri: str, given: str | None) -> str:
+    """The catalog's warehouse: the one given, else beside an SQLite file; always with a scheme."""
+    if given is None:
+        database_file = sqlite_path(uri)
+        if database_file is None:
+            raise ConfigError(
+                f"catalog {name!r} ({redact_uri(uri)}) has no warehouse; set "
+                f"PYICEBERG_CATALOG__{name.upper()}__WAREHOUSE or pass warehouse="
+            )
+        given = paths.file_uri(database_file.parent)
+    paths.check_location(f"catalog {name!r}: warehouse", given)
+    if not paths.parse(given).scheme:
+        # A plain directory: iceberg-rust refuses locations without a scheme.
+        given = paths.file_uri(given)
+    return given
 
 
 def resolve_catalog(catalog: str | CatalogConfig | Mapping[str, str] | None) -> CatalogConfig:

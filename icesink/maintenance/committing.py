@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from icesink.iceberg.history import ChangesSince
-    from icesink.iceberg.snapshots import SnapshotChange
+    from icesink.iceberg.scan import ManifestCache
+    from icesink.iceberg.snapshots import PreparedSnapshot, SnapshotChange
 
 log = logging.getLogger("icesink.maintenance")
 
@@ -48,6 +49,27 @@ class MaintenanceTarget:
     before_commit: Callable[[], None] | None = None
 
 
+def _prepare_on_head(
+    table: Table,
+    base_snapshot_id: int | None,
+    build: Callable[[Table, ChangesSince], SnapshotChange],
+    cache: ManifestCache,
+) -> PreparedSnapshot:
+    """The change built and written on the table's head; a :class:`ConflictError` when it no longer applies."""
+    from icesink.iceberg.history import HistoryLostError, changes_since
+    from icesink.iceberg.snapshots import RemovedFileMissingError, prepare_change
+
+    try:
+        since = changes_since(table, base_snapshot_id)
+    except HistoryLostError as e:
+        raise ConflictError(str(e)) from e
+    change = build(table, since)
+    try:
+        return prepare_change(table, change, cache=cache)
+    except RemovedFileMissingError as e:
+        raise ConflictError(str(e)) from e
+
+
 def commit_change(
     target: MaintenanceTarget,
     table: Table,
@@ -68,23 +90,14 @@ def commit_change(
     from pyiceberg.exceptions import CommitFailedException
 
     from icesink.iceberg.files import delete_quietly
-    from icesink.iceberg.history import HistoryLostError, changes_since
     from icesink.iceberg.scan import ManifestCache
-    from icesink.iceberg.snapshots import RemovedFileMissingError, commit_prepared, prepare_change
+    from icesink.iceberg.snapshots import commit_prepared
 
     cache = ManifestCache()
     outcome_unknown = False
     try:
         for _ in range(attempts):
-            try:
-                since = changes_since(table, base_snapshot_id)
-            except HistoryLostError as e:
-                raise ConflictError(str(e)) from e
-            change = build(table, since)
-            try:
-                prepared = prepare_change(table, change, cache=cache)
-            except RemovedFileMissingError as e:
-                raise ConflictError(str(e)) from e
+            prepared = _prepare_on_head(table, base_snapshot_id, build, cache)
             try:
                 if target.before_commit is not None:
                     target.before_commit()
