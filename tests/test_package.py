@@ -161,3 +161,22 @@ def test_no_import_cycle_not_even_through_a_function_local_import() -> None:
                 seen.add(current)
                 todo.extend(graph[current])
     assert cycles == []
+
+
+def test_modules_and_functions_stay_short_or_say_why() -> None:
+    """No module over 400 lines and no function over 60 without a reason near its top (``# Over N lines:``)."""
+    import ast
+
+    root = Path(__file__).parent.parent / "icesink"
+    problems = []
+    for path in sorted(root.rglob("*.py")):
+        lines = path.read_text().splitlines()
+        if len(lines) > 400 and not any(line.startswith("# Over 400 lines:") for line in lines[:20]):
+            problems.append(f"{path.relative_to(root)}: {len(lines)} lines")
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                head = lines[node.lineno - 1 : node.lineno + 3]
+                if length > 60 and not any("# Over 60 lines:" in line for line in head):
+                    problems.append(f"{path.relative_to(root)}: {node.name} is {length} lines")
+    assert problems == []

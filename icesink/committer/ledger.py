@@ -6,6 +6,9 @@ commit. The ledger only says what is waiting: whether a checkpoint is in the
 table is decided by the table's marker (see :mod:`icesink.iceberg.marker`).
 """
 
+# Over 400 lines: every statement on the one ledger table, writes and operators' views alike, in one class
+# that owns its columns; its values are in committer/checkpoints.py.
+
 from __future__ import annotations
 
 import datetime

@@ -186,17 +186,28 @@ def prepare_change(
     list_path = locations.new_metadata_location(f"snap-{snapshot_id}-0-{commit_uuid}.avro")
     written.append(list_path)
     _write_manifest_list(table, list_path, snapshot_id, parent_id, sequence_number, new_manifests + existing)
-    snapshot = Snapshot(
+    snapshot = _new_snapshot(metadata, snapshot_id, parent_id, list_path, sequence_number, summary)
+    updates = _updates(metadata, snapshot, branch, change, expire_snapshots)
+    return PreparedSnapshot(snapshot_id, parent_id, updates, _requirements(metadata, parent_id, branch), tuple(written))
+
+
+def _new_snapshot(
+    metadata: TableMetadata,
+    snapshot_id: int,
+    parent_id: int | None,
+    manifest_list: str,
+    sequence_number: int,
+    summary: Summary,
+) -> Snapshot:
+    return Snapshot(
         snapshot_id=snapshot_id,
         parent_snapshot_id=parent_id,
-        manifest_list=list_path,
+        manifest_list=manifest_list,
         sequence_number=sequence_number,
         summary=summary,
         schema_id=metadata.current_schema_id,
         first_row_id=getattr(metadata, "next_row_id", None) if metadata.format_version >= 3 else None,
     )
-    updates = _updates(metadata, snapshot, branch, change, expire_snapshots)
-    return PreparedSnapshot(snapshot_id, parent_id, updates, _requirements(metadata, parent_id, branch), tuple(written))
 
 
 def _live_manifests(table: Table, parent_id: int | None) -> list[ManifestFile]:
