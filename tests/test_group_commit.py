@@ -144,11 +144,8 @@ def test_tables_committed_independently_when_not_atomic(three_tables: CatalogCon
     assert "icesink.job-id" in summary.additional_properties
 
 
-def test_read_tables_gives_one_consistent_cut_now_or_at_a_checkpoint(three_tables: CatalogConfig) -> None:
-    import icesink
-    from icesink.errors import CheckpointNotCommittedError, ConfigError, SnapshotNotFoundError, TableNotFoundError
-
-    config = three_tables
+def three_checkpoints_and_another_writer(config: CatalogConfig) -> None:
+    """Checkpoints 0-2 of job "job" into tables a and b (b untouched by 1), another writer on a after 1."""
     a, b = TABLES[0], TABLES[1]
     committer = TableCommitter.of(config)
     for checkpoint, rows in enumerate([{a: orders(0, 2), b: orders(10, 1)}, {a: orders(2, 1), b: None}]):
@@ -157,6 +154,15 @@ def test_read_tables_gives_one_consistent_cut_now_or_at_a_checkpoint(three_table
     open_catalog(config).load_table(a).append(orders(99, 1))  # another writer, after checkpoint 1
     stage_group(config, "job", 2, {a: orders(3, 1), b: orders(11, 1)})
     committer.commit_pending(a)
+
+
+def test_read_tables_gives_one_consistent_cut_now_or_at_a_checkpoint(three_tables: CatalogConfig) -> None:
+    import icesink
+    from icesink.errors import CheckpointNotCommittedError, ConfigError, SnapshotNotFoundError, TableNotFoundError
+
+    config = three_tables
+    a, b = TABLES[0], TABLES[1]
+    three_checkpoints_and_another_writer(config)
 
     def ids(cut: dict[str, object]) -> dict[str, list[int]]:
         return {t: sorted(rows.column("id").to_pylist()) for t, rows in cut.items()}  # type: ignore[attr-defined]
@@ -292,13 +298,7 @@ def test_changes_of_several_tables_between_two_checkpoints_of_a_job(three_tables
 
     config = three_tables
     a, b = TABLES[0], TABLES[1]
-    committer = TableCommitter.of(config)
-    for checkpoint, rows in enumerate([{a: orders(0, 2), b: orders(10, 1)}, {a: orders(2, 1), b: None}]):
-        stage_group(config, "job", checkpoint, rows)
-        committer.commit_pending(a)
-    open_catalog(config).load_table(a).append(orders(99, 1))  # another writer, after checkpoint 1
-    stage_group(config, "job", 2, {a: orders(3, 1), b: orders(11, 1)})
-    committer.commit_pending(a)
+    three_checkpoints_and_another_writer(config)
 
     def inserted(found: dict[str, object]) -> dict[str, list[int]]:
         out = {}
