@@ -189,3 +189,18 @@ def _arrow(precision: int) -> Any:
     import pyarrow as pa
 
     return pa.schema([("k", pa.int64()), ("d", pa.decimal128(precision, 4))])
+
+
+@pytest.mark.interop
+def test_a_replay_after_another_tool_dropped_a_written_column_is_refused_as_documented(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Found by seeds 1370057369 and 1649503009 (a bug of the tester): Spark re-delivers a batch whose column
+    another tool dropped since; icesink refuses the restart (nothing written), and the history goes on."""
+    from tests.histories.runner import History, Step
+
+    generated = generate(1370057369, 30, True)
+    steps = (Step("write", 814254213, 1), Step("alter", 405675095), Step("replay", 0), Step("write", 7, 3))
+    outcome = run(History(1370057369, generated.shape, steps, generated.writer), tmp_path, readers=False)
+    assert outcome.failure is None, outcome.failure
+    assert outcome.steps["replay"] == 1
