@@ -29,20 +29,22 @@ def event(after: dict[str, Any] | None, fields: list[dict[str, Any]], op: str = 
     return json.dumps({"schema": schema, "payload": payload})
 
 
+def logical(column: str, kind: str, name: str, **parameters: str) -> dict[str, Any]:
+    """An optional field of a logical type, as JsonConverter writes its schema."""
+    field: dict[str, Any] = {"type": kind, "optional": True, "name": name, "field": column}
+    if parameters:
+        field["parameters"] = parameters
+    return field
+
+
 def test_logical_types_decode_to_exact_values() -> None:
     fields = [
-        {
-            "type": "bytes",
-            "optional": True,
-            "name": "org.apache.kafka.connect.data.Decimal",
-            "parameters": {"scale": "2"},
-            "field": "d",
-        },
-        {"type": "int32", "optional": True, "name": "io.debezium.time.Date", "field": "day"},
-        {"type": "int64", "optional": True, "name": "io.debezium.time.MicroTimestamp", "field": "ts"},
-        {"type": "int64", "optional": True, "name": "io.debezium.time.NanoTimestamp", "field": "ns"},
-        {"type": "string", "optional": True, "name": "io.debezium.time.ZonedTimestamp", "field": "z"},
-        {"type": "int32", "optional": True, "name": "org.apache.kafka.connect.data.Time", "field": "t"},
+        logical("d", "bytes", "org.apache.kafka.connect.data.Decimal", scale="2"),
+        logical("day", "int32", "io.debezium.time.Date"),
+        logical("ts", "int64", "io.debezium.time.MicroTimestamp"),
+        logical("ns", "int64", "io.debezium.time.NanoTimestamp"),
+        logical("z", "string", "io.debezium.time.ZonedTimestamp"),
+        logical("t", "int32", "org.apache.kafka.connect.data.Time"),
     ]
     after = {
         "d": base64.b64encode((-12345).to_bytes(2, "big", signed=True)).decode(),
@@ -78,15 +80,9 @@ def test_logical_types_decode_to_exact_values() -> None:
 )
 def test_values_that_cannot_be_held_exactly_are_refused_naming_the_column(value: dict[str, Any], message: str) -> None:
     fields = [
-        {
-            "type": "bytes",
-            "optional": True,
-            "name": "org.apache.kafka.connect.data.Decimal",
-            "parameters": {"scale": "2"},
-            "field": "d",
-        },
-        {"type": "int64", "optional": True, "name": "io.debezium.time.NanoTimestamp", "field": "ns"},
-        {"type": "string", "optional": True, "name": "io.debezium.time.ZonedTimestamp", "field": "z"},
+        logical("d", "bytes", "org.apache.kafka.connect.data.Decimal", scale="2"),
+        logical("ns", "int64", "io.debezium.time.NanoTimestamp"),
+        logical("z", "string", "io.debezium.time.ZonedTimestamp"),
     ]
     with pytest.raises(DecodeError, match=f"topic dbz.public.t, partition 0, offset 7: {message}"):
         decode('{"id": 1}', event({"id": 1, **value}, fields), "dbz.public.t", 0, 7)
@@ -272,13 +268,7 @@ def test_a_decimal_iceberg_cannot_hold_is_refused_naming_the_column() -> None:
 
 def test_numbers_keep_every_digit_and_odd_records_are_skipped_or_named() -> None:
     fields = [
-        {
-            "type": "bytes",
-            "optional": True,
-            "name": "org.apache.kafka.connect.data.Decimal",
-            "parameters": {"scale": "2"},
-            "field": "d",
-        },
+        logical("d", "bytes", "org.apache.kafka.connect.data.Decimal", scale="2"),
         {"type": "double", "optional": True, "field": "x"},
     ]
     # decimal.format=NUMERIC: a JSON number, every digit kept; a double stays the nearest double.

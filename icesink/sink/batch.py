@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import load_table, open_catalog
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
     from icesink.results import WriteResult
+    from icesink.sink.options import StreamOptions
     from icesink.writer.spec import ChangeSpec, Leaf, WriterSpec
 
 log = logging.getLogger("icesink.stream")
@@ -73,6 +74,25 @@ class SinkSettings:
     checkpoint_location: str | None = None
     maintain: bool = False
     evolve_schema: bool = False
+
+    @classmethod
+    def of(cls, options: StreamOptions, config: CatalogConfig, **planned: Any) -> SinkSettings:
+        """A stream's settings from its options; ``planned`` adds what preflight found for its table (its
+        change columns, the columns it passes through)."""
+        from icesink.sink.options import Committer
+
+        return cls(
+            table=options.table,
+            catalog=config,
+            job_id=options.job_id,
+            inline_commit=options.committer == Committer.INLINE,
+            expire_snapshots=options.expire_snapshots,
+            writer=options.writer,
+            checkpoint_location=options.checkpoint_location,
+            maintain=options.maintain,
+            evolve_schema=options.evolve_schema,
+            **planned,
+        )
 
 
 @dataclass(frozen=True)

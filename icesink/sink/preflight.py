@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from icesink.catalog.config import CatalogConfig, resolve_catalog
 from icesink.errors import ConfigError
-from icesink.sink.options import Committer, StreamOptions, Writer
+from icesink.sink.options import StreamOptions, Writer
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -56,19 +56,7 @@ def preflight(df: DataFrame, options: StreamOptions) -> tuple[SinkSettings, SqlC
         properties={k: str(v) for k, v in (options.table_properties or {}).items()},
     )
     changes, passthrough = _plan_changes(df, options, iceberg_table, config)
-    settings = SinkSettings(
-        table=table,
-        catalog=config,
-        job_id=options.job_id,
-        inline_commit=options.committer == Committer.INLINE,
-        expire_snapshots=options.expire_snapshots,
-        changes=changes,
-        passthrough=tuple(passthrough),
-        writer=options.writer,
-        checkpoint_location=options.checkpoint_location,
-        maintain=options.maintain,
-        evolve_schema=options.evolve_schema,
-    )
+    settings = SinkSettings.of(options, config, changes=changes, passthrough=tuple(passthrough))
     return settings, catalog_handle
 
 

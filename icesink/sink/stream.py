@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from icesink.catalog.config import CatalogConfig, resolve_catalog
 from icesink.debezium_events.route import Debezium
 from icesink.errors import ConfigError, NotStreamingError
-from icesink.sink.options import TABLE_OPTIONS, Committer, StreamOptions, Target, args_doc
+from icesink.sink.options import TABLE_OPTIONS, StreamOptions, Target, args_doc
 from icesink.sink.preflight import preflight
 
 if TYPE_CHECKING:
@@ -152,14 +152,7 @@ def _stream_debezium(df: DataFrame, spec: Debezium, arguments: dict[str, Any]) -
     check_environment()
     config = resolve_catalog(options.catalog)
     catalog = open_catalog(config)
-    stream_settings = SinkSettings(
-        table=name,
-        catalog=config,
-        job_id=options.job_id,
-        inline_commit=options.committer == Committer.INLINE,
-        expire_snapshots=options.expire_snapshots,
-        checkpoint_location=options.checkpoint_location,
-    )
+    stream_settings = SinkSettings.of(options, config)
     router = DebeziumRouter(spec, arguments, catalog, config)
     return _start_query(df, options, BatchWriter(stream_settings, router, catalog, atomic=options.atomic))
 
