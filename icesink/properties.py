@@ -24,6 +24,8 @@ COMMIT_ID_PROPERTY = "icesink.commit-id"
 # The marker again, per job, in the same atomic metadata commit (``<prefix><job id>``).
 TABLE_PROPERTY_PREFIX = "icesink.max-committed-checkpoint-id."
 STREAM_TABLE_PROPERTY_PREFIX = "icesink.stream-id."
+# How many files one write task keeps open at once (its other partitions wait in memory or are closed).
+MAX_OPEN_FILES_PROPERTY = "icesink.write.max-open-files"
 # Settings a user sets on the table, by MaintenancePolicy attribute.
 POLICY_PROPERTIES = {
     "convert_at_commit": "icesink.equality-deletes.convert-at-commit",
@@ -35,4 +37,56 @@ POLICY_PROPERTIES = {
     "min_commits": "icesink.maintain.min-commits",
     "max_group_bytes": "icesink.maintain.max-group-bytes",
     "max_seconds": "icesink.maintain.max-seconds",
+}
+
+
+# --- the reference ----------------------------------------------------------------------------------------------------
+# What each name means, for the documentation's generated reference (a test fails when a property icesink writes or
+# reads has no entry here). The maintenance settings are described by MaintenancePolicy's fields.
+SNAPSHOT_SUMMARY_REFERENCE: dict[str, str] = {
+    JOB_ID_PROPERTY: "the job (stream) whose checkpoints the snapshot holds.",
+    MAX_CHECKPOINT_PROPERTY: "the highest checkpoint of that job committed so far; a restart resumes after it.",
+    STREAM_ID_PROPERTY: "the Spark query whose checkpoint history the checkpoint ids belong to.",
+    CHECKPOINT_RANGE_PROPERTY: "``first-last``: the checkpoints the snapshot holds (several when a committer caught "
+    "up on a backlog in one commit).",
+    CONVERTED_PROPERTY: "the number of equality-delete files the commit turned into position deletes.",
+    DISCARDED_PROPERTY: "checkpoints an operator discarded (``icesink checkpoints discard``) that this snapshot "
+    "records as done.",
+    MAINTENANCE_PROPERTY: "on a snapshot maintenance made: ``convert`` or ``compact``.",
+    BASE_SNAPSHOT_PROPERTY: "the snapshot maintenance read; a stream commit made since then is checked against it.",
+    COMMIT_ID_PROPERTY: "shared by the snapshots one atomic commit made in several tables, in one transaction of the "
+    "catalog database.",
+}
+TABLE_PROPERTY_REFERENCE: dict[str, str] = {
+    TABLE_PROPERTY_PREFIX + "<job id>": "the job's committed-checkpoint marker again, as a table property, in the "
+    "same metadata commit: snapshot expiry cannot remove it.",
+    STREAM_TABLE_PROPERTY_PREFIX + "<job id>": "the Spark query the job's checkpoints belong to.",
+}
+WRITER_PROPERTY_REFERENCE: dict[str, str] = {
+    MAX_OPEN_FILES_PROPERTY: "the most Parquet files one write task keeps open at once (default 100, 1 or more). A "
+    "task writing more partitions than this keeps their rows in memory (at most 256 MiB per task in all) and closes "
+    "the least recently written file when it needs another, so memory follows what is open, not how many "
+    "partitions a micro-batch touches. Files closed early to make room are smaller; maintenance compacts them.",
+}
+# Iceberg's own table properties that icesink reads, and what it does with them.
+ICEBERG_PROPERTY_REFERENCE: dict[str, str] = {
+    "write.target-file-size-bytes": "size of the data files both writers aim at, and of compaction's output "
+    "(default 512 MiB).",
+    "write.parquet.compression-codec": "codec of data files: zstd (default), snappy, gzip, lz4 (written as "
+    "LZ4_RAW), brotli, uncompressed.",
+    "write.parquet.compression-level": "level of that codec; unset, zstd is written at 3 and gzip at 6, as Iceberg "
+    "Java's writer does.",
+    "write.delete.parquet.compression-codec": "codec of delete files (default: the data files' codec).",
+    "write.delete.parquet.compression-level": "level of the delete files' codec.",
+    "write.data.path": "where data files go (default ``<table location>/data``); ``committer gc`` looks there too.",
+    "write.metadata.path": "where metadata files go (default ``<table location>/metadata``); ``committer gc`` "
+    "looks there too.",
+    "write.avro.compression-codec": "codec of the manifests icesink writes (gzip by default).",
+    "write.summary.partition-limit": "how many changed partitions a snapshot summary lists (0: none).",
+    "commit.manifest-merge.enabled": "merge small manifests at commit, as Iceberg Java's appends do (true).",
+    "commit.manifest.min-count-to-merge": "merge once a table has this many manifests (100).",
+    "commit.manifest.target-size-bytes": "size merged manifests aim at (8 MiB).",
+    "history.expire.max-snapshot-age-ms": "with ``expire_snapshots``/``--expire-snapshots``: snapshots older than "
+    "this go in every commit (5 days).",
+    "history.expire.min-snapshots-to-keep": "... except this many newest (1).",
 }

@@ -9,6 +9,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from icesink.errors import BadRowError
 from icesink.paths import file_uri
@@ -269,3 +271,121 @@ def test_pyarrow_gets_the_levels_iceberg_javas_writer_uses_when_none_is_set(tmp_
     location = file_uri(tmp_path / "pos.parquet")
     write_position_deletes(location, {"file:///t/a.parquet": pa.array([3, 1])}, 0, (), (), Compression("gzip"))
     assert pq.ParquetFile(tmp_path / "pos.parquet").metadata.row_group(0).column(0).compression == "GZIP"
+
+
+# --- many partitions: at most spec.max_open_files files open at once --------------------------------------------------
+
+
+class _OpenCounter:
+    """Counts the Parquet files open at the same time, by wrapping ParquetFile."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        import icesink.writer.files as files
+
+        self.open = self.peak = self.opened = 0
+        original = files.ParquetFile
+        counter = self
+
+        class Counted(original):  # type: ignore[misc, valid-type]
+            def __init__(self, *args: object, **kwargs: object) -> None:
+                super().__init__(*args, **kwargs)
+                counter.open += 1
+                counter.opened += 1
+                counter.peak = max(counter.peak, counter.open)
+
+            def close(self):  # type: ignore[no-untyped-def]
+                counter.open -= 1
+                return super().close()
+
+            def abort(self) -> None:
+                counter.open -= 1
+                super().abort()
+
+        monkeypatch.setattr(files, "ParquetFile", Counted)
+
+
+def _by_id_partition(tmp_path: Path, **overrides: object) -> WriterSpec:
+    """Partitioned by id's bucket, so the partition of every row is known from its id."""
+    return spec(tmp_path, (PartitionFieldSpec(1000, "id_b", 1, "bucket[997]"),), **overrides)
+
+
+@given(
+    batches=st.lists(st.lists(st.integers(0, 300), min_size=1, max_size=40), min_size=1, max_size=12),
+    max_open=st.integers(1, 4),
+    buffer_cap=st.sampled_from([1, 4_000, 256 * 1024 * 1024]),
+)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_a_task_over_many_partitions_writes_every_row_once_with_few_files_open(
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    batches: list[list[int]],
+    max_open: int,
+    buffer_cap: int,
+) -> None:
+    """Rows in any order over many partitions, whatever the open-file limit and the memory bound: every row is in
+    exactly one file of its own partition, no name repeats, and no more than the limit is ever open."""
+    from pyiceberg.transforms import BucketTransform
+    from pyiceberg.types import LongType
+
+    import icesink.writer.task as task
+
+    monkeypatch.setattr(task, "MAX_BUFFERED_BYTES", buffer_cap)
+    counter = _OpenCounter(monkeypatch)
+    tmp_path = tmp_path_factory.mktemp("fanout")
+    writer = TaskWriter(_by_id_partition(tmp_path, max_open_files=max_open), task_id=0, attempt=0)
+    written: list[int] = []
+    for i, ids in enumerate(batches):
+        batch = rows(1).take([0] * len(ids)).set_column(0, "id", pa.array([1000 * i + v for v in ids], pa.int64()))
+        writer.write(batch)
+        written += batch.column("id").to_pylist()
+        assert counter.open <= max_open
+    result = writer.complete()
+    assert counter.peak <= max_open and counter.open == 0
+    bucket = BucketTransform(997).transform(LongType())
+    found: list[int] = []
+    for f in result.data_files:
+        ids = read(f.path).column("id").to_pylist()
+        assert {bucket(v) for v in ids} == {f.partition[0]}, f.path
+        assert f.record_count == len(ids)
+        found += ids
+    assert sorted(found) == sorted(written)
+    assert len({f.path for f in result.data_files}) == len(result.data_files)
+    assert sorted(p.name for p in (tmp_path / "data").rglob("*.parquet")) == sorted(
+        f.path.rsplit("/", 1)[1] for f in result.data_files
+    )
+
+
+def test_a_task_forgets_a_partition_it_has_finished(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With one file open at a time and rows written as they come, a partition left behind holds no writer."""
+    import icesink.writer.task as task
+
+    monkeypatch.setattr(task, "MAX_BUFFERED_BYTES", 1)
+    writer = TaskWriter(_by_id_partition(tmp_path, max_open_files=1), task_id=0, attempt=0)
+    for start in range(0, 2_000, 100):
+        writer.write(rows(100, start))
+    assert len(writer._writers) <= 1, "state kept for partitions no longer written"
+    result = writer.complete()
+    assert sum(f.record_count for f in result.data_files) == 2_000
+
+
+def test_a_failed_task_over_many_partitions_leaves_no_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files closed early to make room are removed with the rest when the attempt fails."""
+    import icesink.writer.task as task
+
+    monkeypatch.setattr(task, "MAX_BUFFERED_BYTES", 1)
+    good = rows(500)
+    bad = good.slice(0, 20).set_column(0, pa.field("id", pa.int64()), pa.array([None] * 20, pa.int64()))
+    run = write_task(_by_id_partition(tmp_path, max_open_files=2))
+    with pytest.raises(BadRowError):
+        list(run(iter([*good.to_batches(max_chunksize=50), *bad.to_batches()])))
+    assert not list((tmp_path / "data").rglob("*.parquet"))
+
+
+def test_max_open_files_is_a_checked_table_property(tmp_path: Path) -> None:
+    from icesink.errors import ConfigError
+    from icesink.iceberg.describe import check_write_properties
+
+    check_write_properties({"icesink.write.max-open-files": "8"}, "shop.o ü")
+    for bad in ("0", "-1", "many", "1.5"):
+        with pytest.raises(ConfigError, match=r"table shop\.o ü: table property icesink\.write\.max-open-files="):
+            check_write_properties({"icesink.write.max-open-files": bad}, "shop.o ü")

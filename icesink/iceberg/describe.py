@@ -12,7 +12,16 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from icesink.errors import ConfigError, UnsupportedTableError
-from icesink.writer.spec import ChangeSpec, ColumnSpec, Compression, PartitionFieldSpec, WriterSpec, arrow_type
+from icesink.properties import MAX_OPEN_FILES_PROPERTY
+from icesink.writer.spec import (
+    MAX_OPEN_FILES_DEFAULT,
+    ChangeSpec,
+    ColumnSpec,
+    Compression,
+    PartitionFieldSpec,
+    WriterSpec,
+    arrow_type,
+)
 from icesink.writer.storage import storage_options
 
 if TYPE_CHECKING:
@@ -54,6 +63,7 @@ _HOW_TO_CHANGE = "change the table property (ALTER TABLE … SET TBLPROPERTIES, 
 def check_write_properties(properties: Mapping[str, str], identifier: str) -> None:
     """Refuse the properties of a new table (``table_properties``) that icesink's writers cannot honour."""
     _target_file_size(properties, identifier)
+    _max_open_files(properties, identifier)
     _parquet_compression(properties, identifier, how="change it in table_properties (no table was created)")
 
 
@@ -67,6 +77,20 @@ def _target_file_size(properties: Mapping[str, str], identifier: str) -> int:
         return int(properties.get(TARGET_FILE_SIZE, TARGET_FILE_SIZE_DEFAULT))
     except ValueError as e:
         raise ConfigError(f"table {identifier}: {TARGET_FILE_SIZE} must be a number of bytes") from e
+
+
+def _max_open_files(properties: Mapping[str, str], identifier: str) -> int:
+    raw = properties.get(MAX_OPEN_FILES_PROPERTY, str(MAX_OPEN_FILES_DEFAULT))
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ConfigError(
+            f"table {identifier}: table property {MAX_OPEN_FILES_PROPERTY}={raw!r} must be a whole number of "
+            f"files, 1 or more (default {MAX_OPEN_FILES_DEFAULT}); set it so, or remove it for the default"
+        )
+    return value
 
 
 def parquet_compression(table: Table, identifier: str) -> tuple[Compression, Compression]:
@@ -187,6 +211,7 @@ def writer_spec(table: Table, identifier: str, job_id: str, changes: ChangeSpec 
         spec_id=spec.spec_id,
         job_id=job_id,
         target_file_size_bytes=target,
+        max_open_files=_max_open_files(properties, identifier),
         compression=compression,
         delete_compression=delete_compression,
         storage_options=storage_options(table.io.properties),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from icesink.errors import ConfigError
 from icesink.properties import POLICY_PROPERTIES
@@ -17,46 +17,69 @@ from icesink.properties import POLICY_PROPERTIES
 PREFIX = "icesink."
 
 
+def _doc(text: str) -> dict[str, str]:
+    return {"doc": text}
+
+
 @dataclass(frozen=True)
 class MaintenancePolicy:
-    """The maintenance settings of one table.
+    """The maintenance settings of one table, each a table property (``PROPERTY_NAMES``) with a default and a range."""
 
-    Attributes:
-        convert_at_commit: ``icesink.equality-deletes.convert-at-commit`` (true): the committer
-            turns a checkpoint's equality deletes into position deletes in its own commit, so
-            readers never see them.
-        convert_max_rows: ``icesink.equality-deletes.convert-max-rows`` (20,000,000): above this
-            many rows in the data files a checkpoint's deletes may touch, the commit keeps its
-            equality deletes (reading that many keys would hold the commit up) and maintenance
-            converts them later, many checkpoints in one pass.
-        equality_delete_files: ``icesink.maintain.equality-delete-files`` (1): maintenance converts
-            equality deletes once the table has this many.
-        min_input_files: ``icesink.maintain.min-input-files`` (5): a partition is compacted once it
-            has this many files to rewrite (smaller than ``min_file_ratio`` of the target size, or
-            with deletes applying to them); fewer are left alone unless one has deletes.
-        min_file_ratio: ``icesink.maintain.min-file-ratio`` (0.75): files below this share of
-            ``write.target-file-size-bytes`` are small.
-        delete_file_threshold: ``icesink.maintain.delete-file-threshold`` (1): a data file with at
-            least this many delete files applying to it is rewritten, whatever its size.
-        min_commits: ``icesink.maintain.min-commits`` (10): between commits, the committer looks for
-            compaction work after this many commits since the last maintenance (conversion is
-            checked after every commit: it costs nothing to know).
-        max_group_bytes: ``icesink.maintain.max-group-bytes`` (256 MiB): one compaction commit
-            rewrites at most this many bytes, which bounds how long it holds the committer.
-        max_seconds: ``icesink.maintain.max-seconds`` (10): between commits, maintenance starts no
-            new group after this many seconds while checkpoints wait. A waiting checkpoint is
-            delayed by at most this plus one group.
-    """
-
-    convert_at_commit: bool = True
-    convert_max_rows: int = 20_000_000
-    equality_delete_files: int = 1
-    min_input_files: int = 5
-    min_file_ratio: float = 0.75
-    delete_file_threshold: int = 1
-    min_commits: int = 10
-    max_group_bytes: int = 256 * 1024 * 1024
-    max_seconds: float = 10.0
+    convert_at_commit: bool = field(
+        default=True,
+        metadata=_doc(
+            "the committer turns a checkpoint's equality deletes into position deletes in its own commit, so "
+            "readers never see them."
+        ),
+    )
+    convert_max_rows: int = field(
+        default=20_000_000,
+        metadata=_doc(
+            "above this many rows in the data files a checkpoint's deletes may touch, the commit keeps its equality "
+            "deletes (reading that many keys would hold the commit up) and maintenance converts them later, many "
+            "checkpoints in one pass."
+        ),
+    )
+    equality_delete_files: int = field(
+        default=1, metadata=_doc("maintenance converts equality deletes once the table has this many.")
+    )
+    min_input_files: int = field(
+        default=5,
+        metadata=_doc(
+            "a partition is compacted once it has this many files to rewrite (smaller than "
+            "``icesink.maintain.min-file-ratio`` of the target size, or with deletes applying to them); fewer are "
+            "left alone unless one has deletes."
+        ),
+    )
+    min_file_ratio: float = field(
+        default=0.75, metadata=_doc("files below this share of ``write.target-file-size-bytes`` are small.")
+    )
+    delete_file_threshold: int = field(
+        default=1,
+        metadata=_doc(
+            "a data file with at least this many delete files applying to it is rewritten, whatever its size."
+        ),
+    )
+    min_commits: int = field(
+        default=10,
+        metadata=_doc(
+            "between commits, the committer looks for compaction work after this many commits since the last "
+            "maintenance (conversion is checked after every commit: it costs nothing to know)."
+        ),
+    )
+    max_group_bytes: int = field(
+        default=256 * 1024 * 1024,
+        metadata=_doc(
+            "one compaction commit rewrites at most this many bytes, which bounds how long it holds the committer."
+        ),
+    )
+    max_seconds: float = field(
+        default=10.0,
+        metadata=_doc(
+            "between commits, maintenance starts no new group after this many seconds while checkpoints wait. A "
+            "waiting checkpoint is delayed by at most this plus one group."
+        ),
+    )
 
     @classmethod
     def of(cls, properties: Mapping[str, str], identifier: str) -> MaintenancePolicy:
@@ -68,6 +91,27 @@ class MaintenancePolicy:
             if raw is not None:
                 values[f.name] = _parse(identifier, f.name, raw)
         return cls(**values)  # type: ignore[arg-type]
+
+    @classmethod
+    def reference(cls) -> list[tuple[str, str, str, str]]:
+        """(table property, default, allowed values, meaning) of every setting, for the documentation."""
+        rows = []
+        for f in fields(cls):
+            if f.type == "bool":
+                allowed = "true or false"
+            else:
+                low, high, _ = RANGES[f.name]
+                allowed = f"{low:g} or more" if high == math.inf else f"{low:g} to {high:g}"
+            rows.append((PROPERTY_NAMES[f.name], _shown(f.default), allowed, f.metadata["doc"]))
+        return rows
+
+
+def _shown(default: object) -> str:
+    if isinstance(default, bool):
+        return str(default).lower()
+    if isinstance(default, int) and default >= 1024 * 1024 and default % (1024 * 1024) == 0:
+        return f"{default} ({default // (1024 * 1024)} MiB)"
+    return f"{default:g}" if isinstance(default, float) else str(default)
 
 
 def _parse(identifier: str, attribute: str, raw: str) -> bool | int | float:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -140,12 +143,24 @@ def column_sizes(metadata: pq.FileMetaData, columns: tuple[ColumnSpec, ...]) -> 
     return sizes
 
 
+class OpenFiles(Protocol):
+    """Told when a writer opens and closes a file, so that one task can bound how many are open at once."""
+
+    def opening(self, writer: RollingFileWriter) -> None: ...
+
+    def written(self, writer: RollingFileWriter) -> None: ...
+
+    def closed(self, writer: RollingFileWriter) -> None: ...
+
+
 class RollingFileWriter:
     """Writes the rows of one partition into files of about the target size.
 
     Incoming batches are small (Spark sends ~10k rows); they are buffered into
     row groups of ``row_group_rows``/``row_group_bytes`` so that readers get
-    row groups of a useful size.
+    row groups of a useful size. ``sequences`` numbers the files (shared by a
+    task's writers, so a partition written again after its file was closed
+    gets a new name); ``open_files`` hears of every file opened and closed.
     """
 
     def __init__(
@@ -157,6 +172,8 @@ class RollingFileWriter:
         columns: tuple[ColumnSpec, ...],
         content: FileContent = FileContent.DATA,
         equality_ids: tuple[int, ...] | None = None,
+        sequences: Iterator[int] | None = None,
+        open_files: OpenFiles | None = None,
     ) -> None:
         self._spec = spec
         self._namer = namer
@@ -174,8 +191,18 @@ class RollingFileWriter:
         self.buffered_rows = 0
         self.buffered_bytes = 0
         self._file: ParquetFile | None = None
-        self._sequence = 0
+        self._sequences = sequences if sequences is not None else itertools.count()
+        self._open_files = open_files
         self.completed: list[FileRecord] = []
+
+    @property
+    def slot(self) -> tuple[FileContent, tuple[PartitionValue, ...]]:
+        """What this writer writes: its content and partition."""
+        return self._content, self._partition
+
+    @property
+    def has_open_file(self) -> bool:
+        return self._file is not None
 
     def write(self, table: pa.Table) -> None:
         self._buffer.append(table)
@@ -193,14 +220,17 @@ class RollingFileWriter:
         self.buffered_rows = 0
         self.buffered_bytes = 0
         if self._file is None:
+            if self._open_files is not None:
+                self._open_files.opening(self)
             self._file = self._open(table)
         self._file.write(table)
+        if self._open_files is not None:
+            self._open_files.written(self)
         if self._file.bytes_written >= self._spec.target_file_size_bytes:
-            self._close_file()
+            self.close_file()
 
     def _open(self, first: pa.Table) -> ParquetFile:
-        name = self._namer.name(self._sequence, "data" if self._content == FileContent.DATA else "eq-deletes")
-        self._sequence += 1
+        name = self._namer.name(next(self._sequences), "data" if self._content == FileContent.DATA else "eq-deletes")
         return ParquetFile(
             self._filesystem,
             f"{self._fs_directory}/{name}",
@@ -211,10 +241,13 @@ class RollingFileWriter:
             dictionary_columns(first),
         )
 
-    def _close_file(self) -> None:
+    def close_file(self) -> None:
+        """Finish the open file; buffered rows stay buffered, for the next one."""
         assert self._file is not None
         file, self._file = self._file, None
         size, metadata = file.close()
+        if self._open_files is not None:
+            self._open_files.closed(self)
         failpoint("writer.after-file")
         lowers, uppers = file.metrics.bounds()
         self.completed.append(
@@ -239,8 +272,13 @@ class RollingFileWriter:
     def close(self) -> list[FileRecord]:
         self.flush()
         if self._file is not None:
-            self._close_file()
+            self.close_file()
         return self.completed
+
+    def take_completed(self) -> list[FileRecord]:
+        """The files finished so far, handed over once (the writer forgets them)."""
+        done, self.completed = self.completed, []
+        return done
 
     def abort(self) -> None:
         """Remove every file this writer created; used when the task fails."""
@@ -248,7 +286,13 @@ class RollingFileWriter:
         if self._file is not None:
             self._file.abort()
             self._file = None
-        for record in self.completed:
-            _, path = split_location(record.path, self._spec.storage_options)
-            self._filesystem.delete_file(path)
-        self.completed.clear()
+            if self._open_files is not None:
+                self._open_files.closed(self)
+        delete_files(self.take_completed(), self._spec.storage_options)
+
+
+def delete_files(records: Iterable[FileRecord], storage_options: tuple[tuple[str, str], ...]) -> None:
+    """Remove finished files of a failed task attempt."""
+    for record in records:
+        filesystem, path = split_location(record.path, storage_options)
+        filesystem.delete_file(path)

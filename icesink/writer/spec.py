@@ -132,6 +132,10 @@ class Compression:
         return ("lz4" if self.codec == "lz4_raw" else self.codec), self.effective_level
 
 
+# The table property icesink.write.max-open-files, unset.
+MAX_OPEN_FILES_DEFAULT = 100
+
+
 @dataclass(frozen=True)
 class WriterSpec:
     """Everything a write task needs; built on the driver, read on executors."""
@@ -146,6 +150,7 @@ class WriterSpec:
     target_file_size_bytes: int = 512 * 1024 * 1024
     row_group_rows: int = 1024 * 1024
     row_group_bytes: int = 128 * 1024 * 1024
+    max_open_files: int = MAX_OPEN_FILES_DEFAULT  # per task, across its partitions
     compression: Compression = Compression()
     delete_compression: Compression = Compression()  # of equality delete files
     # Object-store settings, credentials among them: never part of a repr, log line or error message.
