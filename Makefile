@@ -10,7 +10,7 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(BIN)/python)
 # Iceberg 1.9.2 runtime jar, both from PyPI, in an environment of their own.
 JAVA_READER := .venv-iceberg-java
 
-.PHONY: install install-interop demo test test-fast lint bench bench-upsert clean histories
+.PHONY: install install-interop demo test test-fast lint bench bench-upsert clean histories docs docs-serve charts
 
 $(BIN)/icesink: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,15 +39,27 @@ bench-upsert: install
 	$(BIN)/python bench/upsert.py
 
 lint: install
-	$(BIN)/ruff check icesink tests bench examples
-	$(BIN)/ruff format --check icesink tests bench examples
+	$(BIN)/ruff check icesink tests bench examples docs/hooks
+	$(BIN)/ruff format --check icesink tests bench examples docs/hooks
 	$(BIN)/mypy
 
 bench: install
 	$(BIN)/python bench/append_throughput.py
 
+# The documentation site (mkdocs-material) into site/; `make test` builds it strictly too.
+export NO_MKDOCS_2_WARNING := 1
+docs: install
+	$(BIN)/mkdocs build --strict
+
+docs-serve: install
+	$(BIN)/mkdocs serve
+
+# Draw every benchmark chart (docs/charts/) again from the recorded figures (bench/results/).
+charts: install
+	$(BIN)/python bench/figures.py
+
 clean:
-	rm -rf $(VENV) $(JAVA_READER) warehouse .icesink-demo
+	rm -rf $(VENV) $(JAVA_READER) warehouse .icesink-demo site
 
 # Random histories against a model (tests/histories): MINUTES of new seeds, or SEED=N to replay one
 # (a failure prints the LENGTH, SPARK and CATALOG to replay it with).

@@ -40,6 +40,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 sys.path.insert(0, str(Path(__file__).parent))
 
 from append_throughput import SCHEMA, local_catalog, make_input
+from figures import record_values
 
 ROOT = Path(__file__).parent.parent
 JAVA_PYTHON = ROOT / ".venv-iceberg-java" / "bin" / "python"
@@ -143,9 +144,34 @@ def main() -> None:
                 report[kind]["icesink_over_spark_unsorted"] = round(rate["icesink"] / rate["unsorted"], 2)
                 report[kind]["spark_unsorted_seconds"] = [round(t, 2) for t in unsorted]
         print(json.dumps(report, indent=2))
+        record_figures(args, report)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def record_figures(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    """The run's medians into bench/results/append_peers.json, a chart of the default 4,000,000 rows in 8 files.
+
+    Runs of other sizes are not recorded. The plain write charted is Spark's default (sorted) one.
+    """
+    if (args.rows, args.files) != (4_000_000, 8):
+        print("append_peers: not recorded: the chart is of 4,000,000 rows in 8 files", file=sys.stderr)
+        return
+    groups = {"unpartitioned": "unpartitioned", "day": "day(ts)"}
+    record_values(
+        "append_peers",
+        {
+            "icesink.stream": {group: report[kind]["icesink_rows_per_s"] for kind, group in groups.items()},
+            "Iceberg Java streaming sink": {
+                group: report[kind]["iceberg_java_streaming_rows_per_s"] for kind, group in groups.items()
+            },
+            "Spark plain write (sorted partitionBy)": {
+                group: report[kind]["spark_plain_write_rows_per_s"] for kind, group in groups.items()
+            },
+        },
+        " ".join(["bench/append_peers.py", *sys.argv[1:]]),
+    )
 
 
 if __name__ == "__main__":

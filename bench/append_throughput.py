@@ -43,11 +43,13 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 sys.path.insert(0, str(Path(__file__).parent))
 
 from _memory import PeakMemory
+from figures import record_values
 
 SCHEMA = "id long, name string, amount double, ts timestamp"
 NESTED_SCHEMA = "id long, event struct<name: string, amount: double, ts: timestamp, kind: int>, scores array<bigint>"
@@ -357,9 +359,35 @@ def run_benchmark(args: argparse.Namespace, endpoint: str | None) -> None:
             **native_report,
         }
         print(json.dumps(report, indent=2))
+        record_figures(args, report)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def record_figures(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    """The run's medians into bench/results/append_throughput.json, whose groups are --rows ("2,000,000 rows").
+
+    Only runs as the chart describes them are recorded: 8 input files (not the default 4), one micro-batch,
+    local[2], no extra settings, and neither --s3 nor --native (whose runs alternate with the others').
+    """
+    chart = args.files == 8 and args.batches == 1 and args.master == "local[2]" and not args.conf
+    if not chart or args.s3 or args.native:
+        print(
+            "append_throughput: not recorded: the chart is of --files 8, one batch, local[2], no other options",
+            file=sys.stderr,
+        )
+        return
+    group = f"{args.rows:,} rows"
+    record_values(
+        "append_throughput",
+        {
+            "icesink.stream": {group: report["icesink_rows_per_s"]},
+            "Spark df.write.parquet": {group: report["spark_parquet_rows_per_s"]},
+            "Spark streaming Parquet sink": {group: report["spark_streaming_sink_rows_per_s"]},
+        },
+        " ".join(["bench/append_throughput.py", *sys.argv[1:]]),
+    )
 
 
 def run_nested(spark, args: argparse.Namespace, work: Path) -> None:  # type: ignore[no-untyped-def]

@@ -32,6 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pyarrow as pa
+from figures import record_values
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import upgrade
@@ -219,6 +220,27 @@ def main() -> None:
         }
         throughput = commits_per_second(config, args.tables, args.rounds)
         print(json.dumps({**growth, **throughput}), flush=True)
+    record_figures(args, rows)
+
+
+def record_figures(args: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    """The p50s into bench/results/commit_latency.json, whose groups are the histories ("after 2,000 commits").
+
+    The chart is of the default catalog, SQLite in a temporary directory: runs with --catalog-uri are not recorded.
+    """
+    if args.catalog_uri:
+        print("commit_latency: not recorded: the chart is of the default SQLite catalog", file=sys.stderr)
+        return
+    series = {
+        "icesink": "icesink_p50_ms",
+        "icesink, expiring snapshots": "icesink_expiring_p50_ms",
+        "pyiceberg fast_append": "pyiceberg_p50_ms",
+    }
+    record_values(
+        "commit_latency",
+        {name: {f"after {row['history']:,} commits": row[key] for row in rows} for name, key in series.items()},
+        " ".join(["bench/commit_latency.py", *sys.argv[1:]]),
+    )
 
 
 if __name__ == "__main__":

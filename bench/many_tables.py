@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pyarrow as pa
 
+from bench.figures import record_values
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import engine, upgrade
 from icesink.catalog.loader import open_catalog
@@ -291,8 +292,48 @@ def main() -> None:
             report["debezium"] = debezium_streams(root, args.catalog_uri, args.stream_tables, args.batches, args.events)
             print(json.dumps(report["debezium"]), flush=True)
         print(json.dumps(report, indent=2))
+        record_figures(args, report)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def record_figures(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    """The group commits' medians into bench/results/many_tables.json: a group per table count and catalog.
+
+    A run measures one catalog, SQLite (the default) or PostgreSQL (--catalog-uri postgresql...): its groups
+    replace theirs and keep the other catalog's. Other databases are not recorded; nor is the Debezium part.
+    """
+    if args.catalog_uri is None:
+        catalog = "SQLite"
+    elif args.catalog_uri.startswith("postgresql"):
+        catalog = "PostgreSQL"
+    else:
+        print("many_tables: not recorded: the chart is of SQLite and PostgreSQL catalogs", file=sys.stderr)
+        return
+
+    def group(tables: int) -> str:
+        # The chart's first group names the unit ("1 table (SQLite)"), the others give only the count.
+        return f"{tables} table ({catalog})" if (tables, catalog) == (1, "SQLite") else f"{tables} ({catalog})"
+
+    results = report["group_commit"]
+    record_values(
+        "many_tables",
+        {
+            "icesink group commit (one transaction)": {group(r["tables"]): r["atomic"]["median_ms"] for r in results},
+            "one table at a time": {group(r["tables"]): r["one by one"]["median_ms"] for r in results},
+        },
+        " ".join(["bench/many_tables.py", *map(_without_password, sys.argv[1:])]),
+    )
+
+
+def _without_password(argument: str) -> str:
+    """A command-line argument as the chart may show it: a database URL's password masked."""
+    from sqlalchemy.engine import make_url
+
+    flag, equals, value = argument.partition("=") if argument.startswith("--") else ("", "", argument)
+    if "://" not in value:
+        return argument
+    return flag + equals + make_url(value).render_as_string(hide_password=True)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
+from figures import record_values
 from upsert import SPARK_SCHEMA, build_table, change_batch
 
 
@@ -129,9 +130,33 @@ def main() -> None:
             "ratio": round(statistics.median(plain) / statistics.median(changelog), 2),
         }
         print(json.dumps({"appends": append_result, "changelog": changelog_result}, indent=2))
+        record_figures(args, append_result, changelog_result)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def record_figures(args: argparse.Namespace, appends: dict[str, Any], changelog: dict[str, Any]) -> None:
+    """The medians into bench/results/stream_read.json, whose groups name the rows and the changes read.
+
+    Its 4,000,000 rows are in the default 20 snapshots: runs with other --snapshots are not recorded, and other
+    --rows or --batches give groups the chart does not have.
+    """
+    if args.snapshots != 20:
+        print("stream_read: not recorded: the chart is of 20 append snapshots", file=sys.stderr)
+        return
+    rows, changes = f"{appends['rows']:,} appended rows", f"changelog: {changelog['changes']:,} changes"
+    record_values(
+        "stream_read",
+        {
+            "icesink.read_stream": {rows: appends["read_stream_seconds"], changes: changelog["read_stream_seconds"]},
+            "Spark reading the same Parquet files": {
+                rows: appends["spark_parquet_seconds"],
+                changes: changelog["spark_parquet_of_added_files_seconds"],
+            },
+        },
+        " ".join(["bench/stream_read.py", *sys.argv[1:]]),
+    )
 
 
 def _first_after(table: Any, base: int) -> int:

@@ -1,6 +1,6 @@
 """A production-shaped streaming job: JSON order files in a directory → an Iceberg table.
 
-Submit it to a cluster; every setting comes from the environment (the README
+Submit it to a cluster; every setting comes from the environment (docs/operations/deployment.md
 lists them; docker-compose.yml sets them):
 
     export PYICEBERG_CATALOG__DEFAULT__URI=postgresql+psycopg2://icesink@db:5432/catalog

@@ -51,7 +51,7 @@ def _table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
 
 
 def json_value(value: Any) -> Any:
-    """A value as strict JSON can hold it (README, "JSON output").
+    """A value as strict JSON can hold it (docs/operations/cli.md).
 
     NaN and infinities become the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``
     (JSON has no such numbers); binary becomes base64; decimals become strings, so

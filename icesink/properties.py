@@ -52,7 +52,7 @@ SNAPSHOT_SUMMARY_REFERENCE: dict[str, str] = {
     CONVERTED_PROPERTY: "the number of equality-delete files the commit turned into position deletes.",
     DISCARDED_PROPERTY: "checkpoints an operator discarded (``icesink checkpoints discard``) that this snapshot "
     "records as done.",
-    MAINTENANCE_PROPERTY: "on a snapshot maintenance made: ``convert`` or ``compact``.",
+    MAINTENANCE_PROPERTY: "on a snapshot maintenance made: ``convert-equality-deletes`` or ``compact``.",
     BASE_SNAPSHOT_PROPERTY: "the snapshot maintenance read; a stream commit made since then is checked against it.",
     COMMIT_ID_PROPERTY: "shared by the snapshots one atomic commit made in several tables, in one transaction of the "
     "catalog database.",
@@ -63,10 +63,11 @@ TABLE_PROPERTY_REFERENCE: dict[str, str] = {
     STREAM_TABLE_PROPERTY_PREFIX + "<job id>": "the Spark query the job's checkpoints belong to.",
 }
 WRITER_PROPERTY_REFERENCE: dict[str, str] = {
-    MAX_OPEN_FILES_PROPERTY: "the most Parquet files one write task keeps open at once (default 100, 1 or more). A "
-    "task writing more partitions than this keeps their rows in memory (at most 256 MiB per task in all) and closes "
-    "the least recently written file when it needs another, so memory follows what is open, not how many "
-    "partitions a micro-batch touches. Files closed early to make room are smaller; maintenance compacts them.",
+    MAX_OPEN_FILES_PROPERTY: "the most Parquet files one write task keeps open at once (default 100, 1 or more). "
+    "A task buffers its rows (at most 128 MiB, all partitions together), then writes each partition's share to "
+    "its file; when it needs another file with this many open, it closes the least recently written one. Memory "
+    "follows the buffer and the open files, not how many partitions a micro-batch touches; a task over more "
+    "partitions than this writes a file per partition per 128 MiB of input, which maintenance compacts.",
 }
 # Iceberg's own table properties that icesink reads, and what it does with them.
 ICEBERG_PROPERTY_REFERENCE: dict[str, str] = {

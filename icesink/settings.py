@@ -2,10 +2,11 @@
 
 The catalog itself is configured the pyiceberg way (``PYICEBERG_CATALOG__<NAME>__URI``,
 ``__WAREHOUSE``, ``__S3__ENDPOINT``, ...; see :mod:`icesink.catalog.config`);
-these are icesink's own settings. The README's table, docker-compose.yml and
-the code use these names; a test keeps them in step. An ``ICESINK_*``
-variable that is not listed here is a startup error (a misspelt setting
-would otherwise be ignored without a word).
+these are icesink's own settings. The documentation's settings reference
+is generated from this table, and docker-compose.yml and the code use these
+names (a test keeps them in step). An ``ICESINK_*`` variable that is not
+listed here is a startup error (a misspelt setting would otherwise be
+ignored without a word).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from icesink.errors import ConfigError
 
 SETTINGS: dict[str, str] = {
     # Catalog selection
-    "ICESINK_CATALOG": "catalog name whose PYICEBERG_CATALOG__<NAME>__* settings are used (default: default)",
+    "ICESINK_CATALOG": "catalog name whose ``PYICEBERG_CATALOG__<NAME>__*`` settings are used (default: default)",
     # Committer daemon (`icesink committer run`)
     "ICESINK_POLL_INTERVAL": "seconds between ledger polls (0.5)",
     "ICESINK_LEASE_TTL": "seconds without renewal after which a standby committer takes over (10)",
@@ -38,9 +39,42 @@ SETTINGS: dict[str, str] = {
     "ICESINK_FAILPOINTS": "comma-separated failpoints at which the process kills itself (crash tests only)",
     "ICESINK_FAILPOINT_SCOPE": "'group' kills the whole process group at a failpoint (crash tests only)",
     "ICESINK_REQUIRE_PG": "1: PostgreSQL tests fail instead of skipping when PostgreSQL is absent (CI)",
+    "ICESINK_REQUIRE_BROWSER": "1: the docs browser tests fail instead of skipping when chromium is absent (CI)",
     "ICESINK_TEST_PG_URL": "PostgreSQL URL of the test suite's server",
     "ICESINK_FAULT_SEED": "seed of the random fault-injection cases",
     "ICESINK_SOAK_FILES": "input files per job in the soak test",
+}
+
+
+# The settings by who reads them, for the documentation's reference (every setting is in one group).
+SETTING_GROUPS: dict[str, tuple[str, ...]] = {
+    "Catalog": ("ICESINK_CATALOG",),
+    "The committer daemon (`icesink committer run`)": (
+        "ICESINK_POLL_INTERVAL",
+        "ICESINK_LEASE_TTL",
+        "ICESINK_METRICS_PORT",
+        "ICESINK_METRICS_HOST",
+        "ICESINK_MAX_FAILURES",
+        "ICESINK_EXPIRE_SNAPSHOTS",
+        "ICESINK_MAINTAIN",
+    ),
+    "Only the example job (`examples/stream_job.py`; `icesink.stream` itself reads none of these)": (
+        "ICESINK_SOURCE_DIR",
+        "ICESINK_TABLE",
+        "ICESINK_CHECKPOINT_LOCATION",
+        "ICESINK_COMMITTER",
+        "ICESINK_TRIGGER",
+        "ICESINK_JOB_ID",
+    ),
+    "Crash tests and the test suite only": (
+        "ICESINK_FAILPOINTS",
+        "ICESINK_FAILPOINT_SCOPE",
+        "ICESINK_REQUIRE_PG",
+        "ICESINK_REQUIRE_BROWSER",
+        "ICESINK_TEST_PG_URL",
+        "ICESINK_FAULT_SEED",
+        "ICESINK_SOAK_FILES",
+    ),
 }
 
 
@@ -51,7 +85,9 @@ def check_environment(environ: Mapping[str, str] | None = None) -> None:
         if name.startswith("ICESINK_") and name not in SETTINGS:
             close = difflib.get_close_matches(name, sorted(SETTINGS), n=1)
             hint = f"; did you mean {close[0]}?" if close else ""
-            raise ConfigError(f"unknown setting {name} in the environment{hint} (the README lists every setting)")
+            raise ConfigError(
+                f"unknown setting {name} in the environment{hint} (docs/reference/settings.md lists every setting)"
+            )
 
 
 def setting(name: str, default: str | None = None, environ: Mapping[str, str] | None = None) -> str | None:

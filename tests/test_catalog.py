@@ -87,7 +87,7 @@ def empty_database(request: pytest.FixtureRequest, tmp_path: Path):  # type: ign
 
 def test_unmigrated_database_says_to_run_db_upgrade(empty_database: str, tmp_path: Path) -> None:
     config = CatalogConfig("main", empty_database, file_uri(tmp_path))
-    with pytest.raises(CatalogNotMigratedError, match="icesink db upgrade"):
+    with pytest.raises(CatalogNotMigratedError, match=r"icesink (--uri .+ )?db upgrade"):
         open_catalog(config)
     database.upgrade(config)
     database.upgrade(config)  # idempotent

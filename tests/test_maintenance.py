@@ -350,6 +350,21 @@ def test_bad_maintenance_properties_are_named() -> None:
     assert MaintenancePolicy.of({"icesink.maintain.min-commits": "3"}, "shop.kv").min_commits == 3
 
 
+def test_a_mistake_in_a_maintenance_setting_holds_up_maintenance_not_commits(sqlite_catalog: CatalogConfig) -> None:
+    """A commit that converts deletes reads only the conversion settings: a bad icesink.maintain.* value is
+    reported by maintenance, and the stream's checkpoints keep committing (converted, as the default says)."""
+    model = fill(sqlite_catalog, 1, properties={"icesink.maintain.min-commits": "0"})
+    for checkpoint in (1, 2):
+        changes = random_changes(random.Random(checkpoint), checkpoint)
+        commit_changes(sqlite_catalog, checkpoint, changes)
+        model.apply(changes)
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    assert table.current_snapshot().summary["icesink.max-committed-checkpoint-id"] == "2"
+    assert live_files(table).equality_deletes == []
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()
+
+
 # --- Crash cases: a real `icesink maintain` process killed at each moment --------------------------------
 
 

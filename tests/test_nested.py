@@ -453,7 +453,7 @@ def test_a_nested_cdc_stream_that_evolves_partway_equals_the_model_for_every_rea
     (duck,) = read_with_duckdb(evolved)
     assert _table_rows(duck) == expected
 
-    # iceberg-rust (pyiceberg-core 0.8) matches a nested struct's fields by position, not field id, and fails on
+    # iceberg-rust (pyiceberg-core 0.11) matches a nested struct's fields by position, not field id, and fails on
     # files written before a field was added to the struct (apache/iceberg-rust#2617). Compaction rewrites
     # them in the current schema; every reader reads the compacted table.
     from icesink.maintenance.committing import MaintenanceTarget

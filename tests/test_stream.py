@@ -243,3 +243,25 @@ def test_bad_catalog_uri_is_refused(spark: Any, tmp_path: Path) -> None:
             checkpoint_location=str(tmp_path / "c"),
             catalog={"uri": "definitely not a url", "warehouse": file_uri(tmp_path)},
         )
+
+
+def test_streams_on_the_sessions_default_location_get_a_checkpoint_each(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    """Without checkpoint_location, each stream gets a directory of its own under the session's default (named
+    after its table), so two streams never share a checkpoint, and a restart resumes its own job."""
+    other = "shop.returns ü %/x"
+    add_input_files(tmp_path / "in", [(0, 10)])
+    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "default"))
+    try:
+        for table in (TABLE, other, TABLE):
+            run_available(input_stream(spark, tmp_path / "in"), table=table, create_table=True, catalog=sqlite_catalog)
+    finally:
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
+    assert sorted(p.name for p in (tmp_path / "default").iterdir()) == sorted(
+        ["shop.orders", "shop.returns%20%C3%BC%20%25%2Fx"]
+    )
+    for table in (TABLE, other):
+        assert len(table_rows(sqlite_catalog, table)) == 10, table
+        snapshots = open_catalog(sqlite_catalog).load_table(table).metadata.snapshots
+        assert len(snapshots) == 1, f"{table}: the restart wrote its checkpoint again"

@@ -363,7 +363,7 @@ def test_a_task_forgets_a_partition_it_has_finished(tmp_path: Path, monkeypatch:
     writer = TaskWriter(_by_id_partition(tmp_path, max_open_files=1), task_id=0, attempt=0)
     for start in range(0, 2_000, 100):
         writer.write(rows(100, start))
-    assert len(writer._writers) <= 1, "state kept for partitions no longer written"
+    assert len(writer._open) <= 1 and writer._buffer == [], "state kept for partitions no longer written"
     result = writer.complete()
     assert sum(f.record_count for f in result.data_files) == 2_000
 

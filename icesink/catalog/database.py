@@ -203,7 +203,7 @@ def ensure_migrated(config: CatalogConfig) -> None:
         # (A file that vanishes under an open engine is CatalogReplacedError's case.)
         raise CatalogNotMigratedError(
             f"{config.describe()}: the database file {database_file} does not exist; check the uri, or create the "
-            f"catalog with `icesink db upgrade --uri {redact_uri(config.uri)!r}`"
+            f"catalog with `icesink --uri {redact_uri(config.uri)!r} db upgrade`"
         )
     with database_errors(config):
         current = migrations.current_revision(engine(config))

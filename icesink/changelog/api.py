@@ -85,7 +85,7 @@ def read_stream(
     catalog: str | CatalogConfig | Mapping[str, str] | None = None,
     **options: Any,
 ) -> DataFrame:
-    """The table's changes as a streaming DataFrame (see ``spark.readStream.format("icesink")`` in the README).
+    """The table's changes as a streaming DataFrame (``spark.readStream.format("icesink")``, docs/reading/changes.md).
 
     Options: ``mode`` (``changelog``/``append``), ``starting`` (``earliest``, ``latest``, a snapshot id (an int,
     or a string of digits), an ISO 8601 timestamp (UTC unless it has a zone) or a ``datetime`` (naive: UTC)),

@@ -1,5 +1,5 @@
 """The read modes of a changelog, checked the same way by every front door (``icesink.changes``,
-``read_stream`` and ``spark.read.format("icesink")``)."""
+``read_stream`` and ``spark.readStream.format("icesink")``)."""
 
 from __future__ import annotations
 

@@ -290,9 +290,9 @@ class SnapshotBuilder:
         from icesink.iceberg.deletes import nested_key_fields
         from icesink.iceberg.scan import ManifestCache
         from icesink.maintenance.convert import convert_for_commit
-        from icesink.maintenance.policy import CONVERT_AT_COMMIT, MaintenancePolicy
+        from icesink.maintenance.policy import COMMIT_SETTINGS, CONVERT_AT_COMMIT, MaintenancePolicy
 
-        policy = MaintenancePolicy.of(table.properties, identifier)
+        policy = MaintenancePolicy.of(table.properties, identifier, only=COMMIT_SETTINGS)
         nested = sorted({n for d in deletes for n in nested_key_fields(table.schema(), d.equality_ids or ())})
         where = f"table {identifier}, job {job_id}, checkpoint {checkpoint_id}"
         if not policy.convert_at_commit:

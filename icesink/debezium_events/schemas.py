@@ -1,6 +1,6 @@
 """Connect schemas (as JsonConverter writes them) to Spark types, by Debezium's logical types.
 
-The one table of the mapping; the README's type table is checked against :data:`TYPE_TABLE`. A value
+The one table of the mapping; the documentation's type table is generated from :data:`TYPE_TABLE`. A value
 is decoded on the executors (:mod:`icesink.debezium_events.decode`) into the spelling ``from_json`` reads into
 exactly this type.
 """

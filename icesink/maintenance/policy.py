@@ -8,7 +8,7 @@ pyiceberg's ``transaction().set_properties``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields
 
 from icesink.errors import ConfigError
@@ -82,10 +82,18 @@ class MaintenancePolicy:
     )
 
     @classmethod
-    def of(cls, properties: Mapping[str, str], identifier: str) -> MaintenancePolicy:
-        """The policy from the table's properties; a malformed or out-of-range value is a ConfigError naming it."""
+    def of(
+        cls, properties: Mapping[str, str], identifier: str, only: Collection[str] | None = None
+    ) -> MaintenancePolicy:
+        """The policy from the table's properties; a malformed or out-of-range value is a ConfigError naming it.
+
+        ``only`` names the settings to read (the others keep their defaults): a commit reads only what it
+        uses, so a mistake in a maintenance setting holds up maintenance, never the stream's commits.
+        """
         values: dict[str, object] = {}
         for f in fields(cls):
+            if only is not None and f.name not in only:
+                continue
             name = PROPERTY_NAMES[f.name]
             raw = properties.get(name)
             if raw is not None:
@@ -137,6 +145,8 @@ def _parse(identifier: str, attribute: str, raw: str) -> bool | int | float:
 
 PROPERTY_NAMES = POLICY_PROPERTIES
 CONVERT_AT_COMMIT = PROPERTY_NAMES["convert_at_commit"]
+# What a stream's commit reads: whether and how far it converts equality deletes.
+COMMIT_SETTINGS = ("convert_at_commit", "convert_max_rows")
 
 # Allowed values of the numeric settings, inclusive, and why the bound is where it is.
 RANGES: dict[str, tuple[float, float, str]] = {

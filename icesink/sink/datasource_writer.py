@@ -12,7 +12,7 @@ What the API does not allow, and so what this sink does not do (use
 * keyed upserts and CDC: a writer cannot ask Spark to distribute rows by key,
   and every change of a key must reach one task to be collapsed there;
 * Spark's own Parquet writer (rows always cross into Python workers, so this
-  sink writes at the Arrow writer's speed, README "Performance");
+  sink writes at the Arrow writer's speed, docs/performance.md);
 * the stream's identity: the writer is not told Spark's query id, so a
   ``job_id`` option is required and shared job ids cannot be detected;
 * per-batch state: each ``commit`` runs in a fresh Python worker, which opens

@@ -48,13 +48,17 @@ class StreamOptions:
     checkpoint_location: str | None = field(
         default=None,
         metadata=_doc(
-            "Spark's checkpoint directory; the job id is derived from it. Default: the session's "
-            "``spark.sql.streaming.checkpointLocation``."
+            "Spark's checkpoint directory; the job id is derived from it. Default: a directory under the "
+            "session's ``spark.sql.streaming.checkpointLocation`` named after ``query_name``, else the table."
         ),
     )
     trigger: Mapping[str, Any] | None = field(
         default=None,
-        metadata=_doc('keyword arguments of ``DataStreamWriter.trigger``, e.g. ``{"processingTime": "10 seconds"}``.'),
+        metadata=_doc(
+            'keyword arguments of ``DataStreamWriter.trigger``, e.g. ``{"processingTime": "10 seconds"}``, or '
+            '``{"availableNow": True}`` to write what is there and stop. Default: Spark\'s, the next micro-batch '
+            "as soon as the last one ends, for as long as the query runs."
+        ),
     )
     create_table: bool = field(
         default=False, metadata=_doc("create the table from the DataFrame's schema if it does not exist.")

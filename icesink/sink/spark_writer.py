@@ -1,7 +1,7 @@
 """Appends written by Spark's own Parquet writer, inside the JVM.
 
 Handing every row from the JVM to a Python worker as Arrow costs about as
-much as Spark's whole Parquet write (README, performance). For plain appends
+much as Spark's whole Parquet write (docs/performance.md). For plain appends
 nothing in icesink's Arrow writer needs Python: Spark can write the files
 itself, with Iceberg's field ids in the Parquet schema, and the driver reads
 their footers for the manifest metadata. That is this module.
@@ -82,7 +82,7 @@ def spark_writer_refusal(spec: WriterSpec, projected: DataFrame) -> str | None:
     if spec.partition_fields:
         # Spark could write identity and time partitions with partitionBy, but it sorts each task's rows
         # by partition first, or keeps a writer open per partition; either measured slower than the
-        # Arrow writer's fan-out for day(ts) (bench/append_peers.py, README Performance).
+        # Arrow writer's fan-out for day(ts) (bench/append_peers.py, docs/performance.md).
         return "the table is partitioned, which the Arrow writer's fan-out writes faster than Spark's partitionBy"
     if not paths.parse(spec.data_location).is_local:
         return (

@@ -60,7 +60,7 @@ def stream(
     if table is None:
         raise ConfigError("icesink.stream needs table='namespace.table' (or tables={...} for several tables)")
     _check_streaming(df, table)
-    arguments["checkpoint_location"] = _checkpoint_location(df, checkpoint_location)
+    arguments["checkpoint_location"] = _checkpoint_location(df, checkpoint_location, query_name, table)
     options = StreamOptions(**arguments)
     from icesink.sink.batch import TargetSettings
 
@@ -93,7 +93,9 @@ def _stream_tables(df: DataFrame, arguments: dict[str, Any]) -> StreamingQuery:
         del arguments[name]
     if isinstance(tables, Debezium):
         _check_streaming(df, named)
-        arguments["checkpoint_location"] = _checkpoint_location(df, arguments["checkpoint_location"])
+        arguments["checkpoint_location"] = _checkpoint_location(
+            df, arguments["checkpoint_location"], arguments["query_name"], f"debezium-{tables.namespace}"
+        )
         return _stream_debezium(df, tables, arguments)
     if not isinstance(tables, Mapping) or not tables:
         raise ConfigError(
@@ -101,7 +103,9 @@ def _stream_tables(df: DataFrame, arguments: dict[str, Any]) -> StreamingQuery:
             f"not {named}"
         )
     _check_streaming(df, named)
-    arguments["checkpoint_location"] = _checkpoint_location(df, arguments["checkpoint_location"])
+    arguments["checkpoint_location"] = _checkpoint_location(
+        df, arguments["checkpoint_location"], arguments["query_name"], ",".join(sorted(tables))
+    )
     targets: list[TargetSettings] = []
     options = None
     catalog_handle = None
@@ -157,9 +161,20 @@ def _stream_debezium(df: DataFrame, spec: Debezium, arguments: dict[str, Any]) -
     return _start_query(df, options, BatchWriter(stream_settings, router, catalog, atomic=options.atomic))
 
 
-def _checkpoint_location(df: DataFrame, given: str | None) -> str | None:
-    """The location given, or the session's default one."""
-    return given or df.sparkSession.conf.get("spark.sql.streaming.checkpointLocation", None)
+def _checkpoint_location(df: DataFrame, given: str | None, query_name: str | None, written: str) -> str | None:
+    """The location given, else a directory of the stream's own under the session's default location.
+
+    As Spark does for a named query, the directory is named after the query, else after what the stream
+    writes, so that two streams relying on the default never share a checkpoint, and a restart finds its own.
+    """
+    if given:
+        return given
+    default = df.sparkSession.conf.get("spark.sql.streaming.checkpointLocation", None)
+    if not default:
+        return None
+    from icesink.paths import segment
+
+    return f"{default.rstrip('/')}/{segment(query_name or written)}"
 
 
 def _check_streaming(df: DataFrame, table: str) -> None:

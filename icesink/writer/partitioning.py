@@ -68,10 +68,15 @@ def split_by_partition(spec: WriterSpec, table: pa.Table) -> Iterator[tuple[tupl
     names = [f"k{i}" for i in range(len(keys))]
     index = pa.table([*keys, positions(table.num_rows)], names=[*names, "row"])
     groups = index.group_by(names, use_threads=False).aggregate([("row", "list")])
-    for i in range(groups.num_rows):
-        key = tuple(groups.column(name)[i].as_py() for name in names)
-        rows = groups.column("row_list")[i].values
-        yield key, table.take(rows)
+    rows = groups.column("row_list").combine_chunks()
+    # One take puts every partition's rows together; each partition is then a slice of it, not a take of its
+    # own (a take per partition re-reads the whole input, which costs minutes with thousands of partitions).
+    ordered = table.take(rows.flatten())
+    values = zip(*(groups.column(name).to_pylist() for name in names), strict=True)
+    start = 0
+    for key, size in zip(values, pc.list_value_length(rows).to_pylist(), strict=True):
+        yield tuple(key), ordered.slice(start, size)
+        start += size
 
 
 def _human(field: PartitionFieldSpec, value: PartitionValue) -> str:

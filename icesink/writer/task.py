@@ -22,9 +22,9 @@ from icesink.writer.spec import WriterSpec
 RESULT_COLUMN = "write_result"
 RESULT_SCHEMA_DDL = f"{RESULT_COLUMN} binary"
 
-# Above this many buffered bytes across all of a task's partitions, the largest buffer is written early, so
-# that a task fanning out to many partitions stays bounded.
-MAX_BUFFERED_BYTES = 256 * 1024 * 1024
+# A task buffers its rows (as they came, all partitions together) up to this many bytes, then writes each
+# partition's share as row groups of its file: memory stays bounded however many partitions the rows touch.
+MAX_BUFFERED_BYTES = 128 * 1024 * 1024
 
 Slot = tuple[FileContent, tuple[PartitionValue, ...]]
 
@@ -32,15 +32,17 @@ Slot = tuple[FileContent, tuple[PartitionValue, ...]]
 class TaskWriter:
     """All files of one task attempt, across its partitions (and contents: data, equality deletes).
 
-    Appends stream straight into the files. A change stream is held until the
-    task's input ends, because the last change of a key decides what is written.
+    Rows are buffered as they arrive, without splitting them by partition (a
+    partition's share of a batch is often a few rows, and a table of a few
+    rows costs several times its data). Every ``MAX_BUFFERED_BYTES``, and when
+    the input ends, the buffer is split by partition once and each share is
+    written to its partition's file. At most ``spec.max_open_files`` files are
+    open at once: the least recently written one is closed (and its partition
+    forgotten) when another is needed. So memory follows the buffer and the
+    open files, not how many partitions the task has seen.
 
-    Memory follows what is open, not how many partitions the task has seen: at
-    most ``spec.max_open_files`` files are open at once (the least recently
-    written one is closed when another is needed), rows wait in per-partition
-    buffers of at most ``MAX_BUFFERED_BYTES`` in all, and a partition with no
-    open file and nothing buffered is forgotten (only its finished files'
-    records stay, for the task's result).
+    A change stream is held until the task's input ends, because the last
+    change of a key decides what is written.
     """
 
     def __init__(self, spec: WriterSpec, task_id: int, attempt: int) -> None:
@@ -49,9 +51,9 @@ class TaskWriter:
         self._attempt = attempt
         self._namer = FileNamer(spec.job_id, spec.checkpoint_id, task_id, attempt)
         self._sequences = itertools.count()  # file numbers, unique in the task
-        self._writers: dict[Slot, RollingFileWriter] = {}
-        self._open: OrderedDict[Slot, RollingFileWriter] = OrderedDict()  # least recently written first
+        self._buffer: list[tuple[FileContent, pa.Table]] = []
         self._buffered_bytes = 0
+        self._open: OrderedDict[Slot, RollingFileWriter] = OrderedDict()  # least recently written first
         self._finished: list[FileRecord] = []
         self._changes: list[pa.Table] = []
 
@@ -60,44 +62,55 @@ class TaskWriter:
             check_keys(self._spec, batch, self._task_id)
             self._changes.append(conform(self._spec, batch, self._task_id))
             return
-        table = conform(self._spec, batch, self._task_id)
-        self._write_rows(FileContent.DATA, table)
+        self._buffer_rows(FileContent.DATA, conform(self._spec, batch, self._task_id))
 
-    def _write_rows(self, content: FileContent, table: pa.Table) -> None:
+    def _buffer_rows(self, content: FileContent, table: pa.Table) -> None:
         if table.num_rows == 0:  # a delete-only checkpoint has no data file, not an empty one
             return
-        for key, rows in split_by_partition(self._spec, table):
-            writer = self._writer_for(content, key)
-            before = writer.buffered_bytes
-            writer.write(rows)
-            self._buffered_bytes += writer.buffered_bytes - before
-            self._forget_if_idle(writer)
-        self._bound_memory()
+        self._buffer.append((content, table))
+        self._buffered_bytes += table.nbytes
+        if self._buffered_bytes >= MAX_BUFFERED_BYTES:
+            self._write_buffer()
+
+    def _write_buffer(self) -> None:
+        """Each partition's share of the buffered rows, as row groups of its file."""
+        buffered, self._buffer, self._buffered_bytes = self._buffer, [], 0
+        for content in (FileContent.EQUALITY_DELETES, FileContent.DATA):
+            tables = [table for c, table in buffered if c == content]
+            if not tables:
+                continue
+            for key, rows in split_by_partition(self._spec, pa.concat_tables(tables)):
+                writer = self._writer_for(content, key)
+                for row_group in row_groups(rows, self._spec):
+                    writer.write(row_group)
+                writer.flush()
+                if not writer.has_open_file:  # rolled at the target size: nothing left to keep
+                    self._finished.extend(writer.take_completed())
+                    self._open.pop(writer.slot, None)
 
     def _writer_for(self, content: FileContent, key: tuple[PartitionValue, ...]) -> RollingFileWriter:
-        writer = self._writers.get((content, key))
-        if writer is None:
-            directory = self._spec.data_location.rstrip("/")
-            if self._spec.partition_fields:
-                directory = f"{directory}/{partition_path(self._spec, key)}"
-            if content == FileContent.DATA:
-                columns, equality_ids = self._spec.columns, None
-            else:
-                assert self._spec.changes is not None
-                columns, equality_ids = self._spec.delete_columns, self._spec.changes.equality_field_ids
-            writer = RollingFileWriter(
-                self._spec,
-                self._namer,
-                key,
-                directory,
-                columns,
-                content=content,
-                equality_ids=equality_ids,
-                sequences=self._sequences,
-                open_files=self,
-            )
-            self._writers[(content, key)] = writer
-        return writer
+        writer = self._open.get((content, key))
+        if writer is not None:
+            return writer
+        directory = self._spec.data_location.rstrip("/")
+        if self._spec.partition_fields:
+            directory = f"{directory}/{partition_path(self._spec, key)}"
+        if content == FileContent.DATA:
+            columns, equality_ids = self._spec.columns, None
+        else:
+            assert self._spec.changes is not None
+            columns, equality_ids = self._spec.delete_columns, self._spec.changes.equality_field_ids
+        return RollingFileWriter(
+            self._spec,
+            self._namer,
+            key,
+            directory,
+            columns,
+            content=content,
+            equality_ids=equality_ids,
+            sequences=self._sequences,
+            open_files=self,
+        )
 
     # --- OpenFiles: the bound on open files ---------------------------------------------------------------------
 
@@ -105,7 +118,7 @@ class TaskWriter:
         while len(self._open) >= self._spec.max_open_files:
             _, least_recent = self._open.popitem(last=False)
             least_recent.close_file()
-            self._forget_if_idle(least_recent)
+            self._finished.extend(least_recent.take_completed())
         self._open[writer.slot] = writer
 
     def written(self, writer: RollingFileWriter) -> None:
@@ -114,35 +127,17 @@ class TaskWriter:
     def closed(self, writer: RollingFileWriter) -> None:
         self._open.pop(writer.slot, None)
 
-    def _forget_if_idle(self, writer: RollingFileWriter) -> None:
-        """Drop a partition's writer once it holds nothing: no open file, no buffered rows."""
-        self._finished.extend(writer.take_completed())
-        if not writer.has_open_file and writer.buffered_rows == 0:
-            self._writers.pop(writer.slot, None)
-
-    def _bound_memory(self) -> None:
-        if self._buffered_bytes <= MAX_BUFFERED_BYTES:
-            return
-        # Down to half the bound in one go, largest buffers first: one sort per half-bound of rows, where a
-        # search per flush would cost a pass over every partition for each of thousands of small buffers.
-        for writer in sorted(self._writers.values(), key=lambda w: w.buffered_bytes, reverse=True):
-            if self._buffered_bytes <= MAX_BUFFERED_BYTES // 2:
-                break
-            self._buffered_bytes -= writer.buffered_bytes
-            writer.flush()
-            self._forget_if_idle(writer)
-
     def complete(self) -> WriteResult:
         if self._changes:
             collapsed = collapse(self._spec, pa.concat_tables(self._changes), self._task_id)
             self._changes.clear()
-            self._write_rows(FileContent.EQUALITY_DELETES, collapsed.keys_to_delete)
-            self._write_rows(FileContent.DATA, collapsed.upserts)
-        while self._writers:
-            _, writer = self._writers.popitem()
+            self._buffer_rows(FileContent.EQUALITY_DELETES, collapsed.keys_to_delete)
+            self._buffer_rows(FileContent.DATA, collapsed.upserts)
+        self._write_buffer()
+        while self._open:
+            _, writer = self._open.popitem()
             writer.close()
             self._finished.extend(writer.take_completed())
-        self._buffered_bytes = 0
         data = tuple(r for r in self._finished if r.content == FileContent.DATA)
         deletes = tuple(r for r in self._finished if r.content != FileContent.DATA)
         return WriteResult(
@@ -150,11 +145,22 @@ class TaskWriter:
         )
 
     def abort(self) -> None:
-        for writer in list(self._writers.values()):
+        self._buffer.clear()
+        for writer in list(self._open.values()):
             writer.abort()
-        self._writers.clear()
+        self._open.clear()
         delete_files(self._finished, self._spec.storage_options)
         self._finished.clear()
+
+
+def row_groups(rows: pa.Table, spec: WriterSpec) -> Iterator[pa.Table]:
+    """``rows`` in slices of at most the spec's row-group rows and (about) bytes."""
+    if rows.num_rows == 0:
+        return
+    per_row = max(1, rows.nbytes // rows.num_rows)
+    size = max(1, min(spec.row_group_rows, spec.row_group_bytes // per_row))
+    for start in range(0, rows.num_rows, size):
+        yield rows.slice(start, size)
 
 
 def write_task(
