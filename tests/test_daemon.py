@@ -74,3 +74,17 @@ def test_one_backoff_policy_doubles_to_its_cap_with_jitter() -> None:
         assert all(0.5 * full <= w < full for w in waits), (failures, min(waits), max(waits))
         assert max(waits) - min(waits) > 0.1 * full  # spread out, not in step
     assert all(2.0 <= backoff.longest() < 4.0 for _ in range(50))
+
+
+def test_the_pending_gauge_falls_to_zero_when_a_tables_checkpoints_commit(sqlite_catalog: CatalogConfig) -> None:
+    from icesink.committer.commit import TableCommitter
+
+    create_orders_table(sqlite_catalog, "shop.fine")
+    stage_rows(sqlite_catalog, "shop.fine", "job", 0, orders(0, 10))
+    daemon = CommitterDaemon(sqlite_catalog, poll_interval=0.1, lease_ttl=5)
+    gauge = daemon.metrics.pending.labels("shop.fine")
+    daemon._update_pending()
+    assert gauge._value.get() == 1
+    TableCommitter.of(sqlite_catalog).commit_pending("shop.fine")
+    daemon._update_pending()
+    assert gauge._value.get() == 0, "the gauge kept the count from before the commit"

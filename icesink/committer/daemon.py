@@ -82,6 +82,7 @@ class CommitterDaemon:
         self._leading = False
         self._retry_at: dict[str, float] = {}
         self._failures: dict[str, int] = {}
+        self._pending_reported: set[str] = set()  # tables the pending gauge has a value for
         self._terminal: set[str] = set()  # tables whose last failure is recorded on a checkpoint, for someone to act
         self._last_errors: dict[str, str] = {}
         self._max_failures = max_failures
@@ -190,8 +191,11 @@ class CommitterDaemon:
             counts = self._ledger.pending_counts()
         except IcesinkError:
             return
-        for table in set(counts) | set(self._failures):
+        # Tables reported before are set again: one whose checkpoints all committed must read 0, not its last count.
+        tables = set(counts) | set(self._failures) | self._pending_reported
+        for table in tables:
             self.metrics.pending.labels(table).set(counts.get(table, 0))
+        self._pending_reported = tables
 
     def jobs(self) -> list[dict[str, object]]:
         """Each job of the catalog with its tables (a stream into many tables is one job), for /healthz."""
