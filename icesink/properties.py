@@ -79,6 +79,12 @@ ICEBERG_PROPERTY_REFERENCE: dict[str, str] = {
     "Java's writer does.",
     "write.delete.parquet.compression-codec": "codec of delete files (default: the data files' codec).",
     "write.delete.parquet.compression-level": "level of the delete files' codec.",
+    "write.parquet.bloom-filter-enabled.column.<name>": "``true``: data files get a Parquet bloom filter on the "
+    "column (a field inside a struct by its dotted name); ``false``: they do not. Unset, key columns (the table's "
+    "identifier fields, a stream's equality fields) get one: converting equality deletes probes it to skip row "
+    "groups that cannot hold a deleted key, as Iceberg Java's readers do for filters on the column.",
+    "write.parquet.bloom-filter-fpp.column.<name>": "false-positive probability of that column's bloom filter "
+    "(default 0.01); each filter is sized by its row group's distinct values.",
     "write.data.path": "where data files go (default ``<table location>/data``); ``committer gc`` looks there too.",
     "write.metadata.path": "where metadata files go (default ``<table location>/metadata``); ``committer gc`` "
     "looks there too.",

@@ -86,9 +86,10 @@ def random_changes(rng: random.Random, checkpoint: int, keys: int = 120, size: i
 
 
 def commit_changes(
-    config: CatalogConfig, checkpoint: int, changes: list[tuple[int, str, str]], job: str = "cdc"
+    config: CatalogConfig, checkpoint: int, changes: list[tuple[int, str, str]], job: str = "cdc", commit: bool = True
 ) -> None:
-    """Write, stage and commit one checkpoint of changes, as a stream with the inline committer does."""
+    """Write, stage and commit one checkpoint of changes, as a stream with the inline committer does (with
+    ``commit=False``, leave it staged)."""
     catalog = open_catalog(config)
     table = catalog.load_table(TABLE)
     spec = writer_spec(table, TABLE, job, ChangeSpec(equality_field_ids=(1,), op_column="op")).for_checkpoint(
@@ -106,7 +107,8 @@ def commit_changes(
         )
     )
     stage_checkpoint(Ledger(config), table, TABLE, job, checkpoint, [writer.complete()])
-    TableCommitter.of(config).commit_pending(TABLE)
+    if commit:
+        TableCommitter.of(config).commit_pending(TABLE)
 
 
 def rows_by_every_reader(config: CatalogConfig) -> list[list[tuple[int, str]]]:

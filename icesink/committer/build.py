@@ -90,6 +90,8 @@ class CommitOutcome:
     records: int
     seconds: float
     already_committed: bool = False
+    # Committed as they were staged: not converted (over the conversion limit, or conversion off or failed).
+    equality_delete_files: int = 0
 
     @staticmethod
     def of(
@@ -99,6 +101,7 @@ class CommitOutcome:
         snapshot_id: int | None,
         seconds: float,
         already: bool = False,
+        equality_delete_files: int = 0,
     ) -> CommitOutcome:
         return CommitOutcome(
             table_identifier=identifier,
@@ -109,6 +112,7 @@ class CommitOutcome:
             records=sum(r.manifests.data_records for r in rows),
             seconds=seconds,
             already_committed=already,
+            equality_delete_files=equality_delete_files,
         )
 
 

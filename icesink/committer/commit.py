@@ -184,7 +184,9 @@ class TableCommitter:
             failpoint("committer.after-ledger-update")
             if unfinished is not None:
                 self._builder.committed(unfinished, table)
-            outcomes.append(self._logged(identifier, job_id, group, snapshot_id, time.monotonic() - started))
+            summary = snapshot.summary if snapshot is not None else None
+            kept = int(summary.get("added-equality-delete-files") or 0) if summary is not None else 0
+            outcomes.append(self._logged(identifier, job_id, group, snapshot_id, time.monotonic() - started, kept))
             self._cleanup(table, group)
             rows = rows[len(group) :]
         return table
@@ -212,9 +214,14 @@ class TableCommitter:
 
     @staticmethod
     def _logged(
-        identifier: str, job_id: str, group: list[CheckpointRow], snapshot_id: int | None, seconds: float
+        identifier: str,
+        job_id: str,
+        group: list[CheckpointRow],
+        snapshot_id: int | None,
+        seconds: float,
+        equality_delete_files: int = 0,
     ) -> CommitOutcome:
-        outcome = CommitOutcome.of(identifier, job_id, group, snapshot_id, seconds)
+        outcome = CommitOutcome.of(identifier, job_id, group, snapshot_id, seconds, False, equality_delete_files)
         log.info(
             "table=%s job=%s checkpoints=%s snapshot=%s files=%d records=%d seconds=%.3f",
             identifier,

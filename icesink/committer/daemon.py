@@ -143,6 +143,7 @@ class CommitterDaemon:
                 checkpoints=sum(len(o.checkpoint_ids) for o in snapshots),
                 skipped=sum(len(o.checkpoint_ids) for o in outcomes if o.already_committed),
                 seconds=[o.seconds for o in snapshots],
+                equality_delete_files=sum(o.equality_delete_files for o in snapshots),
             )
             if snapshots and self._maintainer is not None and not self._stop.is_set():
                 self._maintain(table)

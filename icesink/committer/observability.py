@@ -50,12 +50,29 @@ class CommitterMetrics:
         self.failures = Gauge(
             "icesink_consecutive_failures", "Failed commit attempts in a row", ["table"], registry=self.registry
         )
+        self.equality_delete_files = Counter(
+            "icesink_equality_delete_files_committed",
+            "Equality delete files committed as staged, not converted at commit: a checkpoint's keys may sit in "
+            "more rows than icesink.equality-deletes.convert-max-rows (or conversion is off); maintenance "
+            "converts them",
+            ["table"],
+            registry=self.registry,
+        )
         self.active = Gauge(
             "icesink_committer_active", "1 while this committer holds its lease", registry=self.registry
         )
 
-    def committed(self, table: str, snapshots: int, checkpoints: int, skipped: int, seconds: list[float]) -> None:
+    def committed(
+        self,
+        table: str,
+        snapshots: int,
+        checkpoints: int,
+        skipped: int,
+        seconds: list[float],
+        equality_delete_files: int = 0,
+    ) -> None:
         self.commits.labels(table).inc(snapshots)
+        self.equality_delete_files.labels(table).inc(equality_delete_files)
         self.checkpoints.labels(table).inc(checkpoints)
         self.skipped.labels(table).inc(skipped)
         for value in seconds:

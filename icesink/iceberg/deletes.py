@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import decimal
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 _SEQ = "__icesink_delete_seq"
 _ROW = "__icesink_row"
-_NULL = "__icesink_null_"
+NULL_FLAG = "__icesink_null_"  # a key column's flag column: which of its rows were null
 PartitionKey = tuple[int, tuple[Any, ...]]  # (spec id, partition values)
 GLOBAL: PartitionKey = (-1, ())  # the scope of an unpartitioned delete file: every partition
 
@@ -84,8 +84,8 @@ def comparable_keys(
         else:
             columns.append(column)
             columns.append(repeated(False, len(column)))
-        keys.append(f"{_NULL}{name}")
-    labels = [label for name in names for label in (name, f"{_NULL}{name}")]
+        keys.append(f"{NULL_FLAG}{name}")
+    labels = [label for name in names for label in (name, f"{NULL_FLAG}{name}")]
     return pa.table(columns, names=labels), keys
 
 
@@ -145,6 +145,13 @@ class EqualityDeletes:
 
     def key_field_ids(self) -> set[int]:
         return {i for ids, _ in self._groups for i in ids}
+
+    def key_groups(self) -> Iterator[tuple[tuple[int, ...], list[str], PartitionKey, int, pa.Table]]:
+        """Per group: key field ids, their names, scope, newest sequence number, and the deleted keys (each
+        key column beside its :data:`NULL_FLAG` column)."""
+        for group, newest in self._newest.items():
+            ids, scope = group
+            yield ids, self._names(ids), scope, newest, self._keys(group)
 
     def may_delete_from(self, scope: PartitionKey, data_sequence: int) -> bool:
         """Whether any delete could remove rows of a data file of ``scope`` with this sequence number."""
@@ -212,7 +219,9 @@ class EqualityDeletes:
         loaded = self._keys(group)
         stored = loaded.column(name).combine_chunks()
         # The loaded keys stand in a value for null and flag it; a lookup matches nulls itself.
-        value_set = pc.if_else(loaded.column(f"{_NULL}{name}").combine_chunks(), pa.scalar(None, stored.type), stored)
+        value_set = pc.if_else(
+            loaded.column(f"{NULL_FLAG}{name}").combine_chunks(), pa.scalar(None, stored.type), stored
+        )
         column = _storage(keys.column(name))
         if column.type != stored.type:
             column = column.cast(stored.type)

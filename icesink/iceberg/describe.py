@@ -192,6 +192,44 @@ def _pyiceberg_version() -> tuple[int, ...]:
     return tuple(int(p) for p in PYICEBERG_VERSION.split("."))
 
 
+BLOOM_FILTER_ENABLED = "write.parquet.bloom-filter-enabled.column."
+BLOOM_FILTER_FPP = "write.parquet.bloom-filter-fpp.column."
+BLOOM_FILTER_FPP_DEFAULT = 0.01  # Iceberg Java's
+
+
+def bloom_filters(
+    properties: Mapping[str, str], columns: tuple[ColumnSpec, ...], keys: set[int], identifier: str
+) -> tuple[tuple[str, float], ...]:
+    """The columns whose data files get a Parquet bloom filter: the key columns (the table's identifier
+    fields and a stream's equality fields), plus or minus what ``write.parquet.bloom-filter-enabled.column.*``
+    says. Properties naming no column icesink can give a filter (none such, a boolean, a field inside a list
+    or map) are left to the engines that set them."""
+    chosen = []
+    for leaf in (leaf for column in columns for leaf in column.leaves()):
+        name = leaf.dotted
+        enabled = properties.get(BLOOM_FILTER_ENABLED + name)
+        if enabled is not None and enabled.strip().lower() not in ("true", "false"):
+            raise ConfigError(
+                f"table {identifier}: table property {BLOOM_FILTER_ENABLED}{name}={enabled!r} must be true or "
+                f"false; {_HOW_TO_CHANGE}"
+            )
+        wanted = enabled.strip().lower() == "true" if enabled is not None else leaf.column.field_id in keys
+        if not wanted or leaf.in_repeated or leaf.column.iceberg_type == "boolean":
+            continue
+        raw = properties.get(BLOOM_FILTER_FPP + name, str(BLOOM_FILTER_FPP_DEFAULT))
+        try:
+            fpp = float(raw)
+        except ValueError:
+            fpp = -1.0
+        if not 0.0 < fpp < 1.0:
+            raise ConfigError(
+                f"table {identifier}: table property {BLOOM_FILTER_FPP}{name}={raw!r} must be a probability "
+                f"between 0 and 1 (default {BLOOM_FILTER_FPP_DEFAULT}); {_HOW_TO_CHANGE}"
+            )
+        chosen.append((name, fpp))
+    return tuple(chosen)
+
+
 def writer_spec(table: Table, identifier: str, job_id: str, changes: ChangeSpec | None = None) -> WriterSpec:
     """Describe the table to the executors in plain values."""
     schema = table.schema()
@@ -217,4 +255,10 @@ def writer_spec(table: Table, identifier: str, job_id: str, changes: ChangeSpec 
         storage_options=storage_options(table.io.properties),
         changes=changes,
         schema_id=schema.schema_id,
+        bloom_filters=bloom_filters(
+            properties,
+            tuple(columns),
+            set(schema.identifier_field_ids) | set(changes.equality_field_ids if changes else ()),
+            identifier,
+        ),
     )

@@ -34,8 +34,9 @@ from icesink.iceberg.deletes import GLOBAL, EqualityDeletes, PartitionKey, parti
 from icesink.iceberg.describe import parquet_compression
 from icesink.iceberg.schemas import with_dropped_keys
 from icesink.maintenance.committing import CONVERT, ConflictError, MaintenanceTarget, commit_change
-from icesink.maintenance.positions import DeletedRows, candidates, deleted_rows
-from icesink.properties import BASE_SNAPSHOT_PROPERTY, MAINTENANCE_PROPERTY
+from icesink.maintenance.positions import DeletedRows, deleted_rows, plan_key_reads
+from icesink.maintenance.pruning import KeyPruning, PruningCounts
+from icesink.properties import BASE_SNAPSHOT_PROPERTY, MAINTENANCE_PROPERTY, POLICY_PROPERTIES
 from icesink.results import FileRecord
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from icesink.maintenance.policy import MaintenancePolicy
 
 log = logging.getLogger("icesink.maintenance")
+CONVERT_MAX_ROWS = POLICY_PROPERTIES["convert_max_rows"]
 
 
 def write_position_delete_files(table: Table, rows: list[DeletedRows], label: str) -> list[FileRecord]:
@@ -78,6 +80,7 @@ class CommitConversion:
     written: list[str]
     rows: int
     equality_deletes: int
+    pruning: PruningCounts
 
 
 def convert_for_commit(
@@ -102,25 +105,45 @@ def convert_for_commit(
     schema = with_dropped_keys(table, table.schema(), (i for f in staged for i in f.equality_ids or ()))
     deletes = EqualityDeletes(table, schema, [LiveFile(f, sequence) for f in staged])
     live = live_files(table, cache=cache)
-    reached = candidates(table, live.data, deletes)
-    rows = sum(d.file.record_count for d in reached)
+    pruning = KeyPruning(table, schema, deletes)
+    reads = plan_key_reads(table, pruning.files(live.data), pruning)
+    rows = sum(r.rows for r in reads)
+    counts = pruning.counts
     if rows > policy.convert_max_rows and required:
         log.warning(
-            "table=%s: %d rows may hold keys of this checkpoint's deletes (over %d), converted anyway: they are "
-            "keyed on fields inside structs, which Iceberg Java does not apply as equality deletes",
+            "table=%s: %d rows in %d files may hold keys of this checkpoint's deletes (over %d), converted anyway: "
+            "they are keyed on fields inside structs, which Iceberg Java does not apply as equality deletes",
             ".".join(table.name()),
             rows,
+            len(reads),
             policy.convert_max_rows,
         )
     elif rows > policy.convert_max_rows:
-        log.info(
-            "table=%s: %d rows may hold keys of this checkpoint's deletes (over %d); keeping equality deletes",
+        log.warning(
+            "table=%s: the keys of this checkpoint's deletes are spread over the table: %d rows in %d of %d files "
+            "may hold them (over %s=%d); its equality deletes are committed as they are and maintenance converts "
+            "them later",
             ".".join(table.name()),
             rows,
+            len(reads),
+            counts.files_in_scope,
+            CONVERT_MAX_ROWS,
             policy.convert_max_rows,
         )
         return None
-    found = deleted_rows(table, schema, reached, deletes)
+    found = deleted_rows(table, schema, reads, deletes)
+    log.info(
+        "table=%s: %s read the keys of %d of %d data files in its deletes' scope (%d rows; row groups: %d read, %d "
+        "skipped by statistics, %d by bloom filters)",
+        ".".join(table.name()),
+        label,
+        len(reads),
+        counts.files_in_scope,
+        counts.rows_read,
+        counts.row_groups_read,
+        counts.row_groups_skipped_by_statistics,
+        counts.row_groups_skipped_by_bloom_filter,
+    )
     records = write_position_delete_files(table, found, label)
     version = table.metadata.format_version
     return CommitConversion(
@@ -128,6 +151,7 @@ def convert_for_commit(
         written=[r.path for r in records],
         rows=sum(len(f.positions) for f in found),
         equality_deletes=len(staged),
+        pruning=counts,
     )
 
 
@@ -162,12 +186,13 @@ def convert_equality_deletes(
         table, table.schema(), (i for d in live.equality_deletes for i in d.file.equality_ids or ())
     )
     deletes = EqualityDeletes(table, schema, live.equality_deletes)
-    reached = candidates(table, live.data, deletes)
-    rows = sum(d.file.record_count for d in reached)
+    pruning = KeyPruning(table, schema, deletes)
+    reads = plan_key_reads(table, pruning.files(live.data), pruning)
+    rows = sum(r.rows for r in reads)
     if max_rows is not None and rows > max_rows:
         why = f"equality deletes reaching {rows} rows (over {max_rows}) left for a run while no checkpoint waits"
         return ConversionResult(len(live.equality_deletes), 0, 0, 0, None, time.monotonic() - started, skipped=why)
-    found = deleted_rows(table, schema, reached, deletes)
+    found = deleted_rows(table, schema, reads, deletes)
     failpoint("maintain.convert.after-resolve")
     records = write_position_delete_files(table, found, label)
     written = [r.path for r in records]
@@ -190,13 +215,13 @@ def convert_equality_deletes(
         committed = commit_change(target, table, live.snapshot_id, build, written)
     except ConflictError as e:
         log.info("table=%s: equality delete conversion left for the next run: %s", target.identifier, e)
-        return ConversionResult(len(removed), 0, 0, len(reached), None, time.monotonic() - started, str(e))
+        return ConversionResult(len(removed), 0, 0, len(reads), None, time.monotonic() - started, str(e))
     snapshot = committed.current_snapshot()
     return ConversionResult(
         equality_delete_files=len(removed),
         position_delete_files=len(records),
         deleted_rows=sum(len(f.positions) for f in found),
-        data_files_read=len(reached),
+        data_files_read=len(reads),
         snapshot_id=snapshot.snapshot_id if snapshot else None,
         seconds=time.monotonic() - started,
     )

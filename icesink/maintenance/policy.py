@@ -33,10 +33,11 @@ class MaintenancePolicy:
         ),
     )
     convert_max_rows: int = field(
-        default=20_000_000,
+        default=100_000_000,
         metadata=_doc(
-            "above this many rows in the data files a checkpoint's deletes may touch, the commit keeps its equality "
-            "deletes (reading that many keys would hold the commit up) and maintenance converts them later, many "
+            "above this many rows in the row groups a checkpoint's deletes may touch (after pruning by file "
+            "bounds, row-group statistics and bloom filters), the commit keeps its equality deletes (reading that "
+            "many keys would hold the commit up), says so in a warning, and maintenance converts them later, many "
             "checkpoints in one pass."
         ),
     )

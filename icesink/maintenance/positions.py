@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from icesink.arrays import FIELD_ID, repeated
 from icesink.iceberg.deletes import EqualityDeletes, PartitionKey, partition_scope
+from icesink.maintenance.pruning import KeyPruning, PruningCounts
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
@@ -40,14 +41,50 @@ class DeletedRows:
     positions: pa.Array
 
 
-def candidates(table: Table, data: Sequence[LiveFile], deletes: EqualityDeletes) -> list[LiveFile]:
-    """Data files some delete may remove rows from (same scope, lower data sequence number)."""
-    return [d for d in data if deletes.may_delete_from(partition_scope(table, d.file), d.sequence_number)]
+@dataclass(frozen=True)
+class KeyRead:
+    """The row groups of one data file whose keys are to be read, with its footer (read once)."""
+
+    data: LiveFile
+    metadata: pq.FileMetaData
+    row_groups: tuple[int, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(self.metadata.row_group(i).num_rows for i in self.row_groups)
+
+    @property
+    def whole_file(self) -> bool:
+        return len(self.row_groups) == int(self.metadata.num_row_groups)
 
 
-def read_key_columns(table: Table, schema: Schema, data: LiveFile, field_ids: set[int]) -> pa.Table:
-    """The key fields of a data file as flat columns named as in ``schema`` (``key.id`` for a field inside a
-    struct), every row in file order.
+def plan_key_reads(
+    table: Table, data: Sequence[LiveFile], pruning: KeyPruning | None = None, threads: int = 4
+) -> list[KeyRead]:
+    """The files and row groups whose keys are to be read: with ``pruning``, those whose statistics and bloom
+    filters may hold a deleted key (footers and filters read in parallel), else all."""
+
+    def plan(live: LiveFile) -> tuple[KeyRead, PruningCounts]:
+        with table.io.new_input(live.path).open() as stream:
+            parquet = pq.ParquetFile(stream)
+            if pruning is None:
+                return KeyRead(live, parquet.metadata, tuple(range(parquet.metadata.num_row_groups))), PruningCounts()
+            groups, counts = pruning.row_groups(live, parquet, stream)
+            return KeyRead(live, parquet.metadata, tuple(groups)), counts
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        planned = list(pool.map(plan, data))
+    if pruning is not None:
+        for _, counts in planned:
+            pruning.counts.add(counts)
+    return [read for read, _ in planned if read.row_groups]
+
+
+def read_key_columns(
+    table: Table, schema: Schema, read: KeyRead, field_ids: set[int]
+) -> tuple[pa.Table, pa.Array | None]:
+    """The key fields of the planned row groups as flat columns named as in ``schema`` (``key.id`` for a field
+    inside a struct), in file order, and the rows' positions in the file (None: every row, in order).
 
     Fields are found by Parquet field id (a column or struct field renamed since keeps its id); a file
     written without field ids is read by the schema's names. Flat columns keep files written before and
@@ -58,8 +95,8 @@ def read_key_columns(table: Table, schema: Schema, data: LiveFile, field_ids: se
 
     paths = {i: field_path(schema, i) for i in sorted(field_ids)}
     top_ids = sorted({path[0][0] for path in paths.values()})
-    with table.io.new_input(str(data.file.file_path)).open() as stream:
-        parquet = pq.ParquetFile(stream)
+    with table.io.new_input(read.data.path).open() as stream:
+        parquet = pq.ParquetFile(stream, metadata=read.metadata)
         by_id: dict[int, str] = {}
         for field in parquet.schema_arrow:
             raw = (field.metadata or {}).get(FIELD_ID)
@@ -68,16 +105,31 @@ def read_key_columns(table: Table, schema: Schema, data: LiveFile, field_ids: se
         names = set(parquet.schema_arrow.names)
         found = {i: by_id.get(i) or (None if by_id else schema.find_column_name(i)) for i in top_ids}
         present = [i for i in top_ids if found[i] in names]
-        read = parquet.read(columns=[found[i] for i in present])
+        columns = [found[i] for i in present]
+        if read.whole_file:
+            rows, positions = parquet.read(columns=columns), None
+        else:
+            rows = parquet.read_row_groups(list(read.row_groups), columns=columns)
+            positions = _row_group_positions(read.metadata, read.row_groups)
     # A key column added to the table after the file was written is null in every row of it.
-    by_field = {i: read.column(found[i]) for i in present}
+    by_field = {i: rows.column(found[i]) for i in present}
     for i in top_ids:
         if i not in by_field:
-            by_field[i] = pa.nulls(read.num_rows, _arrow_type(schema, i))
-    read = pa.table([by_field[i] for i in top_ids], names=[schema.find_column_name(i) or "" for i in top_ids])
+            by_field[i] = pa.nulls(rows.num_rows, _arrow_type(schema, i))
+    rows = pa.table([by_field[i] for i in top_ids], names=[schema.find_column_name(i) or "" for i in top_ids])
     # Top-level columns now carry the schema's names, so the first step matches by name; deeper ones by id.
-    columns = [nested_column(read, path) for path in paths.values()]
-    return pa.table(columns, names=[schema.find_column_name(i) or "" for i in paths])
+    keys = [nested_column(rows, path) for path in paths.values()]
+    return pa.table(keys, names=[schema.find_column_name(i) or "" for i in paths]), positions
+
+
+def _row_group_positions(metadata: pq.FileMetaData, groups: Sequence[int]) -> pa.Array:
+    """The file positions of the rows of these row groups, in order."""
+    import numpy as np
+
+    starts = np.cumsum([0] + [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)])
+    if not groups:
+        return pa.array([], pa.int64())
+    return pa.array(np.concatenate([np.arange(starts[g], starts[g + 1], dtype=np.int64) for g in groups]))
 
 
 def _arrow_type(schema: Schema, field_id: int) -> pa.DataType:
@@ -87,40 +139,102 @@ def _arrow_type(schema: Schema, field_id: int) -> pa.DataType:
     return schema_to_pyarrow(IcebergSchema(schema.find_field(field_id)), include_field_ids=False).field(0).type
 
 
+# Keys are read a piece at a time (a file, or a run of its row groups) and matched a batch of pieces at a
+# time: the committer holds at most MATCH_ROWS keys, and the row groups of one large file are read by
+# several threads at once.
+PIECE_ROWS = 1_000_000
+MATCH_ROWS = 8_000_000
+
+
 def deleted_rows(
-    table: Table, schema: Schema, data: Sequence[LiveFile], deletes: EqualityDeletes, threads: int = 4
+    table: Table, schema: Schema, reads: Sequence[KeyRead], deletes: EqualityDeletes, threads: int = 4
 ) -> list[DeletedRows]:
     """For every data file with rows the deletes remove: those rows' positions (files without any are left out).
 
-    ``data`` are the :func:`candidates`. Key columns are read in parallel; then
-    one join per partition scope serves all its files (a join per file would
-    cost more than the reads).
+    ``reads`` are from :func:`plan_key_reads`. Key columns are read and
+    matched in batches of at most :data:`MATCH_ROWS` rows, each thread a share
+    of a batch; one join per partition scope serves all the files of a share
+    (a join per file would cost more than the reads).
     """
     deletes.preload()
     field_ids = deletes.key_field_ids()
-    files = list(data)
+    positions: dict[str, list[pa.Array]] = defaultdict(list)
+    data: dict[str, tuple[LiveFile, PartitionKey]] = {}
+
+    def read_and_match(pieces: list[KeyRead]) -> list[tuple[KeyRead, PartitionKey, pa.Array]]:
+        return _match(table, pieces, [read_key_columns(table, schema, p, field_ids) for p in pieces], deletes)
+
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        keys = list(pool.map(lambda live: read_key_columns(table, schema, live, field_ids), files))
+        for batch in _batches(_pieces(reads, PIECE_ROWS), MATCH_ROWS):
+            # Each thread reads and matches a share of the batch: Arrow's lookups release the GIL too.
+            shares = _batches(batch, -(-sum(p.rows for p in batch) // threads))
+            for found_in_share in pool.map(read_and_match, shares):
+                for piece, scope, found in found_in_share:
+                    positions[piece.data.path].append(found)
+                    data[piece.data.path] = (piece.data, scope)
+    return [
+        DeletedRows(live, scope, pa.concat_arrays(positions[path]) if len(positions[path]) > 1 else positions[path][0])
+        for path, (live, scope) in data.items()
+    ]
+
+
+def _pieces(reads: Sequence[KeyRead], rows: int) -> list[KeyRead]:
+    """Each read cut into runs of consecutive row groups of at most ``rows`` rows (a larger group alone)."""
+    pieces = []
+    for read in reads:
+        run: list[int] = []
+        size = 0
+        for group in read.row_groups:
+            group_rows = read.metadata.row_group(group).num_rows
+            if run and size + group_rows > rows:
+                pieces.append(KeyRead(read.data, read.metadata, tuple(run)))
+                run, size = [], 0
+            run.append(group)
+            size += group_rows
+        if run:
+            pieces.append(KeyRead(read.data, read.metadata, tuple(run)))
+    return pieces
+
+
+def _batches(pieces: list[KeyRead], rows: int) -> list[list[KeyRead]]:
+    batches: list[list[KeyRead]] = []
+    size = 0
+    for piece in pieces:
+        if not batches or (size + piece.rows > rows and batches[-1]):
+            batches.append([])
+            size = 0
+        batches[-1].append(piece)
+        size += piece.rows
+    return batches
+
+
+def _match(
+    table: Table, pieces: list[KeyRead], read: list[tuple[pa.Table, pa.Array | None]], deletes: EqualityDeletes
+) -> list[tuple[KeyRead, PartitionKey, pa.Array]]:
+    """Per piece with rows the deletes remove: its scope and those rows' positions in its file."""
+    keys = [part[0] for part in read]
     by_scope: dict[PartitionKey, list[int]] = defaultdict(list)
-    for number, live in enumerate(files):
-        by_scope[partition_scope(table, live.file)].append(number)
-    found: list[DeletedRows] = []
+    for number, piece in enumerate(pieces):
+        by_scope[partition_scope(table, piece.data.file)].append(number)
+    found = []
     for scope, numbers in by_scope.items():
         rows = pa.concat_tables([keys[n] for n in numbers], promote_options="permissive")
         sizes = [keys[n].num_rows for n in numbers]
-        sequences = {files[n].sequence_number for n in numbers}
+        sequences = {pieces[n].data.sequence_number for n in numbers}
         sequence: pa.Array | pa.Scalar = (
             pa.scalar(sequences.pop(), pa.int64())
             if len(sequences) == 1  # the common case: one number for all, no array of it
             else pa.concat_arrays(
-                [repeated(files[n].sequence_number, size) for n, size in zip(numbers, sizes, strict=True)]
+                [repeated(pieces[n].data.sequence_number, size) for n, size in zip(numbers, sizes, strict=True)]
             )
         )
         removed = deletes.deleted(rows, sequence, scope)
         start = 0
         for n, size in zip(numbers, sizes, strict=True):
             positions = pc.indices_nonzero(removed.slice(start, size))
+            if read[n][1] is not None:
+                positions = pc.take(read[n][1], positions)
             if len(positions):
-                found.append(DeletedRows(files[n], scope, positions))
+                found.append((pieces[n], scope, positions))
             start += size
     return found

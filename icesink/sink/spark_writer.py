@@ -164,6 +164,9 @@ class SparkParquetWriter:
         if spec.compression.codec == "zstd":
             # Always set: a session's Hadoop settings could otherwise change the level of this table's files.
             writer = writer.option(ZSTD_LEVEL_OPTION, str(spec.compression.effective_level))
+        for path, fpp in spec.bloom_filters:  # parquet-mr's names for what the Arrow writer is told
+            writer = writer.option(f"parquet.bloom.filter.enabled#{path}", "true")
+            writer = writer.option(f"parquet.bloom.filter.fpp#{path}", str(fpp))
         bytes_per_row = self._bytes_per_row or table_row_bytes
         if bytes_per_row:
             rows = max(1, int(spec.target_file_size_bytes / bytes_per_row))

@@ -80,6 +80,7 @@ class ParquetFile:
         columns: tuple[ColumnSpec, ...],
         compression: Compression,
         use_dictionary: bool | list[str] = True,
+        bloom_filters: dict[str, dict[str, float]] | None = None,
     ) -> None:
         self.uri = uri
         self._fs_path = fs_path
@@ -98,6 +99,7 @@ class ParquetFile:
             store_schema=False,
             write_statistics=True,
             use_dictionary=use_dictionary,
+            bloom_filter_options=bloom_filters,
         )
         self.metrics = FileMetrics(columns)
 
@@ -239,6 +241,8 @@ class RollingFileWriter:
             self._columns,
             self._spec.compression if self._content == FileContent.DATA else self._spec.delete_compression,
             dictionary_columns(first),
+            # Key lookups (conversion of equality deletes, other engines' readers) probe data files only.
+            self._spec.bloom_filter_options() if self._content == FileContent.DATA else None,
         )
 
     def close_file(self) -> None:

@@ -159,6 +159,12 @@ class WriterSpec:
     schema_id: int = 0  # the table schema the columns come from, recorded with the checkpoint
     # evolve_schema=True: a required column (never a key) may receive nulls; the driver makes it optional.
     nulls_in_required: bool = False
+    # Parquet bloom filters of data files: (column path, false-positive probability) per column.
+    bloom_filters: tuple[tuple[str, float], ...] = ()
+
+    def bloom_filter_options(self) -> dict[str, dict[str, float]] | None:
+        """pyarrow's ``bloom_filter_options`` for a data file (it sizes each filter by its row group's values)."""
+        return {path: {"fpp": fpp} for path, fpp in self.bloom_filters} or None
 
     def for_checkpoint(self, checkpoint_id: int) -> WriterSpec:
         return replace(self, checkpoint_id=checkpoint_id)

@@ -1,0 +1,364 @@
+"""Converting equality deletes reads only the files and row groups that may hold a deleted key.
+
+The property: whatever the keys, the files' writers and their metrics, the
+positions found with pruning are exactly the rows whose key a delete holds
+(found here by reading every file in full). Then: what each test prunes, and
+a table converted at commit read back by every reader.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import decimal
+import hashlib
+import logging
+import tempfile
+import uuid
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from icesink.iceberg.deletes import EqualityDeletes
+from icesink.iceberg.describe import writer_spec
+from icesink.iceberg.manifests import to_data_file
+from icesink.iceberg.scan import LiveFile, live_files
+from icesink.maintenance.positions import deleted_rows, plan_key_reads
+from icesink.maintenance.pruning import KeyPruning
+from icesink.paths import file_uri
+from icesink.results import FileContent
+from icesink.writer.files import FileNamer, RollingFileWriter
+
+TABLE = "shop.keys"
+
+# Values chosen to sit at bounds: equal prefixes longer than the 16 characters bounds keep, the largest
+# code point, empty strings and bytes, negative decimals, dates around the epoch.
+DOMAINS: dict[str, list[Any]] = {
+    "long": [-(2**63), -3, -1, 0, 1, 2, 7, 2**31, 2**63 - 1],
+    "string": ["", "a", "b", "é", "日本", "a" * 16, "a" * 16 + "b", "a" * 16 + "c", "\U0010ffff" * 17, "z z%/"],
+    "decimal": [decimal.Decimal(v) for v in ("-9999999.99", "-1.00", "0.00", "0.01", "1.50", "9999999.99")],
+    "date": [datetime.date(1969, 12, 31), datetime.date(1970, 1, 1), datetime.date(2026, 11, 24)],
+    "binary": [b"", b"\x00", b"\x00\x01", b"\xff" * 17, b"\xff" * 16 + b"\x00", b"k"],
+    "uuid": [uuid.UUID(int=n) for n in (0, 1, 2**64, 2**127, 2**128 - 1)],
+}
+
+
+def iceberg_type(kind: str) -> Any:
+    from pyiceberg import types as t
+
+    return {
+        "long": t.LongType(),
+        "string": t.StringType(),
+        "decimal": t.DecimalType(9, 2),
+        "date": t.DateType(),
+        "binary": t.BinaryType(),
+        "uuid": t.UUIDType(),
+    }[kind]
+
+
+def arrow_type(kind: str) -> pa.DataType:
+    return {
+        "long": pa.int64(),
+        "string": pa.string(),
+        "decimal": pa.decimal128(9, 2),
+        "date": pa.date32(),
+        "binary": pa.binary(),
+        "uuid": pa.uuid(),
+    }[kind]
+
+
+def arrow_values(kind: str, values: list[Any]) -> pa.Array:
+    if kind == "uuid":
+        return pa.array([v.bytes if v is not None else None for v in values], pa.binary(16)).cast(pa.uuid())
+    return pa.array(values, arrow_type(kind))
+
+
+@dataclasses.dataclass
+class Setup:
+    kinds: list[str]  # the key: one field, or two
+    files: list[tuple[str, list[tuple[Any, ...]]]]  # (writer, key tuples)
+    deleted: list[tuple[Any, ...]]
+
+
+WRITERS = ("icesink", "pyiceberg", "pyiceberg-without-bounds")
+
+
+@st.composite
+def setups(draw: Any) -> Setup:
+    kinds = draw(
+        st.sampled_from([["long"], ["string"], ["decimal"], ["date"], ["binary"], ["uuid"], ["long", "string"]])
+    )
+
+    def key() -> Any:
+        return st.tuples(*[st.one_of(st.none(), st.sampled_from(DOMAINS[k])) for k in kinds])
+
+    writers = ("icesink",) if "uuid" in kinds else WRITERS  # pyiceberg 0.12 writes no uuid column
+    files = draw(
+        st.lists(st.tuples(st.sampled_from(writers), st.lists(key(), min_size=1, max_size=12)), min_size=1, max_size=5)
+    )
+    held = [k for _, keys in files for k in keys]
+    deleted = draw(st.lists(st.one_of(st.sampled_from(held), key()), min_size=1, max_size=6))
+    return Setup(kinds, files, deleted)
+
+
+def key_table(kinds: list[str], keys: list[tuple[Any, ...]]) -> pa.Table:
+    return pa.table({f"k{n}": arrow_values(kind, [k[n] for k in keys]) for n, kind in enumerate(kinds)})
+
+
+def build(work: Path, setup: Setup, row_group_rows: int = 3) -> tuple[Any, EqualityDeletes, Any]:
+    """The table with one data file per entry (appended in order), and an equality delete of the keys."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import NestedField
+
+    config = CatalogConfig("test", f"sqlite:///{work / 'catalog.db'}", file_uri(work / "wh"), embedded=True)
+    catalog = open_catalog(config)
+    catalog.create_namespace("shop")
+    fields = [NestedField(n + 1, f"k{n}", iceberg_type(kind), required=False) for n, kind in enumerate(setup.kinds)]
+    blooms = {f"write.parquet.bloom-filter-enabled.column.k{n}": "true" for n in range(len(setup.kinds))}
+    table = catalog.create_table(TABLE, Schema(*fields), properties=blooms)
+    for number, (writer, keys) in enumerate(setup.files):
+        rows = key_table(setup.kinds, keys)
+        if writer == "icesink":
+            spec = dataclasses.replace(
+                writer_spec(table, TABLE, "job").for_checkpoint(number), row_group_rows=row_group_rows
+            )
+            files = RollingFileWriter(spec, FileNamer("job", number, 0, 0), (), spec.data_location, spec.columns)
+            for start in range(0, rows.num_rows, row_group_rows):  # small row groups, each of one write
+                files.write(rows.slice(start, row_group_rows))
+            with table.transaction() as transaction, transaction.update_snapshot().fast_append() as append:
+                for record in files.close():
+                    append.append_data_file(to_data_file(record, table.metadata.format_version))
+        else:
+            if writer == "pyiceberg-without-bounds":
+                with table.transaction() as transaction:
+                    transaction.set_properties({"write.metadata.metrics.default": "counts"})
+            with warnings.catch_warnings():  # pyiceberg writes no bloom filters, and says so
+                warnings.filterwarnings("ignore", "Parquet writer option")
+                table.append(rows.cast(table.schema().as_arrow()))
+            if writer == "pyiceberg-without-bounds":
+                with table.transaction() as transaction:
+                    transaction.remove_properties("write.metadata.metrics.default")
+        table = catalog.load_table(TABLE)
+    spec = writer_spec(table, TABLE, "deletes").for_checkpoint(99)
+    deletes_writer = RollingFileWriter(
+        spec,
+        FileNamer("deletes", 99, 0, 0),
+        (),
+        spec.data_location,
+        spec.columns,
+        content=FileContent.EQUALITY_DELETES,
+        equality_ids=tuple(range(1, len(setup.kinds) + 1)),
+    )
+    deletes_writer.write(key_table(setup.kinds, setup.deleted))
+    (record,) = deletes_writer.close()
+    delete_file = LiveFile(to_data_file(record, table.metadata.format_version), table.metadata.next_sequence_number())
+    return table, EqualityDeletes(table, table.schema(), [delete_file]), catalog
+
+
+def python_keys(kinds: list[str], rows: pa.Table) -> list[tuple[Any, ...]]:
+    columns = []
+    for n, kind in enumerate(kinds):
+        values = rows.column(f"k{n}").to_pylist()
+        if kind == "uuid":
+            values = [v if v is None or isinstance(v, uuid.UUID) else uuid.UUID(bytes=v) for v in values]
+        columns.append(values)
+    return list(zip(*columns, strict=True))
+
+
+def expected_positions(table: Any, setup: Setup) -> dict[str, list[int]]:
+    """Every row whose key a delete holds (null equal to null), found by reading every data file in full."""
+    deleted = set(setup.deleted)
+    found = {}
+    for live in live_files(table).data:
+        with table.io.new_input(live.path).open() as stream:
+            rows = pq.read_table(stream)
+        positions = [n for n, k in enumerate(python_keys(setup.kinds, rows)) if k in deleted]
+        if positions:
+            found[live.path] = positions
+    return found
+
+
+def found_positions(table: Any, deletes: EqualityDeletes) -> tuple[dict[str, list[int]], KeyPruning]:
+    pruning = KeyPruning(table, table.schema(), deletes)
+    reads = plan_key_reads(table, pruning.files(live_files(table).data), pruning)
+    found = deleted_rows(table, table.schema(), reads, deletes)
+    return {f.data.path: sorted(f.positions.to_pylist()) for f in found}, pruning
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(setups(), st.sampled_from([1, 4, 1_000_000]), st.sampled_from([1, 7, 8_000_000]))
+def test_pruning_never_skips_a_row_holding_a_deleted_key(setup: Setup, piece_rows: int, match_rows: int) -> None:
+    """Also with keys read and matched a few rows at a time (a file's row groups split among pieces)."""
+    from unittest import mock
+
+    from icesink.maintenance import positions
+
+    with (
+        tempfile.TemporaryDirectory() as work,
+        mock.patch.object(positions, "PIECE_ROWS", piece_rows),
+        mock.patch.object(positions, "MATCH_ROWS", match_rows),
+    ):
+        table, deletes, _ = build(Path(work), setup)
+        found, _ = found_positions(table, deletes)
+        assert found == expected_positions(table, setup)
+
+
+def spread_keys(number: int) -> str:
+    """Keys with no order to them (bounds of any file span nearly all of them): only bloom filters tell."""
+    return hashlib.sha256(str(number).encode()).hexdigest()[:24]
+
+
+def test_bounds_statistics_and_bloom_filters_each_leave_out_what_cannot_hold_a_key(tmp_path: Path) -> None:
+    setup = Setup(
+        ["long"],
+        [("icesink", [(n,) for n in range(f * 12, f * 12 + 12)]) for f in range(6)],
+        [(13,), (14,)],  # in the second file's first row group only
+    )
+    table, deletes, _ = build(tmp_path / "ordered", setup)
+    found, pruning = found_positions(table, deletes)
+    assert found == expected_positions(table, setup)
+    counts = pruning.counts
+    assert (counts.files_in_scope, counts.files_skipped_by_bounds) == (6, 5)
+    assert (counts.row_groups_read, counts.row_groups_skipped_by_statistics) == (1, 3)
+
+    unordered = [(spread_keys(n),) for n in range(2000)]
+    setup = Setup(["string"], [("icesink", unordered)], [unordered[7], ("not held",)])
+    table, deletes, _ = build(tmp_path / "unordered", setup, row_group_rows=200)
+    found, pruning = found_positions(table, deletes)
+    assert found == expected_positions(table, setup)
+    counts = pruning.counts
+    # Every row group's statistics span the deleted keys: bloom filters leave out all but the one holding one
+    # (a false positive, at 1%, would read one more).
+    assert counts.row_groups_skipped_by_statistics == 0
+    assert counts.row_groups_read in (1, 2) and counts.row_groups_skipped_by_bloom_filter == 10 - counts.row_groups_read
+
+
+def test_data_files_get_bloom_filters_on_key_columns_only_unless_the_table_says(tmp_path: Path) -> None:
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import BooleanType, LongType, NestedField, StringType, StructType
+
+    config = CatalogConfig("test", f"sqlite:///{tmp_path / 'catalog.db'}", file_uri(tmp_path / "wh"), embedded=True)
+    catalog = open_catalog(config)
+    catalog.create_namespace("shop")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "name", StringType()),
+        NestedField(3, "flag", BooleanType()),
+        NestedField(4, "customer", StructType(NestedField(5, "email é", StringType()))),
+        identifier_field_ids=[1],
+    )
+    properties = {
+        "write.parquet.bloom-filter-enabled.column.customer.email é": "TRUE",
+        "write.parquet.bloom-filter-fpp.column.customer.email é": "0.05",
+        "write.parquet.bloom-filter-enabled.column.flag": "true",  # booleans have none in Parquet
+        "write.parquet.bloom-filter-enabled.column.gone": "true",  # no such column: left to whoever set it
+    }
+    table = catalog.create_table(TABLE, schema, properties=properties)
+    spec = writer_spec(table, TABLE, "job")
+    assert spec.bloom_filters == (("id", 0.01), ("customer.email é", 0.05))
+    files = RollingFileWriter(spec, FileNamer("job", 0, 0, 0), (), spec.data_location, spec.columns)
+    files.write(
+        pa.table(
+            {
+                "id": pa.array([1, 2], pa.int64()),
+                "name": ["a", None],
+                "flag": [True, None],
+                "customer": pa.array([{"email é": "x@y"}, None], pa.struct([("email é", pa.string())])),
+            }
+        ).cast(spec.arrow_schema(spec.columns))
+    )
+    (record,) = files.close()
+    with table.io.new_input(record.path).open() as stream:
+        chunks = pq.ParquetFile(stream).metadata.row_group(0)
+    with_filter = {
+        chunks.column(j).path_in_schema for j in range(chunks.num_columns) if chunks.column(j).bloom_filter_offset
+    }
+    assert with_filter == {"id", "customer.email é"}
+
+    with table.transaction() as transaction:
+        transaction.set_properties({"write.parquet.bloom-filter-enabled.column.id": "false"})
+    assert [path for path, _ in writer_spec(catalog.load_table(TABLE), TABLE, "job").bloom_filters] == [
+        "customer.email é"
+    ]
+    from icesink.errors import ConfigError
+
+    with table.transaction() as transaction:
+        transaction.set_properties({"write.parquet.bloom-filter-fpp.column.id": "often"})
+    with table.transaction() as transaction:
+        transaction.set_properties({"write.parquet.bloom-filter-enabled.column.id": "true"})
+    with pytest.raises(ConfigError, match=r"shop.keys.*bloom-filter-fpp.column.id='often'.*between 0 and 1"):
+        writer_spec(catalog.load_table(TABLE), TABLE, "job")
+
+
+@pytest.mark.interop
+def test_a_commit_converts_with_pruning_and_every_reader_agrees(
+    sqlite_catalog: CatalogConfig, caplog: pytest.LogCaptureFixture, java_reader: Path
+) -> None:
+    """Upserts of recent keys into a table of many files: the commit reads the keys of one file."""
+    from tests.outcomes import check_outcome, read_with_duckdb, read_with_iceberg_java
+    from tests.test_maintenance import TABLE as KV
+    from tests.test_maintenance import Model, commit_changes, create, rows_by_every_reader
+
+    create(sqlite_catalog)
+    model = Model()
+    for checkpoint in range(8):  # eight files of 50 keys each
+        changes = [(k, f"v{checkpoint}", "I") for k in range(checkpoint * 50, checkpoint * 50 + 50)]
+        commit_changes(sqlite_catalog, checkpoint, changes)
+        model.apply(changes)
+    changes = [(390, "new", "U"), (399, "new", "U"), (395, "", "D"), (1000, "inserted", "I")]
+    with caplog.at_level(logging.INFO, logger="icesink.maintenance"):
+        commit_changes(sqlite_catalog, 8, changes)
+    model.apply(changes)
+    assert "read the keys of 1 of 8 data files" in caplog.text
+    table = open_catalog(sqlite_catalog).load_table(KV)
+    assert live_files(table).equality_deletes == []
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()
+    check_outcome("pruned conversion at commit", sqlite_catalog, KV, sorted(model.rows))
+    java = read_with_iceberg_java(java_reader, table.metadata_location, ["id", "v"])
+    (duckdb,) = read_with_duckdb(table.metadata_location)
+    for rows in (java, duckdb):
+        assert sorted((r["id"], r["v"]) for r in rows) == model.expected()
+
+
+def test_deletes_whose_keys_spread_over_more_rows_than_the_limit_are_kept_and_counted(
+    sqlite_catalog: CatalogConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Over ``convert-max-rows`` after pruning: equality deletes committed as staged, a warning, a metric."""
+    from icesink.committer.commit import TableCommitter
+    from icesink.committer.observability import CommitterMetrics
+    from tests.test_maintenance import TABLE as KV
+    from tests.test_maintenance import Model, commit_changes, create, rows_by_every_reader
+
+    create(sqlite_catalog, {"icesink.equality-deletes.convert-max-rows": "60"})
+    model = Model()
+    for checkpoint in range(4):  # four files of 50 keys each
+        changes = [(k, f"v{checkpoint}", "I") for k in range(checkpoint * 50, checkpoint * 50 + 50)]
+        commit_changes(sqlite_catalog, checkpoint, changes)
+        model.apply(changes)
+    recent = [(199, "recent", "U")]  # one file, 50 rows: converted
+    commit_changes(sqlite_catalog, 4, recent)
+    model.apply(recent)
+    assert live_files(open_catalog(sqlite_catalog).load_table(KV)).equality_deletes == []
+    spread = [(0, "spread", "U"), (120, "spread", "U")]  # two of five files, 100 rows: over the limit
+    with caplog.at_level(logging.WARNING, logger="icesink.maintenance"):
+        commit_changes(sqlite_catalog, 5, spread, commit=False)
+        (outcome,) = TableCommitter.of(sqlite_catalog).commit_pending(KV)
+    model.apply(spread)
+    assert "spread over the table: 100 rows in 2 of 5 files" in caplog.text
+    assert "icesink.equality-deletes.convert-max-rows=60" in caplog.text
+    assert outcome.equality_delete_files == 1
+    metrics = CommitterMetrics()
+    metrics.committed(KV, 1, 1, 0, [outcome.seconds], outcome.equality_delete_files)
+    assert metrics.registry.get_sample_value("icesink_equality_delete_files_committed_total", {"table": KV}) == 1
+    assert len(live_files(open_catalog(sqlite_catalog).load_table(KV)).equality_deletes) == 1
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()
