@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from icesink.catalog.config import CatalogConfig
@@ -43,8 +43,31 @@ TABLE = "shop.keys"
 # code point, empty strings and bytes, negative decimals, dates around the epoch.
 DOMAINS: dict[str, list[Any]] = {
     "long": [-(2**63), -3, -1, 0, 1, 2, 7, 2**31, 2**63 - 1],
-    "string": ["", "a", "b", "é", "日本", "a" * 16, "a" * 16 + "b", "a" * 16 + "c", "\U0010ffff" * 17, "z z%/"],
+    # Parquet keeps no statistics for a row group holding a value over 4 KiB (pyiceberg's bounds then leave it out).
+    "string": [
+        "",
+        "a",
+        "b",
+        "é",
+        "日本",
+        "a" * 16,
+        "a" * 16 + "b",
+        "a" * 16 + "c",
+        "\U0010ffff" * 17,
+        "z z%/",
+        "y" * 5000,
+    ],
     "decimal": [decimal.Decimal(v) for v in ("-9999999.99", "-1.00", "0.00", "0.01", "1.50", "9999999.99")],
+    # Unscaled values of more than 28 digits, one unit apart: the default decimal context would round them.
+    "decimal38": [
+        decimal.Decimal(v)
+        for v in (
+            "123456789012345678901234567890123456.78",
+            "123456789012345678901234567890123456.79",
+            "-99999999999999999999999999999999999.99",
+            "0.01",
+        )
+    ],
     "date": [datetime.date(1969, 12, 31), datetime.date(1970, 1, 1), datetime.date(2026, 11, 24)],
     "binary": [b"", b"\x00", b"\x00\x01", b"\xff" * 17, b"\xff" * 16 + b"\x00", b"k"],
     "uuid": [uuid.UUID(int=n) for n in (0, 1, 2**64, 2**127, 2**128 - 1)],
@@ -58,6 +81,7 @@ def iceberg_type(kind: str) -> Any:
         "long": t.LongType(),
         "string": t.StringType(),
         "decimal": t.DecimalType(9, 2),
+        "decimal38": t.DecimalType(38, 2),
         "date": t.DateType(),
         "binary": t.BinaryType(),
         "uuid": t.UUIDType(),
@@ -69,6 +93,7 @@ def arrow_type(kind: str) -> pa.DataType:
         "long": pa.int64(),
         "string": pa.string(),
         "decimal": pa.decimal128(9, 2),
+        "decimal38": pa.decimal128(38, 2),
         "date": pa.date32(),
         "binary": pa.binary(),
         "uuid": pa.uuid(),
@@ -94,7 +119,9 @@ WRITERS = ("icesink", "pyiceberg", "pyiceberg-without-bounds")
 @st.composite
 def setups(draw: Any) -> Setup:
     kinds = draw(
-        st.sampled_from([["long"], ["string"], ["decimal"], ["date"], ["binary"], ["uuid"], ["long", "string"]])
+        st.sampled_from(
+            [["long"], ["string"], ["decimal"], ["decimal38"], ["date"], ["binary"], ["uuid"], ["long", "string"]]
+        )
     )
 
     def key() -> Any:
@@ -123,7 +150,9 @@ def build(work: Path, setup: Setup, row_group_rows: int = 3) -> tuple[Any, Equal
     catalog.create_namespace("shop")
     fields = [NestedField(n + 1, f"k{n}", iceberg_type(kind), required=False) for n, kind in enumerate(setup.kinds)]
     blooms = {f"write.parquet.bloom-filter-enabled.column.k{n}": "true" for n in range(len(setup.kinds))}
-    table = catalog.create_table(TABLE, Schema(*fields), properties=blooms)
+    # pyiceberg's files get several row groups too, so that its bounds are built from row groups' statistics.
+    properties = {**blooms, "write.parquet.row-group-limit": str(row_group_rows)}
+    table = catalog.create_table(TABLE, Schema(*fields), properties=properties)
     for number, (writer, keys) in enumerate(setup.files):
         rows = key_table(setup.kinds, keys)
         if writer == "icesink":
@@ -195,6 +224,8 @@ def found_positions(table: Any, deletes: EqualityDeletes) -> tuple[dict[str, lis
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(setups(), st.sampled_from([1, 4, 1_000_000]), st.sampled_from([1, 7, 8_000_000]))
+# pyiceberg's file bounds leave out the second row group (no statistics: it holds a value over 4 KiB).
+@example(Setup(["string"], [("pyiceberg", [("a",), ("b",), ("c",), ("zzz",), ("y" * 5000,)])], [("zzz",)]), 1, 1)
 def test_pruning_never_skips_a_row_holding_a_deleted_key(setup: Setup, piece_rows: int, match_rows: int) -> None:
     """Also with keys read and matched a few rows at a time (a file's row groups split among pieces)."""
     from unittest import mock

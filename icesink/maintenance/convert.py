@@ -34,7 +34,7 @@ from icesink.iceberg.deletes import GLOBAL, EqualityDeletes, PartitionKey, parti
 from icesink.iceberg.describe import parquet_compression
 from icesink.iceberg.schemas import with_dropped_keys
 from icesink.maintenance.committing import CONVERT, ConflictError, MaintenanceTarget, commit_change
-from icesink.maintenance.positions import DeletedRows, deleted_rows, plan_key_reads
+from icesink.maintenance.positions import DeletedRows, KeyRead, deleted_rows, plan_key_reads
 from icesink.maintenance.pruning import KeyPruning, PruningCounts
 from icesink.properties import BASE_SNAPSHOT_PROPERTY, MAINTENANCE_PROPERTY, POLICY_PROPERTIES
 from icesink.results import FileRecord
@@ -107,29 +107,8 @@ def convert_for_commit(
     live = live_files(table, cache=cache)
     pruning = KeyPruning(table, schema, deletes)
     reads = plan_key_reads(table, pruning.files(live.data), pruning)
-    rows = sum(r.rows for r in reads)
     counts = pruning.counts
-    if rows > policy.convert_max_rows and required:
-        log.warning(
-            "table=%s: %d rows in %d files may hold keys of this checkpoint's deletes (over %d), converted anyway: "
-            "they are keyed on fields inside structs, which Iceberg Java does not apply as equality deletes",
-            ".".join(table.name()),
-            rows,
-            len(reads),
-            policy.convert_max_rows,
-        )
-    elif rows > policy.convert_max_rows:
-        log.warning(
-            "table=%s: the keys of this checkpoint's deletes are spread over the table: %d rows in %d of %d files "
-            "may hold them (over %s=%d); its equality deletes are committed as they are and maintenance converts "
-            "them later",
-            ".".join(table.name()),
-            rows,
-            len(reads),
-            counts.files_in_scope,
-            CONVERT_MAX_ROWS,
-            policy.convert_max_rows,
-        )
+    if not _within_limit(table, reads, counts, policy, required):
         return None
     found = deleted_rows(table, schema, reads, deletes)
     log.info(
@@ -153,6 +132,37 @@ def convert_for_commit(
         equality_deletes=len(staged),
         pruning=counts,
     )
+
+
+def _within_limit(
+    table: Table, reads: list[KeyRead], counts: PruningCounts, policy: MaintenancePolicy, required: bool
+) -> bool:
+    """Whether the commit reads the keys it has to (over ``convert_max_rows`` only when ``required``), said in the
+    log when over."""
+    rows = sum(r.rows for r in reads)
+    if rows <= policy.convert_max_rows:
+        return True
+    if required:
+        log.warning(
+            "table=%s: %d rows in %d files may hold keys of this checkpoint's deletes (over %d), converted anyway: "
+            "they are keyed on fields inside structs, which Iceberg Java does not apply as equality deletes",
+            ".".join(table.name()),
+            rows,
+            len(reads),
+            policy.convert_max_rows,
+        )
+        return True
+    log.warning(
+        "table=%s: the keys of this checkpoint's deletes are spread over the table: %d rows in %d of %d files may "
+        "hold them (over %s=%d); its equality deletes are committed as they are and maintenance converts them later",
+        ".".join(table.name()),
+        rows,
+        len(reads),
+        counts.files_in_scope,
+        CONVERT_MAX_ROWS,
+        policy.convert_max_rows,
+    )
+    return False
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ missing bound, a type without an order it trusts, a header it does not know)
 counts as "may hold". Cheapest first:
 
 1. a data file's column bounds and null counts, from its manifest entry
-   (nothing read);
+   (nothing read; bounds of integer-like keys only, see :func:`_file_may_hold`);
 2. a row group's Parquet statistics (from the footer, which reading the keys
    reads anyway);
 3. a row group's Parquet bloom filter on the key column (a few KB; both of
@@ -197,7 +197,9 @@ def _bound_form(kind: IcebergType, values: pa.Array) -> list[Any]:
     from pyiceberg import types as t
 
     if isinstance(kind, t.DecimalType):
-        return [int(v.scaleb(kind.scale)) for v in values.to_pylist()]
+        from icesink.writer.metrics import unscaled
+
+        return [unscaled(v, kind.scale) for v in values.to_pylist()]
     if isinstance(kind, t.BooleanType):
         return [int(v) for v in values.to_pylist()]
     if isinstance(kind, (t.TimeType, t.TimestampType, t.TimestamptzType)):
@@ -221,9 +223,14 @@ def _decode_bound(kind: IcebergType, raw: bytes | None) -> Any:
         return int.from_bytes(raw, "big", signed=True)
     if isinstance(kind, t.BooleanType):
         return raw[0] if len(raw) == 1 else None
-    if _order(kind) == INTEGERS:
-        # A long or timestamp column promoted from int keeps its older files' 4-byte bounds.
+    if isinstance(kind, (t.IntegerType, t.DateType)):
+        return struct.unpack("<i", raw)[0] if len(raw) == 4 else None
+    if isinstance(kind, t.LongType):
+        # A long column promoted from int keeps its older files' 4-byte bounds.
         return struct.unpack("<i" if len(raw) == 4 else "<q", raw)[0] if len(raw) in (4, 8) else None
+    if _order(kind) == INTEGERS:
+        # Times and timestamps are 8 bytes; a 4-byte timestamp bound is a date (format 3's promotion): unused.
+        return struct.unpack("<q", raw)[0] if len(raw) == 8 else None
     return bytes(raw)
 
 
@@ -232,8 +239,12 @@ def _file_may_hold(data: Any, group: KeyGroup) -> bool:
         i = values.field_id
         nulls = (data.null_value_counts or {}).get(i)
         count = (data.value_counts or {}).get(i)
-        lower = _decode_bound(values.iceberg_type, (data.lower_bounds or {}).get(i)) if values.order else None
-        upper = _decode_bound(values.iceberg_type, (data.upper_bounds or {}).get(i)) if values.order else None
+        # String and binary bounds are not trusted at the file level: pyiceberg (0.12) builds them from the
+        # row groups' Parquet statistics and leaves out a row group that has none (Parquet keeps none for a
+        # value over 4 KiB), so they can exclude values the file holds. Row-group statistics judge those.
+        trusted = values.order == INTEGERS
+        lower = _decode_bound(values.iceberg_type, (data.lower_bounds or {}).get(i)) if trusted else None
+        upper = _decode_bound(values.iceberg_type, (data.upper_bounds or {}).get(i)) if trusted else None
         may_hold_null = nulls is None or nulls > 0
         may_hold_values = not (nulls is not None and count is not None and nulls >= count)
         if not values.may_match(lower, upper, may_hold_null, may_hold_values):

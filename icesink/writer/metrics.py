@@ -22,10 +22,19 @@ from icesink.writer.spec import ColumnSpec
 TRUNCATE_LENGTH = 16
 
 
+# Decimals reach 38 digits; the default context's 28 would round the unscaled value (and so the bound).
+_EXACT = decimal.Context(prec=100)
+
+
+def unscaled(value: decimal.Decimal, scale: int) -> int:
+    """A decimal's unscaled integer at ``scale`` (``1.50`` at scale 2: 150), exact at every precision."""
+    return int(value.scaleb(scale, _EXACT))
+
+
 def _decimal_bytes(value: decimal.Decimal, scale: int) -> bytes:
-    unscaled = int(value.scaleb(scale))
-    length = max(1, (unscaled.bit_length() + 8) // 8)
-    return unscaled.to_bytes(length, "big", signed=True)
+    unscaled_value = unscaled(value, scale)
+    length = max(1, (unscaled_value.bit_length() + 8) // 8)
+    return unscaled_value.to_bytes(length, "big", signed=True)
 
 
 def to_bound_bytes(iceberg_type: str, value: Any) -> bytes:
