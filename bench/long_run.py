@@ -56,6 +56,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=20_000_000)
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--every", type=int, default=25, help="read the table after this many batches")
+    parser.add_argument("--keep", action="store_true", help="keep the catalog database and warehouse, to look at")
     args = parser.parse_args()
 
     import pyarrow.parquet as pq
@@ -89,6 +90,8 @@ def main() -> None:
         daemon = subprocess.Popen(
             [
                 str(Path(sys.executable).parent / "icesink"),
+                "--catalog",
+                config.name,
                 "--uri",
                 url,
                 "--warehouse",
@@ -156,6 +159,11 @@ def main() -> None:
         print(json.dumps(report, indent=2))
         out = Path(__file__).parent / "results" / "long_run-raw.json"
         out.write_text(json.dumps({"command": " ".join(["bench/long_run.py", *sys.argv[1:]]), **report}, indent=2))
+    except BaseException:
+        log_path = work / "daemon.log"
+        if log_path.exists():
+            print("the daemon's log ends:\n" + log_path.read_text()[-4000:], file=sys.stderr)
+        raise
     finally:
         if daemon is not None and daemon.poll() is None:
             daemon.kill()
@@ -163,9 +171,12 @@ def main() -> None:
         from icesink.catalog.database import dispose_engines
 
         dispose_engines()
-        with admin.connect() as connection:
-            connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            print(f"kept: --uri {url} --warehouse {config.warehouse} --catalog {config.name}", file=sys.stderr)
+        else:
+            with admin.connect() as connection:
+                connection.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def wait_for_commits(config: Any, batches: int, seconds: float = 300) -> None:
@@ -179,12 +190,39 @@ def wait_for_commits(config: Any, batches: int, seconds: float = 300) -> None:
         time.sleep(0.5)
 
 
+def wait_for_maintenance(config: Any, seconds: float = 300) -> None:
+    """Until no maintenance runs on the table (its maintenance lease released or expired): a read measured while
+    a compaction runs on the other core measures the compaction."""
+    import datetime
+
+    import sqlalchemy as sa
+
+    from icesink.catalog.database import as_utc, engine
+    from icesink.committer.lease import leases, maintenance_scope
+
+    query = sa.select(leases.c.expires_at).where(
+        leases.c.catalog_name == config.name, leases.c.scope == maintenance_scope(TABLE)
+    )
+    deadline = time.monotonic() + seconds
+    quiet = 0
+    while quiet < 3:  # maintenance starts right after a commit: make sure none is about to
+        with engine(config).connect() as connection:
+            expires = connection.execute(query).scalar()
+        running = expires is not None and as_utc(expires) > datetime.datetime.now(datetime.UTC)
+        quiet = 0 if running else quiet + 1
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"maintenance of {TABLE} still running after {seconds:.0f} s")
+        time.sleep(0.5)
+
+
 def read_point(config: Any, catalog: Any, batches: int, rows: int, written: list[Any], work: Path) -> dict[str, Any]:
-    """Once the daemon has caught up: the table's read time against a compacted copy, and its live files."""
+    """Once the daemon has caught up and no maintenance runs: the table's read time against a compacted copy,
+    and its live files."""
     import icesink
     from icesink.iceberg.scan import live_files
 
     wait_for_commits(config, batches)
+    wait_for_maintenance(config)
     times = []
     for _ in range(3):
         started = time.perf_counter()

@@ -8,6 +8,9 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from icesink.catalog.config import CatalogConfig
 from icesink.committer.checkpoints import CheckpointState
@@ -88,3 +91,37 @@ def test_the_pending_gauge_falls_to_zero_when_a_tables_checkpoints_commit(sqlite
     TableCommitter.of(sqlite_catalog).commit_pending("shop.fine")
     daemon._update_pending()
     assert gauge._value.get() == 0, "the gauge kept the count from before the commit"
+
+
+def test_maintenance_longer_than_the_lease_ttl_still_commits(
+    sqlite_catalog: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon keeps its commit lease renewed while maintenance runs (a long compaction used to find it
+    expired at its own commit and fail, every time)."""
+    import icesink.committer.maintainer as maintainer_module
+    from icesink.catalog.loader import open_catalog
+    from icesink.iceberg.scan import live_files
+    from tests.test_maintenance import TABLE, Model, commit_changes, create, rows_by_every_reader
+
+    create(sqlite_catalog, {"icesink.maintain.min-commits": "2", "icesink.maintain.min-input-files": "2"})
+    model = Model()
+    for checkpoint in range(4):
+        changes = [(k, f"v{checkpoint}", "U") for k in range(checkpoint, checkpoint + 20)]
+        commit_changes(sqlite_catalog, checkpoint, changes, commit=False)
+        model.apply(changes)
+    real = maintainer_module.maintain_table
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(2.0)  # over three lease ttls: the work of a large table
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(maintainer_module, "maintain_table", slow)
+    daemon = CommitterDaemon(sqlite_catalog, poll_interval=0.05, lease_ttl=0.6, maintain=True)
+    daemon.run(once=True)
+    assert [r for r in daemon.maintenance_reports if r.compaction is not None and r.compaction.groups_committed], (
+        "maintenance compacted"
+    )
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    assert len(live_files(table).data) == 1
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()

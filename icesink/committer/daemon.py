@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
-from icesink.committer.lease import Lease, LeaseLostError, default_owner
+from icesink.committer.lease import Lease, LeaseKeeper, LeaseLostError, default_owner
 from icesink.committer.ledger import Ledger
 from icesink.committer.maintainer import Maintainer
 from icesink.committer.observability import CommitterMetrics
@@ -184,7 +184,11 @@ class CommitterDaemon:
         except IcesinkError as e:
             log.warning("table=%s: maintenance skipped: %s", table, e)
             return
-        if self._maintainer.between_commits(current, table) is not None:
+        # The commit lease stays renewed while maintenance runs: a compaction longer than its ttl would
+        # otherwise find it expired at its own commit and fail every time (maintenance checks it too).
+        with LeaseKeeper(self.lease):
+            maintained = self._maintainer.between_commits(current, table)
+        if maintained is not None:
             self._committer.forget(table)
 
     def _update_pending(self) -> None:
