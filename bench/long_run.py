@@ -127,7 +127,7 @@ def main() -> None:
                 catalog=config,
             ).awaitTermination()
             if (number + 1) % args.every == 0:
-                reads.append(read_point(config, catalog, number + 1, args.rows, written, work))
+                reads.append(read_point(config, catalog, number + 1, args.rows, written))
                 print(json.dumps(reads[-1]), flush=True)
         seconds = time.perf_counter() - run_started
         wait_for_commits(config, args.batches)
@@ -215,7 +215,7 @@ def wait_for_maintenance(config: Any, seconds: float = 300) -> None:
         time.sleep(0.5)
 
 
-def read_point(config: Any, catalog: Any, batches: int, rows: int, written: list[Any], work: Path) -> dict[str, Any]:
+def read_point(config: Any, catalog: Any, batches: int, rows: int, written: list[Any]) -> dict[str, Any]:
     """Once the daemon has caught up and no maintenance runs: the table's read time against a compacted copy,
     and its live files."""
     import icesink

@@ -393,3 +393,188 @@ def test_deletes_whose_keys_spread_over_more_rows_than_the_limit_are_kept_and_co
     assert len(live_files(open_catalog(sqlite_catalog).load_table(KV)).equality_deletes) == 1
     for rows in rows_by_every_reader(sqlite_catalog):
         assert rows == model.expected()
+
+
+# Partition values as manifests hold them (dates as days since the epoch), with a type each.
+PARTITION_DOMAINS: dict[str, list[Any]] = {
+    "long": DOMAINS["long"],
+    "string": DOMAINS["string"],
+    "decimal": DOMAINS["decimal"],
+    "date": [(d - datetime.date(1970, 1, 1)).days for d in DOMAINS["date"]],
+    "binary": DOMAINS["binary"],
+    "boolean": [False, True],
+    "double": [-0.0, 0.0, 1.5, float("nan")],  # never judged: NaN and -0.0 have no order to trust
+}
+
+
+def partition_type(kinds: list[str]) -> Any:
+    from pyiceberg.types import BooleanType, DoubleType, NestedField, StructType
+
+    extra = {"boolean": BooleanType(), "double": DoubleType()}
+    return StructType(
+        *[NestedField(1000 + n, f"p{n}", extra.get(k) or iceberg_type(k), required=False) for n, k in enumerate(kinds)]
+    )
+
+
+def summaries(kinds: list[str], partitions: list[tuple[Any, ...]]) -> list[Any]:
+    """A manifest's partition summaries as pyiceberg writes them (the lowest and highest value of each field)."""
+    from pyiceberg.manifest import PartitionFieldStats
+
+    stats = [PartitionFieldStats(f.field_type) for f in partition_type(kinds).fields]
+    for values in partitions:
+        for field_stats, value in zip(stats, values, strict=True):
+            field_stats.update(value)
+    return [s.to_summary() for s in stats]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from([[k] for k in PARTITION_DOMAINS] + [["long", "string"], ["date", "binary"]]).flatmap(
+        lambda kinds: st.tuples(
+            st.just(kinds),
+            st.lists(
+                st.tuples(*[st.one_of(st.none(), st.sampled_from(PARTITION_DOMAINS[k])) for k in kinds]),
+                min_size=1,
+                max_size=8,
+            ),
+        )
+    )
+)
+def test_partition_summaries_never_leave_out_a_manifest_listing_the_partition(
+    manifest: tuple[list[str], list[tuple[Any, ...]]],
+) -> None:
+    from icesink.maintenance.pruning import _partitions_may_hold
+
+    kinds, partitions = manifest
+    written = summaries(kinds, partitions)
+    for values in partitions:
+        assert _partitions_may_hold(partition_type(kinds), written, values)
+
+
+def test_partition_summaries_leave_out_partitions_outside_their_range() -> None:
+    from icesink.maintenance.pruning import _partitions_may_hold
+
+    kinds = ["long", "string"]
+    written = summaries(kinds, [(1, "b"), (7, "é"), (3, None)])
+    kind = partition_type(kinds)
+    assert not _partitions_may_hold(kind, written, (0, "b"))
+    assert not _partitions_may_hold(kind, written, (8, "b"))
+    assert not _partitions_may_hold(kind, written, (2, "a"))
+    assert not _partitions_may_hold(kind, written, (None, "b"))  # no file with a null first field
+    assert _partitions_may_hold(kind, written, (2, "c"))  # within both ranges: may be listed
+    assert _partitions_may_hold(kind, written, (2, None))
+    doubles = partition_type(["double"])
+    assert _partitions_may_hold(doubles, summaries(["double"], [(1.5,)]), (7.0,))  # floats are not judged
+    # A summary written before the field's type was promoted (4-byte int bounds, now a long) is read as such;
+    # a bound of a length the type cannot have is not judged.
+    from pyiceberg.manifest import PartitionFieldSummary
+
+    short = [PartitionFieldSummary(False, False, b"\x05\0\0\0", b"\x05\0\0\0")]
+    assert _partitions_may_hold(partition_type(["long"]), short, (5,))
+    assert not _partitions_may_hold(partition_type(["long"]), short, (9,))
+    wrong = [PartitionFieldSummary(False, False, b"\x05" + b"\0" * 7, b"\x05" + b"\0" * 7)]
+    assert _partitions_may_hold(partition_type(["date"]), wrong, (9,))
+
+
+def test_a_commit_reads_only_the_manifests_whose_partitions_its_deletes_reach(
+    sqlite_catalog: CatalogConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A table partitioned by ranges of its key: upserts of recent keys read the manifests of recent ranges."""
+    from tests.test_maintenance import TABLE as KV
+    from tests.test_maintenance import Model, commit_changes, create, rows_by_every_reader
+
+    create(sqlite_catalog, {"commit.manifest-merge.enabled": "false"}, partition_by=("truncate(100, id)",))
+    model = Model()
+    for checkpoint in range(8):  # eight manifests; ranges 0, 0, 100, 100, 200, 200, 300, 300
+        changes = [(k, f"v{checkpoint}", "I") for k in range(checkpoint * 50, checkpoint * 50 + 50)]
+        commit_changes(sqlite_catalog, checkpoint, changes)
+        model.apply(changes)
+    changes = [(390, "new", "U"), (350, "new", "U"), (395, "", "D"), (1000, "inserted", "I")]
+    with caplog.at_level(logging.INFO, logger="icesink.maintenance"):
+        commit_changes(sqlite_catalog, 8, changes)
+    model.apply(changes)
+    assert "manifests: 2 read, 6 skipped by partition" in caplog.text
+    table = open_catalog(sqlite_catalog).load_table(KV)
+    assert live_files(table).equality_deletes == []
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()
+
+
+@pytest.mark.parametrize("earlier", [(), ("bucket(4, id)",)], ids=["unpartitioned", "bucket 4"])
+def test_keys_updated_after_the_partition_spec_changed_leave_no_row_of_the_earlier_spec(
+    sqlite_catalog: CatalogConfig, earlier: tuple[str, ...]
+) -> None:
+    """Readers apply an equality delete only to data files of its own spec: rows written before the table's
+    spec changed are reached by converting the deletes at commit, whatever the row limit says."""
+    from pyiceberg.transforms import BucketTransform
+
+    from icesink.committer.ledger import Ledger
+    from icesink.errors import ConfigError
+    from tests.test_maintenance import KEEP, Model, commit_changes, create, rows_by_every_reader
+    from tests.test_maintenance import TABLE as KV
+
+    create(sqlite_catalog, {"icesink.equality-deletes.convert-max-rows": "1"}, partition_by=earlier)
+    model = Model()
+    first = [(k, "a", "I") for k in range(20)]
+    commit_changes(sqlite_catalog, 0, first)
+    model.apply(first)
+    table = open_catalog(sqlite_catalog).load_table(KV)
+    with table.update_spec() as update:
+        for field in table.spec().fields:
+            update.remove_field(field.name)
+        update.add_field("id", BucketTransform(8), "id_bucket_8")
+    changes = [(2, "B", "U"), (3, "", "D"), (17, "R", "U"), (100, "new", "I")]
+    commit_changes(sqlite_catalog, 1, changes)
+    model.apply(changes)
+    table = open_catalog(sqlite_catalog).load_table(KV)
+    assert live_files(table).equality_deletes == []
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()
+
+    # A table that keeps its equality deletes cannot take such a checkpoint: it stays staged, with the reason.
+    with table.transaction() as transaction:
+        transaction.set_properties(KEEP)
+    with pytest.raises(ConfigError, match=r"shop\.kv, job cdc, checkpoint 2: the table holds data files of an earl"):
+        commit_changes(sqlite_catalog, 2, [(4, "gone?", "D")])
+    assert [r.checkpoint_id for r in Ledger(sqlite_catalog).pending(KV)] == [2]
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()
+
+
+def test_files_without_field_ids_are_read_by_the_name_mapping_after_the_key_was_renamed(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    """A file added by ``add_files`` (no field ids) holds the key under its name then; readers find it through
+    the table's name mapping, and so does the conversion."""
+    from icesink.committer.commit import TableCommitter
+    from icesink.committer.ledger import Ledger
+    from icesink.committer.staging import stage_checkpoint
+    from icesink.writer.spec import ChangeSpec
+    from icesink.writer.task import TaskWriter
+    from tests.test_maintenance import TABLE as KV
+    from tests.test_maintenance import create
+    from tests.outcomes import iceberg_rust_sql
+
+    table = create(sqlite_catalog)
+    external = f"{table.location()}/data/külső fájl %.parquet"
+    Path(external.removeprefix("file://")).parent.mkdir(parents=True, exist_ok=True)
+    plain = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
+    pq.write_table(pa.table({"id": [1, 2, 3], "v": ["a", "b", "c"]}, plain), external.removeprefix("file://"))
+    table.add_files([external])
+    table = open_catalog(sqlite_catalog).load_table(KV)
+    with table.update_schema() as update:
+        update.rename_column("id", "key")
+    table = open_catalog(sqlite_catalog).load_table(KV)
+    spec = writer_spec(table, KV, "cdc", ChangeSpec(equality_field_ids=(1,), op_column="op")).for_checkpoint(0)
+    writer = TaskWriter(spec, 0, 0)
+    writer.write(
+        pa.table({"key": [2, 3], "v": ["B", ""], "op": ["U", "D"], "__icesink_order": pa.array([0, 1], pa.int64())})
+    )
+    stage_checkpoint(Ledger(sqlite_catalog), table, KV, "cdc", 0, [writer.complete()])
+    TableCommitter.of(sqlite_catalog).commit_pending(KV)
+    table = open_catalog(sqlite_catalog).load_table(KV)
+    assert live_files(table).equality_deletes == []
+    expected = [(1, "a"), (2, "B")]
+    assert sorted((r["key"], r["v"]) for r in table.scan().to_arrow().to_pylist()) == expected
+    rust = iceberg_rust_sql(table, "SELECT key, v FROM t")
+    assert sorted((r["key"], r["v"]) for r in rust.to_pylist()) == expected

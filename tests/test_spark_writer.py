@@ -356,3 +356,48 @@ def test_a_compression_setting_no_writer_can_honour_is_refused_before_the_table_
             catalog=sqlite_catalog,
         )
     assert not open_catalog(sqlite_catalog).table_exists("shop.orders ü%/x")
+
+
+def test_spark_written_files_get_the_bloom_filters_the_table_asks_for(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    """What the table's bloom filter properties ask of the Arrow writer, parquet-mr writes too: a filter that
+    holds every value written (and few others) on the columns named and no other, except where a column chunk
+    is dictionary-encoded throughout (``name``: 97 distinct values), for which parquet-mr writes none."""
+    import struct
+
+    from icesink.maintenance.bloom_filters import hashes, may_hold_any, read_bitset
+
+    add_input_files(tmp_path / "in", [(0, 500)])
+    stream_new_table(input_stream(spark, tmp_path / "in"), sqlite_catalog, tmp_path, "shop.orders")
+    table = open_catalog(sqlite_catalog).load_table("shop.orders")
+    with table.transaction() as transaction:
+        transaction.set_properties(
+            {
+                "write.parquet.bloom-filter-enabled.column.id": "true",
+                "write.parquet.bloom-filter-fpp.column.id": "0.001",
+                "write.parquet.bloom-filter-enabled.column.name": "true",
+            }
+        )
+    add_input_files(tmp_path / "in", [(500, 500)])
+    stream_new_table(input_stream(spark, tmp_path / "in"), sqlite_catalog, tmp_path, "shop.orders")
+    table = open_catalog(sqlite_catalog).load_table("shop.orders")
+    oldest, newest = sorted((task.file for task in table.scan().plan_files()), key=lambda f: f.file_path)
+    with table.io.new_input(oldest.file_path).open() as stream:
+        assert not any(c.bloom_filter_offset for c in _chunks(pq.ParquetFile(stream)).values())
+    with table.io.new_input(newest.file_path).open() as stream:
+        parquet = pq.ParquetFile(stream)
+        chunks = _chunks(parquet)
+        assert [name for name, chunk in chunks.items() if chunk.bloom_filter_offset] == ["id"]
+        assert "PLAIN" not in chunks["name"].encodings and "PLAIN_DICTIONARY" in chunks["name"].encodings
+        blocks = read_bitset(stream, chunks["id"].bloom_filter_offset, chunks["id"].bloom_filter_length)
+        assert blocks is not None
+        assert all(may_hold_any(blocks, hashes([struct.pack("<q", v)])) for v in range(500, 1000))
+        assert sum(may_hold_any(blocks, hashes([struct.pack("<q", v)])) for v in range(10_000, 11_000)) < 10
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == list(range(1000))
+
+
+def _chunks(parquet: Any) -> dict[str, Any]:
+    """The first row group's column chunks, by column name."""
+    row_group = parquet.metadata.row_group(0)
+    return {name: row_group.column(n) for n, name in enumerate(parquet.schema_arrow.names)}

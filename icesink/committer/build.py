@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import load_table
 from icesink.committer.checkpoints import CheckpointRow
+from icesink.committer.conversion import CommitConversions
 from icesink.committer.ledger import Ledger
 from icesink.errors import (
-    ConfigError,
-    DeleteConversionError,
     IcesinkError,
     JobIdConflictError,
     ManifestError,
@@ -36,9 +35,7 @@ if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
 
-    from icesink.iceberg.scan import ManifestCache
     from icesink.iceberg.snapshots import PreparedSnapshot
-    from icesink.maintenance.convert import CommitConversion
 
 log = logging.getLogger("icesink.committer")
 
@@ -126,7 +123,7 @@ class SnapshotBuilder:
         self._config = config
         self._ledger = ledger
         self._expire_snapshots = expire_snapshots
-        self._manifests: dict[str, ManifestCache] = {}  # per table: entries read for converting deletes
+        self._conversions = CommitConversions()
 
     def try_prepare(
         self,
@@ -195,7 +192,9 @@ class SnapshotBuilder:
         if discarded:
             properties[DISCARDED_PROPERTY] = ",".join(str(r.checkpoint_id) for r in discarded)
         marker = marker_table_properties(job_id, last.checkpoint_id, last.stream_id)
-        converted = self._convert(table, identifier, job_id, last.checkpoint_id, deletes) if deletes else None
+        converted = (
+            self._conversions.convert(table, identifier, job_id, last.checkpoint_id, deletes) if deletes else None
+        )
         prepared = PreparedCommit(table, identifier, job_id, group, None, discarded=discarded)
         if converted is not None and not files and not converted.position_deletes:
             # Its deletes name no row of the table (keys never inserted): like an empty micro-batch, it needs no
@@ -282,52 +281,6 @@ class SnapshotBuilder:
             "checkpoint was committed and it stays staged: change the table so that it accepts them again (make "
             "the column optional, restore it or its type), and the committer commits it on its next attempt"
         )
-
-    def _convert(
-        self, table: Table, identifier: str, job_id: str, checkpoint_id: int, deletes: list[DataFile]
-    ) -> CommitConversion | None:
-        """The checkpoint's equality deletes as position deletes on this head, or None to commit them as they are.
-
-        Deletes keyed on fields inside structs are never committed as they are (Iceberg Java would read the
-        rows they delete): if they cannot be converted, nothing is committed and the checkpoint stays staged.
-        """
-        from icesink.iceberg.deletes import nested_key_fields
-        from icesink.iceberg.scan import ManifestCache
-        from icesink.maintenance.convert import convert_for_commit
-        from icesink.maintenance.policy import COMMIT_SETTINGS, CONVERT_AT_COMMIT, MaintenancePolicy
-
-        policy = MaintenancePolicy.of(table.properties, identifier, only=COMMIT_SETTINGS)
-        nested = sorted({n for d in deletes for n in nested_key_fields(table.schema(), d.equality_ids or ())})
-        where = f"table {identifier}, job {job_id}, checkpoint {checkpoint_id}"
-        if not policy.convert_at_commit:
-            if nested:
-                raise ConfigError(
-                    f"{where}: its equality deletes are keyed on fields inside structs ({', '.join(nested)}) and "
-                    f"the table now sets {CONVERT_AT_COMMIT}=false, but Iceberg Java 1.9 does not apply such "
-                    "deletes and would read the rows they delete. Nothing of the checkpoint was committed and it "
-                    "stays staged: remove the property, and the committer commits it on its next attempt"
-                )
-            return None
-        try:
-            cache = self._manifests.setdefault(identifier, ManifestCache())
-            return convert_for_commit(table, deletes, policy, f"{job_id}-{checkpoint_id}", cache, required=bool(nested))
-        except (OSError, ValueError) as e:
-            if nested:
-                raise DeleteConversionError(
-                    f"{where}: converting its equality deletes (keyed on {', '.join(nested)}, inside structs) to "
-                    f"position deletes failed: {e}. They cannot be committed as they are, since Iceberg Java 1.9 "
-                    "does not apply such deletes. Nothing was committed and the checkpoint stays staged; the "
-                    "committer tries again, and succeeds once the table's files can be read"
-                ) from e
-            # Flat-keyed equality deletes are as correct, just slower to read.
-            log.warning(
-                "table=%s job=%s checkpoint=%d: equality deletes kept, converting them failed: %s",
-                identifier,
-                job_id,
-                checkpoint_id,
-                e,
-            )
-            return None
 
     def _read_files(self, table: Table, identifier: str, row: CheckpointRow, deletes: bool) -> list[DataFile]:
         from icesink.iceberg.manifests import DeltaManifest, read_delta_manifest

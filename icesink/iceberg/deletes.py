@@ -106,16 +106,42 @@ def partition_scope(table: Table, data_file: DataFile) -> PartitionKey:
     return GLOBAL if spec.is_unpartitioned() else (spec.spec_id, _values(data_file.partition))
 
 
+def data_in_other_specs(table: Table, deletes: Sequence[DataFile]) -> list[int]:
+    """The partition specs, other than those of these partitioned deletes, that live data files of the table
+    were written in: a reader applies the deletes to none of those files (the table's spec changed since)."""
+    from pyiceberg.manifest import ManifestContent
+
+    specs = table.metadata.specs()
+    partitioned = {d.spec_id for d in deletes if not specs[d.spec_id].is_unpartitioned()}
+    snapshot = table.metadata.current_snapshot()
+    if not partitioned or snapshot is None:
+        return []
+    return sorted(
+        {
+            m.partition_spec_id
+            for m in snapshot.manifests(table.io)
+            if m.content == ManifestContent.DATA
+            and (m.has_added_files() or m.has_existing_files())
+            and m.partition_spec_id not in partitioned
+        }
+    )
+
+
 class EqualityDeletes:
     """The equality delete files of a scan, loaded once, grouped by key columns and partition."""
 
-    def __init__(self, table: Table, schema: Schema, files: Sequence[PlannedDelete | LiveFile]) -> None:
+    def __init__(
+        self, table: Table, schema: Schema, files: Sequence[PlannedDelete | LiveFile], everywhere: bool = False
+    ) -> None:
+        """``everywhere``: each delete removes its keys from every partition of every spec, as a keyed stream
+        means them to (a reader applies them within their partition only); for conversions only."""
         self._table = table
         self._schema = schema
         self._groups: dict[tuple[tuple[int, ...], PartitionKey], list[PlannedDelete | LiveFile]] = defaultdict(list)
         self._newest: dict[tuple[tuple[int, ...], PartitionKey], int] = {}
         for planned in files:
-            group = (tuple(planned.file.equality_ids or ()), partition_scope(table, planned.file))
+            scope = GLOBAL if everywhere else partition_scope(table, planned.file)
+            group = (tuple(planned.file.equality_ids or ()), scope)
             self._groups[group].append(planned)
             self._newest[group] = max(self._newest.get(group, 0), planned.sequence_number)
         self._loaded: dict[tuple[tuple[int, ...], PartitionKey], pa.Table] = {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -194,11 +194,15 @@ class ManifestCache:
             del self._entries[path]
 
     def live_entries(self, io: FileIO, manifest: ManifestFile) -> list[ManifestEntry]:
-        found = self._entries.get(manifest.manifest_path)
-        if found is None:
-            found = fetch_entries(io, manifest)
-            self._entries[manifest.manifest_path] = found
-        return found
+        return self.entries_of(io, [manifest])[0]
+
+    def entries_of(self, io: FileIO, manifests: Sequence[ManifestFile]) -> list[list[ManifestEntry]]:
+        """Each manifest's live entries, reading those not read before (one at a time: decoding them is most
+        of the work, and threads contend for it)."""
+        for manifest in manifests:
+            if manifest.manifest_path not in self._entries:
+                self._entries[manifest.manifest_path] = fetch_entries(io, manifest)
+        return [self._entries[m.manifest_path] for m in manifests]
 
 
 @dataclass(frozen=True)
@@ -228,8 +232,14 @@ class LiveFiles:
     equality_deletes: list[LiveFile]
 
 
-def live_files(table: Table, snapshot_id: int | None = None, cache: ManifestCache | None = None) -> LiveFiles:
-    """The live files of ``snapshot_id`` (default: the current snapshot)."""
+def live_files(
+    table: Table,
+    snapshot_id: int | None = None,
+    cache: ManifestCache | None = None,
+    reading: Callable[[ManifestFile], bool] | None = None,
+) -> LiveFiles:
+    """The live files of ``snapshot_id`` (default: the current snapshot), of the manifests ``reading``
+    keeps (default: all)."""
     metadata = table.metadata
     snapshot = metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else metadata.current_snapshot()
     if snapshot is None:
@@ -238,8 +248,8 @@ def live_files(table: Table, snapshot_id: int | None = None, cache: ManifestCach
     positions: list[LiveFile] = []
     equality: list[LiveFile] = []
     manifests = _with_live_entries(snapshot.manifests(table.io))
-    for manifest in manifests:
-        entries = cache.live_entries(table.io, manifest) if cache else fetch_entries(table.io, manifest)
+    read = [m for m in manifests if reading is None or reading(m)]
+    for entries in (cache or ManifestCache()).entries_of(table.io, read):
         for entry in entries:
             live = LiveFile(entry.data_file, entry.sequence_number or 0)
             kind = entry.data_file.content

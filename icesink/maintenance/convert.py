@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from icesink import paths
 from icesink.failpoints import failpoint
-from icesink.iceberg.deletes import GLOBAL, EqualityDeletes, PartitionKey, partition_scope
+from icesink.iceberg.deletes import GLOBAL, EqualityDeletes, PartitionKey, data_in_other_specs, partition_scope
 from icesink.iceberg.describe import parquet_compression
 from icesink.iceberg.schemas import with_dropped_keys
 from icesink.maintenance.committing import CONVERT, ConflictError, MaintenanceTarget, commit_change
@@ -80,7 +80,6 @@ class CommitConversion:
     written: list[str]
     rows: int
     equality_deletes: int
-    pruning: PruningCounts
 
 
 def convert_for_commit(
@@ -96,29 +95,35 @@ def convert_for_commit(
 
     Every live data file has a lower sequence number than the commit that
     will carry the deletes, so every data file in their scope is a candidate.
-    ``required`` conversions (deletes the table must not keep) ignore the row limit.
+    ``required`` conversions (deletes the table must not keep) ignore the row limit, as do those of a table
+    that holds data files of another partition spec: the deletes then reach every file, which a reader
+    would not apply them to (see :func:`data_in_other_specs`).
     """
     from icesink.iceberg.manifests import to_data_file
     from icesink.iceberg.scan import LiveFile, live_files
 
     sequence = table.metadata.next_sequence_number()
     schema = with_dropped_keys(table, table.schema(), (i for f in staged for i in f.equality_ids or ()))
-    deletes = EqualityDeletes(table, schema, [LiveFile(f, sequence) for f in staged])
-    live = live_files(table, cache=cache)
+    everywhere = bool(data_in_other_specs(table, staged))
+    deletes = EqualityDeletes(table, schema, [LiveFile(f, sequence) for f in staged], everywhere=everywhere)
+    required = required or everywhere
     pruning = KeyPruning(table, schema, deletes)
+    live = live_files(table, cache=cache, reading=pruning.reads)
     reads = plan_key_reads(table, pruning.files(live.data), pruning)
     counts = pruning.counts
     if not _within_limit(table, reads, counts, policy, required):
         return None
     found = deleted_rows(table, schema, reads, deletes)
     log.info(
-        "table=%s: %s read the keys of %d of %d data files in its deletes' scope (%d rows; row groups: %d read, %d "
-        "skipped by statistics, %d by bloom filters)",
+        "table=%s: %s read the keys of %d of %d data files in its deletes' scope (%d rows; manifests: %d read, %d "
+        "skipped by partition; row groups: %d read, %d skipped by statistics, %d by bloom filters)",
         ".".join(table.name()),
         label,
         len(reads),
         counts.files_in_scope,
         counts.rows_read,
+        counts.manifests_read,
+        counts.manifests_skipped_by_partition,
         counts.row_groups_read,
         counts.row_groups_skipped_by_statistics,
         counts.row_groups_skipped_by_bloom_filter,
@@ -130,7 +135,6 @@ def convert_for_commit(
         written=[r.path for r in records],
         rows=sum(len(f.positions) for f in found),
         equality_deletes=len(staged),
-        pruning=counts,
     )
 
 
@@ -145,7 +149,8 @@ def _within_limit(
     if required:
         log.warning(
             "table=%s: %d rows in %d files may hold keys of this checkpoint's deletes (over %d), converted anyway: "
-            "they are keyed on fields inside structs, which Iceberg Java does not apply as equality deletes",
+            "readers would not apply its equality deletes to every row they remove (keys inside structs, which "
+            "Iceberg Java does not apply, or data files of an earlier partition spec)",
             ".".join(table.name()),
             rows,
             len(reads),

@@ -80,6 +80,18 @@ def plan_key_reads(
     return [read for read, _ in planned if read.row_groups]
 
 
+def _by_names(table: Table, schema: Schema, field_ids: list[int], names: set[str]) -> dict[int, str | None]:
+    """The columns of a file written without field ids, as readers find them: by the table's name mapping
+    (which keeps a column's names from before a rename), else by the schema's current name."""
+    mapping = table.metadata.name_mapping()
+    mapped = {f.field_id: f.names for f in mapping} if mapping is not None else {}
+    found: dict[int, str | None] = {}
+    for i in field_ids:
+        candidates = [n for n in mapped.get(i, []) if n in names]
+        found[i] = candidates[0] if candidates else schema.find_column_name(i)
+    return found
+
+
 def read_key_columns(
     table: Table, schema: Schema, read: KeyRead, field_ids: set[int]
 ) -> tuple[pa.Table, pa.Array | None]:
@@ -87,8 +99,8 @@ def read_key_columns(
     inside a struct), in file order, and the rows' positions in the file (None: every row, in order).
 
     Fields are found by Parquet field id (a column or struct field renamed since keeps its id); a file
-    written without field ids is read by the schema's names. Flat columns keep files written before and
-    after a rename inside a struct apart from their struct's shape, so they concatenate.
+    written without field ids is read by the table's name mapping, or the schema's names. Flat columns keep files
+    written before and after a rename inside a struct apart from their struct's shape, so they concatenate.
     """
     from icesink.arrays import nested_column
     from icesink.iceberg.schemas import field_path
@@ -103,7 +115,7 @@ def read_key_columns(
             if raw is not None:
                 by_id[int(raw)] = field.name
         names = set(parquet.schema_arrow.names)
-        found = {i: by_id.get(i) or (None if by_id else schema.find_column_name(i)) for i in top_ids}
+        found = {i: by_id.get(i) for i in top_ids} if by_id else _by_names(table, schema, top_ids, names)
         present = [i for i in top_ids if found[i] in names]
         columns = [found[i] for i in present]
         if read.whole_file:

@@ -7,6 +7,9 @@ test can only rule out, never rule in, and anything it cannot judge (a
 missing bound, a type without an order it trusts, a header it does not know)
 counts as "may hold". Cheapest first:
 
+0. a manifest's partition summaries (the lowest and highest value of each
+   partition field among its files), against the partitions the deletes
+   apply to: a manifest that cannot list a file of those is not read;
 1. a data file's column bounds and null counts, from its manifest entry
    (nothing read; bounds of integer-like keys only, see :func:`_file_may_hold`);
 2. a row group's Parquet statistics (from the footer, which reading the keys
@@ -32,28 +35,26 @@ import pyarrow.compute as pc
 
 from icesink.arrays import FIELD_ID
 from icesink.iceberg.deletes import GLOBAL, EqualityDeletes, PartitionKey, partition_scope
+from icesink.maintenance.key_values import INTEGERS, bound_form, decode_bound, order_of, plain_encodings
 
 if TYPE_CHECKING:
     import numpy as np
     import pyarrow.parquet as pq
+    from pyiceberg.manifest import ManifestFile, PartitionFieldSummary
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
-    from pyiceberg.types import IcebergType
+    from pyiceberg.types import IcebergType, StructType
 
     from icesink.iceberg.scan import LiveFile
-
-# How a type's values compare with bounds: as integers (also dates, times, timestamps in microseconds,
-# decimals unscaled, booleans) or as unsigned bytes (UTF-8 strings, binary, fixed). Floating point keys
-# (NaN, -0.0) and UUIDs (implementations have ordered them differently) are not compared.
-INTEGERS, BYTES = "integers", "bytes"
 
 
 @dataclass
 class PruningCounts:
     """What the tests left out, for logs, metrics and benchmarks."""
 
+    manifests_read: int = 0
+    manifests_skipped_by_partition: int = 0
     files_in_scope: int = 0
-    rows_in_scope: int = 0
     files_skipped_by_bounds: int = 0
     row_groups_read: int = 0
     row_groups_skipped_by_statistics: int = 0
@@ -94,7 +95,7 @@ class FieldValues:
         if shape not in self._hashes:
             from icesink.maintenance.bloom_filters import hashes
 
-            encoded = _plain_encodings(self.iceberg_type, self.arrow_values, column)
+            encoded = plain_encodings(self.iceberg_type, self.arrow_values, column)
             self._hashes[shape] = None if encoded is None else hashes(encoded)
         return self._hashes[shape]
 
@@ -124,6 +125,31 @@ class KeyPruning:
         ]
         self.counts = PruningCounts()
 
+    def reads(self, manifest: ManifestFile) -> bool:
+        """Whether a manifest may list a data file some delete reaches, by its partition summaries (counted)."""
+        from pyiceberg.manifest import ManifestContent
+
+        if manifest.content == ManifestContent.DELETES:
+            return False  # conversion looks at data files only
+        spec_id = manifest.partition_spec_id
+        scopes = [g.scope for g in self.groups if g.scope == GLOBAL or g.scope[0] == spec_id]
+        reads = any(
+            scope == GLOBAL or _partitions_may_hold(self._partition_type(spec_id), manifest.partitions, scope[1])
+            for scope in scopes
+        )
+        if reads:
+            self.counts.manifests_read += 1
+        else:
+            self.counts.manifests_skipped_by_partition += 1
+        return reads
+
+    def _partition_type(self, spec_id: int) -> StructType | None:
+        """The partition tuple's type of a spec (None: the spec's sources are no longer in the schema)."""
+        try:
+            return self._table.metadata.specs()[spec_id].partition_type(self._table.schema())
+        except (KeyError, ValueError):
+            return None
+
     def files(self, data: Iterable[LiveFile]) -> list[LiveFile]:
         """The data files some delete reaches (scope and sequence) and whose bounds may hold a deleted key."""
         kept = []
@@ -133,7 +159,6 @@ class KeyPruning:
             if not reaching:
                 continue
             self.counts.files_in_scope += 1
-            self.counts.rows_in_scope += live.file.record_count
             if any(_file_may_hold(live.file, g) for g in reaching):
                 kept.append(live)
             else:
@@ -162,6 +187,33 @@ class KeyPruning:
         return kept, counts
 
 
+def _partitions_may_hold(
+    partition_type: StructType | None, summaries: list[PartitionFieldSummary] | None, values: tuple[Any, ...]
+) -> bool:
+    """Whether a manifest with these partition summaries may list a file of the partition ``values``."""
+    from pyiceberg.conversions import from_bytes
+    from pyiceberg.types import PrimitiveType
+
+    if partition_type is None or summaries is None or not len(summaries) == len(values) == len(partition_type.fields):
+        return True
+    for field_type, summary, value in zip(
+        (f.field_type for f in partition_type.fields), summaries, values, strict=True
+    ):
+        if value is None:
+            if summary.contains_null is False:
+                return False
+            continue
+        lower, upper = summary.lower_bound, summary.upper_bound
+        if not isinstance(field_type, PrimitiveType) or order_of(field_type) is None or lower is None or upper is None:
+            continue
+        try:
+            if not from_bytes(field_type, lower) <= value <= from_bytes(field_type, upper):
+                return False
+        except (TypeError, ValueError, struct.error):
+            continue  # a bound of a length its type cannot have: not judged
+    return True
+
+
 def _field_values(schema: Schema, field_id: int, keys: pa.Table, name: str) -> FieldValues:
     from icesink.iceberg.deletes import NULL_FLAG
 
@@ -170,68 +222,15 @@ def _field_values(schema: Schema, field_id: int, keys: pa.Table, name: str) -> F
     nulls = keys.column(f"{NULL_FLAG}{name}").combine_chunks()
     has_null = bool(pc.any(nulls).as_py())
     values = pc.unique(column.filter(pc.invert(nulls)))
-    order = _order(kind)
+    order = order_of(kind)
     return FieldValues(
         field_id=field_id,
         iceberg_type=kind,
         order=order,
-        sorted_values=sorted(_bound_form(kind, values)) if order else [],
+        sorted_values=sorted(bound_form(kind, values)) if order else [],
         has_null=has_null,
         arrow_values=values,
     )
-
-
-def _order(kind: IcebergType) -> str | None:
-    from pyiceberg import types as t
-
-    integers = (t.IntegerType, t.LongType, t.DateType, t.TimeType, t.TimestampType, t.TimestamptzType)
-    if isinstance(kind, (*integers, t.DecimalType, t.BooleanType)):
-        return INTEGERS
-    if isinstance(kind, (t.StringType, t.BinaryType, t.FixedType)):
-        return BYTES
-    return None
-
-
-def _bound_form(kind: IcebergType, values: pa.Array) -> list[Any]:
-    """Values as the bounds of their type decode: integers, or bytes."""
-    from pyiceberg import types as t
-
-    if isinstance(kind, t.DecimalType):
-        from icesink.writer.metrics import unscaled
-
-        return [unscaled(v, kind.scale) for v in values.to_pylist()]
-    if isinstance(kind, t.BooleanType):
-        return [int(v) for v in values.to_pylist()]
-    if isinstance(kind, (t.TimeType, t.TimestampType, t.TimestamptzType)):
-        if pa.types.is_timestamp(values.type) and values.type.unit != "us":
-            values = values.cast(pa.timestamp("us", values.type.tz))
-        return values.cast(pa.int64()).to_pylist()  # type: ignore[no-any-return]
-    if isinstance(kind, t.DateType):
-        return values.cast(pa.int32()).to_pylist()  # type: ignore[no-any-return]
-    if isinstance(kind, t.StringType):
-        return [v.encode("utf-8") for v in values.to_pylist()]
-    return values.to_pylist()  # type: ignore[no-any-return]
-
-
-def _decode_bound(kind: IcebergType, raw: bytes | None) -> Any:
-    """An Iceberg single-value bound in the form of :func:`_bound_form` (None: none, or not one to trust)."""
-    from pyiceberg import types as t
-
-    if raw is None:
-        return None
-    if isinstance(kind, t.DecimalType):
-        return int.from_bytes(raw, "big", signed=True)
-    if isinstance(kind, t.BooleanType):
-        return raw[0] if len(raw) == 1 else None
-    if isinstance(kind, (t.IntegerType, t.DateType)):
-        return struct.unpack("<i", raw)[0] if len(raw) == 4 else None
-    if isinstance(kind, t.LongType):
-        # A long column promoted from int keeps its older files' 4-byte bounds.
-        return struct.unpack("<i" if len(raw) == 4 else "<q", raw)[0] if len(raw) in (4, 8) else None
-    if _order(kind) == INTEGERS:
-        # Times and timestamps are 8 bytes; a 4-byte timestamp bound is a date (format 3's promotion): unused.
-        return struct.unpack("<q", raw)[0] if len(raw) == 8 else None
-    return bytes(raw)
 
 
 def _file_may_hold(data: Any, group: KeyGroup) -> bool:
@@ -243,8 +242,8 @@ def _file_may_hold(data: Any, group: KeyGroup) -> bool:
         # row groups' Parquet statistics and leaves out a row group that has none (Parquet keeps none for a
         # value over 4 KiB), so they can exclude values the file holds. Row-group statistics judge those.
         trusted = values.order == INTEGERS
-        lower = _decode_bound(values.iceberg_type, (data.lower_bounds or {}).get(i)) if trusted else None
-        upper = _decode_bound(values.iceberg_type, (data.upper_bounds or {}).get(i)) if trusted else None
+        lower = decode_bound(values.iceberg_type, (data.lower_bounds or {}).get(i)) if trusted else None
+        upper = decode_bound(values.iceberg_type, (data.upper_bounds or {}).get(i)) if trusted else None
         may_hold_null = nulls is None or nulls > 0
         may_hold_values = not (nulls is not None and count is not None and nulls >= count)
         if not values.may_match(lower, upper, may_hold_null, may_hold_values):
@@ -344,26 +343,3 @@ def _bloom_may_hold(
 def _has_nulls(chunk: Any) -> bool:
     statistics = chunk.statistics
     return statistics is None or not statistics.has_null_count or statistics.null_count > 0
-
-
-def _plain_encodings(kind: IcebergType, values: pa.Array, column: Any) -> list[bytes] | None:
-    """Each value as Parquet's plain encoding of the column writes it (bloom filters hash that)."""
-    from pyiceberg import types as t
-
-    physical, width = column.physical_type, column.length or 0
-    if isinstance(kind, (t.IntegerType, t.DateType)) and physical == "INT32":
-        return [struct.pack("<i", v) for v in _bound_form(kind, values)]
-    if isinstance(kind, (t.TimeType, t.TimestampType, t.TimestamptzType)):
-        unit = json.loads(column.logical_type.to_json()).get("timeUnit")
-        if physical != "INT64" or unit != "microseconds":
-            return None
-        return [struct.pack("<q", v) for v in _bound_form(kind, values)]
-    if isinstance(kind, (t.IntegerType, t.LongType)) and physical == "INT64":
-        return [struct.pack("<q", v) for v in _bound_form(kind, values)]
-    if isinstance(kind, (t.StringType, t.BinaryType)) and physical == "BYTE_ARRAY":
-        return _bound_form(kind, values)
-    if isinstance(kind, (t.FixedType, t.UUIDType)) and physical == "FIXED_LEN_BYTE_ARRAY":
-        raw = values.storage if isinstance(values.type, pa.BaseExtensionType) else values
-        encoded = [bytes(v) for v in raw.to_pylist()]
-        return encoded if all(len(v) == width for v in encoded) else None
-    return None
