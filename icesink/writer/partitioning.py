@@ -38,7 +38,10 @@ def _transform(transform: str) -> Any:
 
 
 def _internal(array: pa.Array) -> pa.Array:
-    # Temporal identity values are stored as integers in manifests.
+    # Temporal identity values are stored as integers in manifests; uuids as their 16 bytes (Arrow can neither
+    # count nor group its uuid extension type).
+    if isinstance(array.type, pa.BaseExtensionType):
+        return array.storage
     if pa.types.is_timestamp(array.type):
         return array.cast(pa.int64())
     if pa.types.is_date32(array.type):
