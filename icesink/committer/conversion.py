@@ -2,8 +2,8 @@
 
 A keyed stream's deletes are converted into position deletes at commit where the table allows it. Some
 can never be committed as equality deletes, because a reader would not apply them to every row they
-remove: keys inside structs (Iceberg Java 1.9 does not apply such deletes) and tables that still hold
-data files of an earlier partition spec (readers apply a delete within its own spec only). Those are
+remove: keys inside structs (Iceberg Java 1.9 does not apply such deletes) and tables that hold data
+files of another partition spec than the deletes' (readers apply a delete within its own spec only). Those are
 converted whatever the row limit, and a checkpoint whose conversion cannot happen stays staged.
 """
 
@@ -90,7 +90,7 @@ def _reasons_to_convert(table: Table, deletes: list[DataFile]) -> list[str]:
     other_specs = data_in_other_specs(table, deletes)
     if other_specs:
         reasons.append(
-            f"the table holds data files of an earlier partition spec ({', '.join(map(str, other_specs))}), to "
-            "which readers do not apply equality deletes of the current one"
+            f"the table holds data files of another partition spec ({', '.join(map(str, other_specs))}) than its "
+            "deletes', and readers apply an equality delete only to files of its own spec"
         )
     return reasons

@@ -107,8 +107,8 @@ def partition_scope(table: Table, data_file: DataFile) -> PartitionKey:
 
 
 def data_in_other_specs(table: Table, deletes: Sequence[DataFile]) -> list[int]:
-    """The partition specs, other than those of these partitioned deletes, that live data files of the table
-    were written in: a reader applies the deletes to none of those files (the table's spec changed since)."""
+    """The partition specs of live data files that some of these partitioned deletes were not written in: a
+    reader applies a delete to none of those files (the table's spec changed between the files and it)."""
     from pyiceberg.manifest import ManifestContent
 
     specs = table.metadata.specs()
@@ -116,15 +116,13 @@ def data_in_other_specs(table: Table, deletes: Sequence[DataFile]) -> list[int]:
     snapshot = table.metadata.current_snapshot()
     if not partitioned or snapshot is None:
         return []
-    return sorted(
-        {
-            m.partition_spec_id
-            for m in snapshot.manifests(table.io)
-            if m.content == ManifestContent.DATA
-            and (m.has_added_files() or m.has_existing_files())
-            and m.partition_spec_id not in partitioned
-        }
-    )
+    data_specs = {
+        m.partition_spec_id
+        for m in snapshot.manifests(table.io)
+        if m.content == ManifestContent.DATA and (m.has_added_files() or m.has_existing_files())
+    }
+    # Deletes of one spec reach the files of that spec; deletes of several each miss the others' files.
+    return sorted(data_specs - partitioned if len(partitioned) == 1 else data_specs)
 
 
 class EqualityDeletes:

@@ -244,11 +244,21 @@ def compression(metadata: TableMetadata) -> AvroCompressionCodec:
     return cast(AvroCompressionCodec, value)
 
 
+def _schema_of_spec(metadata: TableMetadata, spec: PartitionSpec) -> Schema:
+    """The newest schema holding every source column of ``spec``: a spec of files written before one of its
+    source columns was dropped still needs that column's type for the manifest's partition summaries."""
+    sources = {f.source_id for f in spec.fields}
+    for schema in sorted(metadata.schemas, key=lambda s: s.schema_id, reverse=True):
+        if sources <= set(schema._lazy_id_to_field):
+            return schema
+    return metadata.schema()
+
+
 def manifest_writer(
     metadata: TableMetadata, spec: PartitionSpec, output: OutputFile, snapshot_id: int, deletes: bool
 ) -> ManifestWriter:
     """A writer for a data or delete manifest of ``spec``, as the table's format version wants it."""
-    schema = metadata.schema()
+    schema = _schema_of_spec(metadata, spec)
     if deletes:
         if metadata.format_version < 2:
             raise ValueError("delete files need an Iceberg format version 2 table")

@@ -150,7 +150,7 @@ def _within_limit(
         log.warning(
             "table=%s: %d rows in %d files may hold keys of this checkpoint's deletes (over %d), converted anyway: "
             "readers would not apply its equality deletes to every row they remove (keys inside structs, which "
-            "Iceberg Java does not apply, or data files of an earlier partition spec)",
+            "Iceberg Java does not apply, or data files of another partition spec)",
             ".".join(table.name()),
             rows,
             len(reads),

@@ -82,14 +82,13 @@ def plan_key_reads(
 
 def _by_names(table: Table, schema: Schema, field_ids: list[int], names: set[str]) -> dict[int, str | None]:
     """The columns of a file written without field ids, as readers find them: by the table's name mapping
-    (which keeps a column's names from before a rename), else by the schema's current name."""
+    (which keeps a column's names from before a rename; a field it does not map is absent), or without one
+    by the schema's current names."""
     mapping = table.metadata.name_mapping()
-    mapped = {f.field_id: f.names for f in mapping} if mapping is not None else {}
-    found: dict[int, str | None] = {}
-    for i in field_ids:
-        candidates = [n for n in mapped.get(i, []) if n in names]
-        found[i] = candidates[0] if candidates else schema.find_column_name(i)
-    return found
+    if mapping is None:
+        return {i: schema.find_column_name(i) for i in field_ids}
+    mapped = {f.field_id: f.names for f in mapping}
+    return {i: next((n for n in mapped.get(i, []) if n in names), None) for i in field_ids}
 
 
 def read_key_columns(

@@ -144,7 +144,8 @@ class KeyPruning:
         return reads
 
     def _partition_type(self, spec_id: int) -> StructType | None:
-        """The partition tuple's type of a spec (None: the spec's sources are no longer in the schema)."""
+        """The partition tuple's type of a spec (a field whose source column was dropped is of unknown type, and
+        not judged; None: pyiceberg could not build it)."""
         try:
             return self._table.metadata.specs()[spec_id].partition_type(self._table.schema())
         except (KeyError, ValueError):

@@ -1,0 +1,142 @@
+"""Helpers shared by tests: tables, rows and files written without Spark."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from icesink.committer.ledger import Ledger
+from icesink.committer.staging import TableResults, stage_checkpoint, stage_tables
+from icesink.iceberg.describe import writer_spec
+from icesink.results import WriteResult
+from icesink.writer.task import TaskWriter
+
+EPOCH = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+
+ORDERS_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("name", pa.string()),
+        pa.field("amount", pa.float64()),
+        pa.field("ts", pa.timestamp("us", tz="UTC")),
+    ]
+)
+
+
+def orders(start: int, count: int) -> pa.Table:
+    """Deterministic rows with ids ``start .. start+count-1``."""
+    ids = list(range(start, start + count))
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "name": pa.array([f"name-{i % 97}" for i in ids]),
+            "amount": pa.array([i * 1.5 for i in ids]),
+            "ts": pa.array([EPOCH + datetime.timedelta(hours=i) for i in ids], pa.timestamp("us", tz="UTC")),
+        },
+        schema=ORDERS_SCHEMA,
+    )
+
+
+def create_orders_table(
+    config: CatalogConfig, identifier: str = "shop.orders", partition_by: tuple[str, ...] = ()
+) -> Any:
+    from icesink.sink.tables import parse_partition_by
+
+    catalog = open_catalog(config)
+    catalog.create_namespace_if_not_exists(identifier.rsplit(".", 1)[0])
+    schema = _orders_schema()
+    return catalog.create_table(
+        identifier, schema=schema, partition_spec=parse_partition_by(identifier, schema, partition_by)
+    )
+
+
+def _orders_schema() -> Any:
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import DoubleType, LongType, NestedField, StringType, TimestamptzType
+
+    return Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "name", StringType(), required=False),
+        NestedField(3, "amount", DoubleType(), required=False),
+        NestedField(4, "ts", TimestamptzType(), required=False),
+    )
+
+
+def write_files(
+    table: Any, identifier: str, job_id: str, checkpoint_id: int, rows: pa.Table, task_id: int = 0
+) -> WriteResult:
+    """What one executor task would return for ``rows``."""
+    spec = writer_spec(table, identifier, job_id).for_checkpoint(checkpoint_id)
+    writer = TaskWriter(spec, task_id=task_id, attempt=0)
+    writer.write(rows)
+    return writer.complete()
+
+
+def stage_rows(config: CatalogConfig, identifier: str, job_id: str, checkpoint_id: int, rows: pa.Table) -> bool:
+    """Write ``rows`` as files and stage them as one checkpoint, as the driver does."""
+    catalog = open_catalog(config)
+    table = catalog.load_table(identifier)
+    result = write_files(table, identifier, job_id, checkpoint_id, rows)
+    return stage_checkpoint(Ledger(config), table, identifier, job_id, checkpoint_id, [result])
+
+
+def stage_group(
+    config: CatalogConfig, job_id: str, checkpoint_id: int, rows: dict[str, pa.Table | None], atomic: bool = True
+) -> bool:
+    """Stage one checkpoint of a job writing several tables (``None``: the checkpoint wrote nothing there)."""
+    catalog = open_catalog(config)
+    written = []
+    for identifier, table_rows in rows.items():
+        table = catalog.load_table(identifier)
+        results = [write_files(table, identifier, job_id, checkpoint_id, table_rows)] if table_rows is not None else []
+        written.append(TableResults(table, identifier, results))
+    return stage_tables(Ledger(config), job_id, checkpoint_id, written, atomic=atomic)
+
+
+def table_ids(config: CatalogConfig, identifier: str) -> list[int]:
+    """Every ``id`` in the table, sorted, duplicates kept (read by pyiceberg)."""
+    table = open_catalog(config).load_table(identifier)
+    return sorted(table.scan(selected_fields=("id",)).to_arrow().column("id").to_pylist())
+
+
+def age_everything(root: Path, seconds: float = 7200) -> None:
+    """Make every file under ``root`` look ``seconds`` old (for ``committer gc``'s age limit)."""
+    old = time.time() - seconds
+    for path in root.rglob("*"):
+        if path.is_file():
+            os.utime(path, (old, old))
+
+
+def wait_for(condition: Any, what: str, seconds: float = 90, tolerate: tuple[type[Exception], ...] = ()) -> float:
+    """Poll ``condition`` until it holds and return how long that took; an AssertionError naming ``what``
+    after ``seconds``. Exceptions of the ``tolerate`` types count as "not yet" (a file still being written)."""
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        try:
+            if condition():
+                return time.monotonic() - started
+        except tolerate:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"not within {seconds} s: {what}")
+
+
+def add_input_file(directory: Path, table: pa.Table) -> None:
+    """The next Parquet file of a streaming file source, appearing whole and ordered after the others."""
+    import pyarrow.parquet as pq
+
+    from tests.helpers.streams import order_for_file_source
+
+    directory.mkdir(parents=True, exist_ok=True)
+    number = len(list(directory.glob("*.parquet")))
+    path = directory / f"part-{number:05d}.parquet"
+    pq.write_table(table, directory / ".tmp")
+    (directory / ".tmp").rename(path)
+    order_for_file_source(path, number)
