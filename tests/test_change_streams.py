@@ -23,7 +23,7 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.committer.maintainer import Maintainer
 from icesink.maintenance.policy import MaintenancePolicy
-from tests.outcomes import check_outcome, iceberg_rust_sql
+from tests.helpers.outcomes import check_outcome, iceberg_rust_sql
 from tests.test_changelog import replay
 from tests.test_maintenance import TABLE, Model, commit_changes, create, random_changes
 
@@ -119,6 +119,38 @@ def test_a_restart_after_the_last_read_snapshot_expired_stops_with_the_reason(
     assert f"snapshot {read_up_to}" in message and "history.expire.max-snapshot-age-ms" in message
 
 
+def rewrite_offsets(checkpoint: Path, change: Any) -> None:
+    """Rewrite the change stream's offsets kept in a reading query's checkpoint (the last line of each file)."""
+    import json
+
+    for path in (checkpoint / "offsets").iterdir():
+        if path.name.isdigit():
+            lines = path.read_text().splitlines()
+            lines[-1] = json.dumps(change(json.loads(lines[-1])))
+            path.write_text("\n".join(lines))
+
+
+def test_offsets_without_a_version_read_on_and_those_of_a_later_release_are_refused(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    from icesink.changelog.offsets import OFFSET_VERSION
+
+    create(sqlite_catalog)
+    model = fill(sqlite_catalog, 2, seed=8)
+    first, _ = collect(spark, sqlite_catalog, tmp_path / "ckpt")
+    # As the release before versioned offsets wrote them.
+    rewrite_offsets(tmp_path / "ckpt", lambda kept: {"snapshot_id": kept["snapshot_id"]})
+    fill(sqlite_catalog, 2, seed=9, start=2, model=model)
+    second, _ = collect(spark, sqlite_catalog, tmp_path / "ckpt")
+    assert replay(replay({}, first), second) == model.rows
+    rewrite_offsets(tmp_path / "ckpt", lambda kept: {**kept, "version": OFFSET_VERSION + 1})
+    fill(sqlite_catalog, 1, seed=10, start=4, model=model)
+    with pytest.raises(Exception) as raised:
+        collect(spark, sqlite_catalog, tmp_path / "ckpt")
+    message = str(raised.value)
+    assert f"table {TABLE}" in message and f"version {OFFSET_VERSION + 1}" in message and "new checkpoint" in message
+
+
 def test_a_changelog_pipeline_makes_table_b_equal_table_a(
     spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
 ) -> None:
@@ -155,8 +187,8 @@ def test_a_changelog_pipeline_makes_table_b_equal_table_a(
 def test_the_spark_native_sink_appends_each_batch_once(
     spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
 ) -> None:
-    from tests.streams import add_input_files, expected_rows, input_stream
-    from tests.support import create_orders_table
+    from tests.helpers.streams import add_input_files, expected_rows, input_stream
+    from tests.helpers.support import create_orders_table
 
     create_orders_table(sqlite_catalog, "shop.orders")
     icesink.register(spark)

@@ -44,6 +44,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from icesink.changelog.offsets import offset, offset_snapshot
 from icesink.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -55,6 +56,8 @@ if TYPE_CHECKING:
     from icesink.changelog.plan import Planner, SnapshotChanges
 
 BEFORE_FIRST = -1  # the offset before a table's first snapshot (or its oldest one kept)
+
+
 # Parts are grouped into one Spark task until it reads about this many rows.
 ROWS_PER_TASK = 2_000_000
 
@@ -213,15 +216,15 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._refresh()
         starting = self._options.starting
         if starting.kind == "earliest":
-            return {"snapshot_id": BEFORE_FIRST}
+            return offset(BEFORE_FIRST)
         if starting.kind == "latest":
-            return {"snapshot_id": self._head()}
+            return offset(self._head())
         if starting.kind == "snapshot":
-            return {"snapshot_id": self._before_snapshot(starting.value)}
+            return offset(self._before_snapshot(starting.value))
         for snapshot in self._ancestry():  # oldest first
             if snapshot.timestamp_ms >= starting.value:
-                return {"snapshot_id": snapshot.parent_snapshot_id or BEFORE_FIRST}
-        return {"snapshot_id": self._head()}
+                return offset(snapshot.parent_snapshot_id or BEFORE_FIRST)
+        return offset(self._head())
 
     def _before_snapshot(self, snapshot_id: int) -> int:
         """The offset whose next changes are ``snapshot_id``'s: its parent, which must still be kept."""
@@ -270,9 +273,9 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         self._refresh()
         head = self._head() if self._ceiling is None else self._ceiling
-        begin = start["snapshot_id"]
+        begin = offset_snapshot(self._options.table, start)
         if head in (BEFORE_FIRST, begin):
-            return start
+            return start  # unchanged, in whatever version it was written
         snapshots = self._planner.snapshots(None if begin == BEFORE_FIRST else begin, head)
         files = rows = 0
         chosen = begin
@@ -293,10 +296,10 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             chosen = snapshot.snapshot_id
             if over:
                 break
-        return {"snapshot_id": chosen}
+        return offset(chosen)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        first, last = start["snapshot_id"], end["snapshot_id"]
+        first, last = offset_snapshot(self._options.table, start), offset_snapshot(self._options.table, end)
         if first == last or last == BEFORE_FIRST:
             return []
         table = self._refresh()
