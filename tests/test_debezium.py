@@ -16,8 +16,9 @@ import icesink
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.debezium_events.decode import DELETE, UPSERT, DecodeError, decode
-from tests import debezium_fixture as fixture
-from tests.outcomes import read_many_with_iceberg_java, read_with_duckdb, read_with_iceberg_rust
+from icesink.errors import ConfigError
+from tests.helpers import debezium_fixture as fixture
+from tests.helpers.outcomes import read_many_with_iceberg_java, read_with_duckdb, read_with_iceberg_rust
 
 KAFKA_SCHEMA = "topic string, partition int, offset long, key string, value string"
 
@@ -424,3 +425,33 @@ def test_an_unchanged_toasted_value_is_never_written_over_the_real_one() -> None
             DecodeError, match=f"offset 8: column '{column}' holds Debezium's placeholder.*REPLICA IDENTITY FULL"
         ):
             decode('{"id": 1}', event({"id": 1, column: placeholder}, fields, op="u"), "dbz.public.t", 0, 8)
+
+
+@pytest.mark.spark
+def test_maintain_has_the_inline_committer_maintain_every_table_of_the_stream(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    fields = [{"type": "int32", "optional": False, "field": "id"}, {"type": "string", "optional": True, "field": "v"}]
+    batches = [
+        [
+            _record(f"db.public.{table}", 0, n, {"id": n % 3}, {"id": n % 3, "v": f"{table}{n}"}, fields)
+            for table in ("a", "b")
+        ]
+        for n in range(4)
+    ]
+    _write_batches(tmp_path / "in", batches)
+    compact_soon = {"icesink.maintain.min-commits": "1", "icesink.maintain.min-input-files": "2"}
+    with pytest.raises(ConfigError, match=r"app\.\* \(Debezium\): icesink.debezium\(maintain=True\).*--maintain"):
+        icesink.stream(
+            spark.readStream.schema(KAFKA_SCHEMA).json(str(tmp_path / "in")),
+            tables=icesink.debezium("app", maintain=True),
+            checkpoint_location=str(tmp_path / "ckpt"),
+            committer="daemon",
+            catalog=sqlite_catalog,
+        )
+    _run(spark, sqlite_catalog, tmp_path, icesink.debezium("app", table_properties=compact_soon, maintain=True))
+    for table in ("a", "b"):
+        snapshots = open_catalog(sqlite_catalog).load_table(f"app.{table}").snapshots()
+        assert "compact" in {s.summary["icesink.maintenance"] for s in snapshots}
+        rows = sorted((r["id"], r["v"]) for r in icesink.read(f"app.{table}", catalog=sqlite_catalog).to_pylist())
+        assert rows == [(0, f"{table}3"), (1, f"{table}1"), (2, f"{table}2")]

@@ -39,6 +39,7 @@ class Debezium:
     partition_by: Mapping[str, Sequence[str]] = field(default_factory=dict)
     table_properties: Mapping[str, str] | None = None
     evolve_schema: bool = True
+    maintain: bool = False
 
     def identifier(self, source_table: str) -> str:
         """The Iceberg table of a source table: a mapping's, else ``namespace.<table>``."""
@@ -55,6 +56,7 @@ def debezium(
     partition_by: Mapping[str, Sequence[str]] | None = None,
     table_properties: Mapping[str, str] | None = None,
     evolve_schema: bool = True,
+    maintain: bool = False,
 ) -> Debezium:
     """Route Debezium change events to one table each: ``icesink.stream(df, tables=icesink.debezium("inventory"))``.
 
@@ -63,7 +65,8 @@ def debezium(
     ``partition``, ``offset``. Each source table goes to ``namespace.<table>``, or where ``tables`` maps
     it (by ``schema.table``, ``database.table`` or ``table``). ``partition_by`` and ``table_properties``
     apply to the tables icesink creates (partition only by key columns); ``evolve_schema`` adds the
-    columns the source adds.
+    columns the source adds; ``maintain`` has the inline committer maintain every table between commits,
+    as ``icesink.stream(maintain=True)`` does for one.
     """
     if not isinstance(namespace, str) or not namespace or namespace.startswith(".") or namespace.endswith("."):
         raise ConfigError(
@@ -88,9 +91,10 @@ def debezium(
                 f"icesink.debezium: partition_by[{target!r}] must be a list of partition fields such as "
                 f"['bucket(8, id)'], not {fields!r}"
             )
-    if not isinstance(evolve_schema, bool):
-        raise ConfigError(f"icesink.debezium: evolve_schema must be True or False, not {evolve_schema!r}")
-    return Debezium(namespace, names, partitions, table_properties, evolve_schema)
+    for option, value in (("evolve_schema", evolve_schema), ("maintain", maintain)):
+        if not isinstance(value, bool):
+            raise ConfigError(f"icesink.debezium: {option} must be True or False, not {value!r}")
+    return Debezium(namespace, names, partitions, table_properties, evolve_schema, maintain)
 
 
 def parse_task(

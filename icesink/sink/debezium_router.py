@@ -77,6 +77,7 @@ class DebeziumRouter:
             op_values=OP_VALUES,
             sequence_by=POSITION_COLUMN,
             evolve_schema=self._spec.evolve_schema,
+            maintain=self._spec.maintain,
         )
         identifier_fields = tuple(
             sorted(load_table(self._catalog, self._config, table.identifier).schema().identifier_field_names())

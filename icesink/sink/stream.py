@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from icesink.catalog.config import CatalogConfig, resolve_catalog
 from icesink.debezium_events.route import Debezium
 from icesink.errors import ConfigError, NotStreamingError
-from icesink.sink.options import TABLE_OPTIONS, StreamOptions, Target, args_doc
+from icesink.sink.options import TABLE_OPTIONS, Committer, StreamOptions, Target, args_doc
 from icesink.sink.preflight import preflight
 
 if TYPE_CHECKING:
@@ -81,7 +81,8 @@ def _stream_tables(df: DataFrame, arguments: dict[str, Any]) -> StreamingQuery:
     given = [name for name in TABLE_OPTIONS if arguments[name] != StreamOptions.default_of(name)]
     if given:
         where = (
-            "pass partition_by, table_properties or evolve_schema to icesink.debezium(...)"
+            "pass partition_by, table_properties, evolve_schema or maintain to icesink.debezium(...); its tables "
+            "are written by the Arrow writer (they are keyed)"
             if isinstance(tables, Debezium)
             else "pass it in each icesink.Target(...)"
         )
@@ -151,6 +152,11 @@ def _stream_debezium(df: DataFrame, spec: Debezium, arguments: dict[str, Any]) -
             f"Spark's Kafka source gives them (its columns: {', '.join(df.columns)})"
         )
     options = StreamOptions(table=name, **arguments)
+    if spec.maintain and options.committer != Committer.INLINE:
+        raise ConfigError(
+            f"tables {name}: icesink.debezium(maintain=True) applies to the inline committer; with "
+            "committer='daemon' pass --maintain to icesink committer run"
+        )
     if not options.checkpoint_location:
         raise ConfigError(f"tables {name}: checkpoint_location is required; exactly-once needs Spark's checkpoint")
     check_environment()
