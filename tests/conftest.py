@@ -129,7 +129,7 @@ def java_reader() -> Path:
 @pytest.fixture(scope="session")
 def spark():  # type: ignore[no-untyped-def]
     """One local[2] Spark session for the whole test session."""
-    from tests.streams import local_session
+    from tests.helpers.streams import local_session
 
     session = local_session(app_name="icesink-tests", **{"spark.driver.memory": "1g"})
     yield session
@@ -138,7 +138,7 @@ def spark():  # type: ignore[no-untyped-def]
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The fault-injection (and S3, cluster) cases and their verified end states, as one table."""
-    from tests.outcomes import OUTCOMES, format_outcomes
+    from tests.helpers.outcomes import OUTCOMES, format_outcomes
 
     if OUTCOMES:
         terminalreporter.section("end states of the fault, soak, S3 and cluster cases (read back with iceberg-rust)")

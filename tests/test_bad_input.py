@@ -15,7 +15,7 @@ from icesink.catalog.loader import open_catalog
 from icesink.cli import main
 from icesink.committer.ledger import Ledger
 from icesink.errors import UnsupportedTableError
-from tests.support import create_orders_table, orders, stage_rows, table_ids
+from tests.helpers.support import create_orders_table, orders, stage_rows, table_ids
 
 TABLE = "shop.orders ü %/x"
 

@@ -21,9 +21,9 @@ import icesink
 from icesink.catalog import database
 from icesink.catalog.config import CatalogConfig, sqlite_path
 from icesink.catalog.loader import open_catalog
-from tests.outcomes import check_outcome
-from tests.streams import add_input_files, input_stream
-from tests.support import create_orders_table, orders, stage_rows, table_ids, wait_for
+from tests.helpers.outcomes import check_outcome
+from tests.helpers.streams import add_input_files, input_stream
+from tests.helpers.support import create_orders_table, orders, stage_rows, table_ids, wait_for
 
 TABLE = "shop.orders"
 ROOT = Path(__file__).parent.parent

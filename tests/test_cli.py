@@ -16,7 +16,7 @@ from icesink.catalog.loader import open_catalog
 from icesink.cli import main
 from icesink.errors import IcesinkError
 from icesink.paths import file_uri
-from tests.support import create_orders_table, orders, stage_rows
+from tests.helpers.support import create_orders_table, orders, stage_rows
 
 TABLE = "shop.orders"
 

@@ -21,8 +21,8 @@ import pytest
 
 from icesink.catalog.config import CatalogConfig
 from tests.conftest import free_port
-from tests.outcomes import check_outcome
-from tests.support import wait_for
+from tests.helpers.outcomes import check_outcome
+from tests.helpers.support import wait_for
 from tests.test_s3 import catalog_env, icesink_cli
 
 pytestmark = [pytest.mark.cluster, pytest.mark.s3, pytest.mark.postgres]

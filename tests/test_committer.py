@@ -14,7 +14,7 @@ from icesink.iceberg.manifests import to_data_file
 from icesink.iceberg.marker import committed_marker
 from icesink.iceberg.snapshots import commit_prepared, prepare_snapshot
 from icesink.properties import JOB_ID_PROPERTY, MAX_CHECKPOINT_PROPERTY
-from tests.support import create_orders_table, orders, stage_rows, table_ids, write_files
+from tests.helpers.support import create_orders_table, orders, stage_rows, table_ids, write_files
 
 TABLE = "shop.orders"
 

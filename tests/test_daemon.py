@@ -17,7 +17,7 @@ from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.daemon import CommitterDaemon
 from icesink.committer.ledger import Ledger
 from icesink.committer.observability import StatusServer
-from tests.support import create_orders_table, orders, stage_rows, table_ids
+from tests.helpers.support import create_orders_table, orders, stage_rows, table_ids
 
 
 def get(url: str) -> tuple[int, str]:

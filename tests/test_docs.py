@@ -1,7 +1,7 @@
 """The documentation site: it builds strictly, its examples run, its reference misses nothing, and it renders.
 
 The site is built once per test session with ``mkdocs build --strict`` (a broken link, a missing anchor or an
-unknown generated table fails it). The examples run as :mod:`tests.docs_examples` describes.
+unknown generated table fails it). The examples run as :mod:`tests.helpers.docs_examples` describes.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.docs_examples import DOCS, Block, DocsError, blocks_of, pages
+from tests.helpers.docs_examples import DOCS, Block, DocsError, blocks_of, pages
 
 ROOT = DOCS.parent
 
@@ -70,7 +70,7 @@ def test_examples(page: str, blocks: list[Block], tmp_path: Path) -> None:
     if all(b.not_run is not None for b in blocks):
         pytest.skip("; ".join(sorted({f"{b.page}:{b.line}: {b.not_run}" for b in blocks})))
     done = subprocess.run(
-        [sys.executable, "-m", "tests.docs_examples", page],
+        [sys.executable, "-m", "tests.helpers.docs_examples", page],
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -87,7 +87,7 @@ def test_every_code_block_says_what_it_is() -> None:
 
 
 def test_the_example_reader_finds_blocks_and_reasons(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tests.docs_examples as docs_examples
+    import tests.helpers.docs_examples as docs_examples
 
     monkeypatch.setattr(docs_examples, "DOCS", tmp_path / "docs")
     (tmp_path / "docs").mkdir()

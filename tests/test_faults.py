@@ -23,10 +23,10 @@ from icesink.catalog.loader import open_catalog
 from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.gc import collect_garbage
 from icesink.committer.ledger import Ledger
-from tests.changes import ChangeModel, random_checkpoint, sorted_rows, write_checkpoint_file
-from tests.outcomes import check_outcome
-from tests.streams import add_input_files
-from tests.support import age_everything, create_orders_table, orders, stage_rows, table_ids, wait_for
+from tests.helpers.changes import ChangeModel, random_checkpoint, sorted_rows, write_checkpoint_file
+from tests.helpers.outcomes import check_outcome
+from tests.helpers.streams import add_input_files
+from tests.helpers.support import age_everything, create_orders_table, orders, stage_rows, table_ids, wait_for
 
 pytestmark = pytest.mark.faults
 TABLE = "shop.orders"
@@ -65,7 +65,7 @@ def start_stream(
         writer,
     ]
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.fault_stream", *args],
+        [sys.executable, "-m", "tests.helpers.fault_stream", *args],
         cwd=ROOT,
         env={**_env(failpoints), **(env or {})},
         start_new_session=True,  # its own process group: killing it takes the JVM and workers too
@@ -253,7 +253,7 @@ def test_a_changelog_pipeline_with_both_streams_killed_at_random_ends_with_b_equ
     def start_copy() -> subprocess.Popen[bytes]:
         args = [CDC_TABLE, str(copy_path / "ckpt"), pg_catalog.name, pg_catalog.uri, pg_catalog.warehouse]
         return subprocess.Popen(
-            [sys.executable, "-m", "tests.fault_stream", *args, "shop.copy", "inline", "changelog"],
+            [sys.executable, "-m", "tests.helpers.fault_stream", *args, "shop.copy", "inline", "changelog"],
             cwd=ROOT,
             env=_env(),
             start_new_session=True,
@@ -279,7 +279,7 @@ def test_a_changelog_pipeline_with_both_streams_killed_at_random_ends_with_b_equ
     check_outcome(
         f"changelog pipeline, {kills} SIGKILLs (seed {seed}): A", pg_catalog, CDC_TABLE, expected_rows=model.expected()
     )
-    from tests.outcomes import read_with_iceberg_rust
+    from tests.helpers.outcomes import read_with_iceberg_rust
 
     rust = read_with_iceberg_rust(pg_catalog, "shop.copy", "region, id, value, seq")
     assert sorted_rows(rust) == model.expected()

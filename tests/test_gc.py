@@ -14,7 +14,7 @@ from icesink.committer.commit import TableCommitter
 from icesink.committer.gc import collect_garbage, parse_age
 from icesink.committer.ledger import Ledger
 from icesink.errors import ManifestError
-from tests.support import age_everything, create_orders_table, orders, stage_rows, table_ids, write_files
+from tests.helpers.support import age_everything, create_orders_table, orders, stage_rows, table_ids, write_files
 
 TABLE = "shop.orders"
 HOUR = datetime.timedelta(hours=1)

@@ -16,7 +16,7 @@ from icesink.committer.ledger import Ledger
 from icesink.errors import ManifestError
 from icesink.iceberg.marker import committed_marker
 from icesink.properties import COMMIT_ID_PROPERTY
-from tests.support import create_orders_table, orders, stage_group, table_ids
+from tests.helpers.support import create_orders_table, orders, stage_group, table_ids
 
 TABLES = ("shop.orders", "shop.order lines", "shop.façade%/x")
 
@@ -282,7 +282,7 @@ def test_a_committer_limited_to_some_tables_refuses_a_group_reaching_beyond_them
 def test_a_checkpoint_that_would_stage_one_table_twice_stages_nothing(three_tables: CatalogConfig) -> None:
     from icesink.committer.staging import TableResults, stage_tables
     from icesink.errors import ConfigError
-    from tests.support import write_files
+    from tests.helpers.support import write_files
 
     config = three_tables
     table = open_catalog(config).load_table(TABLES[0])

@@ -22,7 +22,7 @@ from icesink.catalog.loader import open_catalog
 from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.ledger import Ledger
 from icesink.properties import TABLE_PROPERTY_PREFIX
-from tests.support import create_orders_table, orders, stage_group, table_ids
+from tests.helpers.support import create_orders_table, orders, stage_group, table_ids
 from tests.test_faults import ROOT, _env, run_committer
 
 pytestmark = pytest.mark.faults
@@ -53,7 +53,7 @@ def stage(config: CatalogConfig, checkpoint: int, writes: dict[str, list[int]]) 
 
 def start_watcher(config: CatalogConfig, out: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.catalog_watcher", config.uri, config.name, str(out)],
+        [sys.executable, "-m", "tests.helpers.catalog_watcher", config.uri, config.name, str(out)],
         cwd=ROOT,
         env=_env(),
         start_new_session=True,

@@ -25,7 +25,7 @@ from icesink.catalog.loader import open_catalog
 from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.commit import TableCommitter
 from icesink.committer.ledger import Ledger
-from tests.support import EPOCH, ORDERS_SCHEMA, create_orders_table
+from tests.helpers.support import EPOCH, ORDERS_SCHEMA, create_orders_table
 from tests.test_group_commit import _stage_changes
 
 TABLES = ("hist.a", "hist.b b", "hist.ç%/")

@@ -36,8 +36,8 @@ from icesink.catalog import database
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.committer.gc import collect_garbage
-from tests.outcomes import check_outcome, iceberg_rust_sql, read_many_with_iceberg_java, read_with_duckdb
-from tests.streams import order_for_file_source
+from tests.helpers.outcomes import check_outcome, iceberg_rust_sql, read_many_with_iceberg_java, read_with_duckdb
+from tests.helpers.streams import order_for_file_source
 from tests.test_paths import hostile_text
 
 pytestmark = [pytest.mark.spark, pytest.mark.interop]

@@ -12,7 +12,7 @@ from icesink.iceberg import PYICEBERG_VERSION
 from icesink.iceberg.manifests import read_delta_manifest, to_data_file, write_delta_manifest
 from icesink.iceberg.snapshots import commit_prepared, prepare_snapshot
 from icesink.paths import file_uri
-from tests.support import create_orders_table, orders, write_files
+from tests.helpers.support import create_orders_table, orders, write_files
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import pytest
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
-from tests.outcomes import iceberg_rust_sql, read_with_duckdb, read_with_iceberg_java
-from tests.streams import add_input_files, expected_rows, input_stream, run_available
+from tests.helpers.outcomes import iceberg_rust_sql, read_with_duckdb, read_with_iceberg_java
+from tests.helpers.streams import add_input_files, expected_rows, input_stream, run_available
 
 pytestmark = [pytest.mark.interop, pytest.mark.spark]
 TABLE = "shop.orders"
@@ -70,7 +70,7 @@ def test_independent_readers_apply_our_deletes_like_the_model(
     import random
 
     import icesink
-    from tests.changes import ChangeModel, random_checkpoint, sorted_rows, write_checkpoint_file
+    from tests.helpers.changes import ChangeModel, random_checkpoint, sorted_rows, write_checkpoint_file
     from tests.test_upsert import KEEP_EQUALITY_DELETES, run_cdc
     from tests.test_upsert import TABLE as CDC_TABLE
 

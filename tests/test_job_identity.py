@@ -24,9 +24,9 @@ from icesink.committer.daemon import CommitterDaemon
 from icesink.committer.ledger import Ledger
 from icesink.committer.staging import stage_checkpoint
 from icesink.errors import JobIdConflictError
-from tests.outcomes import check_outcome
-from tests.streams import add_input_files, input_stream, run_available
-from tests.support import create_orders_table, orders, table_ids, wait_for, write_files
+from tests.helpers.outcomes import check_outcome
+from tests.helpers.streams import add_input_files, input_stream, run_available
+from tests.helpers.support import create_orders_table, orders, table_ids, wait_for, write_files
 
 TABLE = "shop.orders"
 STREAM_A = StreamIdentity("stream-a", "/checkpoints/a")

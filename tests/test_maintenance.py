@@ -40,7 +40,7 @@ from icesink.maintenance.convert import convert_equality_deletes
 from icesink.maintenance.policy import MaintenancePolicy
 from icesink.writer.spec import ChangeSpec
 from icesink.writer.task import TaskWriter
-from tests.outcomes import check_outcome, iceberg_rust_sql
+from tests.helpers.outcomes import check_outcome, iceberg_rust_sql
 
 TABLE = "shop.kv"
 KEEP = {"icesink.equality-deletes.convert-at-commit": "false"}
@@ -403,7 +403,7 @@ def test_maintenance_killed_at_every_moment_leaves_the_table_exact(catalog_confi
     for rows in rows_by_every_reader(catalog_config):
         assert rows == model.expected()
     # What the killed run wrote but never committed is garbage that gc removes; the table still reads exactly.
-    from tests.support import age_everything
+    from tests.helpers.support import age_everything
 
     age_everything(Path(catalog_config.warehouse.removeprefix("file://")))
     collect_garbage(open_catalog(catalog_config), catalog_config, TABLE, datetime.timedelta(hours=1))

@@ -31,8 +31,8 @@ from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.daemon import CommitterDaemon
 from icesink.committer.ledger import Ledger
 from icesink.iceberg.scan import live_files
-from tests.changes import ChangeModel, random_checkpoint, sorted_rows, write_checkpoint_file
-from tests.outcomes import check_outcome, iceberg_rust_sql, read_many_with_iceberg_java
+from tests.helpers.changes import ChangeModel, random_checkpoint, sorted_rows, write_checkpoint_file
+from tests.helpers.outcomes import check_outcome, iceberg_rust_sql, read_many_with_iceberg_java
 from tests.test_upsert import TABLE, cdc_stream, run_cdc
 
 pytestmark = [pytest.mark.spark, pytest.mark.interop]

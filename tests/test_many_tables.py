@@ -16,7 +16,7 @@ from icesink.committer.ledger import Ledger
 from icesink.errors import ConfigError
 from icesink.iceberg.marker import committed_marker
 from icesink.properties import COMMIT_ID_PROPERTY
-from tests.outcomes import read_many_with_iceberg_java, read_with_duckdb, read_with_iceberg_rust
+from tests.helpers.outcomes import read_many_with_iceberg_java, read_with_duckdb, read_with_iceberg_rust
 
 pytestmark = pytest.mark.spark
 ORDERS, LINES, AUDIT = "shop.orders", "shop.order lines", "shop.audit ü%"

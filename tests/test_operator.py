@@ -17,7 +17,7 @@ from icesink.catalog.loader import open_catalog
 from icesink.cli import main
 from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.ledger import Ledger
-from tests.support import create_orders_table, orders, stage_rows, table_ids, wait_for
+from tests.helpers.support import create_orders_table, orders, stage_rows, table_ids, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKEN = "shop.broken ü %/x"
@@ -167,7 +167,7 @@ def test_two_jobs_with_the_same_checkpoint_need_job(sqlite_catalog: CatalogConfi
 def test_gc_cleans_every_other_table_while_one_has_a_broken_checkpoint_and_that_one_after_discard(
     sqlite_catalog: CatalogConfig,
 ) -> None:
-    from tests.support import age_everything
+    from tests.helpers.support import age_everything
 
     create_orders_table(sqlite_catalog, BROKEN)
     create_orders_table(sqlite_catalog, FINE)

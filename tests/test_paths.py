@@ -28,8 +28,8 @@ from icesink.committer.gc import collect_garbage
 from icesink.committer.ledger import Ledger
 from icesink.committer.staging import stage_checkpoint
 from icesink.errors import ConfigError
-from tests.outcomes import iceberg_rust_sql
-from tests.support import write_files
+from tests.helpers.outcomes import iceberg_rust_sql
+from tests.helpers.support import write_files
 
 # Characters that break paths and URIs, with letters so that values also share prefixes.
 HOSTILE = [*" %/?#=+&\\:*~'\"<>|\t\n.é名😀", "e\u0301", "\u00e9", "\u00a0", "a", "Z", "0"]

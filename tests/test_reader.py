@@ -14,7 +14,7 @@ from icesink.errors import BadFilterError, ConfigError, SnapshotNotFoundError, T
 from icesink.iceberg.describe import writer_spec
 from icesink.writer.spec import ChangeSpec
 from icesink.writer.task import TaskWriter
-from tests.support import create_orders_table, orders, stage_rows
+from tests.helpers.support import create_orders_table, orders, stage_rows
 
 TABLE = "shop.orders"
 

@@ -17,8 +17,8 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.committer.gc import collect_garbage
 from tests.conftest import S3_SECRET
-from tests.outcomes import check_outcome
-from tests.streams import add_input_files, input_stream, run_available
+from tests.helpers.outcomes import check_outcome
+from tests.helpers.streams import add_input_files, input_stream, run_available
 from tests.test_faults import ROOT, run_to_completion, start_stream, wait
 
 pytestmark = [pytest.mark.s3, pytest.mark.spark, pytest.mark.postgres]

@@ -16,7 +16,7 @@ from icesink.committer.ledger import Ledger
 from icesink.errors import SchemaMismatchError
 from icesink.iceberg.schemas import AddColumn, WidenColumn, written_schema_problem
 from icesink.sink.projection import plan_projection, plan_schema
-from tests.support import add_input_file, create_orders_table, orders, stage_rows, wait_for
+from tests.helpers.support import add_input_file, create_orders_table, orders, stage_rows, wait_for
 
 TABLE = "shop.events"
 

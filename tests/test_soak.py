@@ -17,10 +17,10 @@ import pytest
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
-from tests.outcomes import check_outcome
-from tests.soak_streams import JOBS
-from tests.streams import add_input_files
-from tests.support import wait_for
+from tests.helpers.outcomes import check_outcome
+from tests.helpers.soak_streams import JOBS
+from tests.helpers.streams import add_input_files
+from tests.helpers.support import wait_for
 from tests.test_faults import ROOT, _env, _kill_group, all_committed, start_committer
 
 pytestmark = [pytest.mark.faults, pytest.mark.spark]
@@ -46,7 +46,7 @@ def create_tables(config: CatalogConfig) -> None:
 def start_streams(config: CatalogConfig, tmp_path: Path) -> subprocess.Popen[bytes]:
     args = [str(tmp_path / "in"), str(tmp_path / "ckpt"), config.name, config.uri, config.warehouse]
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.soak_streams", *args],
+        [sys.executable, "-m", "tests.helpers.soak_streams", *args],
         cwd=ROOT,
         env=_env(),
         start_new_session=True,

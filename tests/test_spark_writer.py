@@ -17,8 +17,8 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.committer.ledger import Ledger
 from icesink.errors import ConfigError
-from tests.outcomes import iceberg_rust_sql, read_with_iceberg_java
-from tests.streams import add_input_files, expected_rows, input_stream, order_for_file_source, run_available
+from tests.helpers.outcomes import iceberg_rust_sql, read_with_iceberg_java
+from tests.helpers.streams import add_input_files, expected_rows, input_stream, order_for_file_source, run_available
 
 pytestmark = pytest.mark.spark
 

@@ -17,8 +17,8 @@ from icesink.errors import (
     TableNotFoundError,
 )
 from icesink.paths import file_uri
-from tests.streams import add_input_files, expected_rows, input_stream, order_for_file_source, run_available
-from tests.support import create_orders_table
+from tests.helpers.streams import add_input_files, expected_rows, input_stream, order_for_file_source, run_available
+from tests.helpers.support import create_orders_table
 
 pytestmark = pytest.mark.spark
 TABLE = "shop.orders"

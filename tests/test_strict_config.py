@@ -23,7 +23,7 @@ from icesink.cli import main
 from icesink.errors import ConfigError
 from icesink.paths import file_uri
 from tests.conftest import create_pg_database, drop_pg_database
-from tests.support import create_orders_table
+from tests.helpers.support import create_orders_table
 
 ROOT = Path(__file__).parent.parent
 TABLE = "shop.orders"

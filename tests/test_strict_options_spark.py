@@ -49,7 +49,7 @@ def run_changes(stream: Any, checkpoint: Path) -> list[Any]:
 def test_stream_and_read_stream_with_an_undefined_catalog_name_create_nothing(
     spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.streams import add_input_files, input_stream
+    from tests.helpers.streams import add_input_files, input_stream
 
     add_input_files(tmp_path / "in", [(0, 10)])
     work = tmp_path / "work"
@@ -150,7 +150,7 @@ def native_append(
     spark: Any, config: CatalogConfig, table: str, tmp_path: Path, path: str | None = None, **options: str
 ) -> None:
     """``writeStream.format("icesink")`` over one input file, as the README shows it, plus ``options``."""
-    from tests.streams import add_input_files, input_stream
+    from tests.helpers.streams import add_input_files, input_stream
 
     add_input_files(tmp_path / "in", [(0, 10)])
     icesink.register(spark)
@@ -181,7 +181,7 @@ def native_append(
 def test_the_format_sink_refuses_options_it_would_ignore_and_writes_nothing(
     spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, options: dict[str, str], says: str
 ) -> None:
-    from tests.support import create_orders_table
+    from tests.helpers.support import create_orders_table
 
     table = create_orders_table(sqlite_catalog, "shop.orders")
     with pytest.raises(Exception) as raised:
@@ -196,7 +196,7 @@ def test_the_format_sink_refuses_options_it_would_ignore_and_writes_nothing(
 def test_the_format_sink_refuses_a_table_with_identifier_fields(
     spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
 ) -> None:
-    from tests.support import create_orders_table
+    from tests.helpers.support import create_orders_table
 
     table = create_orders_table(sqlite_catalog, "shop.orders")
     with table.update_schema() as update:
@@ -212,7 +212,7 @@ def test_what_spark_passes_to_the_format_sink_is_accepted(
     spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
 ) -> None:
     """checkpointLocation, queryName and the path of start() reach the sink as options: not the user's typos."""
-    from tests.support import create_orders_table
+    from tests.helpers.support import create_orders_table
 
     table = create_orders_table(sqlite_catalog, "shop.orders")
     native_append(spark, sqlite_catalog, "shop.orders", tmp_path, path="shop.orders")

@@ -23,9 +23,9 @@ from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
 from icesink.errors import BadRowError
 from icesink.writer import values
-from tests.outcomes import iceberg_rust_sql, read_with_duckdb, read_with_iceberg_java
-from tests.streams import order_for_file_source
-from tests.support import stage_rows, write_files
+from tests.helpers.outcomes import iceberg_rust_sql, read_with_duckdb, read_with_iceberg_java
+from tests.helpers.streams import order_for_file_source
+from tests.helpers.support import stage_rows, write_files
 
 UTC = datetime.UTC
 TYPES = "shop.types"  # every type a Spark 3.5 reader can read too

@@ -12,7 +12,13 @@ from pyiceberg.manifest import ManifestContent
 import icesink
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
-from tests.changes import SPARK_CHANGE_SCHEMA, ChangeModel, random_checkpoint, sorted_rows, write_checkpoint_file
+from tests.helpers.changes import (
+    SPARK_CHANGE_SCHEMA,
+    ChangeModel,
+    random_checkpoint,
+    sorted_rows,
+    write_checkpoint_file,
+)
 
 pytestmark = pytest.mark.spark
 TABLE = "shop.inventory"

@@ -33,8 +33,8 @@ from icesink.committer.staging import stage_checkpoint
 from icesink.iceberg.describe import writer_spec
 from icesink.writer.spec import ChangeSpec
 from icesink.writer.task import TaskWriter
+from tests.helpers.outcomes import iceberg_rust_sql, read_many_with_iceberg_java, read_with_duckdb
 from tests.histories.canon import canon_rows
-from tests.outcomes import iceberg_rust_sql, read_many_with_iceberg_java, read_with_duckdb
 
 UTC = datetime.UTC
 TABLE = "shop.every value ü %/x"

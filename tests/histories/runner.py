@@ -243,7 +243,7 @@ def _check_update_pairs(world: World, schema: Any, changes: list[dict[str, Any]]
 
 def _check_other_readers(world: World) -> None:
     from icesink.iceberg.scan import live_files
-    from tests.outcomes import iceberg_rust_sql, read_with_duckdb
+    from tests.helpers.outcomes import iceberg_rust_sql, read_with_duckdb
 
     table = world.table()
     if table.current_snapshot() is None:
@@ -282,8 +282,8 @@ def _java_check(world: World) -> JavaCheck | None:
 def check_with_iceberg_java(checks: list[JavaCheck]) -> list[str | None]:
     """Each table as Iceberg Java reads it, all in one JVM: per check, how it differs from the model, or None."""
     from tests.conftest import JAVA_READER_VENV
+    from tests.helpers.outcomes import read_many_with_iceberg_java
     from tests.histories.canon import canon_rows, first_difference
-    from tests.outcomes import read_many_with_iceberg_java
 
     python = JAVA_READER_VENV / "bin" / "python"
     # Iceberg 1.9.2's vectorized Parquet reader fails on a uuid column of a flat schema ("Unsupported type:

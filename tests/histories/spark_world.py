@@ -24,7 +24,7 @@ from tests.histories.world import IDENTIFIER, JOB, Mismatch, World
 
 def spark_session() -> Any:
     """The test session's Spark, or one of its own for ``make histories``."""
-    from tests.streams import local_session
+    from tests.helpers.streams import local_session
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     return local_session(app_name="icesink-histories", **{"spark.driver.memory": "1g"})
