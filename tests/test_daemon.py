@@ -125,3 +125,20 @@ def test_maintenance_longer_than_the_lease_ttl_still_commits(
     assert len(live_files(table).data) == 1
     for rows in rows_by_every_reader(sqlite_catalog):
         assert rows == model.expected()
+
+
+def test_a_pass_that_commits_some_checkpoints_then_fails_counts_those_it_committed(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    create_orders_table(sqlite_catalog, "shop.half")
+    stage_rows(sqlite_catalog, "shop.half", "job", 0, orders(0, 10))
+    stage_rows(sqlite_catalog, "shop.half", "job", 1, orders(10, 10))
+    lost = Ledger(sqlite_catalog).pending("shop.half")[1]
+    Path(lost.manifests.data.path.removeprefix("file://")).unlink()  # checkpoint 1 can never commit
+    daemon = CommitterDaemon(sqlite_catalog, poll_interval=0.1, lease_ttl=5)
+    report = daemon.run(once=True)
+    assert table_ids(sqlite_catalog, "shop.half") == list(range(10))
+    assert (report.snapshots, report.checkpoints) == (1, 1)
+    assert "checkpoint 1" in report.failed["shop.half"]
+    committed = daemon.metrics.registry.get_sample_value("icesink_checkpoints_committed_total", {"table": "shop.half"})
+    assert committed == 1

@@ -95,39 +95,44 @@ class TableCommitter:
         """Read the table from the catalog next time (someone else, maintenance say, committed)."""
         self._tables.pop(table_identifier, None)
 
-    def commit_pending(self, table_identifier: str, job_id: str | None = None) -> list[CommitOutcome]:
+    def commit_pending(
+        self, table_identifier: str, job_id: str | None = None, outcomes: list[CommitOutcome] | None = None
+    ) -> list[CommitOutcome]:
         """Commit every pending checkpoint of the table (or of one job of it), in checkpoint order.
 
-        A job that commits atomically across tables commits all its tables here, together.
+        A job that commits atomically across tables commits all its tables here, together. ``outcomes``
+        receives each commit's outcome as it is made, so that a caller knows what was committed before an
+        error stopped the rest.
         """
+        outcomes = [] if outcomes is None else outcomes
         rows = self._ledger.pending(table_identifier, job_id)
         if not rows:
-            return []
-        outcomes: list[CommitOutcome] = []
+            return outcomes
         atomic_jobs = sorted({r.job_id for r in rows if r.atomic})
         for job in atomic_jobs:
-            outcomes += self.commit_atomic(job)
+            self.commit_atomic(job, outcomes)
         if atomic_jobs:  # those jobs' older checkpoints of one table were committed on the way
             rows = [r for r in self._ledger.pending(table_identifier, job_id) if not r.atomic]
-        return outcomes + self._commit_table(table_identifier, rows)
+        self._commit_table(table_identifier, rows, outcomes)
+        return outcomes
 
-    def commit_atomic(self, job_id: str) -> list[CommitOutcome]:
+    def commit_atomic(self, job_id: str, outcomes: list[CommitOutcome] | None = None) -> list[CommitOutcome]:
         """Commit every pending checkpoint of a job that commits atomically across its tables.
 
         Checkpoints the job staged table by table before (a stream that wrote one table, restarted to write
         several with the same job) commit first, table by table: the group's marker would pass over them.
         """
-        outcomes: list[CommitOutcome] = []
+        outcomes = [] if outcomes is None else outcomes
         single = [r for r in self._ledger.pending(job_id=job_id) if not r.atomic]
         for identifier in sorted({r.table_identifier for r in single}):
-            outcomes += self._commit_table(identifier, [r for r in single if r.table_identifier == identifier])
-        return outcomes + self._group.commit_job(job_id)
+            self._commit_table(identifier, [r for r in single if r.table_identifier == identifier], outcomes)
+        outcomes += self._group.commit_job(job_id)
+        return outcomes
 
-    def _commit_table(self, table_identifier: str, rows: list[CheckpointRow]) -> list[CommitOutcome]:
+    def _commit_table(self, table_identifier: str, rows: list[CheckpointRow], outcomes: list[CommitOutcome]) -> None:
         """Commit one table's pending checkpoints that are not part of a group, job by job."""
-        outcomes: list[CommitOutcome] = []
         if not rows:
-            return outcomes
+            return
         # The table as this committer's last commit left it, if it has one. Safe even when someone
         # committed since: the snapshot is built on that head, the catalog refuses it, and the
         # table and its marker are read again before anything is rebuilt.
@@ -137,7 +142,6 @@ class TableCommitter:
         for job, job_rows in itertools.groupby(rows, key=lambda r: r.job_id):
             table = self._commit_job(table, table_identifier, job, list(job_rows), outcomes)
         self._tables[table_identifier] = table  # only after every job went through without an error
-        return outcomes
 
     def _commit_job(
         self, table: Table, identifier: str, job_id: str, rows: list[CheckpointRow], outcomes: list[CommitOutcome]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
+from icesink.committer.build import CommitOutcome
 from icesink.committer.commit import TableCommitter
 from icesink.committer.lease import Lease, LeaseKeeper, LeaseLostError, default_owner
 from icesink.committer.ledger import Ledger
@@ -121,22 +122,35 @@ class CommitterDaemon:
             if time.monotonic() < self._retry_at.get(table, 0.0) and not operator_acted:
                 waiting += 1
                 continue
+            outcomes: list[CommitOutcome] = []
             try:
-                outcomes = self._committer.commit_pending(table)
+                self._committer.commit_pending(table, outcomes=outcomes)
             except CatalogReplacedError:
                 raise  # every table of the catalog is affected: the daemon stops
             except LeaseLostError as e:
+                self._counted(table, outcomes, report, failed=True)
                 log.warning("%s; back to standby", e)
                 self._leading = False
                 return waiting + 1
             except Exception as e:  # one table's failure, foreseen or not, never stops the others
+                self._counted(table, outcomes, report, failed=True)  # what it committed before the failure
                 self._failed(table, e, report)
                 waiting += 1
                 continue
             self._forget_failure(table, report)
-            snapshots = [o for o in outcomes if o.snapshot_id is not None]
-            report.snapshots += len(snapshots)
-            report.checkpoints += sum(len(o.checkpoint_ids) for o in outcomes)
+            if self._counted(table, outcomes, report) and self._maintainer is not None and not self._stop.is_set():
+                self._maintain(table)
+        for table in set(self._retry_at) - set(pending):  # discarded, or committed by someone else
+            self._forget_failure(table, report)
+        return waiting
+
+    def _counted(self, table: str, outcomes: list[CommitOutcome], report: DaemonReport, failed: bool = False) -> int:
+        """Count a pass's commits of one table in the report and the metrics (those made before it ``failed``);
+        returns the snapshots made."""
+        snapshots = [o for o in outcomes if o.snapshot_id is not None]
+        report.snapshots += len(snapshots)
+        report.checkpoints += sum(len(o.checkpoint_ids) for o in outcomes)
+        if outcomes or not failed:
             self.metrics.committed(
                 table,
                 snapshots=len(snapshots),
@@ -145,11 +159,7 @@ class CommitterDaemon:
                 seconds=[o.seconds for o in snapshots],
                 equality_delete_files=sum(o.equality_delete_files for o in snapshots),
             )
-            if snapshots and self._maintainer is not None and not self._stop.is_set():
-                self._maintain(table)
-        for table in set(self._retry_at) - set(pending):  # discarded, or committed by someone else
-            self._forget_failure(table, report)
-        return waiting
+        return len(snapshots)
 
     def _failed(self, table: str, error: Exception, report: DaemonReport) -> None:
         """Record a table's failed commit and when to try it again."""
