@@ -205,9 +205,8 @@ def main() -> None:
         finally:
             server.terminate()
             server.wait(10)
-    record_values(
-        "committer_restart", updates, f"bench/committer_restart.py --files {args.files} --repeat {args.repeat}"
-    )
+    command = f"bench/committer_restart.py --files {args.files} --stores {args.stores} --repeat {args.repeat}"
+    record_values("committer_restart", updates, command)
 
 
 if __name__ == "__main__":
