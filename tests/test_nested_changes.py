@@ -3,7 +3,6 @@ structs (converted at commit, since Iceberg Java does not apply such equality de
 
 from __future__ import annotations
 
-import datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,24 +16,6 @@ from icesink.committer.commit import TableCommitter
 from icesink.committer.ledger import Ledger
 from tests.helpers.changes import write_checkpoint_file
 from tests.helpers.outcomes import iceberg_rust_sql, read_many_with_iceberg_java, read_with_duckdb
-
-UTC = datetime.UTC
-# Names a user may pick: spaces, %, / and letters beyond ASCII in the table and in a nested field.
-EVENTS = "shop.nested events ü %"
-AT = "at time/ü %"
-
-# The leaves of the table below, by the names Iceberg gives them (create_table numbers the fields afresh).
-LEAVES = (
-    "id",
-    "payload.user.name",
-    "payload.user.scores.element",
-    "payload.amount",
-    f"payload.{AT}",
-    "tags.element",
-    "attrs.key",
-    "attrs.value",
-)
-
 
 # --- a keyed change stream with nested columns whose input gains fields partway --------------------------------------
 

@@ -329,6 +329,18 @@ def test_data_files_get_bloom_filters_on_key_columns_only_unless_the_table_says(
         writer_spec(catalog.load_table(TABLE), TABLE, "job")
 
 
+def commit_files_of_50_keys(config: CatalogConfig, checkpoints: int) -> Any:
+    """Checkpoints of 50 new keys each, in key order (one data file each): the model of what they leave."""
+    from tests.test_maintenance import Model, commit_changes
+
+    model = Model()
+    for checkpoint in range(checkpoints):
+        changes = [(k, f"v{checkpoint}", "I") for k in range(checkpoint * 50, checkpoint * 50 + 50)]
+        commit_changes(config, checkpoint, changes)
+        model.apply(changes)
+    return model
+
+
 @pytest.mark.interop
 def test_a_commit_converts_with_pruning_and_every_reader_agrees(
     sqlite_catalog: CatalogConfig, caplog: pytest.LogCaptureFixture, java_reader: Path
@@ -336,14 +348,10 @@ def test_a_commit_converts_with_pruning_and_every_reader_agrees(
     """Upserts of recent keys into a table of many files: the commit reads the keys of one file."""
     from tests.helpers.outcomes import check_outcome, read_with_duckdb, read_with_iceberg_java
     from tests.test_maintenance import TABLE as KV
-    from tests.test_maintenance import Model, commit_changes, create, rows_by_every_reader
+    from tests.test_maintenance import commit_changes, create, rows_by_every_reader
 
     create(sqlite_catalog)
-    model = Model()
-    for checkpoint in range(8):  # eight files of 50 keys each
-        changes = [(k, f"v{checkpoint}", "I") for k in range(checkpoint * 50, checkpoint * 50 + 50)]
-        commit_changes(sqlite_catalog, checkpoint, changes)
-        model.apply(changes)
+    model = commit_files_of_50_keys(sqlite_catalog, 8)
     changes = [(390, "new", "U"), (399, "new", "U"), (395, "", "D"), (1000, "inserted", "I")]
     with caplog.at_level(logging.INFO, logger="icesink.maintenance"):
         commit_changes(sqlite_catalog, 8, changes)
@@ -367,14 +375,10 @@ def test_deletes_whose_keys_spread_over_more_rows_than_the_limit_are_kept_and_co
     from icesink.committer.commit import TableCommitter
     from icesink.committer.observability import CommitterMetrics
     from tests.test_maintenance import TABLE as KV
-    from tests.test_maintenance import Model, commit_changes, create, rows_by_every_reader
+    from tests.test_maintenance import commit_changes, create, rows_by_every_reader
 
     create(sqlite_catalog, {"icesink.equality-deletes.convert-max-rows": "60"})
-    model = Model()
-    for checkpoint in range(4):  # four files of 50 keys each
-        changes = [(k, f"v{checkpoint}", "I") for k in range(checkpoint * 50, checkpoint * 50 + 50)]
-        commit_changes(sqlite_catalog, checkpoint, changes)
-        model.apply(changes)
+    model = commit_files_of_50_keys(sqlite_catalog, 4)
     recent = [(199, "recent", "U")]  # one file, 50 rows: converted
     commit_changes(sqlite_catalog, 4, recent)
     model.apply(recent)
@@ -481,14 +485,10 @@ def test_a_commit_reads_only_the_manifests_whose_partitions_its_deletes_reach(
 ) -> None:
     """A table partitioned by ranges of its key: upserts of recent keys read the manifests of recent ranges."""
     from tests.test_maintenance import TABLE as KV
-    from tests.test_maintenance import Model, commit_changes, create, rows_by_every_reader
+    from tests.test_maintenance import commit_changes, create, rows_by_every_reader
 
     create(sqlite_catalog, {"commit.manifest-merge.enabled": "false"}, partition_by=("truncate(100, id)",))
-    model = Model()
-    for checkpoint in range(8):  # eight manifests; ranges 0, 0, 100, 100, 200, 200, 300, 300
-        changes = [(k, f"v{checkpoint}", "I") for k in range(checkpoint * 50, checkpoint * 50 + 50)]
-        commit_changes(sqlite_catalog, checkpoint, changes)
-        model.apply(changes)
+    model = commit_files_of_50_keys(sqlite_catalog, 8)  # eight manifests; ranges 0, 0, 100, 100, 200, 200, 300, 300
     changes = [(390, "new", "U"), (350, "new", "U"), (395, "", "D"), (1000, "inserted", "I")]
     with caplog.at_level(logging.INFO, logger="icesink.maintenance"):
         commit_changes(sqlite_catalog, 8, changes)
