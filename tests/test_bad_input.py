@@ -208,7 +208,7 @@ def test_an_empty_catalog_name_is_refused_not_taken_for_the_embedded_one(
 def test_scan_text_output_shows_nested_values_binary_and_decimals_as_json_not_python() -> None:
     import decimal
 
-    from icesink.cli import _cell
+    from icesink.cli.output import cell as _cell
 
     assert _cell(decimal.Decimal("-1E-9")) == "-0.000000001"
     assert _cell(b"\x00\xff") == "AP8="

@@ -243,3 +243,34 @@ def test_scan_json_is_valid_json_for_every_value(sqlite_catalog: CatalogConfig) 
     assert [r["x"] for r in rows] == ["NaN", "Infinity", "-Infinity", 1.5]
     assert [r["blob"] for r in rows] == ["AP8=", "", None, "YWJj"]
     assert rows[0]["price"] == "1234567890123456789012345678.0123456789"
+
+
+def test_one_output_option_for_every_command(sqlite_catalog: CatalogConfig) -> None:
+    """``--output json`` before the command says what each command's ``--json`` says; text stays the default."""
+    committed_table(sqlite_catalog)
+    for command in (["tables", "list"], ["snapshots", "list", TABLE], ["checkpoints", "list", TABLE], ["jobs", "list"]):
+        code, own = invoke(sqlite_catalog, *command, "--json")
+        assert code == 0, own
+        code, global_option = invoke(sqlite_catalog, "--output", "json", *command)
+        assert code == 0, global_option
+        assert json.loads(global_option) == json.loads(own), command
+        code, text = invoke(sqlite_catalog, *command)
+        assert code == 0 and not text.lstrip().startswith(("[", "{")), (command, text)
+    code, scanned = invoke(sqlite_catalog, "--output", "json", "scan", TABLE, "--limit", "0")
+    assert sorted(json.loads(line)["id"] for line in scanned.splitlines()) == list(range(15))
+    code, output = invoke(sqlite_catalog, "--output", "yaml", "tables", "list")
+    assert code == 2 and "'yaml' is not one of 'text', 'json'" in output
+
+
+def test_text_tables_are_drawn_for_a_terminal_and_plain_for_a_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
+    from icesink.cli.output import Column, progress, text_table
+
+    rows = [{"name": "ü x/%", "n": 1}, {"name": None, "n": 22}]
+    columns = [Column("name", lambda r: r["name"]), Column("n", lambda r: r["n"])]
+    plain = text_table(rows, columns)
+    assert plain.splitlines() == ["name   n ", "-----  --", "ü x/%  1 ", "       22"]
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    drawn = text_table(rows, columns)
+    assert drawn != plain and "ü x/%" in drawn and "22" in drawn and "─" in drawn
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert list(progress(["a", "b", "c"], "testing")) == ["a", "b", "c"]

@@ -1,0 +1,3 @@
+from icesink.cli.app import main
+
+main()

@@ -1,0 +1,202 @@
+"""Commands that read the catalog: its database schema, tables, snapshots, rows and changes."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from icesink.cli.context import CliContext
+from icesink.cli.output import Column, text_table
+from icesink.errors import IcesinkError, SnapshotNotFoundError
+
+
+def short_commit(commit_id: str | None) -> str | None:
+    """The start of an atomic commit's id: enough to see which snapshots and checkpoints went together."""
+    return commit_id[:8] if commit_id else None
+
+
+@click.group()
+def db() -> None:
+    """The catalog database schema."""
+
+
+@db.command("upgrade")
+@click.pass_obj
+def db_upgrade(obj: CliContext) -> None:
+    """Create or migrate the catalog and ledger tables."""
+    from icesink import migrations
+    from icesink.catalog import database
+
+    database.upgrade(obj.config)
+    click.echo(f"{obj.config.describe()} is at schema revision {migrations.head_revision()}")
+
+
+@click.group()
+def tables() -> None:
+    """Tables in the catalog."""
+
+
+TABLE_COLUMNS: list[Column[dict[str, Any]]] = [
+    Column("table", lambda r: r["table"]),
+    Column("snapshots", lambda r: r["snapshots"]),
+    Column("current", lambda r: r["current_snapshot_id"]),
+    Column("records", lambda r: r["total_records"]),
+    Column("location", lambda r: r["location"] or "(unreadable)"),
+]
+
+
+@tables.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def tables_list(obj: CliContext, as_json: bool) -> None:
+    """List every table with its current snapshot."""
+    from icesink.catalog.database import database_errors
+
+    catalog = obj.catalog()
+    rows: list[dict[str, Any]] = []
+    errors = []
+    with database_errors(obj.config):
+        names = [".".join(i) for namespace in catalog.list_namespaces() for i in catalog.list_tables(namespace)]
+    for name in names:
+        try:  # one unreadable table does not hide the others
+            rows.append(_table_row(obj, name))
+        except IcesinkError as e:
+            errors.append(str(e))
+            rows.append(
+                {
+                    "table": name,
+                    "snapshots": None,
+                    "current_snapshot_id": None,
+                    "total_records": None,
+                    "location": None,
+                    "error": str(e),
+                }
+            )
+    obj.output(as_json).emit(rows, lambda: text_table(rows, TABLE_COLUMNS))
+    if errors:
+        for error in errors:
+            click.echo(f"error: {error}", err=True)
+        sys.exit(2)
+
+
+def _table_row(obj: CliContext, name: str) -> dict[str, Any]:
+    table = obj.table(name)
+    current = table.current_snapshot()
+    return {
+        "table": name,
+        "snapshots": len(table.metadata.snapshots),
+        "current_snapshot_id": current.snapshot_id if current else None,
+        "total_records": int(current.summary["total-records"] or 0) if current and current.summary else 0,
+        "location": table.location(),
+        "error": None,
+    }
+
+
+@click.group()
+def snapshots() -> None:
+    """Snapshots of a table."""
+
+
+SNAPSHOT_COLUMNS: list[Column[Any]] = [
+    Column("snapshot", lambda s: s.snapshot_id),
+    Column("parent", lambda s: s.parent_id),
+    Column("committed at", lambda s: s.committed_at),
+    Column("operation", lambda s: s.operation),
+    Column("job", lambda s: s.job_id),
+    Column("checkpoint", lambda s: s.checkpoint_id),
+    Column("+records", lambda s: s.added_records),
+    Column("-records", lambda s: s.deleted_records),
+    Column("+files", lambda s: s.added_files),
+    Column("-files", lambda s: s.deleted_files),
+    Column("commit", lambda s: short_commit(s.commit_id)),
+]
+MANIFEST_COLUMNS: list[Column[dict[str, Any]]] = [
+    Column("content", lambda m: m["content"]),
+    Column("added", lambda m: m["added_files"]),
+    Column("existing", lambda m: m["existing_files"]),
+    Column("deleted", lambda m: m["deleted_files"]),
+    Column("rows", lambda m: m["added_rows"]),
+    Column("path", lambda m: m["path"]),
+]
+
+
+@snapshots.command("list")
+@click.argument("table")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def snapshots_list(obj: CliContext, table: str, as_json: bool) -> None:
+    """List the snapshots of TABLE, oldest first."""
+    from icesink.catalog.snapshots import list_snapshots
+
+    infos = list_snapshots(obj.table(table))
+    obj.output(as_json).emit([s.to_json() for s in infos], lambda: text_table(infos, SNAPSHOT_COLUMNS))
+
+
+@snapshots.command("show")
+@click.argument("table")
+@click.argument("snapshot_id", type=int)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def snapshots_show(obj: CliContext, table: str, snapshot_id: int, as_json: bool) -> None:
+    """Show the full summary and the manifests of one snapshot."""
+    from icesink.catalog.snapshots import show_snapshot
+
+    info = show_snapshot(obj.table(table), snapshot_id)
+    if info is None:
+        raise SnapshotNotFoundError(f"table {table} has no snapshot {snapshot_id}; `icesink snapshots list {table}`")
+
+    def text() -> str:
+        summary = "\n".join(f"  {k}: {v}" for k, v in sorted(info["summary"].items()))
+        return (
+            f"snapshot {info['snapshot_id']} (parent {info['parent_id']}, sequence {info['sequence_number']}) "
+            f"committed at {info['committed_at']}\nsummary:\n{summary}\n"
+            f"manifests:\n{text_table(info['manifests'], MANIFEST_COLUMNS)}"
+        )
+
+    obj.output(as_json).emit(info, text)
+
+
+@click.command("scan")
+@click.argument("table")
+@click.option("--limit", default=20, show_default=True, help="Rows to show (0: all).")
+@click.option("--filter", "row_filter", help='Row filter, e.g. "order_id > 100".')
+@click.option("--snapshot", "snapshot_id", type=int, help="Read this snapshot instead of the current one.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per row.")
+@click.pass_obj
+def scan(
+    obj: CliContext, table: str, limit: int, row_filter: str | None, snapshot_id: int | None, as_json: bool
+) -> None:
+    """Print TABLE's rows, with equality and position deletes applied."""
+    from icesink.reader import read_table
+
+    obj.output(as_json).rows(read_table(obj.table(table), snapshot_id, row_filter), limit, "rows")
+
+
+@click.command("changes")
+@click.argument("table")
+@click.option("--from", "start", type=int, help="Changes after this snapshot (default: from the oldest state kept).")
+@click.option("--to", "end", type=int, help="Up to and including this snapshot (default: the head).")
+@click.option(
+    "--mode", type=click.Choice(["changelog", "append"]), default="changelog", show_default=True, help="What to list."
+)
+@click.option("--net", "net_changes", is_flag=True, help="Collapse each key's changes to its net change.")
+@click.option("--limit", default=20, show_default=True, help="Changes to show (0: all).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per change.")
+@click.pass_obj
+def changes(
+    obj: CliContext,
+    table: str,
+    start: int | None,
+    end: int | None,
+    mode: str,
+    net_changes: bool,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Print what changed in TABLE between two snapshots: inserts, deletes, update_before/update_after pairs."""
+    from icesink.changelog.api import changes as read_changes
+
+    rows = read_changes(obj.table(table), start, end, mode, net_changes=net_changes)
+    obj.output(as_json).rows(rows, limit, "changes")

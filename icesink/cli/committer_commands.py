@@ -1,0 +1,305 @@
+"""Commands that commit and clean: the committer daemon, garbage collection and maintenance."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import sys
+from typing import Any
+
+import click
+
+from icesink.cli.context import CliContext
+from icesink.cli.output import Column, progress, step_progress, text_table
+from icesink.errors import IcesinkError
+
+
+class _Seconds(click.FloatRange):
+    """A finite number of seconds above zero: a zero or negative lease or poll interval would spin or never hold."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return seconds
+
+
+POSITIVE_SECONDS = _Seconds(min=0, min_open=True)
+MIN_GC_AGE = datetime.timedelta(minutes=1)
+
+
+@click.group()
+def committer() -> None:
+    """The committer daemon."""
+
+
+@committer.command("run")
+@click.option("--table", "tables", multiple=True, help="Only commit these tables (repeatable).")
+@click.option("--once", is_flag=True, help="Drain what is pending, then exit.")
+@click.option(
+    "--poll-interval",
+    type=POSITIVE_SECONDS,
+    default=0.5,
+    show_default=True,
+    envvar="ICESINK_POLL_INTERVAL",
+    show_envvar=True,
+    help="Seconds between ledger polls.",
+)
+@click.option(
+    "--lease-ttl",
+    type=POSITIVE_SECONDS,
+    default=10.0,
+    show_default=True,
+    envvar="ICESINK_LEASE_TTL",
+    show_envvar=True,
+    help="Seconds without renewal after which a standby takes over.",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    envvar="ICESINK_METRICS_PORT",
+    show_envvar=True,
+    help="Serve /metrics (Prometheus) and /healthz here.",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    envvar="ICESINK_METRICS_HOST",
+    show_envvar=True,
+    help="Metrics address.",
+)
+@click.option(
+    "--max-failures",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    envvar="ICESINK_MAX_FAILURES",
+    show_envvar=True,
+    help="Failures in a row after which a table makes /healthz 503.",
+)
+@click.option(
+    "--expire-snapshots",
+    is_flag=True,
+    envvar="ICESINK_EXPIRE_SNAPSHOTS",
+    show_envvar=True,
+    help="Drop snapshots past each table's history.expire.* retention in every commit (keeps commit cost flat).",
+)
+@click.option(
+    "--maintain",
+    is_flag=True,
+    envvar="ICESINK_MAINTAIN",
+    show_envvar=True,
+    help="Between commits, convert leftover equality deletes and compact small files when due (icesink.maintain.*).",
+)
+@click.pass_obj
+def committer_run(
+    obj: CliContext,
+    tables: tuple[str, ...],
+    once: bool,
+    poll_interval: float,
+    lease_ttl: float,
+    metrics_port: int | None,
+    metrics_host: str,
+    max_failures: int,
+    expire_snapshots: bool,
+    maintain: bool,
+) -> None:
+    """Commit staged checkpoints into their tables until stopped (SIGTERM/SIGINT finish the commit in flight).
+
+    One committer per scope (all tables, or the --table list) is active; others wait as standbys
+    and take over when its lease expires.
+    """
+    from icesink.committer.daemon import CommitterDaemon
+
+    _check_committer_options(obj, tables, once, poll_interval, lease_ttl)
+    logging.getLogger("icesink").setLevel(logging.INFO)
+    daemon = CommitterDaemon(
+        obj.config,
+        tables=tables,
+        poll_interval=poll_interval,
+        lease_ttl=lease_ttl,
+        max_failures=max_failures,
+        expire_snapshots=expire_snapshots,
+        maintain=maintain,
+    )
+    daemon.install_signal_handlers()
+    server = None
+    if metrics_port is not None:
+        from icesink.committer.observability import StatusServer
+
+        server = StatusServer(metrics_host, metrics_port, daemon.metrics, daemon.problems, daemon.jobs)
+        server.start()
+        logging.getLogger("icesink.committer").info("metrics and health on http://%s:%d", metrics_host, server.port)
+    try:
+        report = daemon.run(once=once)
+    finally:
+        if server is not None:
+            server.stop()
+    if once and report.failed:
+        for line in _failures(report.failed):
+            click.echo(f"error: {line}", err=True)
+        sys.exit(2)
+
+
+def _check_committer_options(
+    obj: CliContext, tables: tuple[str, ...], once: bool, poll_interval: float, lease_ttl: float
+) -> None:
+    from icesink.catalog.loader import check_identifier
+    from icesink.errors import TableNotFoundError
+
+    if poll_interval >= lease_ttl:
+        # The lease is renewed once per poll: it would lapse between polls and standbys would take over.
+        raise click.BadParameter(
+            f"{poll_interval:g}s is not below --lease-ttl ({lease_ttl:g}s): the lease is renewed once per poll, so "
+            "it would lapse between polls; poll more often or raise --lease-ttl",
+            param_hint="--poll-interval",
+        )
+    for table in tables:
+        check_identifier(table)
+        try:
+            obj.table(table)
+        except TableNotFoundError:
+            if once:
+                raise
+            logging.getLogger("icesink.committer").warning("table %s does not exist (yet); waiting for it", table)
+
+
+def _failures(failed: dict[str, str]) -> list[str]:
+    """Each error once: tables committed together fail together, with one error and the tables it holds back."""
+    by_error: dict[str, list[str]] = {}
+    for table, error in failed.items():
+        by_error.setdefault(error, []).append(table)
+    lines = []
+    for error, tables in by_error.items():
+        named = [t for t in tables if t in error]
+        held = [t for t in tables if t not in error]
+        if not named:  # an error that does not name its table: the first one is said to be it
+            error, held = f"table {tables[0]}: {error}", tables[1:]
+        lines.append(f"{error} (it also holds back {', '.join(held)}, committed with it)" if held else error)
+    return lines
+
+
+@committer.command("gc")
+@click.option("--table", "tables", multiple=True, help="Only these tables (repeatable); default: every table.")
+@click.option(
+    "--older-than",
+    default="3d",
+    show_default=True,
+    help="Only files last modified longer ago than this (90s, 30m, 12h, 3d); keep it above the longest batch.",
+)
+@click.option("--dry-run", is_flag=True, help="Report what would be deleted; delete nothing.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def committer_gc(obj: CliContext, tables: tuple[str, ...], older_than: str, dry_run: bool, as_json: bool) -> None:
+    """Delete files no snapshot and no checkpoint references (failed attempts, expired snapshots, merged manifests).
+
+    Also forgets committed checkpoints older than --older-than in the ledger (the newest of each job stays).
+    """
+    from dataclasses import asdict
+
+    from icesink.committer.gc import collect_garbage, parse_age
+
+    try:
+        age = parse_age(older_than)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--older-than") from e
+    if age < MIN_GC_AGE:
+        # A micro-batch's files are on storage before its checkpoint is staged: to gc they look unreferenced.
+        raise click.BadParameter(
+            f"{older_than!r} is under a minute: files of a micro-batch still being written are referenced by "
+            "nothing yet and would be deleted; use an age above your longest micro-batch (at least 1m)",
+            param_hint="--older-than",
+        )
+    from icesink.catalog.database import database_errors
+
+    catalog = obj.catalog()
+    for table in tables:
+        obj.table(table)  # a misspelt --table is an error, not an empty report
+    if not tables:
+        with database_errors(obj.config):
+            tables = tuple(
+                ".".join(identifier)
+                for namespace in catalog.list_namespaces()
+                for identifier in catalog.list_tables(namespace)
+            )
+    reports, errors = [], []
+    for table in progress(tables, "collecting garbage"):
+        try:  # a table gc must leave alone (an unreadable staged manifest) does not keep the others dirty
+            reports.append(collect_garbage(catalog, obj.config, table, age, dry_run=dry_run))
+        except IcesinkError as e:
+            errors.append(str(e))
+    columns: list[Column[Any]] = [
+        Column("table", lambda r: r.table),
+        Column("files", lambda r: r.files_seen),
+        Column("referenced", lambda r: r.referenced),
+        Column("too young", lambda r: r.too_young),
+        Column("would delete" if dry_run else "deleted", lambda r: len(r.deleted)),
+        Column("ledger rows pruned", lambda r: r.ledger_rows_pruned),
+    ]
+    obj.output(as_json).emit([asdict(r) for r in reports], lambda: text_table(reports, columns))
+    for error in errors:
+        click.echo(f"error: {error}", err=True)
+    if errors:
+        sys.exit(2)
+
+
+@click.command("maintain")
+@click.argument("table")
+@click.option(
+    "--all", "everything", is_flag=True, help="Everything worth doing, not only what the thresholds say is due."
+)
+@click.option("--dry-run", is_flag=True, help="Report what would be done; change nothing.")
+@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--lease-ttl",
+    type=POSITIVE_SECONDS,
+    default=10.0,
+    show_default=True,
+    envvar="ICESINK_LEASE_TTL",
+    show_envvar=True,
+    help="Seconds without renewal after which another maintainer of the table may take over.",
+)
+@click.pass_obj
+def maintain(obj: CliContext, table: str, everything: bool, dry_run: bool, as_json: bool, lease_ttl: float) -> None:
+    """Convert TABLE's equality deletes into position deletes and compact its small files, when due.
+
+    Thresholds are the table's icesink.maintain.* properties; --all does everything worth doing. Safe
+    while streams commit: maintenance commits are checked against what was committed meanwhile.
+    """
+    from dataclasses import asdict
+
+    from icesink.committer.maintainer import Maintainer, describe
+    from icesink.maintenance.policy import MaintenancePolicy
+
+    iceberg_table = obj.table(table)
+    policy = MaintenancePolicy.of(iceberg_table.properties, table)
+
+    with step_progress(f"maintaining {table}") as step:
+
+        def report_group(number: int, group: Any, result: Any) -> None:
+            step(
+                number + 1,
+                result.groups_planned,
+                f"group {number + 1}/{result.groups_planned}: {len(group.files)} file(s), "
+                f"{group.bytes / 2**20:.1f} MiB; {result.files_written} file(s) written so far, {result.seconds:.1f}s",
+            )
+
+        report = Maintainer(obj.catalog(), obj.config, lease_ttl=lease_ttl).run(
+            iceberg_table, table, policy, everything=everything, dry_run=dry_run, progress=report_group
+        )
+    if dry_run:
+        text = (
+            f"table {table}: {report.before.data_files} data file(s), {report.before.position_delete_files} position "
+            f"and {report.before.equality_delete_files} equality delete file(s); would rewrite "
+            f"{report.planned_files} file(s) in {report.planned_groups} group(s)"
+        )
+        if report.notes:
+            text += "; " + "; ".join(report.notes)
+    else:
+        text = f"table {table}: {describe(report)}"
+    obj.output(as_json).emit(asdict(report), text)

@@ -1,0 +1,45 @@
+"""What every command is handed: the catalog it was pointed at (resolved on first use) and how to print."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from icesink.cli.output import JSON, Output
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import Table
+
+    from icesink.catalog.config import CatalogConfig
+
+
+class CliContext:
+    """The root options: ``--catalog``, ``--uri``, ``--warehouse`` and ``--output``."""
+
+    def __init__(self, name: str | None, uri: str | None, warehouse: str | None, output: str) -> None:
+        self._args = (name, uri, warehouse)
+        self._config: CatalogConfig | None = None
+        self._output = output
+
+    @property
+    def config(self) -> CatalogConfig:
+        if self._config is None:
+            from icesink.catalog.config import CatalogConfig
+
+            name, uri, warehouse = self._args
+            self._config = CatalogConfig.resolve(name=name, uri=uri, warehouse=warehouse)
+        return self._config
+
+    def catalog(self) -> SqlCatalog:
+        from icesink.catalog.loader import open_catalog
+
+        return open_catalog(self.config)
+
+    def table(self, identifier: str) -> Table:
+        from icesink.catalog.loader import load_table
+
+        return load_table(self.catalog(), self.config, identifier)
+
+    def output(self, as_json: bool = False) -> Output:
+        """How to print: JSON if ``--output json`` or the command's own ``--json`` says so, else text."""
+        return Output(JSON if as_json else self._output)
