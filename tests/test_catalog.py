@@ -105,3 +105,49 @@ def test_database_initialised_by_pyiceberg_keeps_its_tables(empty_database: str,
     config = CatalogConfig("main", empty_database, file_uri(tmp_path))
     database.upgrade(config)
     assert ("existing",) in open_catalog(config).list_namespaces()
+
+
+def test_a_transaction_refused_for_another_one_is_said_to_be_contention_not_an_outage(
+    catalog_config: CatalogConfig,
+) -> None:
+    """A SQLite database locked by another writer, or a PostgreSQL deadlock: transient, and said as such."""
+    import threading
+
+    import sqlalchemy as sa
+
+    from icesink.catalog.database import database_errors
+
+    table = f"contention_{catalog_config.name}"
+    engine = sa.create_engine(
+        catalog_config.uri, **({"connect_args": {"timeout": 0.2}} if "sqlite" in catalog_config.uri else {})
+    )
+    with engine.begin() as connection:
+        connection.execute(sa.text(f"CREATE TABLE {table} (id INTEGER PRIMARY KEY, v INTEGER)"))
+        connection.execute(sa.text(f"INSERT INTO {table} VALUES (1, 0), (2, 0)"))
+    errors: list[BaseException] = []
+
+    def update(first: int, second: int, both_hold: threading.Barrier) -> None:
+        try:
+            with database_errors(catalog_config), engine.begin() as connection:
+                connection.execute(sa.text(f"UPDATE {table} SET v = v + 1 WHERE id = {first}"))
+                both_hold.wait(5)
+                connection.execute(sa.text(f"UPDATE {table} SET v = v + 1 WHERE id = {second}"))
+        except CatalogUnavailableError as e:
+            errors.append(e)
+
+    both_hold = threading.Barrier(2)
+    if "sqlite" in catalog_config.uri:  # another writer holds the database: this one's write waits, then gives up
+        with engine.begin() as holder:
+            holder.execute(sa.text(f"UPDATE {table} SET v = 1 WHERE id = 1"))
+            update(2, 2, threading.Barrier(1))
+    else:  # two transactions each hold a row the other wants: PostgreSQL breaks the deadlock by refusing one
+        threads = [threading.Thread(target=update, args=(*pair, both_hold)) for pair in ((1, 2), (2, 1))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    engine.dispose()
+    (error,) = errors
+    assert error.transient
+    assert "was busy: another transaction held what this one needed" in str(error)
+    assert "unreachable" not in str(error)

@@ -30,6 +30,11 @@ def database_errors(config: CatalogConfig) -> Iterator[None]:
     try:
         yield
     except (exc.OperationalError, exc.InterfaceError, exc.DisconnectionError, exc.TimeoutError) as e:
+        if _contended(e):
+            raise CatalogUnavailableError(
+                f"{config.describe()} was busy: another transaction held what this one needed "
+                f"({_first_line(e)}); nothing of this one was kept, and it is tried again"
+            ) from e
         raise CatalogUnavailableError(
             f"{config.describe()} is unreachable or dropped the connection: {_first_line(e)}"
         ) from e
@@ -49,6 +54,17 @@ def as_utc(value: datetime.datetime | None) -> datetime.datetime | None:
     if value is not None and value.tzinfo is None:
         return value.replace(tzinfo=datetime.UTC)
     return value
+
+
+# PostgreSQL's deadlock_detected, serialization_failure and lock_not_available: the server rolled the
+# transaction back because of another one, not because it went away.
+_CONTENTION_CODES = ("40P01", "40001", "55P03")
+
+
+def _contended(error: BaseException) -> bool:
+    """Whether the database refused a transaction because of another one (a deadlock, a lock it waited for)."""
+    original = getattr(error, "orig", None)
+    return getattr(original, "pgcode", None) in _CONTENTION_CODES or "database is locked" in str(original or error)
 
 
 def _first_line(error: BaseException) -> str:
