@@ -41,4 +41,4 @@ class IcesinkDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> IcesinkStreamWriter:
         from icesink.sink.datasource_writer import IcesinkStreamWriter
 
-        return IcesinkStreamWriter.create(dict(self.options), schema)
+        return IcesinkStreamWriter.create(dict(self.options), schema, overwrite)

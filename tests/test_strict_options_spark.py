@@ -217,3 +217,37 @@ def test_what_spark_passes_to_the_format_sink_is_accepted(
     table = create_orders_table(sqlite_catalog, "shop.orders")
     native_append(spark, sqlite_catalog, "shop.orders", tmp_path, path="shop.orders")
     assert table.refresh().current_snapshot().summary["added-records"] == "10"
+
+
+def test_the_format_sink_refuses_complete_output_mode_and_writes_nothing(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    """Complete mode hands the sink the whole result at every trigger: appended, it would repeat rows."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    from tests.helpers.streams import add_input_files, input_stream
+
+    catalog = open_catalog(sqlite_catalog)
+    catalog.create_namespace_if_not_exists("shop")
+    schema = Schema(NestedField(1, "name", StringType()), NestedField(2, "count", LongType(), required=True))
+    table = catalog.create_table("shop.counts", schema)
+    add_input_files(tmp_path / "in", [(0, 10)])
+    icesink.register(spark)
+    query = (
+        input_stream(spark, tmp_path / "in")
+        .groupBy("name")
+        .count()
+        .writeStream.format("icesink")
+        .outputMode("complete")
+        .option("table", "shop.counts")
+        .option("catalog", sqlite_catalog.name)
+        .option("catalog.uri", sqlite_catalog.uri)
+        .option("catalog.warehouse", sqlite_catalog.warehouse)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+    )
+    with pytest.raises(Exception) as raised:
+        query.trigger(availableNow=True).start().awaitTermination()
+    assert 'table shop.counts: writeStream.format("icesink") appends each micro-batch' in str(raised.value)
+    assert 'outputMode("complete")' in str(raised.value)
+    assert table.refresh().current_snapshot() is None

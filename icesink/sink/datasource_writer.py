@@ -98,13 +98,24 @@ class IcesinkStreamWriter(DataSourceStreamArrowWriter):
         self._spec = spec
 
     @classmethod
-    def create(cls, options: dict[str, str], schema: StructType) -> IcesinkStreamWriter:
-        """Check the options and the DataFrame against the table, on the driver, before anything runs."""
+    def create(cls, options: dict[str, str], schema: StructType, overwrite: bool = False) -> IcesinkStreamWriter:
+        """Check the options and the DataFrame against the table, on the driver, before anything runs.
+
+        ``overwrite`` is Spark's complete output mode, which hands the sink the whole result at every trigger.
+        """
         from icesink.catalog.config import catalog_from_options
         from icesink.catalog.loader import load_table, open_catalog
         from icesink.iceberg.describe import writer_spec
         from icesink.sink.projection import plan_projection
 
+        if overwrite:  # first: whatever else the options say, this query cannot run
+            raise ConfigError(
+                f'table {options.get("table")}: writeStream.format("icesink") appends each micro-batch, and '
+                'outputMode("complete") hands it the whole result again at every trigger, which would be appended '
+                "again and again. Use "
+                'outputMode("append") (an aggregation then needs a watermark); rows that change over time belong '
+                "in a keyed table, written by icesink.stream(df, table=..., equality_fields=[...])"
+            )
         table, job_id = _table_and_job(options)
         config = catalog_from_options(options)
         iceberg_table = load_table(open_catalog(config), config, table)
