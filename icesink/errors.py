@@ -110,5 +110,9 @@ class WriteResultError(TerminalError):
     """Raised when a task's write result cannot be read (an executor running another icesink version)."""
 
 
+class LedgerFormatError(TerminalError):
+    """Raised when a ledger row cannot be read (staged by a later icesink release); the row is left as it is."""
+
+
 class TableMetadataError(TerminalError):
     """Raised when a table's metadata file cannot be read (missing, not JSON, not Iceberg metadata)."""

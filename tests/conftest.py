@@ -102,6 +102,18 @@ def catalog_config(request: pytest.FixtureRequest, tmp_path: Path) -> CatalogCon
     return _catalog(request, tmp_path, request.param)
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database no one migrated: SQLite, and PostgreSQL where there is one."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    admin = request.getfixturevalue("pg_admin_url")
+    url = create_pg_database(admin)
+    yield url
+    drop_pg_database(admin, url)
+
+
 @pytest.fixture
 def pg_catalog(request: pytest.FixtureRequest, tmp_path: Path) -> CatalogConfig:
     """A migrated PostgreSQL catalog: the production shape, for the slowest fault-injection cases."""

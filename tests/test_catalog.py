@@ -11,7 +11,6 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.errors import CatalogNotMigratedError, CatalogUnavailableError, ConfigError
 from icesink.paths import file_uri
-from tests.conftest import create_pg_database, drop_pg_database
 
 
 def test_nothing_configured_means_the_embedded_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,17 +71,6 @@ def test_unreachable_database_is_transient_and_hides_the_password(tmp_path: Path
         open_catalog(config)
     assert raised.value.transient
     assert "hunter2" not in str(raised.value)
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def empty_database(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'empty.db'}"
-        return
-    admin = request.getfixturevalue("pg_admin_url")
-    url = create_pg_database(admin)
-    yield url
-    drop_pg_database(admin, url)
 
 
 def test_unmigrated_database_says_to_run_db_upgrade(empty_database: str, tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from icesink.catalog.config import CatalogConfig
@@ -340,13 +342,18 @@ def test_a_committer_that_remembers_the_table_still_sees_what_others_did_in_betw
     assert table_ids(catalog_config, TABLE) == [*range(30), *range(100, 105)]
 
 
-def test_delta_manifests_are_one_value_kept_as_the_ledgers_columns() -> None:
-    from icesink.committer.checkpoints import DeltaManifests, StagedManifest
+def test_delta_manifests_are_one_versioned_value_in_the_ledger() -> None:
+    from icesink.committer.checkpoints import DELTA_MANIFESTS_VERSION, DeltaManifests, StagedManifest
 
     both = DeltaManifests(StagedManifest("s3://b/d ü.avro", 10, 2, 7), StagedManifest("/x/del%.avro", 5, 1, 3))
-    assert DeltaManifests.from_columns(both.columns()) == both
+    assert DeltaManifests.decode(both.encode()) == both
+    assert json.loads(both.encode())["version"] == DELTA_MANIFESTS_VERSION == 1
     assert both.paths == ["s3://b/d ü.avro", "/x/del%.avro"] and both.data_records == 7 and both.delete_files == 1
     only_deletes = DeltaManifests(deletes=StagedManifest("/x/del.avro", 5, 1, 3))
-    assert DeltaManifests.from_columns(only_deletes.columns()) == only_deletes
-    assert only_deletes.columns()["data_manifest"] is None and only_deletes.data_files == 0
-    assert DeltaManifests().paths == [] and DeltaManifests.from_columns(DeltaManifests().columns()) == DeltaManifests()
+    assert DeltaManifests.decode(only_deletes.encode()) == only_deletes
+    assert only_deletes.flat()["data_manifest"] is None and only_deletes.data_files == 0
+    assert only_deletes.flat()["delete_records"] == 3
+    assert DeltaManifests().paths == [] and DeltaManifests.decode(DeltaManifests().encode()) == DeltaManifests()
+    for unreadable in ('{"version": 2, "manifests": []}', '{"manifests": []}', "[1]", '{"version": "1"}'):
+        with pytest.raises(ValueError):
+            DeltaManifests.decode(unreadable)

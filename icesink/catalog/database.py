@@ -209,6 +209,20 @@ def upgrade(config: CatalogConfig) -> None:
         migrations.upgrade(engine(config))
 
 
+def downgrade(config: CatalogConfig, revision: str) -> None:
+    """Take the schema back to ``revision`` (``icesink db downgrade``), to run an earlier release on it."""
+    from icesink import migrations
+
+    known = migrations.revisions()
+    if revision not in known:
+        raise ConfigError(f"{config.describe()}: no schema revision {revision!r}; the revisions are {', '.join(known)}")
+    with database_errors(config):
+        current = migrations.current_revision(engine(config))
+        if current is None or known.index(current) < known.index(revision):
+            raise ConfigError(f"{config.describe()} is at schema revision {current}, not after {revision}")
+        migrations.downgrade(engine(config), revision)
+
+
 def ensure_migrated(config: CatalogConfig) -> None:
     """Fail with instructions unless the database is at icesink's latest migration."""
     from icesink import migrations

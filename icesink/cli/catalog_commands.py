@@ -33,6 +33,17 @@ def db_upgrade(obj: CliContext) -> None:
     click.echo(f"{obj.config.describe()} is at schema revision {migrations.head_revision()}")
 
 
+@db.command("downgrade")
+@click.argument("revision")
+@click.pass_obj
+def db_downgrade(obj: CliContext, revision: str) -> None:
+    """Take the schema back to REVISION, before running an earlier icesink release on the catalog."""
+    from icesink.catalog import database
+
+    database.downgrade(obj.config, revision)
+    click.echo(f"{obj.config.describe()} is at schema revision {revision}")
+
+
 @click.group()
 def tables() -> None:
     """Tables in the catalog."""

@@ -57,11 +57,11 @@ JOB_TABLE_COLUMNS: list[Column[tuple[str, Any]]] = [
 
 
 def checkpoint_json(row: Any) -> dict[str, Any]:
-    """A ledger row as flat JSON: its manifests as the columns they are stored in, and its status."""
+    """A ledger row as flat JSON: its manifests as flat fields, and its status."""
     from dataclasses import fields
 
     plain = {f.name: getattr(row, f.name) for f in fields(row) if f.name != "manifests"}
-    return {**plain, **row.manifests.columns(), "status": row.status}
+    return {**plain, **row.manifests.flat(), "status": row.status}
 
 
 @click.group()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 import enum
-from collections.abc import Mapping
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,10 +47,17 @@ class StagedManifest:
     records: int  # rows of data files, keys of delete files
 
 
+# The ledger keeps a checkpoint's delta manifests as this encoding's JSON, its version inside: a release reads
+# every earlier version and refuses a later one (rows staged before revision 0007 were rewritten into version 1
+# by that migration).
+DELTA_MANIFESTS_VERSION = 1
+_CONTENTS = (("data", False), ("deletes", True))
+
+
 @dataclass(frozen=True)
 class DeltaManifests:
     """What one checkpoint staged for one table: a manifest of its data files and one of its delete files
-    (either may be absent). The ledger keeps it as columns of the checkpoint's row."""
+    (either may be absent). The ledger keeps it as one versioned value (:meth:`encode`)."""
 
     data: StagedManifest | None = None
     deletes: StagedManifest | None = None
@@ -79,8 +86,34 @@ class DeltaManifests:
     def delete_records(self) -> int:
         return self.deletes.records if self.deletes else 0
 
-    def columns(self) -> dict[str, Any]:
-        """As the ledger's columns."""
+    def encode(self) -> str:
+        """As the ledger keeps it: JSON with its version, each manifest by its content (Iceberg's words)."""
+        manifests = [
+            {"content": content, "path": m.path, "length": m.length, "files": m.files, "records": m.records}
+            for content, deletes in _CONTENTS
+            if (m := self.deletes if deletes else self.data) is not None
+        ]
+        return json.dumps({"version": DELTA_MANIFESTS_VERSION, "manifests": manifests}, separators=(",", ":"))
+
+    @staticmethod
+    def decode(text: str) -> DeltaManifests:
+        """Read what :meth:`encode` wrote, in any version up to this release's; :class:`ValueError` otherwise."""
+        body = json.loads(text)
+        version = body.get("version") if isinstance(body, dict) else None
+        if not isinstance(version, int) or version < 1:
+            raise ValueError(f"not a delta-manifests value: {text[:200]!r}")
+        if version > DELTA_MANIFESTS_VERSION:
+            raise ValueError(
+                f"delta-manifests encoding version {version}, written by a later icesink release (this one reads "
+                f"up to {DELTA_MANIFESTS_VERSION})"
+            )
+        found: dict[str, StagedManifest] = {}
+        for m in body["manifests"]:
+            found[m["content"]] = StagedManifest(str(m["path"]), int(m["length"]), int(m["files"]), int(m["records"]))
+        return DeltaManifests(found.get("data"), found.get("deletes"))
+
+    def flat(self) -> dict[str, Any]:
+        """As flat fields (``data_manifest``, ``delete_files``, ...): what the CLI's JSON shows of a checkpoint."""
         values: dict[str, Any] = {}
         for kind, manifest in (("data", self.data), ("delete", self.deletes)):
             values[f"{kind}_manifest"] = manifest.path if manifest else None
@@ -88,15 +121,6 @@ class DeltaManifests:
             values[f"{kind}_files"] = manifest.files if manifest else 0
             values[f"{kind}_records"] = manifest.records if manifest else 0
         return values
-
-    @staticmethod
-    def from_columns(values: Mapping[str, Any]) -> DeltaManifests:
-        found = []
-        for kind in ("data", "delete"):
-            path, length = values[f"{kind}_manifest"], values[f"{kind}_manifest_length"]
-            files, records = int(values[f"{kind}_files"]), int(values[f"{kind}_records"])
-            found.append(StagedManifest(path, int(length), files, records) if path is not None else None)
-        return DeltaManifests(*found)
 
 
 @dataclass(frozen=True, kw_only=True)

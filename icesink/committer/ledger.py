@@ -31,6 +31,7 @@ from icesink.committer.checkpoints import (
     StagedCheckpoint,
     StreamIdentity,
 )
+from icesink.errors import LedgerFormatError
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -47,14 +48,7 @@ checkpoints = sa.Table(
     sa.Column("checkpoint_id", sa.BigInteger(), nullable=False),
     sa.Column("state", sa.String(16), nullable=False),
     sa.Column("spec_id", sa.Integer(), nullable=False),
-    sa.Column("data_manifest", sa.String(1000)),
-    sa.Column("data_manifest_length", sa.BigInteger()),
-    sa.Column("delete_manifest", sa.String(1000)),
-    sa.Column("delete_manifest_length", sa.BigInteger()),
-    sa.Column("data_files", sa.Integer(), nullable=False),
-    sa.Column("data_records", sa.BigInteger(), nullable=False),
-    sa.Column("delete_files", sa.Integer(), nullable=False),
-    sa.Column("delete_records", sa.BigInteger(), nullable=False),
+    sa.Column("delta_manifests", sa.Text(), nullable=False),  # DeltaManifests.encode: versioned JSON
     sa.Column("snapshot_id", sa.BigInteger()),
     sa.Column("staged_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("committed_at", sa.DateTime(timezone=True)),
@@ -85,6 +79,17 @@ def _seconds_since(now: datetime.datetime, then: datetime.datetime | None) -> fl
     return round((now - aware).total_seconds(), 3) if aware is not None else 0.0
 
 
+def _manifests_of(values: Mapping[str, object], encoded: str) -> DeltaManifests:
+    try:
+        return DeltaManifests.decode(encoded)
+    except (ValueError, KeyError, TypeError) as e:
+        raise LedgerFormatError(
+            f"checkpoint {values['checkpoint_id']} of job {values['job_id']!r} for table "
+            f"{values['table_identifier']!r} cannot be read from the ledger ({e}); it is left as it is: commit it "
+            f"with the icesink release that staged it, or upgrade icesink where this runs"
+        ) from e
+
+
 class Ledger:
     """Reads and writes ``icesink_checkpoints`` for one catalog."""
 
@@ -95,7 +100,7 @@ class Ledger:
     @staticmethod
     def _row(row: sa.Row) -> CheckpointRow:  # type: ignore[type-arg]
         values = {name: row._mapping[name] for name in _ROW_FIELDS}
-        values["manifests"] = DeltaManifests.from_columns(dict(row._mapping))
+        values["manifests"] = _manifests_of(values, row._mapping["delta_manifests"])
         values["state"] = CheckpointState(values["state"])
         if values["column_ids"] is not None:
             values["column_ids"] = tuple((str(k), int(v)) for k, v in json.loads(values["column_ids"]).items())
@@ -117,7 +122,7 @@ class Ledger:
         rows = [
             {
                 **{f.name: getattr(staged, f.name) for f in fields(staged) if f.name != "manifests"},
-                **staged.manifests.columns(),
+                "delta_manifests": staged.manifests.encode(),
                 "catalog_name": self._config.name,
                 "state": state.value,
                 "staged_at": now,

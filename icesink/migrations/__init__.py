@@ -35,6 +35,20 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     command.upgrade(_config(engine), revision)
 
 
+def downgrade(engine: Engine, revision: str) -> None:
+    """Take the database schema back to ``revision`` (before running an earlier icesink release on it)."""
+    from alembic import command
+
+    command.downgrade(_config(engine), revision)
+
+
+def revisions() -> list[str]:
+    """Every revision, oldest first."""
+    from alembic.script import ScriptDirectory
+
+    return [r.revision for r in reversed(list(ScriptDirectory(SCRIPT_LOCATION).walk_revisions()))]
+
+
 def head_revision() -> str:
     from alembic.script import ScriptDirectory
 

@@ -1,0 +1,177 @@
+"""Migrations keep what was staged: rows an earlier release wrote read on after an upgrade, and back after a
+downgrade, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from icesink import migrations
+from icesink.catalog import database
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.database import engine
+from icesink.committer.checkpoints import DeltaManifests, StagedCheckpoint, StagedManifest
+from icesink.committer.ledger import Ledger
+from icesink.errors import LedgerFormatError
+from icesink.paths import file_uri
+from tests.test_cli import invoke
+
+TABLE = "sales.orders ü%/x"
+_PAIR = ("manifest", "manifest_length", "files", "records")
+# Before revision 0007, what each checkpoint staged: (data manifest, delete manifest), each (path, length,
+# files, records) or None. Paths as hostile as a warehouse may hold.
+BEFORE_0007 = {
+    0: (("s3://lake/wh/orders ü/metadata/ckpt-0 100%.avro", 4100, 3, 300), None),
+    1: (None, ("/wh/sales.db/orders ü%/metadata/del 1.avro", 900, 1, 12)),
+    2: (("file:///wh/a b/d-2.avro", 4200, 2, 20), ("file:///wh/a b/e-2.avro", 950, 2, 7)),
+    3: (None, None),  # a checkpoint of an empty micro-batch
+}
+MANY = 5003  # past the migration's chunk of 5,000 rows
+
+
+def _flat(pair: tuple[Any, Any]) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for prefix, manifest in zip(("data", "delete"), pair, strict=True):
+        for name, value in zip(_PAIR, manifest or (None, None, 0, 0), strict=True):
+            values[f"{prefix}_{name}"] = value
+    return values
+
+
+def _old_row(checkpoint_id: int, pair: tuple[Any, Any], job: str = "job ü") -> dict[str, Any]:
+    return {
+        "catalog_name": "main",
+        "table_identifier": TABLE,
+        "job_id": job,
+        "checkpoint_id": checkpoint_id,
+        "state": "staged" if checkpoint_id else "committed",
+        "spec_id": 0,
+        "staged_at": datetime.datetime(2026, 11, 1, tzinfo=datetime.UTC),
+        "manifests_deleted": False,
+        **_flat(pair),
+    }
+
+
+def _expected(pair: tuple[Any, Any]) -> DeltaManifests:
+    return DeltaManifests(*(StagedManifest(*m) if m else None for m in pair))
+
+
+def _ledger_rows(bound: sa.Engine, *columns: str) -> list[dict[str, Any]]:
+    table = sa.Table("icesink_checkpoints", sa.MetaData(), autoload_with=bound)
+    with bound.connect() as connection:
+        query = sa.select(*(table.c[c] for c in ("job_id", "checkpoint_id", *columns))).order_by(table.c.id)
+        return [dict(r._mapping) for r in connection.execute(query)]
+
+
+@pytest.fixture
+def at_0006(empty_database: str) -> sa.Engine:
+    """A catalog database at revision 0006, holding checkpoints an earlier release staged."""
+    bound = sa.create_engine(empty_database)
+    migrations.upgrade(bound, "0006")
+    table = sa.Table("icesink_checkpoints", sa.MetaData(), autoload_with=bound)
+    many = [_old_row(i, (("/wh/d.avro", 10 + i, 1, i), None), job="bulk") for i in range(MANY)]
+    with bound.begin() as connection:
+        connection.execute(table.insert(), [_old_row(i, pair) for i, pair in BEFORE_0007.items()] + many)
+    return bound
+
+
+def test_rows_staged_before_the_versioned_encoding_read_on_and_back(at_0006: sa.Engine, tmp_path: Path) -> None:
+    migrations.upgrade(at_0006, "head")
+    config = CatalogConfig("main", str(at_0006.url.render_as_string(hide_password=False)), file_uri(tmp_path))
+    ledger = Ledger(config, at_0006)
+    for checkpoint_id, pair in BEFORE_0007.items():
+        row = ledger.get(TABLE, "job ü", checkpoint_id)
+        assert row is not None and row.manifests == _expected(pair), checkpoint_id
+    assert [r.checkpoint_id for r in ledger.pending(TABLE, "job ü")] == [1, 2, 3]
+    bulk = ledger.pending(TABLE, "bulk")
+    assert len(bulk) == MANY - 1  # checkpoint 0 of each job was staged as committed
+    assert all(
+        r.manifests == DeltaManifests(StagedManifest("/wh/d.avro", 10 + r.checkpoint_id, 1, r.checkpoint_id))
+        for r in bulk
+    )
+    stored = {
+        r["checkpoint_id"]: json.loads(r["delta_manifests"])
+        for r in _ledger_rows(at_0006, "delta_manifests")
+        if r["job_id"] == "job ü"
+    }
+    assert stored[1] == {
+        "version": 1,
+        "manifests": [
+            {
+                "content": "deletes",
+                "path": "/wh/sales.db/orders ü%/metadata/del 1.avro",
+                "length": 900,
+                "files": 1,
+                "records": 12,
+            }
+        ],
+    }
+    assert stored[3] == {"version": 1, "manifests": []}
+
+    # Staged by this release, then the database taken back to 0006 for an earlier release: the eight columns
+    # hold every row again, this release's included.
+    new = _expected((("/wh/new ü.avro", 77, 5, 50), ("/wh/new-del %.avro", 33, 1, 4)))
+    assert ledger.stage(
+        StagedCheckpoint(table_identifier=TABLE, job_id="job ü", checkpoint_id=4, spec_id=0, manifests=new)
+    )
+    assert invoke(config, "db", "downgrade", "0006")[0] == 0
+    back = {
+        r["checkpoint_id"]: r
+        for r in _ledger_rows(at_0006, *(f"{p}_{n}" for p in ("data", "delete") for n in _PAIR))
+        if r["job_id"] == "job ü"
+    }
+    for checkpoint_id, pair in BEFORE_0007.items():
+        assert {k: v for k, v in back[checkpoint_id].items() if k not in ("job_id", "checkpoint_id")} == _flat(pair)
+    assert back[4]["data_manifest"] == "/wh/new ü.avro" and back[4]["delete_records"] == 4
+    migrations.upgrade(at_0006, "head")
+    assert Ledger(config, at_0006).get(TABLE, "job ü", 4).manifests == new  # type: ignore[union-attr]
+
+
+@pytest.fixture
+def own_catalog(empty_database: str, tmp_path: Path) -> CatalogConfig:
+    """A migrated catalog in a database of its own: these tests rewrite every ledger row and the schema."""
+    config = CatalogConfig("main", empty_database, file_uri(tmp_path / "warehouse"))
+    database.upgrade(config)
+    return config
+
+
+def test_a_row_of_a_later_encoding_is_refused_by_name_and_left_as_it_is(own_catalog: CatalogConfig) -> None:
+    ledger = Ledger(own_catalog)
+    staged = StagedCheckpoint(
+        table_identifier=TABLE,
+        job_id="job",
+        checkpoint_id=7,
+        spec_id=0,
+        manifests=_expected((("/wh/d.avro", 1, 1, 1), None)),
+    )
+    assert ledger.stage(staged)
+    later = json.dumps({"version": 2, "manifests": [], "segments": [{"path": "/wh/x.avro"}]})
+    table = sa.Table("icesink_checkpoints", sa.MetaData(), autoload_with=engine(own_catalog))
+    with engine(own_catalog).begin() as connection:
+        connection.execute(table.update().values(delta_manifests=later))
+    with pytest.raises(LedgerFormatError) as refused:
+        ledger.pending(TABLE)
+    message = str(refused.value)
+    assert "checkpoint 7" in message and repr(TABLE) in message and "version 2" in message
+    assert "upgrade icesink" in message
+    assert [r["delta_manifests"] for r in _ledger_rows(engine(own_catalog), "delta_manifests")] == [later]
+
+
+def test_a_downgrade_that_would_lose_a_row_or_names_no_revision_is_refused(own_catalog: CatalogConfig) -> None:
+    ledger = Ledger(own_catalog)
+    assert ledger.stage(
+        StagedCheckpoint(table_identifier=TABLE, job_id="job", checkpoint_id=0, spec_id=0, manifests=DeltaManifests())
+    )
+    code, output = invoke(own_catalog, "db", "downgrade", "0042")
+    assert code == 2 and "no schema revision '0042'" in output and "0001, 0002" in output
+    table = sa.Table("icesink_checkpoints", sa.MetaData(), autoload_with=engine(own_catalog))
+    with engine(own_catalog).begin() as connection:
+        connection.execute(table.update().values(delta_manifests='{"version": 2, "manifests": []}'))
+    code, output = invoke(own_catalog, "db", "downgrade", "0006")  # where a later encoding cannot go
+    assert code != 0 and "encoding version 2" in output and "Traceback" not in output, output
+    assert f"checkpoint 0 of job 'job' for table {TABLE!r}" in output
+    assert migrations.current_revision(engine(own_catalog)) == migrations.head_revision()  # nothing half-done
