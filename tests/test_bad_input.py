@@ -221,7 +221,7 @@ def test_a_key_inside_a_list_or_map_is_refused_with_its_name() -> None:
     from pyiceberg.types import IntegerType, ListType, LongType, MapType, NestedField, StringType, StructType
 
     from icesink.errors import ConfigError
-    from icesink.sink.changes import _table_key_field
+    from icesink.sink.change_stream import _table_key_field
 
     item = StructType(NestedField(4, "sku ü", LongType(), required=True))
     schema = Schema(

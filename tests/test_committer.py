@@ -260,9 +260,7 @@ def test_expiry_in_the_commit_keeps_retention_tags_and_the_marker(catalog_config
     set_properties(
         catalog_config, **{"history.expire.max-snapshot-age-ms": "1", "history.expire.min-snapshots-to-keep": "2"}
     )
-    committing = TableCommitter(
-        open_catalog(catalog_config), catalog_config, Ledger(catalog_config), expire_snapshots=True
-    )
+    committing = TableCommitter.of(catalog_config, expire_snapshots=True)
     stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
     committing.commit_pending(TABLE)
     table = open_catalog(catalog_config).load_table(TABLE)

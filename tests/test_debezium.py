@@ -246,13 +246,13 @@ def test_the_debezium_page_shows_the_type_mapping_the_code_has() -> None:
     ],
 )
 def test_connect_schemas_map_to_spark_types(schema: dict[str, Any], spark_type: str) -> None:
-    from icesink.debezium_events.schemas import spark_type as mapped
+    from icesink.debezium_events.connect_types import spark_type as mapped
 
     assert mapped(schema, "t.c").simpleString() == spark_type
 
 
 def test_a_decimal_iceberg_cannot_hold_is_refused_naming_the_column() -> None:
-    from icesink.debezium_events.schemas import spark_type
+    from icesink.debezium_events.connect_types import spark_type
     from icesink.errors import SchemaMismatchError
 
     schema = {

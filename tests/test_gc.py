@@ -65,9 +65,7 @@ def test_gc_removes_what_expired_snapshots_and_merges_left_behind(catalog_config
                 "write.metadata.previous-versions-max": "2",
             }
         )
-    committer = TableCommitter(
-        open_catalog(catalog_config), catalog_config, Ledger(catalog_config), expire_snapshots=True
-    )
+    committer = TableCommitter.of(catalog_config, expire_snapshots=True)
     for checkpoint in range(6):
         time.sleep(0.01)
         stage_rows(catalog_config, TABLE, "job-a", checkpoint, orders(checkpoint * 10, 10))

@@ -113,7 +113,7 @@ def test_another_writer_moving_one_table_sends_the_whole_group_back(three_tables
             interfered.append(True)
             open_catalog(config).load_table(TABLES[1]).append(orders(99, 1))
 
-    committer = TableCommitter(open_catalog(config), config, Ledger(config), before_commit=another_writer)
+    committer = TableCommitter.of(config, before_commit=another_writer)
     committer.commit_pending(TABLES[0])
     assert interfered
     assert table_ids(config, TABLES[0]) == [0, 1]
@@ -366,7 +366,7 @@ def test_deletes_of_absent_keys_survive_a_group_rebuilt_after_a_conflict(three_t
             interfered.append(True)
             open_catalog(config).load_table(b).append(orders(99, 1))
 
-    committer = TableCommitter(open_catalog(config), config, Ledger(config), before_commit=another_writer)
+    committer = TableCommitter.of(config, before_commit=another_writer)
     committer.commit_pending(a)
     assert interfered
     assert sorted(icesink.read(a, catalog=config).column("id").to_pylist()) == [0, 1]
@@ -403,7 +403,7 @@ def test_a_checkpoint_discarded_while_its_group_commits_is_left_out(three_tables
         if not discarded:
             discarded.append(Ledger(config).discard(row_b.id, "operator", "bad data"))
 
-    committer = TableCommitter(open_catalog(config), config, Ledger(config), before_commit=operator_discards)
+    committer = TableCommitter.of(config, before_commit=operator_discards)
     committer.commit_pending(a)
     assert discarded == [True]
     assert table_ids(config, a) == [0]

@@ -114,7 +114,7 @@ def run_history(config: CatalogConfig, seed: int, steps: int) -> None:
                     committed[victim][foreign] = ("other", 0.0)
                     foreign += 1
 
-            committer = TableCommitter(open_catalog(config), config, Ledger(config), before_commit=another_writer)
+            committer = TableCommitter.of(config, before_commit=another_writer)
             committer.commit_atomic(JOB)
             for number in sorted(pending):
                 for identifier, last in pending[number].items():

@@ -163,6 +163,16 @@ def test_no_import_cycle_not_even_through_a_function_local_import() -> None:
     assert cycles == []
 
 
+def test_no_two_modules_share_a_file_name() -> None:
+    """Two ``changes.py`` (one in ``writer/``, one in ``sink/``) made readers open the wrong file."""
+    root = Path(__file__).parent.parent / "icesink"
+    seen: dict[str, list[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        if path.name != "__init__.py":
+            seen.setdefault(path.name, []).append(str(path.relative_to(root)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
 def test_modules_and_functions_stay_short_or_say_why() -> None:
     """No module over 400 lines and no function over 60 without a reason near its top (``# Over N lines:``)."""
     import ast

@@ -94,7 +94,7 @@ def settings() -> str:
 
 
 def debezium_types() -> str:
-    from icesink.debezium_events.schemas import TYPE_TABLE
+    from icesink.debezium_events.connect_types import TYPE_TABLE
 
     header = ("Connect schema (logical name)", "Spark", "Iceberg", "read as")
     lines = ["| " + " | ".join(header) + " |", "|---|---|---|---|"]

@@ -139,7 +139,7 @@ MANIFEST_COLUMNS: list[Column[dict[str, Any]]] = [
 @click.pass_obj
 def snapshots_list(obj: CliContext, table: str, as_json: bool) -> None:
     """List the snapshots of TABLE, oldest first."""
-    from icesink.catalog.snapshots import list_snapshots
+    from icesink.catalog.views import list_snapshots
 
     infos = list_snapshots(obj.table(table))
     obj.output(as_json).emit([s.to_json() for s in infos], lambda: text_table(infos, SNAPSHOT_COLUMNS))
@@ -152,7 +152,7 @@ def snapshots_list(obj: CliContext, table: str, as_json: bool) -> None:
 @click.pass_obj
 def snapshots_show(obj: CliContext, table: str, snapshot_id: int, as_json: bool) -> None:
     """Show the full summary and the manifests of one snapshot."""
-    from icesink.catalog.snapshots import show_snapshot
+    from icesink.catalog.views import show_snapshot
 
     info = show_snapshot(obj.table(table), snapshot_id)
     if info is None:

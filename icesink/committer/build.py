@@ -224,7 +224,7 @@ class SnapshotBuilder:
     @staticmethod
     def abandon(prepared: PreparedCommit) -> None:
         """The snapshot will never be committed: nothing references what was written for it."""
-        from icesink.iceberg.files import delete_quietly
+        from icesink.iceberg.references import delete_quietly
 
         delete_quietly(prepared.table.io, prepared.written)
 
@@ -233,7 +233,7 @@ class SnapshotBuilder:
         staged equality deletes no snapshot names go, and the discards are recorded."""
         from pyiceberg.table.refs import MAIN_BRANCH
 
-        from icesink.iceberg.files import delete_quietly
+        from icesink.iceberg.references import delete_quietly
 
         # Converted to position deletes, or naming no row: no snapshot names them.
         delete_quietly(committed.io, prepared.replaced_deletes)

@@ -23,7 +23,7 @@ def clean_staged(ledger: Ledger, table: Table, rows: Sequence[CheckpointRow]) ->
 def clean_staged_of(ledger: Ledger, committed: Sequence[tuple[Table, Sequence[CheckpointRow]]]) -> None:
     """:func:`clean_staged` for several tables, with one ledger update for all of them."""
     from icesink.failpoints import failpoint
-    from icesink.iceberg.files import delete_quietly
+    from icesink.iceberg.references import delete_quietly
 
     cleaned = []
     for table, rows in committed:

@@ -34,9 +34,9 @@ from icesink.committer.build import (
 )
 from icesink.committer.checkpoints import CheckpointRow
 from icesink.committer.cleanup import clean_staged
+from icesink.committer.commit_policy import plan_snapshots
 from icesink.committer.group import GroupCommitter
 from icesink.committer.ledger import Ledger
-from icesink.committer.policy import plan_snapshots
 from icesink.errors import CommitConflictError, IcesinkError
 from icesink.failpoints import failpoint
 from icesink.iceberg.marker import CommittedMarker, KnownMarker, committed_marker

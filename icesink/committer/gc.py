@@ -56,7 +56,7 @@ def collect_garbage(
     older_than: datetime.timedelta,
     dry_run: bool = False,
 ) -> GcReport:
-    from icesink.iceberg.files import referenced_paths
+    from icesink.iceberg.references import referenced_paths
 
     ledger = Ledger(config)
     report = GcReport(table=identifier, dry_run=dry_run)
@@ -118,7 +118,7 @@ def _staged_files(ledger: Ledger, table: Table, identifier: str) -> set[str]:
 
 def _sort_stored_files(table: Table, kept: set[str], cutoff_ms: int, report: GcReport) -> None:
     """Every file under the table's locations: referenced, too young to judge, or garbage (``report.deleted``)."""
-    from icesink.iceberg.files import list_files
+    from icesink.iceberg.references import list_files
 
     locations = {table.location().rstrip("/")}
     for configured in ("write.data.path", "write.metadata.path"):

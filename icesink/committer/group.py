@@ -36,8 +36,8 @@ from icesink.committer.build import (
 )
 from icesink.committer.checkpoints import CheckpointRow
 from icesink.committer.cleanup import clean_staged, clean_staged_of
+from icesink.committer.commit_policy import plan_snapshots
 from icesink.committer.ledger import Ledger
-from icesink.committer.policy import plan_snapshots
 from icesink.errors import CommitConflictError, ConfigError, IcesinkError
 from icesink.iceberg.marker import CommittedMarker, KnownMarker, committed_marker
 from icesink.properties import COMMIT_ID_PROPERTY

@@ -112,8 +112,8 @@ def _write_delta_manifests(
     written: TableResults, job_id: str, checkpoint_id: int, stream: StreamIdentity, atomic: bool
 ) -> StagedCheckpoint:
     """The table's checkpoint with its delta manifests written (none when it wrote no file)."""
-    from icesink.iceberg.files import delete_quietly
     from icesink.iceberg.manifests import to_data_file, write_delta_manifest
+    from icesink.iceberg.references import delete_quietly
 
     table = written.table
     records = [f for r in written.results for f in r.data_files]
@@ -157,7 +157,7 @@ def _write_delta_manifests(
 
 
 def _drop_manifests(written: Sequence[TableResults], staged: Sequence[StagedCheckpoint]) -> None:
-    from icesink.iceberg.files import delete_quietly
+    from icesink.iceberg.references import delete_quietly
 
     for one, checkpoint in zip(written, staged, strict=False):
         delete_quietly(one.table.io, checkpoint.manifest_paths)

@@ -3,7 +3,7 @@
 Runs on the executors (no Spark, no catalog). Each Kafka record becomes at most one :class:`Change`:
 the table it belongs to, upsert or delete, its key, its row, its position in the source, and the
 Connect schema of its row. Values of Debezium's logical types are rewritten into the one spelling
-Spark's ``from_json`` reads exactly into the column type :mod:`icesink.debezium_events.schemas` gives them
+Spark's ``from_json`` reads exactly into the column type :mod:`icesink.debezium_events.connect_types` gives them
 (a decimal as its exact digits, a timestamp in ISO 8601, a date as ``YYYY-MM-DD``); bytes stay base64.
 
 What the format is (read from JsonConverter and Debezium's sources): a value is
@@ -223,7 +223,7 @@ def _position(source: dict[str, Any], partition: int | None, offset: int | None)
 
 
 def _canonical(value: Any, schema: dict[str, Any] | None, where: str, column: str) -> Any:
-    """``value`` as Spark's from_json reads it into the column's type (see :mod:`icesink.debezium_events.schemas`)."""
+    """``value`` as Spark's from_json reads it into the column's type (:mod:`icesink.debezium_events.connect_types`)."""
     if value is None:
         return None
     if schema is None:

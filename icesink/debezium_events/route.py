@@ -3,7 +3,7 @@
 Executors decode every Kafka record once (:mod:`icesink.debezium_events.decode`, in one ``mapInArrow`` pass)
 into its source table, upsert or delete, key, position and row as JSON; the driver collects the
 tables of the micro-batch with the newest Connect schema of each, and gives every table a DataFrame
-typed by that schema (:mod:`icesink.debezium_events.schemas`) with the operation and position as the
+typed by that schema (:mod:`icesink.debezium_events.connect_types`) with the operation and position as the
 change columns. A table seen for the first time is created with its key as identifier fields; a
 column the source added later is added to the table (``evolve_schema``).
 """
@@ -231,7 +231,7 @@ def _schema(
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from icesink.debezium_events.schemas import struct_type
+    from icesink.debezium_events.connect_types import struct_type
 
     if row_schemas:
         merged: dict[str, T.StructField] = {}

@@ -113,7 +113,7 @@ def _swap_pointer(connection: sa.Connection, catalog_name: str, current: Table, 
 
 
 def _delete_quietly(written: Sequence[tuple[Table, str]]) -> None:
-    from icesink.iceberg.files import delete_quietly
+    from icesink.iceberg.references import delete_quietly
 
     for table, location in written:
         delete_quietly(table.io, [location])

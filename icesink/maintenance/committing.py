@@ -89,7 +89,7 @@ def commit_change(
     """
     from pyiceberg.exceptions import CommitFailedException
 
-    from icesink.iceberg.files import delete_quietly
+    from icesink.iceberg.references import delete_quietly
     from icesink.iceberg.scan import ManifestCache
     from icesink.iceberg.snapshots import commit_prepared
 

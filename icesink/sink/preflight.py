@@ -41,7 +41,7 @@ def preflight(df: DataFrame, options: StreamOptions) -> tuple[SinkSettings, SqlC
     config = resolve_catalog(options.catalog)
     catalog_handle = open_catalog(config)
     if options.equality_fields and not table_exists(catalog_handle, config, table):
-        from icesink.sink.changes import check_key_columns
+        from icesink.sink.change_stream import check_key_columns
 
         check_key_columns(table, df.schema, options.equality_fields)  # a new table takes its key from the DataFrame
     iceberg_table = resolve_table(
@@ -70,7 +70,7 @@ def _plan_changes(
     from icesink.errors import SchemaMismatchError
     from icesink.iceberg.describe import writer_spec
     from icesink.iceberg.schemas import AddColumn
-    from icesink.sink.changes import (
+    from icesink.sink.change_stream import (
         change_spec,
         check_key_columns,
         dataframe_key_names,

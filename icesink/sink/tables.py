@@ -181,7 +181,7 @@ def schema_from_spark(
     from pyiceberg.schema import Schema, assign_fresh_schema_ids
     from pyiceberg.types import NestedField
 
-    from icesink.sink.changes import dataframe_key_path
+    from icesink.sink.change_stream import dataframe_key_path
 
     columns = [f for f in spark_schema.fields if f.name not in skip]
     nested_ids = FieldIds(len(columns) + 1)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import pyarrow as pa
 
 from icesink.results import FileContent, FileRecord, PartitionValue, WriteResult, encode_write_result
-from icesink.writer.changes import check_keys, collapse
+from icesink.writer.collapse import check_keys, collapse
 from icesink.writer.conform import conform
 from icesink.writer.files import FileNamer, RollingFileWriter, delete_files
 from icesink.writer.partitioning import partition_path, split_by_partition

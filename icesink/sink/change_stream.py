@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from icesink.errors import ConfigError
 from icesink.maintenance.policy import CONVERT_AT_COMMIT, MaintenancePolicy
-from icesink.writer.changes import DELETE, INSERT, SKIP, UPDATE
+from icesink.writer.collapse import DELETE, INSERT, SKIP, UPDATE
 from icesink.writer.spec import ChangeSpec
 
 if TYPE_CHECKING:
