@@ -132,9 +132,9 @@ def test_stream_killed_at_each_moment_in_turn_writes_every_row_once(
     assert [r.checkpoint_id for r in rows] == list(range(len(batches)))
     assert all(r.state == CheckpointState.COMMITTED for r in rows)
     if "spark-writer.after-write" in moments:
-        # The killed batch's files never left Spark's staging directory; gc takes them, the table stays whole.
+        # The killed batch's files never left Spark's scratch directory; gc takes them, the table stays whole.
         root = Path(open_catalog(catalog_config).load_table(TABLE).location().removeprefix("file://"))
-        left = [p for p in root.rglob("*") if p.is_file() and ".icesink-staging-" in str(p.parent)]
+        left = [p for p in root.rglob("*") if p.is_file() and ".icesink-scratch-" in str(p.parent)]
         assert any(p.name.endswith(".parquet") for p in left)
         age_everything(root)
         report = collect_garbage(open_catalog(catalog_config), catalog_config, TABLE, datetime.timedelta(hours=1))

@@ -58,7 +58,7 @@ def test_one_checkpoint_moves_every_table_it_touched_in_one_commit(three_tables:
         assert len(table.metadata.snapshots) == 1
         commit_ids.add(table.current_snapshot().summary[COMMIT_ID_PROPERTY])
     assert len(commit_ids) == 1
-    assert {o.table_identifier: o.checkpoint_ids for o in outcomes} == {
+    assert {o.identifier: o.checkpoint_ids for o in outcomes} == {
         TABLES[0]: (0, 1),
         TABLES[1]: (0,),
         TABLES[2]: (1,),
@@ -96,7 +96,7 @@ def test_a_table_that_cannot_commit_holds_the_group_and_the_error_names_it(three
     assert table_ids(config, TABLES[0]) == [0]
     assert table_ids(config, TABLES[1]) == [1]
     pending = Ledger(config).pending(TABLES[0]) + Ledger(config).pending(TABLES[1])
-    assert [(r.table_identifier, r.checkpoint_id, r.status) for r in pending] == [
+    assert [(r.identifier, r.checkpoint_id, r.status) for r in pending] == [
         (TABLES[0], 1, "staged"),
         (TABLES[1], 1, "failed"),
     ]

@@ -115,9 +115,7 @@ def test_rows_staged_before_the_versioned_encoding_read_on_and_back(at_0006: sa.
     # Staged by this release, then the database taken back to 0006 for an earlier release: the eight columns
     # hold every row again, this release's included.
     new = _expected((("/wh/new ü.avro", 77, 5, 50), ("/wh/new-del %.avro", 33, 1, 4)))
-    assert ledger.stage(
-        StagedCheckpoint(table_identifier=TABLE, job_id="job ü", checkpoint_id=4, spec_id=0, manifests=new)
-    )
+    assert ledger.stage(StagedCheckpoint(identifier=TABLE, job_id="job ü", checkpoint_id=4, spec_id=0, manifests=new))
     assert invoke(config, "db", "downgrade", "0006")[0] == 0
     back = {
         r["checkpoint_id"]: r
@@ -142,7 +140,7 @@ def own_catalog(empty_database: str, tmp_path: Path) -> CatalogConfig:
 def test_a_row_of_a_later_encoding_is_refused_by_name_and_left_as_it_is(own_catalog: CatalogConfig) -> None:
     ledger = Ledger(own_catalog)
     staged = StagedCheckpoint(
-        table_identifier=TABLE,
+        identifier=TABLE,
         job_id="job",
         checkpoint_id=7,
         spec_id=0,
@@ -164,7 +162,7 @@ def test_a_row_of_a_later_encoding_is_refused_by_name_and_left_as_it_is(own_cata
 def test_a_downgrade_that_would_lose_a_row_or_names_no_revision_is_refused(own_catalog: CatalogConfig) -> None:
     ledger = Ledger(own_catalog)
     assert ledger.stage(
-        StagedCheckpoint(table_identifier=TABLE, job_id="job", checkpoint_id=0, spec_id=0, manifests=DeltaManifests())
+        StagedCheckpoint(identifier=TABLE, job_id="job", checkpoint_id=0, spec_id=0, manifests=DeltaManifests())
     )
     code, output = invoke(own_catalog, "db", "downgrade", "0042")
     assert code == 2 and "no schema revision '0042'" in output and "0001, 0002" in output

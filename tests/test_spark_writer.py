@@ -186,10 +186,10 @@ def test_files_get_icesink_names_and_roll_at_the_target_size(
         assert all(0.5 * target <= size <= 1.5 * target for size in sizes[1:]), (checkpoint, sizes)
     assert iceberg_rust_sql(table, "SELECT count(*) AS n FROM t").column("n")[0].as_py() == 60_000
     data = Path(table.location().removeprefix("file://")) / "data"
-    assert not [p.name for p in data.iterdir() if p.name.startswith(".icesink-staging")]
+    assert not [p.name for p in data.iterdir() if p.name.startswith(".icesink-scratch")]
 
 
-def test_a_failing_spark_write_leaves_no_staging_directory_and_stages_nothing(
+def test_a_failing_spark_write_leaves_no_scratch_directory_and_stages_nothing(
     spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
 ) -> None:
     from pyspark.errors import StreamingQueryException

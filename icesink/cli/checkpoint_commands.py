@@ -60,7 +60,10 @@ def checkpoint_json(row: Any) -> dict[str, Any]:
     """A ledger row as flat JSON: its manifests as flat fields, and its status."""
     from dataclasses import fields
 
-    plain = {f.name: getattr(row, f.name) for f in fields(row) if f.name != "manifests"}
+    from icesink.committer.ledger import LEDGER_COLUMN
+
+    # Named as the ledger's columns are (``table_identifier``), which scripts read.
+    plain = {LEDGER_COLUMN.get(f.name, f.name): getattr(row, f.name) for f in fields(row) if f.name != "manifests"}
     return {**plain, **row.manifests.flat(), "status": row.status}
 
 
@@ -137,12 +140,12 @@ def _held_back(ledger: Any, table: str, rows: Sequence[Any]) -> list[str]:
     """This table's staged checkpoints that wait for another table of their atomic job to commit."""
     lines = []
     for job in sorted({r.job_id for r in rows if r.atomic and r.status == "staged"}):
-        failing = [r for r in ledger.pending_atomic(job) if r.table_identifier != table and r.status == "failed"]
+        failing = [r for r in ledger.pending_atomic(job) if r.identifier != table and r.status == "failed"]
         if failing:
             first = failing[0]
             lines.append(
-                f"job {job}: waits for checkpoint {first.checkpoint_id} of table {first.table_identifier} "
-                f"(`icesink checkpoints list {first.table_identifier}` says why)"
+                f"job {job}: waits for checkpoint {first.checkpoint_id} of table {first.identifier} "
+                f"(`icesink checkpoints list {first.identifier}` says why)"
             )
     return lines
 

@@ -79,7 +79,7 @@ class PreparedCommit:
 class CommitOutcome:
     """One snapshot committed, or checkpoints found already committed."""
 
-    table_identifier: str
+    identifier: str
     job_id: str
     checkpoint_ids: tuple[int, ...]
     snapshot_id: int | None
@@ -101,7 +101,7 @@ class CommitOutcome:
         equality_delete_files: int = 0,
     ) -> CommitOutcome:
         return CommitOutcome(
-            table_identifier=identifier,
+            identifier=identifier,
             job_id=job_id,
             checkpoint_ids=tuple(r.checkpoint_id for r in rows),
             snapshot_id=snapshot_id,

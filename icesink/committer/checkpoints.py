@@ -134,7 +134,7 @@ class StagedCheckpoint:
     files were written with, ``column_ids`` which field each DataFrame column went to.
     """
 
-    table_identifier: str
+    identifier: str
     job_id: str
     checkpoint_id: int
     spec_id: int

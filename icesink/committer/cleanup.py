@@ -36,7 +36,7 @@ def clean_staged_of(ledger: Ledger, committed: Sequence[tuple[Table, Sequence[Ch
             except OSError as e:  # the next run (or gc) retries
                 log.warning(
                     "table=%s: could not delete staged manifest of checkpoint %d: %s",
-                    row.table_identifier,
+                    row.identifier,
                     row.checkpoint_id,
                     e,
                 )

@@ -80,9 +80,9 @@ class TableCommitter:
             catalog, config, ledger, self._builder, self._tables, self._markers, max_conflicts, before_commit, scope
         )
 
-    def table(self, table_identifier: str) -> Table:
+    def table(self, identifier: str) -> Table:
         """The table as this committer's last commit left it (read from the catalog if it has none)."""
-        return self._tables.get(table_identifier) or load_table(self._catalog, self._config, table_identifier)
+        return self._tables.get(identifier) or load_table(self._catalog, self._config, identifier)
 
     @classmethod
     def of(cls, config: CatalogConfig, **options: Any) -> TableCommitter:
@@ -91,12 +91,12 @@ class TableCommitter:
 
         return cls(open_catalog(config), config, Ledger(config), **options)
 
-    def forget(self, table_identifier: str) -> None:
+    def forget(self, identifier: str) -> None:
         """Read the table from the catalog next time (someone else, maintenance say, committed)."""
-        self._tables.pop(table_identifier, None)
+        self._tables.pop(identifier, None)
 
     def commit_pending(
-        self, table_identifier: str, job_id: str | None = None, outcomes: list[CommitOutcome] | None = None
+        self, identifier: str, job_id: str | None = None, outcomes: list[CommitOutcome] | None = None
     ) -> list[CommitOutcome]:
         """Commit every pending checkpoint of the table (or of one job of it), in checkpoint order.
 
@@ -105,15 +105,15 @@ class TableCommitter:
         error stopped the rest.
         """
         outcomes = [] if outcomes is None else outcomes
-        rows = self._ledger.pending(table_identifier, job_id)
+        rows = self._ledger.pending(identifier, job_id)
         if not rows:
             return outcomes
         atomic_jobs = sorted({r.job_id for r in rows if r.atomic})
         for job in atomic_jobs:
             self.commit_atomic(job, outcomes)
         if atomic_jobs:  # those jobs' older checkpoints of one table were committed on the way
-            rows = [r for r in self._ledger.pending(table_identifier, job_id) if not r.atomic]
-        self._commit_table(table_identifier, rows, outcomes)
+            rows = [r for r in self._ledger.pending(identifier, job_id) if not r.atomic]
+        self._commit_table(identifier, rows, outcomes)
         return outcomes
 
     def commit_atomic(self, job_id: str, outcomes: list[CommitOutcome] | None = None) -> list[CommitOutcome]:
@@ -124,24 +124,24 @@ class TableCommitter:
         """
         outcomes = [] if outcomes is None else outcomes
         single = [r for r in self._ledger.pending(job_id=job_id) if not r.atomic]
-        for identifier in sorted({r.table_identifier for r in single}):
-            self._commit_table(identifier, [r for r in single if r.table_identifier == identifier], outcomes)
+        for identifier in sorted({r.identifier for r in single}):
+            self._commit_table(identifier, [r for r in single if r.identifier == identifier], outcomes)
         outcomes += self._group.commit_job(job_id)
         return outcomes
 
-    def _commit_table(self, table_identifier: str, rows: list[CheckpointRow], outcomes: list[CommitOutcome]) -> None:
+    def _commit_table(self, identifier: str, rows: list[CheckpointRow], outcomes: list[CommitOutcome]) -> None:
         """Commit one table's pending checkpoints that are not part of a group, job by job."""
         if not rows:
             return
         # The table as this committer's last commit left it, if it has one. Safe even when someone
         # committed since: the snapshot is built on that head, the catalog refuses it, and the
         # table and its marker are read again before anything is rebuilt.
-        table = self._tables.pop(table_identifier, None) or load_table(self._catalog, self._config, table_identifier)
+        table = self._tables.pop(identifier, None) or load_table(self._catalog, self._config, identifier)
         # Manifests left by a committer that died between its ledger update and its cleanup.
-        self._cleanup(table, self._ledger.uncleaned(table_identifier))
+        self._cleanup(table, self._ledger.uncleaned(identifier))
         for job, job_rows in itertools.groupby(rows, key=lambda r: r.job_id):
-            table = self._commit_job(table, table_identifier, job, list(job_rows), outcomes)
-        self._tables[table_identifier] = table  # only after every job went through without an error
+            table = self._commit_job(table, identifier, job, list(job_rows), outcomes)
+        self._tables[identifier] = table  # only after every job went through without an error
 
     def _commit_job(
         self, table: Table, identifier: str, job_id: str, rows: list[CheckpointRow], outcomes: list[CommitOutcome]
@@ -279,7 +279,7 @@ class TableCommitter:
     def clean_committed(self) -> int:
         """Delete leftover temporary manifests of every committed checkpoint; returns how many were cleaned."""
         rows = self._ledger.uncleaned()
-        for identifier, table_rows in itertools.groupby(rows, key=lambda r: r.table_identifier):
+        for identifier, table_rows in itertools.groupby(rows, key=lambda r: r.identifier):
             self._cleanup(load_table(self._catalog, self._config, identifier), list(table_rows))
         return len(rows)
 

@@ -195,14 +195,14 @@ class GroupCommitter:
     def _record_failure(self, failed: CheckpointFailed, job_id: str, by_table: dict[str, list[CheckpointRow]]) -> None:
         """The failing table's checkpoints show the error; the tables it holds back are named in the log."""
         first = failed.rows[0]
-        held = sorted(t for t in by_table if t != first.table_identifier)
+        held = sorted(t for t in by_table if t != first.identifier)
         if held:
             log.warning(
                 "job=%s: checkpoint %d of table %s cannot be committed, which holds back %s (committed "
                 "atomically with it): %s",
                 job_id,
                 first.checkpoint_id,
-                first.table_identifier,
+                first.identifier,
                 ", ".join(held),
                 failed.error,
             )
@@ -271,8 +271,8 @@ class GroupCommitter:
 
 
 def _table_of(row: CheckpointRow) -> str:
-    return row.table_identifier
+    return row.identifier
 
 
 def _by_table(row: CheckpointRow) -> tuple[str, int]:
-    return row.table_identifier, row.checkpoint_id
+    return row.identifier, row.checkpoint_id

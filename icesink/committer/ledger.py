@@ -67,6 +67,8 @@ checkpoints = sa.Table(
 )
 
 
+# A checkpoint's field -> its ledger column, where the two are named apart (the column predates the glossary).
+LEDGER_COLUMN = {"identifier": "table_identifier"}
 _ROW_FIELDS = tuple(f.name for f in fields(CheckpointRow) if f.name != "manifests")
 
 
@@ -85,7 +87,7 @@ def _manifests_of(values: Mapping[str, object], encoded: str) -> DeltaManifests:
     except (ValueError, KeyError, TypeError) as e:
         raise LedgerFormatError(
             f"checkpoint {values['checkpoint_id']} of job {values['job_id']!r} for table "
-            f"{values['table_identifier']!r} cannot be read from the ledger ({e}); it is left as it is: commit it "
+            f"{values['identifier']!r} cannot be read from the ledger ({e}); it is left as it is: commit it "
             f"with the icesink release that staged it, or upgrade icesink where this runs"
         ) from e
 
@@ -99,7 +101,7 @@ class Ledger:
 
     @staticmethod
     def _row(row: sa.Row) -> CheckpointRow:  # type: ignore[type-arg]
-        values = {name: row._mapping[name] for name in _ROW_FIELDS}
+        values = {name: row._mapping[LEDGER_COLUMN.get(name, name)] for name in _ROW_FIELDS}
         values["manifests"] = _manifests_of(values, row._mapping["delta_manifests"])
         values["state"] = CheckpointState(values["state"])
         if values["column_ids"] is not None:
@@ -121,7 +123,11 @@ class Ledger:
         now = _now()
         rows = [
             {
-                **{f.name: getattr(staged, f.name) for f in fields(staged) if f.name != "manifests"},
+                **{
+                    LEDGER_COLUMN.get(f.name, f.name): getattr(staged, f.name)
+                    for f in fields(staged)
+                    if f.name != "manifests"
+                },
                 "delta_manifests": staged.manifests.encode(),
                 "catalog_name": self._config.name,
                 "state": state.value,
@@ -151,22 +157,22 @@ class Ledger:
         with database_errors(self._config), self._engine.connect() as connection:
             return [self._row(r) for r in connection.execute(query)]
 
-    def get(self, table_identifier: str, job_id: str, checkpoint_id: int) -> CheckpointRow | None:
+    def get(self, identifier: str, job_id: str, checkpoint_id: int) -> CheckpointRow | None:
         rows = self._select(
-            checkpoints.c.table_identifier == table_identifier,
+            checkpoints.c.table_identifier == identifier,
             checkpoints.c.job_id == job_id,
             checkpoints.c.checkpoint_id == checkpoint_id,
         )
         return rows[0] if rows else None
 
-    def streams_of_job(self, table_identifier: str, job_id: str) -> list[StreamIdentity]:
+    def streams_of_job(self, identifier: str, job_id: str) -> list[StreamIdentity]:
         """The streams that staged checkpoints of the job (those that recorded who they are)."""
         c = checkpoints.c
         query = (
             sa.select(c.stream_id, sa.func.max(c.checkpoint_location))
             .where(
                 c.catalog_name == self._config.name,
-                c.table_identifier == table_identifier,
+                c.table_identifier == identifier,
                 c.job_id == job_id,
                 c.stream_id.is_not(None),
             )
@@ -176,14 +182,14 @@ class Ledger:
         with database_errors(self._config), self._engine.connect() as connection:
             return [StreamIdentity(stream, location) for stream, location in connection.execute(query)]
 
-    def last_columns(self, table_identifier: str, job_id: str) -> tuple[int | None, dict[str, int] | None]:
+    def last_columns(self, identifier: str, job_id: str) -> tuple[int | None, dict[str, int] | None]:
         """The schema id and DataFrame column → field id of the job's latest checkpoint that recorded them."""
         c = checkpoints.c
         query = (
             sa.select(c.schema_id, c.column_ids)
             .where(
                 c.catalog_name == self._config.name,
-                c.table_identifier == table_identifier,
+                c.table_identifier == identifier,
                 c.job_id == job_id,
                 c.schema_id.is_not(None),
             )
@@ -197,11 +203,11 @@ class Ledger:
         schema_id, column_ids = found
         return schema_id, ({str(k): int(v) for k, v in json.loads(column_ids).items()} if column_ids else None)
 
-    def pending(self, table_identifier: str | None = None, job_id: str | None = None) -> list[CheckpointRow]:
+    def pending(self, identifier: str | None = None, job_id: str | None = None) -> list[CheckpointRow]:
         """Staged, not yet committed checkpoints, ordered by table, job and checkpoint."""
         where = [checkpoints.c.state == CheckpointState.STAGED.value]
-        if table_identifier is not None:
-            where.append(checkpoints.c.table_identifier == table_identifier)
+        if identifier is not None:
+            where.append(checkpoints.c.table_identifier == identifier)
         if job_id is not None:
             where.append(checkpoints.c.job_id == job_id)
         return self._select(*where)
@@ -226,9 +232,9 @@ class Ledger:
         with database_errors(self._config), self._engine.connect() as connection:
             return {r[0]: int(r[1]) for r in connection.execute(query)}
 
-    def for_table(self, table_identifier: str, newest: int | None = None) -> list[CheckpointRow]:
+    def for_table(self, identifier: str, newest: int | None = None) -> list[CheckpointRow]:
         """The table's checkpoints in order; only the ``newest`` of each job when given."""
-        rows = self._select(checkpoints.c.table_identifier == table_identifier)
+        rows = self._select(checkpoints.c.table_identifier == identifier)
         if newest is None:
             return rows
         by_job: dict[str, list[CheckpointRow]] = {}
@@ -236,7 +242,7 @@ class Ledger:
             by_job.setdefault(row.job_id, []).append(row)
         return [row for job_rows in by_job.values() for row in job_rows[-newest:]]
 
-    def lag(self, table_identifier: str) -> list[JobLag]:
+    def lag(self, identifier: str) -> list[JobLag]:
         """Per job: what waits, what failed, what is in, and how long the oldest waiting checkpoint has waited."""
         c = checkpoints.c
         staged = c.state == CheckpointState.STAGED.value
@@ -252,7 +258,7 @@ class Ledger:
                 sa.func.max(c.committed_at).filter(committed),
                 sa.func.min(c.staged_at).filter(staged),
             )
-            .where(c.catalog_name == self._config.name, c.table_identifier == table_identifier)
+            .where(c.catalog_name == self._config.name, c.table_identifier == identifier)
             .group_by(c.job_id)
             .order_by(c.job_id)
         )
@@ -338,11 +344,11 @@ class Ledger:
             row_id, state=CheckpointState.DISCARDED.value, discarded_at=_now(), discarded_by=who, discard_reason=why
         )
 
-    def unrecorded_discards(self, table_identifier: str, job_id: str) -> list[CheckpointRow]:
+    def unrecorded_discards(self, identifier: str, job_id: str) -> list[CheckpointRow]:
         """The job's discarded checkpoints that no snapshot summary names yet."""
         c = checkpoints.c
         return self._select(
-            c.table_identifier == table_identifier,
+            c.table_identifier == identifier,
             c.job_id == job_id,
             c.state == CheckpointState.DISCARDED.value,
             c.snapshot_id.is_(None),
@@ -358,17 +364,17 @@ class Ledger:
         with database_errors(self._config), self._engine.begin() as connection:
             return int(connection.execute(query).rowcount) == 1
 
-    def prune_committed(self, table_identifier: str, before: datetime.datetime) -> int:
+    def prune_committed(self, identifier: str, before: datetime.datetime) -> int:
         """Forget committed checkpoints older than ``before`` whose manifests are gone; the newest per job stays."""
         c = checkpoints.c
         newest = (
             sa.select(c.job_id, sa.func.max(c.checkpoint_id))
-            .where(c.catalog_name == self._config.name, c.table_identifier == table_identifier)
+            .where(c.catalog_name == self._config.name, c.table_identifier == identifier)
             .group_by(c.job_id)
         )
         query = checkpoints.delete().where(
             c.catalog_name == self._config.name,
-            c.table_identifier == table_identifier,
+            c.table_identifier == identifier,
             c.state == CheckpointState.COMMITTED.value,
             c.manifests_deleted == sa.true(),
             c.committed_at < before,
@@ -377,11 +383,11 @@ class Ledger:
         with database_errors(self._config), self._engine.begin() as connection:
             return int(connection.execute(query).rowcount)
 
-    def uncleaned(self, table_identifier: str | None = None, job_id: str | None = None) -> list[CheckpointRow]:
+    def uncleaned(self, identifier: str | None = None, job_id: str | None = None) -> list[CheckpointRow]:
         """Committed checkpoints whose temporary manifests may still exist."""
         where = [checkpoints.c.state == CheckpointState.COMMITTED.value, checkpoints.c.manifests_deleted == sa.false()]
-        if table_identifier is not None:
-            where.append(checkpoints.c.table_identifier == table_identifier)
+        if identifier is not None:
+            where.append(checkpoints.c.table_identifier == identifier)
         if job_id is not None:
             where.append(checkpoints.c.job_id == job_id)
         return self._select(*where)

@@ -31,7 +31,7 @@ class CheckpointChoice:
     def what_is_lost(self) -> str:
         r = self.row
         return (
-            f"checkpoint {r.checkpoint_id} of job {r.job_id} of table {r.table_identifier} ({r.status}): "
+            f"checkpoint {r.checkpoint_id} of job {r.job_id} of table {r.identifier} ({r.status}): "
             f"{r.manifests.data_files} data file(s) with {r.manifests.data_records} row(s) and "
             f"{r.manifests.delete_files} delete file(s) with {r.manifests.delete_records} key(s) would never reach "
             "the table"
@@ -75,18 +75,18 @@ def check_not_in_table(table: Table, choice: CheckpointChoice) -> None:
     row = choice.row
     if row.state == CheckpointState.COMMITTED:
         raise ConfigError(
-            f"table {row.table_identifier}: checkpoint {row.checkpoint_id} of job {row.job_id} is committed "
+            f"table {row.identifier}: checkpoint {row.checkpoint_id} of job {row.job_id} is committed "
             f"(snapshot {row.snapshot_id}); a committed checkpoint is never discarded or retried"
         )
     if row.state == CheckpointState.DISCARDED:
         raise ConfigError(
-            f"table {row.table_identifier}: checkpoint {row.checkpoint_id} of job {row.job_id} was discarded by "
+            f"table {row.identifier}: checkpoint {row.checkpoint_id} of job {row.job_id} was discarded by "
             f"{row.discarded_by} at {row.discarded_at}; it cannot come back (replay its data under a new job)"
         )
     marker = committed_marker(table.metadata, row.job_id)
     if marker is not None and row.checkpoint_id <= marker.checkpoint_id:
         raise ConfigError(
-            f"table {row.table_identifier}: checkpoint {row.checkpoint_id} of job {row.job_id} is in the table "
+            f"table {row.identifier}: checkpoint {row.checkpoint_id} of job {row.job_id} is in the table "
             f"(the job's snapshots reach checkpoint {marker.checkpoint_id}); the committer marks it committed on "
             "its next pass. Nothing was changed"
         )
@@ -98,11 +98,11 @@ def discard(ledger: Ledger, table: Table, choice: CheckpointChoice, who: str, wh
     row = choice.row
     if not ledger.discard(row.id, who, why):
         raise ConfigError(
-            f"table {row.table_identifier}: checkpoint {row.checkpoint_id} of job {row.job_id} changed while "
+            f"table {row.identifier}: checkpoint {row.checkpoint_id} of job {row.job_id} changed while "
             "this command ran (a committer committed it?); nothing was discarded. Look again with "
             "`icesink checkpoints list`"
         )
-    updated = ledger.get(row.table_identifier, row.job_id, row.checkpoint_id)
+    updated = ledger.get(row.identifier, row.job_id, row.checkpoint_id)
     assert updated is not None
     return updated
 
@@ -113,10 +113,10 @@ def retry(ledger: Ledger, table: Table, choice: CheckpointChoice) -> CheckpointR
     row = choice.row
     if row.error is None:
         raise ConfigError(
-            f"table {row.table_identifier}: checkpoint {row.checkpoint_id} of job {row.job_id} has not failed; "
+            f"table {row.identifier}: checkpoint {row.checkpoint_id} of job {row.job_id} has not failed; "
             "it is waiting for a committer (`icesink committer run`, or its stream's inline committer)"
         )
     ledger.clear_failure(row.id)
-    updated = ledger.get(row.table_identifier, row.job_id, row.checkpoint_id)
+    updated = ledger.get(row.identifier, row.job_id, row.checkpoint_id)
     assert updated is not None
     return updated

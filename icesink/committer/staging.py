@@ -42,7 +42,7 @@ class TableResults:
 def stage_checkpoint(
     ledger: Ledger,
     table: Table,
-    table_identifier: str,
+    identifier: str,
     job_id: str,
     checkpoint_id: int,
     results: Sequence[WriteResult],
@@ -51,7 +51,7 @@ def stage_checkpoint(
     column_ids: dict[str, int] | None = None,
 ) -> bool:
     """Stage one table's checkpoint (see :func:`stage_tables`)."""
-    written = TableResults(table, table_identifier, results, schema_id, column_ids)
+    written = TableResults(table, identifier, results, schema_id, column_ids)
     return stage_tables(ledger, job_id, checkpoint_id, [written], stream)
 
 
@@ -122,7 +122,7 @@ def _write_delta_manifests(
     # Every file of a checkpoint is written with the spec the driver read for it.
     spec_id = every_file[0].spec_id if every_file else table.metadata.default_spec_id
     empty = StagedCheckpoint(
-        table_identifier=written.identifier,
+        identifier=written.identifier,
         job_id=job_id,
         checkpoint_id=checkpoint_id,
         spec_id=spec_id,
@@ -163,14 +163,12 @@ def _drop_manifests(written: Sequence[TableResults], staged: Sequence[StagedChec
         delete_quietly(one.table.io, checkpoint.manifest_paths)
 
 
-def _same_stream(
-    ledger: Ledger, table_identifier: str, job_id: str, checkpoint_id: int, stream: StreamIdentity
-) -> bool:
+def _same_stream(ledger: Ledger, identifier: str, job_id: str, checkpoint_id: int, stream: StreamIdentity) -> bool:
     """False when the checkpoint was staged before by this stream; an error when by another one."""
-    earlier = ledger.get(table_identifier, job_id, checkpoint_id)
+    earlier = ledger.get(identifier, job_id, checkpoint_id)
     if earlier is not None and stream.differs_from(earlier.stream_id):
         raise JobIdConflictError(
-            f"table {table_identifier}: checkpoint {checkpoint_id} of job {job_id} was already staged by "
+            f"table {identifier}: checkpoint {checkpoint_id} of job {job_id} was already staged by "
             f"{earlier.describe_stream()}, and now {stream.describe()} stages it too: two streams share the job "
             "id. Nothing of this batch was staged; give each stream a job_id of its own (or drop job_id= to use "
             "Spark's query id)"

@@ -247,7 +247,7 @@ class BatchWriter:
                     outcomes = [o for table in self._sinks for o in self._committer.commit_pending(table, job_id)]
                 phases.done("commit")
                 for sink in self._sinks.values():
-                    if any(o.snapshot_id is not None and o.table_identifier == sink.table for o in outcomes):
+                    if any(o.snapshot_id is not None and o.identifier == sink.table for o in outcomes):
                         sink.maintain(self._committer)
                 phases.done("maintain")
                 return

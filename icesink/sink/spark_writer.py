@@ -9,17 +9,17 @@ their footers for the manifest metadata. That is this module.
 How one checkpoint is written:
 
 1. The batch, projected to the table's columns, is written by
-   ``DataFrame.write.parquet`` into a fresh staging directory under the
+   ``DataFrame.write.parquet`` into a fresh scratch directory under the
    table's data location (Spark's commit protocol keeps exactly one attempt's
    file per task there).
 2. The driver reads each file's footer (``icesink.writer.footers``), checks
    its field ids, and moves the file into the data location under icesink's
    usual name (job, checkpoint, task, uuid).
-3. The staging directory is removed; the ``WriteResult``s go to staging as
+3. The scratch directory is removed; the ``WriteResult``s go to staging as
    for the Arrow writer.
 
 A crash anywhere in between leaves only files no checkpoint names, which
-``icesink committer gc`` removes; the re-run batch writes into a new staging
+``icesink committer gc`` removes; the re-run batch writes into a new scratch
 directory.
 
 It is used where Spark can do everything the table asks for (see
@@ -146,9 +146,9 @@ class SparkParquetWriter:
 
         filesystem, data_path = split_location(spec.data_location, spec.storage_options)
         token = uuid.uuid4().hex
-        staging_name = f".icesink-staging-{paths.segment(spec.job_id, 64)}-{spec.checkpoint_id:010d}-{token}"
-        staging_uri = f"{spec.data_location.rstrip('/')}/{staging_name}"
-        staging_path = f"{data_path.rstrip('/')}/{staging_name}"
+        scratch_name = f".icesink-scratch-{paths.segment(spec.job_id, 64)}-{spec.checkpoint_id:010d}-{token}"
+        scratch_uri = f"{spec.data_location.rstrip('/')}/{scratch_name}"
+        scratch_path = f"{data_path.rstrip('/')}/{scratch_name}"
         session = projected.sparkSession
         for key, value in SESSION_SETTINGS.items():
             session.conf.set(key, value)
@@ -158,7 +158,7 @@ class SparkParquetWriter:
         writer = (
             with_ids.write.option("compression", spec.compression.codec)
             .option("parquet.block.size", str(spec.row_group_bytes))
-            # No _SUCCESS marker: the staging directory is read by icesink only.
+            # No _SUCCESS marker: the scratch directory is read by icesink only.
             .option("mapreduce.fileoutputcommitter.marksuccessfuljobs", "false")
         )
         if spec.compression.codec == "zstd":
@@ -172,24 +172,24 @@ class SparkParquetWriter:
             rows = max(1, int(spec.target_file_size_bytes / bytes_per_row))
             writer = writer.option("maxRecordsPerFile", str(rows))
         try:
-            writer.parquet(staging_uri)
+            writer.parquet(scratch_uri)
             if phases is not None:
                 phases.done("write")
             failpoint("spark-writer.after-write")
-            results = self._move_into_table(filesystem, staging_path, data_path, spec)
+            results = self._move_into_table(filesystem, scratch_path, data_path, spec)
             if phases is not None:
                 phases.done("footers+moves")
         finally:
             # What is left: Hadoop's checksum files, or a failed write's remains.
-            if filesystem.get_file_info(staging_path).type != pafs.FileType.NotFound:
-                filesystem.delete_dir(staging_path)
+            if filesystem.get_file_info(scratch_path).type != pafs.FileType.NotFound:
+                filesystem.delete_dir(scratch_path)
         return results
 
     def _move_into_table(
-        self, filesystem: pafs.FileSystem, staging_path: str, data_path: str, spec: WriterSpec
+        self, filesystem: pafs.FileSystem, scratch_path: str, data_path: str, spec: WriterSpec
     ) -> list[WriteResult]:
         files = sorted(
-            (info for info in filesystem.get_file_info(pafs.FileSelector(staging_path)) if info.is_file),
+            (info for info in filesystem.get_file_info(pafs.FileSelector(scratch_path)) if info.is_file),
             key=lambda info: info.base_name,
         )
         by_task: dict[int, list[FileRecord]] = defaultdict(list)
