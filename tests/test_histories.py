@@ -84,6 +84,14 @@ def test_iceberg_java_reads_where_the_histories_end(
     assert not found, "\n".join(found)
 
 
+def test_the_fixed_seeds_reach_group_commits_and_kill_their_committer() -> None:
+    """Some fixed histories commit a second table with theirs in one transaction, and kill that committer."""
+    atomic = [seed for seed in (*SEEDS, PG_SEED) if generate(seed, LENGTH, False).atomic]
+    assert atomic, "no fixed seed commits two tables atomically"
+    kinds = {step.kind for seed in atomic for step in generate(seed, LENGTH, False).steps}
+    assert {"crash", "discard", "alter"} <= kinds, kinds
+
+
 def test_compaction_of_a_file_whose_rows_are_all_deleted_keeps_a_nested_uuid_column(tmp_path: Path) -> None:
     """Found by seed 1251734539: a file read back with no row left (all deleted) gave columns without chunks,
     and a uuid inside a struct made combining them fail, so ``maintain --all`` crashed."""

@@ -178,6 +178,8 @@ def _features(history: History) -> list[str]:
         found.append("key in struct")
     if history.writer:
         found.append(f"icesink.stream (writer={history.writer})")
+    if history.atomic:
+        found.append("atomic with a second table")
     if shape.partition:
         found.append(shape.partition.split("(")[0] if "(" in shape.partition else "identity")
     return found

@@ -19,6 +19,7 @@ from typing import Any
 
 from icesink.catalog.config import CatalogConfig
 from tests.histories.grammar import PRIMITIVES, SPARK_PRIMITIVES, TableShape, random_table
+from tests.histories.group import COMPANION, GROUP_FAILPOINTS
 from tests.histories.spark_world import SparkWorld
 from tests.histories.world import FAILPOINTS, Mismatch, World
 
@@ -33,11 +34,11 @@ class Step:
     seed: int
     size: int = 0
 
-    def describe(self) -> str:
+    def describe(self, failpoints: tuple[str, ...] = FAILPOINTS) -> str:
         if self.kind == "write":
             return f"write a checkpoint of {self.size} change(s) (seed {self.seed})"
         if self.kind == "crash":
-            return f"write a checkpoint, the committer is killed at {FAILPOINTS[self.seed % len(FAILPOINTS)]}"
+            return f"write a checkpoint, the committer is killed at {failpoints[self.seed % len(failpoints)]}"
         if self.kind == "maintain":
             return f"icesink maintain ({('convert', 'compact', 'all')[self.seed % 3]})"
         return {
@@ -55,17 +56,22 @@ class History:
     shape: TableShape
     steps: tuple[Step, ...]
     writer: str | None = None  # through a real icesink.stream with this writer; None: the task writer directly
+    atomic: bool = False  # every checkpoint also writes a companion table, committed with it in one transaction
 
     def describe(self) -> str:
         through = f", written through icesink.stream (writer={self.writer!r})" if self.writer else ""
-        lines = [f"seed {self.seed}: table {self.shape.describe()}{through}"]
-        lines += [f"  {n + 1}. {step.describe()}" for n, step in enumerate(self.steps)]
+        group = f", committed atomically with {COMPANION!r}" if self.atomic else ""
+        failpoints = GROUP_FAILPOINTS if self.atomic else FAILPOINTS
+        lines = [f"seed {self.seed}: table {self.shape.describe()}{through}{group}"]
+        lines += [f"  {n + 1}. {step.describe(failpoints)}" for n, step in enumerate(self.steps)]
         return "\n".join(lines)
 
 
 # One history in this many runs through Spark (its own draw, so that the other histories of a seed stay as
 # they were); ``spark=True`` or ``False`` decides it.
 SPARK_SHARE = 6
+# One history in this many of those without Spark commits a second table with its own (its own draw too).
+ATOMIC_SHARE = 3
 SPARK_KINDS = ("write", "write", "write", "alter", "maintain", "expire", "crash", "discard", "replay", "evolve")
 
 
@@ -77,7 +83,8 @@ def generate(seed: int, length: int, spark: bool | None = None) -> History:
     shape = random_table(rng, SPARK_PRIMITIVES if spark else PRIMITIVES)
     kinds = SPARK_KINDS if spark else KINDS
     steps = tuple(Step(rng.choice(kinds), rng.randrange(2**31), rng.randint(1, 25)) for _ in range(length))
-    return History(seed, shape, steps, through.choice(("auto", "arrow")) if spark else None)
+    atomic = not spark and random.Random(seed ^ 0xA7031C).randrange(ATOMIC_SHARE) == 0
+    return History(seed, shape, steps, through.choice(("auto", "arrow")) if spark else None, atomic)
 
 
 @dataclass
@@ -121,7 +128,7 @@ def run(history: History, directory: Path, readers: bool = True, database_url: s
         world = (
             SparkWorld(config, history.shape, directory, history.writer)
             if history.writer
-            else World(config, history.shape)
+            else World(config, history.shape, history.atomic)
         )
         seen: list[State] = []
         for number, step in enumerate(history.steps):
@@ -156,7 +163,7 @@ def _do(world: World, step: Step) -> None:
             return
         if step.kind == "crash":
             world.stage(rows, ops)
-            world.crash_commit(FAILPOINTS[step.seed % len(FAILPOINTS)])
+            world.crash_commit(world.failpoints[step.seed % len(world.failpoints)])
         elif step.kind == "expire":
             with world.table().transaction() as change:
                 change.set_properties(

@@ -27,6 +27,7 @@ from icesink.committer.commit import TableCommitter
 from icesink.committer.ledger import Ledger
 from tests.histories.canon import by_id, by_name, canon, drop_id, widen_id
 from tests.histories.grammar import TableShape, input_type, random_primitive, random_value
+from tests.histories.group import COMPANION
 
 IDENTIFIER = "hist.table ü %/x"
 JOB = "job"
@@ -66,8 +67,9 @@ class Model:
 class World:
     """One table in a fresh catalog, written and changed as a history says."""
 
-    def __init__(self, config: CatalogConfig, shape: TableShape) -> None:
+    def __init__(self, config: CatalogConfig, shape: TableShape, atomic: bool = False) -> None:
         from icesink.sink.tables import parse_partition_by
+        from tests.histories.group import GROUP_FAILPOINTS, Companion
 
         self.config = config
         self.catalog = open_catalog(config)
@@ -82,6 +84,9 @@ class World:
             with table.update_schema() as update:  # readers such as the changelog take the key from here
                 update.set_identifier_fields(*shape.keys)
         self.model = Model(keyed=bool(self.key_ids))
+        # With ``atomic``, a second table is written in every checkpoint and committed with this one.
+        self.companion = Companion(self.catalog) if atomic else None
+        self.failpoints = GROUP_FAILPOINTS if atomic else FAILPOINTS
         self.next_checkpoint = 0
         self.committer = TableCommitter(self.catalog, config, Ledger(config))
         self.last_marker = -1
@@ -124,7 +129,7 @@ class World:
     def write(self, rows: pa.Table, ops: list[str], again: int | None = None) -> tuple[int, bool]:
         """Files for the next checkpoint (or, as Spark re-delivers one, for checkpoint ``again`` by a new
         task attempt), staged, not committed; returns the checkpoint id and whether staging took it."""
-        from icesink.committer.staging import stage_checkpoint
+        from icesink.committer.staging import TableResults, stage_tables
         from icesink.iceberg.describe import writer_spec
         from icesink.writer.spec import ChangeSpec
         from icesink.writer.task import TaskWriter
@@ -139,10 +144,18 @@ class World:
             rows = rows.append_column("op", pa.array(ops, pa.string()))
             rows = rows.append_column("__icesink_order", pa.array(range(rows.num_rows), pa.int64()))
         spec = writer_spec(table, IDENTIFIER, JOB, changes).for_checkpoint(checkpoint)
-        writer = TaskWriter(spec, task_id=0, attempt=0 if again is None else 1)
+        attempt = 0 if again is None else 1
+        writer = TaskWriter(spec, task_id=0, attempt=attempt)
         writer.write(rows)
-        result = writer.complete()
-        return checkpoint, stage_checkpoint(Ledger(self.config), table, IDENTIFIER, JOB, checkpoint, [result])
+        written = [TableResults(table, IDENTIFIER, [writer.complete()])]
+        if self.companion is None:
+            return checkpoint, stage_tables(Ledger(self.config), JOB, checkpoint, written)
+        companion = self.catalog.load_table(COMPANION)
+        written.append(self.companion.results(companion, JOB, checkpoint, rows.num_rows, attempt))
+        staged = stage_tables(Ledger(self.config), JOB, checkpoint, written, atomic=True)
+        if staged:
+            self.companion.expected[checkpoint] = rows.num_rows
+        return checkpoint, staged
 
     def stage(self, rows: pa.Table, ops: list[str]) -> int:
         """The next checkpoint written and staged, left for a committer; returns its id."""
@@ -174,8 +187,12 @@ class World:
         committer = self.committer
         if expire:
             committer = TableCommitter(self.catalog, self.config, Ledger(self.config), expire_snapshots=True)
-        committer.commit_pending(IDENTIFIER)
+        if self.companion is None:
+            committer.commit_pending(IDENTIFIER)
+        else:  # as the inline committer of a stream of several tables does
+            committer.commit_atomic(JOB)
         self.committer.forget(IDENTIFIER)
+        self.committer.forget(COMPANION)
 
     def apply_to_model(self, rows: pa.Table, ops: list[str]) -> None:
         """What the checkpoint must do: the last change of each key wins (by input order)."""
@@ -222,6 +239,8 @@ class World:
         )
         # Every failpoint is on the way of a commit that has a checkpoint to commit: the process must die there.
         assert done.returncode == -9, f"the committer was not killed at {failpoint}: {done.stderr[-2000:]}"
+        if self.companion is not None:  # what the killed committer left: both tables at one cut, or neither
+            self.companion.check_cut(self.config, IDENTIFIER, JOB)
         self.committer = TableCommitter.of(self.config)  # a new process' committer
         self.commit()
 
@@ -242,6 +261,8 @@ class World:
         else:
             raise Mismatch(f"checkpoint {checkpoint} committed without its manifest")
         discard(ledger, self.table(), choose_checkpoint(ledger, IDENTIFIER, checkpoint, JOB), "history", "lost")
+        if self.companion is not None:  # the companion's part of it commits without the discarded one
+            self.companion.discarded.add(checkpoint)
         self.commit()
 
     def alter(self, rng: random.Random) -> str:
@@ -333,11 +354,19 @@ class World:
             raise Mismatch(problem)
 
     def check_invariants(self) -> None:
-        """No checkpoint in two snapshots, the marker never back, no manifest naming a missing file."""
+        """No checkpoint in two snapshots, the marker never back, no manifest naming a missing file; with a
+        companion table, the same of it, its rows, and both tables at one cut."""
+        self.last_marker = self._check_table(IDENTIFIER, self.last_marker)
+        if self.companion is not None:
+            self.companion.last_marker = self._check_table(COMPANION, self.companion.last_marker)
+            self.companion.check(self.config, IDENTIFIER, JOB)
+
+    def _check_table(self, identifier: str, last_marker: int) -> int:
+        """The invariants of one table; returns its marker now."""
         from icesink.iceberg.marker import committed_marker
         from icesink.properties import CHECKPOINT_RANGE_PROPERTY, JOB_ID_PROPERTY, MAINTENANCE_PROPERTY
 
-        table = self.table()
+        table = self.catalog.load_table(identifier)
         seen: dict[int, int] = {}
         for snapshot in table.snapshots():
             summary = snapshot.summary.additional_properties if snapshot.summary else {}
@@ -357,23 +386,23 @@ class World:
                 seen[checkpoint] = snapshot.snapshot_id
         marker = committed_marker(table.metadata, JOB)
         now = marker.checkpoint_id if marker else -1
-        if now < self.last_marker:
-            raise Mismatch(f"the marker went back from {self.last_marker} to {now}")
-        self.last_marker = now
-        needed = {_local(path) for path in self.referenced_files()}
+        if now < last_marker:
+            raise Mismatch(f"table {identifier}: the marker went back from {last_marker} to {now}")
+        needed = {_local(path) for path in self.referenced_files(identifier)}
         missing = sorted(path for path in needed if not Path(path).exists())
         if missing:
-            raise Mismatch(f"the table's metadata names {len(missing)} missing file(s), e.g. {missing[0]}")
-        garbage = self.collect_garbage(dry_run=True)
+            raise Mismatch(f"table {identifier}'s metadata names {len(missing)} missing file(s), e.g. {missing[0]}")
+        garbage = self.collect_garbage(dry_run=True, identifier=identifier)
         wrong = sorted(uri for uri in garbage if _local(uri) in needed)
         if wrong:
             raise Mismatch(f"committer gc --dry-run lists {len(wrong)} referenced file(s), e.g. {wrong[0]}")
+        return now
 
-    def referenced_files(self) -> set[str]:
+    def referenced_files(self, identifier: str = IDENTIFIER) -> set[str]:
         """Every file a snapshot (current or not), the metadata log or a staged checkpoint still names."""
         from icesink.committer.checkpoints import CheckpointState
 
-        table = self.table()
+        table = self.catalog.load_table(identifier)
         needed = {table.metadata_location, *(entry.metadata_file for entry in table.metadata.metadata_log)}
         for snapshot in table.snapshots():
             needed.add(snapshot.manifest_list)
@@ -381,19 +410,21 @@ class World:
                 needed.add(manifest.manifest_path)
                 entries = manifest.fetch_manifest_entry(table.io, discard_deleted=False)
                 needed.update(entry.data_file.file_path for entry in entries)
-        for row in Ledger(self.config).for_table(IDENTIFIER):
+        for row in Ledger(self.config).for_table(identifier):
             if row.state == CheckpointState.STAGED:
                 needed.update(row.manifest_paths)
         return needed
 
-    def collect_garbage(self, dry_run: bool = False) -> list[str]:
-        """What ``icesink committer gc --older-than 0s`` deletes (or would delete)."""
+    def collect_garbage(self, dry_run: bool = False, identifier: str | None = None) -> list[str]:
+        """What ``icesink committer gc --older-than 0s`` deletes (or would delete), of one table or of all."""
         import datetime
 
         from icesink.committer.gc import collect_garbage
 
-        report = collect_garbage(self.catalog, self.config, IDENTIFIER, datetime.timedelta(0), dry_run=dry_run)
-        return report.deleted
+        deleted = []
+        for name in [identifier] if identifier else [IDENTIFIER] + ([COMPANION] if self.companion else []):
+            deleted += collect_garbage(self.catalog, self.config, name, datetime.timedelta(0), dry_run=dry_run).deleted
+        return deleted
 
 
 def _parents(schema: Any, field_id: int) -> Iterator[int]:

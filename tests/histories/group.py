@@ -1,0 +1,79 @@
+"""A second table committed with the history's table in one catalog transaction (``atomic=True``).
+
+Each checkpoint also writes one row into the companion table: the checkpoint id and how many changes the
+history's table got. The two commit together or not at all, so after every step (and while a killed
+committer's work is half done) the catalog's pointers, read in one transaction, must show both tables at
+the same checkpoint of the job, apart from checkpoints whose part in the history's table was discarded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from icesink.catalog.config import CatalogConfig
+
+COMPANION = "hist.lines ü %/y"
+# Where a committer of a group dies: before any pointer moved, with one pointer moved in the open
+# transaction, after the transaction, and while removing the committed checkpoints' delta manifests.
+GROUP_FAILPOINTS = (
+    "group.before-transaction",
+    "group.during-transaction",
+    "group.after-transaction",
+    "committer.during-cleanup",
+)
+
+
+class Companion:
+    """The companion table and what it must hold."""
+
+    def __init__(self, catalog: Any) -> None:
+        from pyiceberg.schema import Schema
+        from pyiceberg.types import LongType, NestedField
+
+        schema = Schema(
+            NestedField(1, "checkpoint", LongType(), required=True), NestedField(2, "rows", LongType(), required=True)
+        )
+        catalog.create_table(COMPANION, schema=schema)
+        self.expected: dict[int, int] = {}  # checkpoint -> changes the history's table got in it
+        self.discarded: set[int] = set()  # checkpoints whose part in the history's table an operator discarded
+        self.last_marker = -1
+
+    def results(self, table: Any, job: str, checkpoint: int, changes: int, attempt: int) -> Any:
+        """The companion's part of a checkpoint, written as a task would."""
+        from icesink.committer.staging import TableResults
+        from icesink.iceberg.describe import writer_spec
+        from icesink.writer.task import TaskWriter
+
+        spec = writer_spec(table, COMPANION, job, None).for_checkpoint(checkpoint)
+        writer = TaskWriter(spec, task_id=0, attempt=attempt)
+        writer.write(pa.table({"checkpoint": pa.array([checkpoint], pa.int64()), "rows": pa.array([changes])}))
+        return TableResults(table, COMPANION, [writer.complete()])
+
+    def check(self, config: CatalogConfig, main: str, job: str) -> None:
+        """Its rows, and the cut the catalog's pointers show now."""
+        import icesink
+        from tests.histories.world import Mismatch
+
+        rows = sorted((r["checkpoint"], r["rows"]) for r in icesink.read(COMPANION, catalog=config).to_pylist())
+        if rows != sorted(self.expected.items()):
+            raise Mismatch(f"the companion table holds checkpoints {rows}, the model {sorted(self.expected.items())}")
+        self.check_cut(config, main, job)
+
+    def check_cut(self, config: CatalogConfig, main: str, job: str) -> None:
+        """Both pointers read in one transaction: the tables' markers differ only by discarded checkpoints."""
+        from icesink.catalog.loader import open_catalog, table_at
+        from icesink.catalog.pointers import read_pointers
+        from icesink.iceberg.marker import committed_marker
+        from tests.histories.world import Mismatch
+
+        catalog = open_catalog(config)
+        markers = {}
+        for identifier, location in read_pointers(config, [main, COMPANION]).items():
+            marker = committed_marker(table_at(catalog, identifier, location).metadata, job)
+            markers[identifier] = marker.checkpoint_id if marker else -1
+        low, high = sorted(markers.values())
+        torn = [c for c in range(low + 1, high + 1) if c not in self.discarded]
+        if torn:
+            raise Mismatch(f"a torn cut: one transaction's pointers show the tables at {markers}")
