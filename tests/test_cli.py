@@ -277,3 +277,26 @@ def test_text_tables_are_drawn_for_a_terminal_and_plain_for_a_pipe(monkeypatch: 
     assert drawn != plain and "ü x/%" in drawn and "22" in drawn and "─" in drawn
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     assert list(progress(["a", "b", "c"], "testing")) == ["a", "b", "c"]
+
+
+def test_changes_over_many_snapshots_report_their_progress(
+    sqlite_catalog: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import icesink
+    from icesink.cli.output import quiet_progress
+
+    committed_table(sqlite_catalog)
+    stage_rows(sqlite_catalog, TABLE, "job-a", 2, orders(15, 3))
+    assert invoke(sqlite_catalog, "committer", "run", "--once")[0] == 0
+    seen: list[tuple[int, int]] = []
+    changes = icesink.changes(TABLE, None, catalog=sqlite_catalog, progress=lambda *step: seen.append(step))
+    assert changes.num_rows == 18
+    assert len(open_catalog(sqlite_catalog).load_table(TABLE).snapshots()) == 2
+    # Each of the two snapshots planned, then one step for reading the files they name.
+    assert seen == [(0, 3), (1, 3), (2, 3), (3, 3)], seen
+    with quiet_progress("reading") as report:  # silent in a pipe
+        report(1, 2)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    with quiet_progress("reading") as report:
+        report(1, 2)
+        report(2, 2)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from icesink.arrays import empty_table
@@ -24,6 +24,7 @@ def changes(
     *,
     net_changes: bool = False,
     catalog: str | CatalogConfig | Mapping[str, str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> pa.Table:
     """The changes committed to ``main`` after ``start_snapshot`` up to ``end_snapshot`` (default: the head).
 
@@ -36,6 +37,8 @@ def changes(
             sequence number), ``_commit_snapshot_id`` and ``_commit_timestamp``) or ``"append"`` (the
             rows each snapshot added, table columns only).
         net_changes: collapse each key's changes to its net change (needs the table's identifier fields).
+        progress: called with (snapshots planned, snapshots in the range) as each one is planned, then
+            (n, n + 1) while the changes are read and (n + 1, n + 1) when done, for a progress bar.
     """
     from icesink.catalog.config import resolve_catalog
     from icesink.catalog.loader import load_table, open_catalog
@@ -66,9 +69,14 @@ def changes(
     if start_snapshot is None and snapshots and snapshots[0].parent_snapshot_id is not None:
         parts += planner.state(snapshots[0])  # older history expired: the oldest state kept, as inserts
         snapshots = snapshots[1:]
-    for snapshot in snapshots:
+    report = progress or (lambda done, total: None)
+    for done, snapshot in enumerate(snapshots):
+        report(done, len(snapshots) + 1)
         parts += planner.changes(snapshot)
-    return compute_changes(table, schema, parts, mode, net_changes)
+    report(len(snapshots), len(snapshots) + 1)  # the last step: reading the files the plan names
+    changed = compute_changes(table, schema, parts, mode, net_changes)
+    report(len(snapshots) + 1, len(snapshots) + 1)
+    return changed
 
 
 def register(spark: SparkSession) -> None:

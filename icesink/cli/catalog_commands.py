@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from icesink.cli.context import CliContext
-from icesink.cli.output import Column, text_table
+from icesink.cli.output import Column, quiet_progress, text_table
 from icesink.errors import IcesinkError, SnapshotNotFoundError
 
 
@@ -209,5 +209,6 @@ def changes(
     """Print what changed in TABLE between two snapshots: inserts, deletes, update_before/update_after pairs."""
     from icesink.changelog.api import changes as read_changes
 
-    rows = read_changes(obj.table(table), start, end, mode, net_changes=net_changes)
+    with quiet_progress(f"reading the changes of {table}, snapshot by snapshot") as report:
+        rows = read_changes(obj.table(table), start, end, mode, net_changes=net_changes, progress=report)
     obj.output(as_json).rows(rows, limit, "changes")

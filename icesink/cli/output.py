@@ -156,3 +156,18 @@ def step_progress(what: str) -> Iterator[Callable[[int, int, str], None]]:
     with Progress(console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(what, total=None)
         yield lambda done, total, line: bar.update(task, completed=done, total=total, description=f"{what}: {line}")
+
+
+@contextlib.contextmanager
+def quiet_progress(what: str) -> Iterator[Callable[[int, int], None]]:
+    """A reporter of (done, total) drawn as a progress bar on stderr when it is a terminal, and silent
+    elsewhere (a command whose output is the data: a pipe should get nothing on stderr but errors)."""
+    if not sys.stderr.isatty():
+        yield lambda done, total: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(what, total=None)
+        yield lambda done, total: bar.update(task, completed=done, total=total)
