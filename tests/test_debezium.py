@@ -455,3 +455,50 @@ def test_maintain_has_the_inline_committer_maintain_every_table_of_the_stream(
         assert "compact" in {s.summary["icesink.maintenance"] for s in snapshots}
         rows = sorted((r["id"], r["v"]) for r in icesink.read(f"app.{table}", catalog=sqlite_catalog).to_pylist())
         assert rows == [(0, f"{table}3"), (1, f"{table}1"), (2, f"{table}2")]
+
+
+def test_a_dead_letter_table_is_a_table_name_of_its_own() -> None:
+    with pytest.raises(ConfigError, match=r"dead_letter must be a table name 'namespace\.table'"):
+        icesink.debezium("app", dead_letter="rejected")
+    with pytest.raises(
+        ConfigError, match=r"'ops\.x' is both the dead_letter table and where source table 'users' goes"
+    ):
+        icesink.debezium("app", tables={"users": "ops.x"}, dead_letter="ops.x")
+
+
+@pytest.mark.spark
+def test_records_that_cannot_be_applied_go_to_the_dead_letter_table_and_the_stream_goes_on(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    from icesink.properties import COMMIT_ID_PROPERTY
+
+    fields = [{"type": "int32", "optional": False, "field": "id"}, {"type": "string", "optional": True, "field": "n"}]
+    not_json = {"topic": "db.public.users", "partition": 0, "offset": 1, "key": '{"id": 2}', "value": "{ü %/x"}
+    truncate = _record("db.public.users", 1, 7, {"id": 4}, None, fields, op="t")
+    batches = [
+        [
+            _record("db.public.users", 0, 0, {"id": 1}, {"id": 1, "n": "a"}, fields),
+            not_json,
+            _record("db.public.users", 0, 2, {"id": 3}, {"id": 3, "n": "c"}, fields, op="x"),
+        ],
+        [_record("db.public.users", 0, 3, {"id": 1}, {"id": 1, "n": "a2"}, fields, op="u"), truncate],
+    ]
+    _write_batches(tmp_path / "in", batches)
+    dead = "ops.rejected ü %/x"
+    _run(spark, sqlite_catalog, tmp_path, icesink.debezium("app", dead_letter=dead))
+    assert icesink.read("app.users", catalog=sqlite_catalog).to_pylist() == [{"id": 1, "n": "a2"}]
+    rejected = sorted(icesink.read(dead, catalog=sqlite_catalog).to_pylist(), key=lambda r: r["offset"])
+    assert [(r["topic"], r["partition"], r["offset"], r["key"]) for r in rejected] == [
+        ("db.public.users", 0, 1, '{"id": 2}'),
+        ("db.public.users", 0, 2, '{"id": 3}'),
+        ("db.public.users", 1, 7, '{"id": 4}'),
+    ]
+    assert rejected[0]["value"] == "{ü %/x" and "offset 1: the record's value is not JSON" in rejected[0]["error"]
+    assert "'x' is not a Debezium operation" in rejected[1]["error"]
+    assert "TRUNCATE" in rejected[2]["error"] and json.loads(rejected[2]["value"]) == json.loads(truncate["value"])
+    # Each checkpoint's rejected records were committed with its rows, in one transaction.
+    catalog = open_catalog(sqlite_catalog)
+    commits = [
+        [s.summary[COMMIT_ID_PROPERTY] for s in catalog.load_table(name).snapshots()] for name in ("app.users", dead)
+    ]
+    assert commits[0] == commits[1] and len(commits[0]) == 2

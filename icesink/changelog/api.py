@@ -37,8 +37,7 @@ def changes(
             sequence number), ``_commit_snapshot_id`` and ``_commit_timestamp``) or ``"append"`` (the
             rows each snapshot added, table columns only).
         net_changes: collapse each key's changes to its net change (needs the table's identifier fields).
-        progress: called with (snapshots planned, snapshots in the range) as each one is planned, then
-            (n, n + 1) while the changes are read and (n + 1, n + 1) when done, for a progress bar.
+        progress: called with (steps done, steps): one step per snapshot planned, one for reading the files.
     """
     from icesink.catalog.config import resolve_catalog
     from icesink.catalog.loader import load_table, open_catalog

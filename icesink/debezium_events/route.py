@@ -28,6 +28,10 @@ POSITION_COLUMN = "__icesink_position"
 PARSED_DDL = "source string, op string, keys string, row_schema string, row string, position string"
 INPUT_COLUMNS = ("key", "value")
 KAFKA_COLUMNS = ("topic", "partition", "offset")
+# A record that cannot be applied, kept for a dead-letter table: its ``source`` is this (no source table is
+# named so) and its ``row`` the record and the reason, as JSON of these columns.
+REJECTED = ""
+DEAD_LETTER_DDL = "topic string, partition int, offset long, key string, value string, error string"
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,7 @@ class Debezium:
     table_properties: Mapping[str, str] | None = None
     evolve_schema: bool = True
     maintain: bool = False
+    dead_letter: str | None = None  # the table of records that cannot be applied; None: they stop the stream
 
     def identifier(self, source_table: str) -> str:
         """The Iceberg table of a source table: a mapping's, else ``namespace.<table>``."""
@@ -57,6 +62,7 @@ def debezium(
     table_properties: Mapping[str, str] | None = None,
     evolve_schema: bool = True,
     maintain: bool = False,
+    dead_letter: str | None = None,
 ) -> Debezium:
     """Route Debezium change events to one table each: ``icesink.stream(df, tables=icesink.debezium("inventory"))``.
 
@@ -67,6 +73,12 @@ def debezium(
     apply to the tables icesink creates (partition only by key columns); ``evolve_schema`` adds the
     columns the source adds; ``maintain`` has the inline committer maintain every table between commits,
     as ``icesink.stream(maintain=True)`` does for one.
+
+    A record that cannot be applied (not JSON, not a change event, a truncate, a value its column cannot
+    hold exactly, Debezium's placeholder for an unchanged TOASTed value) stops the stream, naming it; with
+    ``dead_letter="namespace.table"`` it goes to that table instead (created if missing: ``topic``,
+    ``partition``, ``offset``, ``key``, ``value``, ``error``), committed with the checkpoint's other tables,
+    and the stream goes on. The change it held is then not applied: replay it, or mend the row by hand.
     """
     if not isinstance(namespace, str) or not namespace or namespace.startswith(".") or namespace.endswith("."):
         raise ConfigError(
@@ -74,16 +86,20 @@ def debezium(
         )
     names = dict(tables or {})
     for source, target in names.items():
-        if (
-            not isinstance(target, str)
-            or "." not in target.strip(".")
-            or target.startswith(".")
-            or target.endswith(".")
-        ):
+        if not _is_table_name(target):
             raise ConfigError(
                 f"icesink.debezium: tables maps source table {source!r} to {target!r}; map it to a table name "
                 "'namespace.table' (its options come from partition_by and table_properties)"
             )
+    if dead_letter is not None and not _is_table_name(dead_letter):
+        raise ConfigError(
+            f"icesink.debezium: dead_letter must be a table name 'namespace.table' (or None), not {dead_letter!r}"
+        )
+    if dead_letter is not None and dead_letter in names.values():
+        source = next(s for s, t in names.items() if t == dead_letter)
+        raise ConfigError(
+            f"icesink.debezium: {dead_letter!r} is both the dead_letter table and where source table {source!r} goes"
+        )
     partitions = dict(partition_by or {})
     for target, fields in partitions.items():
         if isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
@@ -94,22 +110,36 @@ def debezium(
     for option, value in (("evolve_schema", evolve_schema), ("maintain", maintain)):
         if not isinstance(value, bool):
             raise ConfigError(f"icesink.debezium: {option} must be True or False, not {value!r}")
-    return Debezium(namespace, names, partitions, table_properties, evolve_schema, maintain)
+    return Debezium(namespace, names, partitions, table_properties, evolve_schema, maintain, dead_letter)
+
+
+def _is_table_name(name: object) -> bool:
+    return isinstance(name, str) and "." in name.strip(".") and not name.startswith(".") and not name.endswith(".")
 
 
 def parse_task(
-    columns: Sequence[str],
+    columns: Sequence[str], keep_rejected: bool = False
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function that decodes a micro-batch's records (``columns``: those present)."""
+    """The ``mapInArrow`` function that decodes a micro-batch's records (``columns``: those present).
+
+    A record that cannot be applied raises :class:`DecodeError`, or with ``keep_rejected`` becomes a row of
+    source :data:`REJECTED`."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from icesink.debezium_events.decode import decode
+        from icesink.debezium_events.decode import DecodeError, decode
 
         for batch in batches:
             records = batch.to_pydict()
             out: dict[str, list[str]] = {n: [] for n in ("source", "op", "keys", "row_schema", "row", "position")}
             for i in range(batch.num_rows):
-                change = decode(*(records[c][i] if c in records else None for c in (*INPUT_COLUMNS, *KAFKA_COLUMNS)))
+                record = [records[c][i] if c in records else None for c in (*INPUT_COLUMNS, *KAFKA_COLUMNS)]
+                try:
+                    change = decode(*record)
+                except DecodeError as e:
+                    if not keep_rejected:
+                        raise
+                    _reject(out, record, str(e))
+                    continue
                 if change is None:
                     continue
                 out["source"].append(change.source_table)
@@ -121,6 +151,14 @@ def parse_task(
             yield pa.record_batch([pa.array(v, pa.string()) for v in out.values()], names=list(out))
 
     return run
+
+
+def _reject(out: dict[str, list[str]], record: list[object], error: str) -> None:
+    key, value, topic, partition, offset = record
+    row = {"topic": topic, "partition": partition, "offset": offset, "key": key, "value": value, "error": error}
+    for name, text in (("source", REJECTED), ("op", ""), ("keys", "[]"), ("row_schema", ""), ("position", "")):
+        out[name].append(text)
+    out["row"].append(json.dumps(row))
 
 
 @dataclass(frozen=True)
@@ -148,7 +186,8 @@ def route(
             f"{', '.join(batch_df.columns)}"
         )
     text = [F.col(c).cast("string").alias(c) if c in INPUT_COLUMNS else F.col(c) for c in present]
-    parsed = batch_df.select(*text).mapInArrow(parse_task(present), PARSED_DDL).persist()
+    keep_rejected = spec.dead_letter is not None
+    parsed = batch_df.select(*text).mapInArrow(parse_task(present, keep_rejected), PARSED_DDL).persist()
     # Each distinct schema of a source with its last position: the newest schema wins where two disagree.
     schemas = parsed.groupBy("source", "row_schema").agg(F.max("position").alias("last"))
     summary = (
@@ -158,9 +197,11 @@ def route(
         .select("source", "row_schemas", "keys")
         .collect()
     )
-    _refuse_shared_targets(spec, [r[0] for r in summary])
-    routed = []
+    _refuse_shared_targets(spec, [r[0] for r in summary if r[0] != REJECTED])
+    routed = [_dead_letters(spec, parsed)] if any(r[0] == REJECTED for r in summary) else []
     for source, dated_schemas, keys in sorted(summary, key=lambda r: r[0]):
+        if source == REJECTED:
+            continue
         row_schemas = [schema for _, schema in dated_schemas]  # oldest first
         identifier = spec.identifier(source)
         where = f"table {identifier} (source {source})"
@@ -185,10 +226,26 @@ def route(
     return routed, parsed
 
 
+def _dead_letters(spec: Debezium, parsed: DataFrame) -> RoutedTable:
+    """The micro-batch's records that cannot be applied, as rows of the dead-letter table (no key: appends)."""
+    from pyspark.sql import functions as F
+
+    assert spec.dead_letter is not None
+    rows = (
+        parsed.where(F.col("source") == REJECTED).select(F.from_json("row", DEAD_LETTER_DDL).alias("r")).select("r.*")
+    )
+    return RoutedTable(spec.dead_letter, rows, ())
+
+
 def _refuse_shared_targets(spec: Debezium, sources: Sequence[str]) -> None:
     """Two source tables into one Iceberg table would mix two key spaces (and two schemas): refused."""
     by_target: dict[str, list[str]] = {}
     for source in sources:
+        if spec.identifier(source) == spec.dead_letter:
+            raise ConfigError(
+                f"table {spec.dead_letter}: it is the dead_letter table, and source table {source} goes there too; "
+                "nothing of the micro-batch was written. Name another dead_letter table, or map the source elsewhere"
+            )
         by_target.setdefault(spec.identifier(source), []).append(source)
     for identifier, shared in sorted(by_target.items()):
         if len(shared) > 1:

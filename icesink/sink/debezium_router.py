@@ -54,7 +54,15 @@ class DebeziumRouter:
             if self._keys[table.identifier] != table.keys:
                 raise _key_changed(table, self._keys[table.identifier])
             return known
-        # Created here (if missing) without the change columns, which are the stream's, not the source's.
+        # Created here (if missing) without the change columns, which are the stream's, not the source's. A table
+        # without a key is the dead-letter table: appends.
+        keyed = bool(table.keys)
+        changes: dict[str, Any] = {
+            "equality_fields": list(table.keys),
+            "op_column": OP_COLUMN,
+            "op_values": OP_VALUES,
+            "sequence_by": POSITION_COLUMN,
+        }
         resolve_table(
             self._catalog,
             self._config,
@@ -63,7 +71,7 @@ class DebeziumRouter:
             True,
             tuple(self._spec.partition_by.get(table.identifier, ())),
             table.keys,
-            (OP_COLUMN, POSITION_COLUMN),
+            (OP_COLUMN, POSITION_COLUMN) if keyed else (),
             {k: str(v) for k, v in (self._spec.table_properties or {}).items()},
         )
         options = StreamOptions(
@@ -72,17 +80,14 @@ class DebeziumRouter:
             create_table=True,
             partition_by=tuple(self._spec.partition_by.get(table.identifier, ())),
             table_properties=self._spec.table_properties,
-            equality_fields=list(table.keys),
-            op_column=OP_COLUMN,
-            op_values=OP_VALUES,
-            sequence_by=POSITION_COLUMN,
+            **(changes if keyed else {}),
             evolve_schema=self._spec.evolve_schema,
             maintain=self._spec.maintain,
         )
         identifier_fields = tuple(
             sorted(load_table(self._catalog, self._config, table.identifier).schema().identifier_field_names())
         )
-        if identifier_fields and identifier_fields != tuple(sorted(table.keys)):
+        if keyed and identifier_fields and identifier_fields != tuple(sorted(table.keys)):
             raise _key_changed(table, identifier_fields)
         settings, _ = preflight(table.rows, options)
         self._settings[table.identifier] = settings
