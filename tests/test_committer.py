@@ -352,6 +352,24 @@ def test_delta_manifests_are_one_versioned_value_in_the_ledger() -> None:
     assert only_deletes.flat()["data_manifest"] is None and only_deletes.data_files == 0
     assert only_deletes.flat()["delete_records"] == 3
     assert DeltaManifests().paths == [] and DeltaManifests.decode(DeltaManifests().encode()) == DeltaManifests()
-    for unreadable in ('{"version": 2, "manifests": []}', '{"manifests": []}', "[1]", '{"version": "1"}'):
+    manifest = {"content": "data", "path": "/d.avro", "length": 1, "files": 1, "records": 1}
+    half_understood = [  # each would commit part of a checkpoint, or the wrong part
+        {"version": 1, "manifests": [{**manifest, "content": "position-deletes"}]},
+        {"version": 1, "manifests": [manifest, {**manifest, "path": "/e.avro"}]},
+        {"version": 1, "manifests": [{**manifest, "segments": 2}]},
+        {"version": 1, "manifests": [manifest], "more": []},
+        {"version": 1, "manifests": [{**manifest, "path": None}]},
+        {"version": 1, "manifests": [{**manifest, "records": -1}]},
+        {"version": True, "manifests": [manifest]},
+    ]
+    assert DeltaManifests.decode(json.dumps({"version": 1, "manifests": [manifest]})).data_records == 1
+    for unreadable in (
+        '{"version": 2, "manifests": []}',
+        '{"manifests": []}',
+        "[1]",
+        '{"version": "1"}',
+        "{oops",
+        *(json.dumps(v) for v in half_understood),
+    ):
         with pytest.raises(ValueError):
             DeltaManifests.decode(unreadable)

@@ -173,3 +173,35 @@ def test_a_downgrade_that_would_lose_a_row_or_names_no_revision_is_refused(own_c
     assert code != 0 and "encoding version 2" in output and "Traceback" not in output, output
     assert f"checkpoint 0 of job 'job' for table {TABLE!r}" in output
     assert migrations.current_revision(engine(own_catalog)) == migrations.head_revision()  # nothing half-done
+
+
+def test_a_downgrade_goes_only_where_every_row_and_every_process_can_follow(
+    own_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    from icesink.committer.lease import Lease
+
+    code, output = invoke(own_catalog, "db", "downgrade", "0005")  # would drop which checkpoints commit together
+    assert code == 2 and "goes back to 0006 at the oldest" in output, output
+    code, output = invoke(own_catalog, "db", "downgrade", migrations.head_revision())
+    assert code == 2 and "nothing to take back" in output, output
+    lease = Lease(own_catalog, scope="*", owner="committer-1 ü", ttl=60)
+    assert lease.acquire()
+    code, output = invoke(own_catalog, "db", "downgrade", "0006")
+    assert code == 2 and "committers are running (committer-1 ü" in output, output
+    lease.release()
+    assert migrations.current_revision(engine(own_catalog)) == migrations.head_revision()
+    missing = CatalogConfig("lost", f"sqlite:///{tmp_path / 'nowhere' / 'c.db'}", file_uri(tmp_path))
+    code, output = invoke(missing, "db", "downgrade", "0006")
+    assert code == 2 and "does not exist" in output and not (tmp_path / "nowhere").exists(), output
+    assert invoke(own_catalog, "db", "downgrade", "0006")[0] == 0
+    assert migrations.current_revision(engine(own_catalog)) == "0006"
+
+
+def test_a_database_a_later_release_migrated_says_which_release_to_use(own_catalog: CatalogConfig) -> None:
+    with engine(own_catalog).begin() as connection:
+        connection.execute(sa.text(f"UPDATE {migrations.VERSION_TABLE} SET version_num = '0042'"))
+    code, output = invoke(own_catalog, "tables", "list")
+    assert code == 2 and "at schema revision 0042, which a later icesink release made" in output, output
+    assert f"icesink db downgrade {migrations.head_revision()}" in output
+    code, output = invoke(own_catalog, "db", "downgrade", "0006")
+    assert code == 2 and "take it back with that release" in output and "Traceback" not in output, output

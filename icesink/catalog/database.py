@@ -209,39 +209,34 @@ def upgrade(config: CatalogConfig) -> None:
         migrations.upgrade(engine(config))
 
 
-def downgrade(config: CatalogConfig, revision: str) -> None:
-    """Take the schema back to ``revision`` (``icesink db downgrade``), to run an earlier release on it."""
-    from icesink import migrations
-
-    known = migrations.revisions()
-    if revision not in known:
-        raise ConfigError(f"{config.describe()}: no schema revision {revision!r}; the revisions are {', '.join(known)}")
-    with database_errors(config):
-        current = migrations.current_revision(engine(config))
-        if current is None or known.index(current) < known.index(revision):
-            raise ConfigError(f"{config.describe()} is at schema revision {current}, not after {revision}")
-        migrations.downgrade(engine(config), revision)
-
-
 def ensure_migrated(config: CatalogConfig) -> None:
     """Fail with instructions unless the database is at icesink's latest migration."""
     from icesink import migrations
 
-    database_file = sqlite_path(config.uri)
-    if database_file is not None and config.uri not in _files and not database_file.exists():
-        # Connecting would create the file (and engine() its directory): an empty catalog no one meant to make.
-        # (A file that vanishes under an open engine is CatalogReplacedError's case.)
-        raise CatalogNotMigratedError(
-            f"{config.describe()}: the database file {database_file} does not exist; check the uri, or create the "
-            f"catalog with `icesink --uri {redact_uri(config.uri)!r} db upgrade`"
-        )
+    refuse_missing_file(config)
     with database_errors(config):
         current = migrations.current_revision(engine(config))
     head = migrations.head_revision()
     if current == head:
         return
+    if current is not None and current not in migrations.revisions():
+        raise CatalogNotMigratedError(
+            f"{config.describe()} is at schema revision {current}, which a later icesink release made (this one "
+            f"is at {head}); upgrade icesink, or take the schema back with that release: `icesink db downgrade {head}`"
+        )
     state = "has no icesink schema" if current is None else f"is at schema revision {current}, not {head}"
     raise CatalogNotMigratedError(
         f"{config.describe()} {state}; run `icesink db upgrade` "
         f"(with the same catalog settings, e.g. --uri {redact_uri(config.uri)!r}) and start again"
     )
+
+
+def refuse_missing_file(config: CatalogConfig) -> None:
+    """An SQLite catalog whose file does not exist is an error: connecting would create an empty one."""
+    database_file = sqlite_path(config.uri)
+    if database_file is not None and config.uri not in _files and not database_file.exists():
+        # (A file that vanishes under an open engine is CatalogReplacedError's case.)
+        raise CatalogNotMigratedError(
+            f"{config.describe()}: the database file {database_file} does not exist; check the uri, or create the "
+            f"catalog with `icesink --uri {redact_uri(config.uri)!r} db upgrade`"
+        )

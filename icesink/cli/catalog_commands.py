@@ -38,9 +38,9 @@ def db_upgrade(obj: CliContext) -> None:
 @click.pass_obj
 def db_downgrade(obj: CliContext, revision: str) -> None:
     """Take the schema back to REVISION, before running an earlier icesink release on the catalog."""
-    from icesink.catalog import database
+    from icesink.catalog.downgrade import downgrade
 
-    database.downgrade(obj.config, revision)
+    downgrade(obj.config, revision)
     click.echo(f"{obj.config.describe()} is at schema revision {revision}")
 
 

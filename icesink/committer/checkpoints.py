@@ -97,19 +97,25 @@ class DeltaManifests:
 
     @staticmethod
     def decode(text: str) -> DeltaManifests:
-        """Read what :meth:`encode` wrote, in any version up to this release's; :class:`ValueError` otherwise."""
+        """Read what :meth:`encode` wrote, in any version up to this release's; :class:`ValueError` for anything
+        else, down to a key it does not know (a value it half understood would commit half a checkpoint)."""
         body = json.loads(text)
         version = body.get("version") if isinstance(body, dict) else None
-        if not isinstance(version, int) or version < 1:
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
             raise ValueError(f"not a delta-manifests value: {text[:200]!r}")
         if version > DELTA_MANIFESTS_VERSION:
             raise ValueError(
                 f"delta-manifests encoding version {version}, written by a later icesink release (this one reads "
                 f"up to {DELTA_MANIFESTS_VERSION})"
             )
+        if set(body) != {"version", "manifests"} or not isinstance(body["manifests"], list):
+            raise ValueError(f"a delta-manifests value of version 1 with keys {sorted(body)}: {text[:200]!r}")
         found: dict[str, StagedManifest] = {}
         for m in body["manifests"]:
-            found[m["content"]] = StagedManifest(str(m["path"]), int(m["length"]), int(m["files"]), int(m["records"]))
+            content = m.get("content") if isinstance(m, dict) else None
+            if content not in ("data", "deletes") or content in found or not _is_manifest(m):
+                raise ValueError(f"a delta manifest icesink cannot read: {json.dumps(m)[:200]}")
+            found[content] = StagedManifest(m["path"], m["length"], m["files"], m["records"])
         return DeltaManifests(found.get("data"), found.get("deletes"))
 
     def flat(self) -> dict[str, Any]:
@@ -121,6 +127,16 @@ class DeltaManifests:
             values[f"{kind}_files"] = manifest.files if manifest else 0
             values[f"{kind}_records"] = manifest.records if manifest else 0
         return values
+
+
+def _is_manifest(entry: dict[str, Any]) -> bool:
+    counts = [entry.get(k) for k in ("length", "files", "records")]
+    return (
+        set(entry) == {"content", "path", "length", "files", "records"}
+        and isinstance(entry["path"], str)
+        and bool(entry["path"])
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts)
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

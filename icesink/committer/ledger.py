@@ -84,11 +84,17 @@ def _seconds_since(now: datetime.datetime, then: datetime.datetime | None) -> fl
 def _manifests_of(values: Mapping[str, object], encoded: str) -> DeltaManifests:
     try:
         return DeltaManifests.decode(encoded)
-    except (ValueError, KeyError, TypeError) as e:
+    except ValueError as e:
+        later = "later icesink release" in str(e)
+        what = (
+            "commit it with the icesink release that staged it, or upgrade icesink where this runs"
+            if later
+            else "the row is damaged: restore the ledger row from a backup (a checkpoint's delta manifests are "
+            "in the table's metadata directory, named after its job and checkpoint)"
+        )
         raise LedgerFormatError(
             f"checkpoint {values['checkpoint_id']} of job {values['job_id']!r} for table "
-            f"{values['identifier']!r} cannot be read from the ledger ({e}); it is left as it is: commit it "
-            f"with the icesink release that staged it, or upgrade icesink where this runs"
+            f"{values['identifier']!r} cannot be read from the ledger ({e}); it is left as it is: {what}"
         ) from e
 
 

@@ -33,6 +33,7 @@ branch_labels = None
 depends_on = None
 
 _CHUNK = 5000
+_PATH_LENGTH = 1000  # revision 0006's manifest path columns
 _KINDS = (("data", "data"), ("delete", "deletes"))  # column prefix, content in the encoding
 _FLAT = [f"{prefix}_{field}" for prefix, _ in _KINDS for field in ("manifest", "manifest_length", "files", "records")]
 
@@ -63,22 +64,31 @@ def _encode_v1(row: Any) -> str:
 
 
 def _decode_v1(row: Any) -> dict[str, Any]:
-    body = json.loads(row["delta_manifests"])
-    if body.get("version") != 1:
+    """The eight columns of a version-1 value; :class:`LedgerFormatError` for a row revision 0006 cannot hold."""
+    where = f"checkpoint {row['checkpoint_id']} of job {row['job_id']!r} for table {row['table_identifier']!r}"
+    try:
+        body = json.loads(row["delta_manifests"])
+        version = body["version"]
+        manifests = {m["content"]: m for m in body["manifests"]}
+        if version != 1 or set(manifests) - {c for _, c in _KINDS} or len(manifests) != len(body["manifests"]):
+            raise ValueError(f"encoding version {version} with manifests {sorted(manifests)}")
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise LedgerFormatError(
-            f"checkpoint {row['checkpoint_id']} of job {row['job_id']!r} for table {row['table_identifier']!r} "
-            f"holds delta manifests of encoding version {body.get('version')}, which revision 0006 cannot hold; "
-            f"commit or discard it with the release that staged it before downgrading"
-        )
-    flat: dict[str, Any] = {name: 0 for name in _FLAT if name.endswith(("_files", "_records"))}
-    flat.update({name: None for name in _FLAT if name.endswith(("_manifest", "_manifest_length"))})
-    by_content = {content: prefix for prefix, content in _KINDS}
-    for manifest in body["manifests"]:
-        prefix = by_content[manifest["content"]]
-        flat[f"{prefix}_manifest"] = manifest["path"]
-        flat[f"{prefix}_manifest_length"] = manifest["length"]
-        flat[f"{prefix}_files"] = manifest["files"]
-        flat[f"{prefix}_records"] = manifest["records"]
+            f"{where} holds delta manifests revision 0006 cannot hold ({e}); commit or discard it with the release "
+            "that staged it before downgrading"
+        ) from e
+    flat: dict[str, Any] = {}
+    for prefix, content in _KINDS:
+        manifest = manifests.get(content)
+        if manifest is not None and len(manifest["path"]) > _PATH_LENGTH:
+            raise LedgerFormatError(
+                f"{where}: its {content} manifest's path is longer than revision 0006's {_PATH_LENGTH} characters; "
+                "commit it before downgrading"
+            )
+        flat[f"{prefix}_manifest"] = manifest["path"] if manifest else None
+        flat[f"{prefix}_manifest_length"] = manifest["length"] if manifest else None
+        flat[f"{prefix}_files"] = manifest["files"] if manifest else 0
+        flat[f"{prefix}_records"] = manifest["records"] if manifest else 0
     return flat
 
 
@@ -120,10 +130,14 @@ def downgrade() -> None:
             batch.add_column(sa.Column(f"{prefix}_manifest_length", sa.BigInteger(), nullable=True))
             batch.add_column(sa.Column(f"{prefix}_files", sa.Integer(), nullable=False, server_default="0"))
             batch.add_column(sa.Column(f"{prefix}_records", sa.BigInteger(), nullable=False, server_default="0"))
-    update = _checkpoints.update().where(_checkpoints.c.id == sa.bindparam("row_id"))
+    update = (
+        _checkpoints.update()
+        .where(_checkpoints.c.id == sa.bindparam("row_id"))
+        .values({name: sa.bindparam(f"new_{name}") for name in _FLAT})
+    )
     c = _checkpoints.c
     for rows in _chunks(c.delta_manifests, c.table_identifier, c.job_id, c.checkpoint_id):
-        for r in rows:
-            op.get_bind().execute(update.values(**_decode_v1(r)), {"row_id": r["id"]})
+        values = [{"row_id": r["id"], **{f"new_{k}": v for k, v in _decode_v1(r).items()}} for r in rows]
+        op.get_bind().execute(update, values)
     with op.batch_alter_table("icesink_checkpoints") as batch:
         batch.drop_column("delta_manifests")
