@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,6 @@ from icesink.catalog.loader import open_catalog
 from icesink.cli import main
 from icesink.errors import ConfigError
 from icesink.paths import file_uri
-from tests.conftest import create_pg_database, drop_pg_database
 from tests.helpers.support import create_orders_table
 
 ROOT = Path(__file__).parent.parent
@@ -274,23 +272,11 @@ def test_every_numeric_maintenance_property_has_a_range() -> None:
 # --- 5. Concurrent migrations -----------------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def fresh_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An empty database: no icesink schema at all."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'fresh' / 'catalog.db'}"
-        return
-    admin = request.getfixturevalue("pg_admin_url")
-    url = create_pg_database(admin)
-    yield url
-    drop_pg_database(admin, url)
-
-
-def test_concurrent_db_upgrades_wait_for_each_other_and_all_succeed(fresh_database: str, tmp_path: Path) -> None:
+def test_concurrent_db_upgrades_wait_for_each_other_and_all_succeed(empty_database: str, tmp_path: Path) -> None:
     from icesink import migrations
     from icesink.catalog import database
 
-    command = [sys.executable, "-m", "icesink.cli", "--uri", fresh_database, "--warehouse", file_uri(tmp_path)]
+    command = [sys.executable, "-m", "icesink.cli", "--uri", empty_database, "--warehouse", file_uri(tmp_path)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     runs = [
         subprocess.Popen([*command, "db", "upgrade"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -300,7 +286,7 @@ def test_concurrent_db_upgrades_wait_for_each_other_and_all_succeed(fresh_databa
     for run, (out, err) in zip(runs, outputs, strict=True):
         assert run.returncode == 0, err.decode()
         assert f"is at schema revision {migrations.head_revision()}" in out.decode()
-    config = CatalogConfig("check", fresh_database, file_uri(tmp_path))
+    config = CatalogConfig("check", empty_database, file_uri(tmp_path))
     database.ensure_migrated(config)
     assert migrations.current_revision(database.engine(config)) == migrations.head_revision()
     database.dispose_engines()
