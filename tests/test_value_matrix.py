@@ -381,15 +381,38 @@ def test_fields_under_a_null_struct_at_any_depth_are_neither_converted_nor_refus
     sqlite_catalog: CatalogConfig, producer: str
 ) -> None:
     """Found by the history tester (seeds 1917144125, 489091336): under a null struct two levels up, pyarrow
-    leaves "" (not a uuid, not 3 bytes) and Spark leaves nulls (in required fields too, which Parquet refuses)."""
+    leaves "" (not a uuid, not 3 bytes) and Spark leaves nulls (in required fields too, which Parquet refuses).
+    Seed 763556720: the stand-in for a required date there could not be made (Arrow casts no int64 to date32)."""
+    import datetime
+    import decimal
+
     from pyiceberg.schema import Schema
-    from pyiceberg.types import BinaryType, FixedType, LongType, NestedField, StructType, UUIDType
+    from pyiceberg.types import (
+        BinaryType,
+        BooleanType,
+        DateType,
+        DecimalType,
+        FixedType,
+        FloatType,
+        IntegerType,
+        LongType,
+        NestedField,
+        StructType,
+        TimestampType,
+        UUIDType,
+    )
 
     inner = StructType(
         NestedField(4, "u", UUIDType(), required=False),
         NestedField(5, "f", FixedType(3), required=False),
         NestedField(6, "req", BinaryType(), required=True),
         NestedField(7, "req uuid", UUIDType(), required=True),
+        NestedField(8, "req date", DateType(), required=True),
+        NestedField(9, "req ts", TimestampType(), required=True),
+        NestedField(10, "req int", IntegerType(), required=True),
+        NestedField(11, "req float", FloatType(), required=True),
+        NestedField(12, "req dec", DecimalType(9, 2), required=True),
+        NestedField(13, "req bool", BooleanType(), required=True),
     )
     schema = Schema(
         NestedField(1, "id", LongType(), required=True),
@@ -398,9 +421,33 @@ def test_fields_under_a_null_struct_at_any_depth_are_neither_converted_nor_refus
     catalog = open_catalog(sqlite_catalog)
     catalog.create_namespace_if_not_exists("shop")
     table = catalog.create_table(TABLE, schema=schema)
-    inner_type = pa.struct([("u", pa.string()), ("f", pa.binary()), ("req", pa.binary()), ("req uuid", pa.string())])
+    inner_type = pa.struct(
+        [
+            ("u", pa.string()),
+            ("f", pa.binary()),
+            ("req", pa.binary()),
+            ("req uuid", pa.string()),
+            ("req date", pa.date32()),
+            ("req ts", pa.timestamp("us")),
+            ("req int", pa.int32()),
+            ("req float", pa.float32()),
+            ("req dec", pa.decimal128(9, 2)),
+            ("req bool", pa.bool_()),
+        ]
+    )
     outer_type = pa.struct([("inner", inner_type)])
-    value = {"u": "5BC8A3F0-1B2C-4D5E-8F90-0123456789AB", "f": b"abc", "req": b"", "req uuid": str(uuid.UUID(int=7))}
+    value = {
+        "u": "5BC8A3F0-1B2C-4D5E-8F90-0123456789AB",
+        "f": b"abc",
+        "req": b"",
+        "req uuid": str(uuid.UUID(int=7)),
+        "req date": datetime.date(1999, 12, 31),
+        "req ts": datetime.datetime(2000, 1, 1, 0, 0, 1),
+        "req int": -(2**31),
+        "req float": 0.5,
+        "req dec": decimal.Decimal("-1234567.89"),
+        "req bool": True,
+    }
     if producer == "pyarrow":  # pyarrow fills the fields of a null struct with "" and b""
         outer = pa.array([{"inner": value}, None], outer_type)
     else:  # Spark's Arrow writer sets every field under a null struct to null, required or not

@@ -62,7 +62,9 @@ def stand_in(kind: pa.DataType) -> pa.Scalar:
         import decimal
 
         return pa.scalar(decimal.Decimal(0), kind)
-    return pa.array([0], pa.int64()).cast(kind)[0]
+    # Numbers, dates, times and timestamps: zero of their width (Arrow casts no int64 to a 32-bit date or time).
+    width = pa.int32() if kind.bit_width == 32 else pa.int64()
+    return pa.array([0], width).cast(kind)[0]
 
 
 def convert(array: pa.Array | pa.ChunkedArray, iceberg_type: str, wanted: pa.DataType) -> pa.Array:

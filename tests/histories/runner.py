@@ -78,8 +78,9 @@ SPARK_KINDS = ("write", "write", "write", "alter", "maintain", "expire", "crash"
 def generate(seed: int, length: int, spark: bool | None = None) -> History:
     rng = random.Random(seed)
     through = random.Random(seed ^ 0x5EED)
+    drawn = through.randrange(SPARK_SHARE) == 0  # drawn even when forced: the writer's draw comes next
     if spark is None:
-        spark = through.randrange(SPARK_SHARE) == 0
+        spark = drawn
     shape = random_table(rng, SPARK_PRIMITIVES if spark else PRIMITIVES)
     kinds = SPARK_KINDS if spark else KINDS
     steps = tuple(Step(rng.choice(kinds), rng.randrange(2**31), rng.randint(1, 25)) for _ in range(length))
