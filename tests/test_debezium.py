@@ -458,8 +458,9 @@ def test_maintain_has_the_inline_committer_maintain_every_table_of_the_stream(
 
 
 def test_a_dead_letter_table_is_a_table_name_of_its_own() -> None:
-    with pytest.raises(ConfigError, match=r"dead_letter must be a table name 'namespace\.table'"):
-        icesink.debezium("app", dead_letter="rejected")
+    for name in ("rejected", "ops..x", ".x", "x."):
+        with pytest.raises(ConfigError, match=r"dead_letter must be a table name 'namespace\.table'"):
+            icesink.debezium("app", dead_letter=name)
     with pytest.raises(
         ConfigError, match=r"'ops\.x' is both the dead_letter table and where source table 'users' goes"
     ):
@@ -489,11 +490,13 @@ def test_records_that_cannot_be_applied_go_to_the_dead_letter_table_and_the_stre
     assert icesink.read("app.users", catalog=sqlite_catalog).to_pylist() == [{"id": 1, "n": "a2"}]
     rejected = sorted(icesink.read(dead, catalog=sqlite_catalog).to_pylist(), key=lambda r: r["offset"])
     assert [(r["topic"], r["partition"], r["offset"], r["key"]) for r in rejected] == [
-        ("db.public.users", 0, 1, '{"id": 2}'),
-        ("db.public.users", 0, 2, '{"id": 3}'),
-        ("db.public.users", 1, 7, '{"id": 4}'),
+        ("db.public.users", 0, 1, b'{"id": 2}'),
+        ("db.public.users", 0, 2, b'{"id": 3}'),
+        ("db.public.users", 1, 7, b'{"id": 4}'),
     ]
-    assert rejected[0]["value"] == "{ü %/x" and "offset 1: the record's value is not JSON" in rejected[0]["error"]
+    assert (
+        rejected[0]["value"] == "{ü %/x".encode() and "offset 1: the record's value is not JSON" in rejected[0]["error"]
+    )
     assert "'x' is not a Debezium operation" in rejected[1]["error"]
     assert "TRUNCATE" in rejected[2]["error"] and json.loads(rejected[2]["value"]) == json.loads(truncate["value"])
     # Each checkpoint's rejected records were committed with its rows, in one transaction.
@@ -502,3 +505,36 @@ def test_records_that_cannot_be_applied_go_to_the_dead_letter_table_and_the_stre
         [s.summary[COMMIT_ID_PROPERTY] for s in catalog.load_table(name).snapshots()] for name in ("app.users", dead)
     ]
     assert commits[0] == commits[1] and len(commits[0]) == 2
+
+
+def test_any_record_decoding_cannot_apply_is_kept_as_it_came_for_the_dead_letter_table() -> None:
+    """Bytes that are not UTF-8 (an Avro record on the topic), and a record that makes decoding fail in a way
+    it did not foresee, become rejected rows holding the exact bytes; without a dead-letter table they stop."""
+    import base64
+
+    import pyarrow as pa
+
+    from icesink.debezium_events.route import REJECTED, parse_task
+
+    odd_source = json.dumps({"op": "c", "after": {"id": 1}, "source": "x"}).encode()
+    batch = pa.record_batch(
+        [
+            pa.array([b'{"id": 1}', b"\x00\xff\xfe", b'{"id": 1}'], pa.binary()),
+            pa.array([b"\x00\x01avro\xff", odd_source.replace(b'"x"', b'{"table": "t"}'), odd_source], pa.binary()),
+            pa.array(["db.public.t"] * 3),
+            pa.array([0, 0, 1], pa.int32()),
+            pa.array([5, 6, 7], pa.int64()),
+        ],
+        names=["key", "value", "topic", "partition", "offset"],
+    )
+    columns = ["key", "value", "topic", "partition", "offset"]
+    (out,) = list(parse_task(columns, keep_rejected=True)(iter([batch])))
+    assert out.column("source").to_pylist() == [REJECTED] * 3
+    rows = [json.loads(r) for r in out.column("row").to_pylist()]
+    assert [base64.b64decode(r["value"]) for r in rows] == batch.column("value").to_pylist()
+    assert [base64.b64decode(r["key"]) for r in rows] == batch.column("key").to_pylist()
+    assert "offset 5: the record's value is not JSON" in rows[0]["error"]
+    assert "offset 6: the record's key is not JSON" in rows[1]["error"]
+    assert rows[2]["error"].startswith("AttributeError: ") and (rows[2]["partition"], rows[2]["offset"]) == (1, 7)
+    with pytest.raises(DecodeError, match="offset 5: the record's value is not JSON"):
+        list(parse_task(columns)(iter([batch])))

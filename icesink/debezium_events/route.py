@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -29,9 +29,9 @@ PARSED_DDL = "source string, op string, keys string, row_schema string, row stri
 INPUT_COLUMNS = ("key", "value")
 KAFKA_COLUMNS = ("topic", "partition", "offset")
 # A record that cannot be applied, kept for a dead-letter table: its ``source`` is this (no source table is
-# named so) and its ``row`` the record and the reason, as JSON of these columns.
+# named so) and its ``row`` the record (key and value in base64: they may be any bytes) and the reason.
 REJECTED = ""
-DEAD_LETTER_DDL = "topic string, partition int, offset long, key string, value string, error string"
+REJECTED_DDL = "topic string, partition int, offset long, key string, value string, error string"
 
 
 @dataclass(frozen=True)
@@ -74,11 +74,11 @@ def debezium(
     columns the source adds; ``maintain`` has the inline committer maintain every table between commits,
     as ``icesink.stream(maintain=True)`` does for one.
 
-    A record that cannot be applied (not JSON, not a change event, a truncate, a value its column cannot
-    hold exactly, Debezium's placeholder for an unchanged TOASTed value) stops the stream, naming it; with
-    ``dead_letter="namespace.table"`` it goes to that table instead (created if missing: ``topic``,
-    ``partition``, ``offset``, ``key``, ``value``, ``error``), committed with the checkpoint's other tables,
-    and the stream goes on. The change it held is then not applied: replay it, or mend the row by hand.
+    A record decoding cannot apply (not JSON or not UTF-8, not a change event, a truncate, no key, a value its
+    column cannot hold exactly, Debezium's placeholder for an unchanged TOASTed value) stops the stream,
+    naming it; with ``dead_letter="namespace.table"`` it goes to that table instead (created if missing,
+    appends: ``topic``, ``partition``, ``offset``, ``key`` and ``value`` as the bytes Kafka held, ``error``),
+    committed with the micro-batch's other tables, and the stream goes on without the change it held.
     """
     if not isinstance(namespace, str) or not namespace or namespace.startswith(".") or namespace.endswith("."):
         raise ConfigError(
@@ -114,7 +114,8 @@ def debezium(
 
 
 def _is_table_name(name: object) -> bool:
-    return isinstance(name, str) and "." in name.strip(".") and not name.startswith(".") and not name.endswith(".")
+    """``namespace.table``, no part empty (as the catalog requires)."""
+    return isinstance(name, str) and len(parts := name.split(".")) >= 2 and all(parts)
 
 
 def parse_task(
@@ -135,10 +136,10 @@ def parse_task(
                 record = [records[c][i] if c in records else None for c in (*INPUT_COLUMNS, *KAFKA_COLUMNS)]
                 try:
                     change = decode(*record)
-                except DecodeError as e:
+                except Exception as e:  # with a dead-letter table, whatever a record makes decoding raise
                     if not keep_rejected:
                         raise
-                    _reject(out, record, str(e))
+                    _reject(out, record, str(e) if isinstance(e, DecodeError) else f"{type(e).__name__}: {e}")
                     continue
                 if change is None:
                     continue
@@ -153,9 +154,12 @@ def parse_task(
     return run
 
 
-def _reject(out: dict[str, list[str]], record: list[object], error: str) -> None:
+def _reject(out: dict[str, list[str]], record: list[Any], error: str) -> None:
+    import base64
+
     key, value, topic, partition, offset = record
-    row = {"topic": topic, "partition": partition, "offset": offset, "key": key, "value": value, "error": error}
+    raw = {n: None if v is None else base64.b64encode(v).decode("ascii") for n, v in (("key", key), ("value", value))}
+    row = {"topic": topic, "partition": partition, "offset": offset, **raw, "error": error}
     for name, text in (("source", REJECTED), ("op", ""), ("keys", "[]"), ("row_schema", ""), ("position", "")):
         out[name].append(text)
     out["row"].append(json.dumps(row))
@@ -168,6 +172,7 @@ class RoutedTable:
     identifier: str
     rows: DataFrame
     keys: tuple[str, ...]
+    dead_letter: bool = False  # the stream's dead-letter table: appends of the records that cannot be applied
 
 
 def route(
@@ -185,7 +190,9 @@ def route(
             f"icesink.debezium needs the columns key and value (as Spark's Kafka source gives them); the stream has "
             f"{', '.join(batch_df.columns)}"
         )
-    text = [F.col(c).cast("string").alias(c) if c in INPUT_COLUMNS else F.col(c) for c in present]
+    # Key and value reach Python as bytes, whatever Kafka holds: a record that is not UTF-8 is one to refuse
+    # (or keep as it came), not a task that fails.
+    text = [F.col(c).cast("binary").alias(c) if c in INPUT_COLUMNS else F.col(c) for c in present]
     keep_rejected = spec.dead_letter is not None
     parsed = batch_df.select(*text).mapInArrow(parse_task(present, keep_rejected), PARSED_DDL).persist()
     # Each distinct schema of a source with its last position: the newest schema wins where two disagree.
@@ -231,10 +238,16 @@ def _dead_letters(spec: Debezium, parsed: DataFrame) -> RoutedTable:
     from pyspark.sql import functions as F
 
     assert spec.dead_letter is not None
-    rows = (
-        parsed.where(F.col("source") == REJECTED).select(F.from_json("row", DEAD_LETTER_DDL).alias("r")).select("r.*")
+    rejected = parsed.where(F.col("source") == REJECTED).select(F.from_json("row", REJECTED_DDL).alias("r"))
+    rows = rejected.select(
+        "r.topic",
+        "r.partition",
+        "r.offset",
+        F.unbase64("r.key").alias("key"),
+        F.unbase64("r.value").alias("value"),
+        "r.error",
     )
-    return RoutedTable(spec.dead_letter, rows, ())
+    return RoutedTable(spec.dead_letter, rows, (), dead_letter=True)
 
 
 def _refuse_shared_targets(spec: Debezium, sources: Sequence[str]) -> None:

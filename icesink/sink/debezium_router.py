@@ -54,9 +54,9 @@ class DebeziumRouter:
             if self._keys[table.identifier] != table.keys:
                 raise _key_changed(table, self._keys[table.identifier])
             return known
-        # Created here (if missing) without the change columns, which are the stream's, not the source's. A table
-        # without a key is the dead-letter table: appends.
-        keyed = bool(table.keys)
+        # Created here (if missing) without the change columns, which are the stream's, not the source's. The
+        # dead-letter table takes appends.
+        keyed = not table.dead_letter
         changes: dict[str, Any] = {
             "equality_fields": list(table.keys),
             "op_column": OP_COLUMN,
@@ -89,6 +89,13 @@ class DebeziumRouter:
         )
         if keyed and identifier_fields and identifier_fields != tuple(sorted(table.keys)):
             raise _key_changed(table, identifier_fields)
+        if not keyed and identifier_fields:
+            raise SchemaMismatchError(
+                f"table {table.identifier}: it is the stream's dead_letter table, which takes every rejected record "
+                f"as a row of its own, but it is keyed by ({', '.join(identifier_fields)}), so records would replace "
+                "each other. Nothing of the micro-batch was written. Name a new table as dead_letter (icesink "
+                "creates it), or drop the table's identifier fields"
+            )
         settings, _ = preflight(table.rows, options)
         self._settings[table.identifier] = settings
         self._keys[table.identifier] = table.keys
