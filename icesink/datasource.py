@@ -1,6 +1,7 @@
 """The ``icesink`` format of pyspark's Python data source API, registered by :func:`icesink.register`.
 
-* ``spark.readStream.format("icesink")``: a table's changes (:mod:`icesink.changelog.source`);
+* ``spark.readStream.format("icesink")``: a table's changes (:mod:`icesink.changelog.source`), or several
+  tables' at consistent cuts with ``option("tables", ...)`` (:mod:`icesink.changelog.tables_source`);
 * ``df.writeStream.format("icesink")``: appends (:mod:`icesink.sink.datasource_writer`).
 """
 
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from icesink.changelog.source import ChangeStreamReader
+    from icesink.changelog.tables_source import TablesStreamReader
     from icesink.sink.datasource_writer import IcesinkStreamWriter
 
 
@@ -28,14 +30,22 @@ class IcesinkDataSource(DataSource):
         from icesink.changelog.modes import check_mode
         from icesink.changelog.source import ReadOptions, spark_schema
 
+        if "tables" in self.options:
+            from icesink.changelog.tables_source import TablesReadOptions, tables_schema
+
+            return tables_schema(TablesReadOptions.of(self.options))
         options = ReadOptions.of(self.options)
         table = options.load()
         check_mode(options.table, options.mode, options.net_changes, table)
         return spark_schema(table.schema(), options.mode)
 
-    def streamReader(self, schema: StructType) -> ChangeStreamReader:
+    def streamReader(self, schema: StructType) -> ChangeStreamReader | TablesStreamReader:
         from icesink.changelog.source import ChangeStreamReader, ReadOptions
 
+        if "tables" in self.options:
+            from icesink.changelog.tables_source import TablesReadOptions, TablesStreamReader
+
+            return TablesStreamReader(TablesReadOptions.of(self.options), schema)
         return ChangeStreamReader(ReadOptions.of(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> IcesinkStreamWriter:

@@ -66,6 +66,10 @@ class JobIdConflictError(CheckpointRewindError):
     """Raised when two streams (two checkpoint histories) write under one job id."""
 
 
+class TableCreatedElsewhereError(TerminalError):
+    """Raised when another tool created a table of the name a stream's not yet committed table has."""
+
+
 class CatalogReplacedError(TerminalError):
     """Raised when the catalog database a process opened is no longer the one at its configured location."""
 

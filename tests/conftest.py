@@ -115,6 +115,17 @@ def empty_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
 
 
 @pytest.fixture
+def own_catalog(empty_database: str, tmp_path: Path) -> CatalogConfig:
+    """A migrated catalog in a database of its own (for tests that rewrite every ledger row or the schema)."""
+    from icesink.catalog import database
+    from icesink.paths import file_uri
+
+    config = CatalogConfig("main", empty_database, file_uri(tmp_path / "warehouse"))
+    database.upgrade(config)
+    return config
+
+
+@pytest.fixture
 def pg_catalog(request: pytest.FixtureRequest, tmp_path: Path) -> CatalogConfig:
     """A migrated PostgreSQL catalog: the production shape, for the slowest fault-injection cases."""
     return _catalog(request, tmp_path, "postgres")

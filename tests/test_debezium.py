@@ -457,6 +457,53 @@ def test_maintain_has_the_inline_committer_maintain_every_table_of_the_stream(
         assert rows == [(0, f"{table}3"), (1, f"{table}1"), (2, f"{table}2")]
 
 
+@pytest.mark.spark
+def test_tables_the_stream_creates_appear_with_their_first_commit_not_before(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    from icesink.committer.commit import TableCommitter
+    from icesink.errors import TableNotFoundError
+    from icesink.properties import COMMIT_ID_PROPERTY
+    from tests.helpers.support import pointers
+    from tests.test_cli import invoke
+
+    fields = [{"type": "int32", "optional": False, "field": "id"}, {"type": "string", "optional": True, "field": "v"}]
+    tables = ("orders", "order lines ü%")
+    batches = [
+        [_record(f"db.public.{t}", 0, n, {"id": n}, {"id": n, "v": t}, fields) for t in tables] for n in range(2)
+    ]
+    _write_batches(tmp_path / "in", batches)
+    events = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).json(str(tmp_path / "in"))
+    icesink.stream(
+        events,
+        tables=icesink.debezium("app"),
+        checkpoint_location=str(tmp_path / "ckpt"),
+        trigger={"availableNow": True},
+        committer="daemon",
+        job_id="dbz",
+        catalog=sqlite_catalog,
+    ).awaitTermination()
+    # Staged, not committed: no reader sees the tables, not even empty; the operator does.
+    assert pointers(sqlite_catalog) == {}
+    for table in tables:
+        with pytest.raises(TableNotFoundError):
+            icesink.read(f"app.{table}", catalog=sqlite_catalog)
+    code, output = invoke(sqlite_catalog, "--output", "json", "tables", "list")
+    assert code == 0 and sorted((r["table"], r["pending"]) for r in json.loads(output)) == [
+        ("app.order lines ü%", True),
+        ("app.orders", True),
+    ], output
+    TableCommitter.of(sqlite_catalog).commit_atomic("dbz")
+    assert set(pointers(sqlite_catalog)) == {f"app.{t}" for t in tables}
+    commit_ids = set()
+    for table in tables:
+        assert sorted(r["id"] for r in icesink.read(f"app.{table}", catalog=sqlite_catalog).to_pylist()) == [0, 1]
+        commit_ids.add(
+            open_catalog(sqlite_catalog).load_table(f"app.{table}").current_snapshot().summary[COMMIT_ID_PROPERTY]
+        )
+    assert len(commit_ids) == 1
+
+
 def test_a_dead_letter_table_is_a_table_name_of_its_own() -> None:
     for name in ("rejected", "ops..x", ".x", "x."):
         with pytest.raises(ConfigError, match=r"dead_letter must be a table name 'namespace\.table'"):

@@ -5,10 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from icesink.catalog.config import CatalogConfig
-from icesink.catalog.database import engine
 from icesink.catalog.loader import open_catalog
 from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.commit import TableCommitter
@@ -16,16 +14,9 @@ from icesink.committer.ledger import Ledger
 from icesink.errors import ManifestError
 from icesink.iceberg.marker import committed_marker
 from icesink.properties import COMMIT_ID_PROPERTY
-from tests.helpers.support import create_orders_table, orders, stage_group, table_ids
+from tests.helpers.support import create_orders_table, orders, pointers, stage_group, table_ids
 
 TABLES = ("shop.orders", "shop.order lines", "shop.façade%/x")
-
-
-def pointers(config: CatalogConfig) -> dict[str, str]:
-    """Every table's metadata location, read in one statement (one transaction)."""
-    query = sa.text("SELECT table_namespace, table_name, metadata_location FROM iceberg_tables WHERE catalog_name = :c")
-    with engine(config).connect() as connection:
-        return {f"{ns}.{name}": loc for ns, name, loc in connection.execute(query, {"c": config.name})}
 
 
 def marker_of(config: CatalogConfig, identifier: str, job_id: str = "job") -> int | None:

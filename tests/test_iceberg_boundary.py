@@ -134,7 +134,7 @@ def test_tables_swapped_in_one_transaction_or_not_at_all(catalog_config: Catalog
     from pyiceberg.exceptions import CommitFailedException
 
     from icesink.iceberg.catalog_commit import TableSwap, commit_tables
-    from tests.test_group_commit import pointers
+    from tests.helpers.support import pointers
 
     identifiers = ["shop.a", "shop.b b"]
     catalog = open_catalog(catalog_config)

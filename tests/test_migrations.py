@@ -12,7 +12,6 @@ import pytest
 import sqlalchemy as sa
 
 from icesink import migrations
-from icesink.catalog import database
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import engine
 from icesink.committer.checkpoints import DeltaManifests, StagedCheckpoint, StagedManifest
@@ -127,14 +126,6 @@ def test_rows_staged_before_the_versioned_encoding_read_on_and_back(at_0006: sa.
     assert back[4]["data_manifest"] == "/wh/new ü.avro" and back[4]["delete_records"] == 4
     migrations.upgrade(at_0006, "head")
     assert Ledger(config, at_0006).get(TABLE, "job ü", 4).manifests == new  # type: ignore[union-attr]
-
-
-@pytest.fixture
-def own_catalog(empty_database: str, tmp_path: Path) -> CatalogConfig:
-    """A migrated catalog in a database of its own: these tests rewrite every ledger row and the schema."""
-    config = CatalogConfig("main", empty_database, file_uri(tmp_path / "warehouse"))
-    database.upgrade(config)
-    return config
 
 
 def test_a_row_of_a_later_encoding_is_refused_by_name_and_left_as_it_is(own_catalog: CatalogConfig) -> None:

@@ -13,19 +13,25 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
 
-def open_catalog(config: CatalogConfig) -> SqlCatalog:
+def open_catalog(config: CatalogConfig, pending_tables: bool = False) -> SqlCatalog:
     """The catalog, after checking that its schema is migrated.
 
     icesink's embedded SQLite default is created and migrated on first use;
     any other database is migrated by its operator with ``icesink db upgrade``.
+    With ``pending_tables`` (icesink's writers and committers), it also loads
+    and commits the tables streams created that wait for their first commit
+    (:mod:`icesink.iceberg.pending_tables`); readers never see those.
     """
     from pyiceberg.catalog.sql import SqlCatalog
+
+    from icesink.iceberg.pending_tables import PendingAwareCatalog
 
     if config.embedded:
         database.upgrade(config)
     database.ensure_migrated(config)
+    kind = PendingAwareCatalog if pending_tables else SqlCatalog
     with database.database_errors(config):
-        catalog = SqlCatalog(config.name, **config.pyiceberg_properties())
+        catalog = kind(config.name, **config.pyiceberg_properties())
     # Share the pooled engine so the ledger and the catalog use the same connections.
     catalog.engine.dispose()
     catalog.engine = database.engine(config)
@@ -50,10 +56,7 @@ def load_table(catalog: SqlCatalog, config: CatalogConfig, identifier: str) -> T
         try:
             return catalog.load_table(identifier)
         except NoSuchTableError as e:
-            raise TableNotFoundError(
-                f"table {identifier!r} does not exist in {config.describe()}; create it first (icesink.stream(..., "
-                "create_table=True) does), or check the name and the catalog (`icesink tables list`)"
-            ) from e
+            raise _not_found(catalog, config, identifier) from e
         except (ValidationError, ValueError, FileNotFoundError) as e:  # not Iceberg metadata, not JSON, gone
             location = _metadata_location(config, identifier)
             raise TableMetadataError(
@@ -61,6 +64,20 @@ def load_table(catalog: SqlCatalog, config: CatalogConfig, identifier: str) -> T
                 f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}); nothing was changed. Restore the "
                 "file, or point the catalog at an earlier metadata file of the table (iceberg_tables.metadata_location)"
             ) from e
+
+
+def _not_found(catalog: SqlCatalog, config: CatalogConfig, identifier: str) -> TableNotFoundError:
+    from icesink.iceberg.pending_tables import pending_location
+
+    if pending_location(catalog.engine, config.name, identifier) is not None:
+        return TableNotFoundError(
+            f"table {identifier!r} is not in {config.describe()} yet: a stream created it, and it appears with the "
+            f"commit of its first checkpoint (`icesink checkpoints list {identifier}` shows what is staged)"
+        )
+    return TableNotFoundError(
+        f"table {identifier!r} does not exist in {config.describe()}; create it first (icesink.stream(..., "
+        "create_table=True) does), or check the name and the catalog (`icesink tables list`)"
+    )
 
 
 def table_at(catalog: SqlCatalog, identifier: str, metadata_location: str) -> Table:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from icesink.arrays import empty_table
 from icesink.changelog.modes import check_mode
+from icesink.errors import ConfigError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -87,8 +88,9 @@ def register(spark: SparkSession) -> None:
 
 def read_stream(
     spark: SparkSession,
-    table: str,
+    table: str | None = None,
     *,
+    tables: Sequence[str] | None = None,
     catalog: str | CatalogConfig | Mapping[str, str] | None = None,
     **options: Any,
 ) -> DataFrame:
@@ -98,11 +100,25 @@ def read_stream(
     or a string of digits), an ISO 8601 timestamp (UTC unless it has a zone) or a ``datetime`` (naive: UTC)),
     ``max-files-per-trigger``, ``max-rows-per-trigger``, ``net-changes``; ``catalog`` is a catalog name, a
     ``CatalogConfig`` or pyiceberg properties as for :func:`icesink.stream`. Any other option is refused.
+
+    ``tables=[...]`` instead of ``table``: the changes of several tables in one stream, every micro-batch
+    ending at one consistent cut of the catalog (``_table`` names a row's table, a struct column per table
+    holds its columns; ``starting`` is ``earliest`` or ``latest``; no per-trigger limits).
     """
+    import json
+
     from icesink.catalog.config import CatalogConfig
 
+    if (table is None) == (tables is None):
+        raise ConfigError("read_stream: name the table to read (table=...) or several (tables=[...]), not both")
     register(spark)
-    reader = spark.readStream.format("icesink").option("table", table)
+    reader = spark.readStream.format("icesink")
+    if tables is not None:
+        if isinstance(tables, str) or not all(isinstance(t, str) for t in tables):
+            raise ConfigError(f"read_stream: tables= is a list of table names, not {tables!r}")
+        reader = reader.option("tables", json.dumps(list(tables), ensure_ascii=False))
+    else:
+        reader = reader.option("table", table)
     if isinstance(catalog, CatalogConfig):
         catalog = {**catalog.properties, "name": catalog.name, "uri": catalog.uri, "warehouse": catalog.warehouse}
     if isinstance(catalog, str):

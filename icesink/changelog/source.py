@@ -346,13 +346,13 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         task: ChangeTask = partition.value
         table = StaticTable.from_metadata(task.metadata_location, properties=dict(task.io_properties))
         rows = compute_changes(table, task.schema, task.parts, task.mode, task.net_changes)
-        yield from _conformed(rows, self._declared).to_batches()
+        yield from conformed(rows, self._declared).to_batches()
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: the offsets live in the reading query's checkpoint."""
 
 
-def _conformed(rows: pa.Table, declared: StructType) -> pa.Table:
+def conformed(rows: pa.Table, declared: StructType) -> pa.Table:
     """The declared columns in exactly the declared Arrow types and nullability, as Spark checks them."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema

@@ -52,7 +52,7 @@ def tables() -> None:
 TABLE_COLUMNS: list[Column[dict[str, Any]]] = [
     Column("table", lambda r: r["table"]),
     Column("snapshots", lambda r: r["snapshots"]),
-    Column("current", lambda r: r["current_snapshot_id"]),
+    Column("current", lambda r: "(pending: first commit to come)" if r.get("pending") else r["current_snapshot_id"]),
     Column("records", lambda r: r["total_records"]),
     Column("location", lambda r: r["location"] or "(unreadable)"),
 ]
@@ -62,14 +62,17 @@ TABLE_COLUMNS: list[Column[dict[str, Any]]] = [
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def tables_list(obj: CliContext, as_json: bool) -> None:
-    """List every table with its current snapshot."""
+    """List every table with its current snapshot, and the tables streams created that readers will see
+    with their first commit (pending)."""
     from icesink.catalog.database import database_errors
+    from icesink.iceberg.pending_tables import pending_tables
 
     catalog = obj.catalog()
     rows: list[dict[str, Any]] = []
     errors = []
     with database_errors(obj.config):
         names = [".".join(i) for namespace in catalog.list_namespaces() for i in catalog.list_tables(namespace)]
+        pending = pending_tables(catalog.engine, obj.config.name)
     for name in names:
         try:  # one unreadable table does not hide the others
             rows.append(_table_row(obj, name))
@@ -82,9 +85,15 @@ def tables_list(obj: CliContext, as_json: bool) -> None:
                     "current_snapshot_id": None,
                     "total_records": None,
                     "location": None,
+                    "pending": False,
                     "error": str(e),
                 }
             )
+    for name, _, _ in pending:
+        try:
+            rows.append(_table_row(obj, name, pending=True))
+        except IcesinkError as e:
+            errors.append(str(e))
     obj.output(as_json).emit(rows, lambda: text_table(rows, TABLE_COLUMNS))
     if errors:
         for error in errors:
@@ -92,8 +101,8 @@ def tables_list(obj: CliContext, as_json: bool) -> None:
         sys.exit(2)
 
 
-def _table_row(obj: CliContext, name: str) -> dict[str, Any]:
-    table = obj.table(name)
+def _table_row(obj: CliContext, name: str, pending: bool = False) -> dict[str, Any]:
+    table = obj.table(name, pending_tables=pending)
     current = table.current_snapshot()
     return {
         "table": name,
@@ -101,6 +110,7 @@ def _table_row(obj: CliContext, name: str) -> dict[str, Any]:
         "current_snapshot_id": current.snapshot_id if current else None,
         "total_records": int(current.summary["total-records"] or 0) if current and current.summary else 0,
         "location": table.location(),
+        "pending": pending,
         "error": None,
     }
 

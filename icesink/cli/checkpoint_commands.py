@@ -95,7 +95,7 @@ def checkpoints_list(obj: CliContext, table: str, limit: int, as_json: bool) -> 
 
     ledger = Ledger(obj.config)
     try:
-        obj.table(table)  # also checks (or, for the embedded default, applies) the migrations
+        obj.table(table, pending_tables=True)  # also checks (or, for the embedded default, applies) the migrations
     except TableNotFoundError:
         if not ledger.for_table(table, newest=1):
             raise  # neither a table nor checkpoints: most likely a typo
@@ -154,7 +154,7 @@ def _operator_choice(obj: CliContext, table: str, checkpoint: int, job: str | No
     from icesink.committer.ledger import Ledger
     from icesink.committer.operator import choose_checkpoint
 
-    iceberg_table = obj.table(table)
+    iceberg_table = obj.table(table, pending_tables=True)
     ledger = Ledger(obj.config)
     return ledger, iceberg_table, choose_checkpoint(ledger, table, checkpoint, job)
 
@@ -226,7 +226,7 @@ def jobs_list(obj: CliContext, as_json: bool) -> None:
 
     from icesink.committer.ledger import Ledger
 
-    obj.catalog()  # checks (or, for the embedded default, applies) the migrations
+    obj.catalog(pending_tables=True)  # checks (or, for the embedded default, applies) the migrations
     found = Ledger(obj.config).jobs()
 
     def text() -> str:

@@ -162,7 +162,7 @@ def _check_committer_options(
     for table in tables:
         check_identifier(table)
         try:
-            obj.table(table)
+            obj.table(table, pending_tables=True)
         except TableNotFoundError:
             if once:
                 raise
@@ -217,9 +217,9 @@ def committer_gc(obj: CliContext, tables: tuple[str, ...], older_than: str, dry_
         )
     from icesink.catalog.database import database_errors
 
-    catalog = obj.catalog()
+    catalog = obj.catalog(pending_tables=True)
     for table in tables:
-        obj.table(table)  # a misspelt --table is an error, not an empty report
+        obj.table(table, pending_tables=True)  # a misspelt --table is an error, not an empty report
     if not tables:
         with database_errors(obj.config):
             tables = tuple(
@@ -276,7 +276,7 @@ def maintain(obj: CliContext, table: str, everything: bool, dry_run: bool, as_js
     from icesink.committer.maintainer import Maintainer, describe
     from icesink.maintenance.policy import MaintenancePolicy
 
-    iceberg_table = obj.table(table)
+    iceberg_table = obj.table(table, pending_tables=True)
     policy = MaintenancePolicy.of(iceberg_table.properties, table)
 
     with step_progress(f"maintaining {table}") as step:
@@ -289,7 +289,7 @@ def maintain(obj: CliContext, table: str, everything: bool, dry_run: bool, as_js
                 f"{group.bytes / 2**20:.1f} MiB; {result.files_written} file(s) written so far, {result.seconds:.1f}s",
             )
 
-        report = Maintainer(obj.catalog(), obj.config, lease_ttl=lease_ttl).run(
+        report = Maintainer(obj.catalog(pending_tables=True), obj.config, lease_ttl=lease_ttl).run(
             iceberg_table, table, policy, everything=everything, dry_run=dry_run, progress=report_group
         )
     if dry_run:

@@ -30,15 +30,17 @@ class CliContext:
             self._config = CatalogConfig.resolve(name=name, uri=uri, warehouse=warehouse)
         return self._config
 
-    def catalog(self) -> SqlCatalog:
+    def catalog(self, pending_tables: bool = False) -> SqlCatalog:
+        """The catalog; with ``pending_tables`` as committers see it, with the tables streams created that
+        wait for their first commit (the commands about checkpoints and commits)."""
         from icesink.catalog.loader import open_catalog
 
-        return open_catalog(self.config)
+        return open_catalog(self.config, pending_tables)
 
-    def table(self, identifier: str) -> Table:
+    def table(self, identifier: str, pending_tables: bool = False) -> Table:
         from icesink.catalog.loader import load_table
 
-        return load_table(self.catalog(), self.config, identifier)
+        return load_table(self.catalog(pending_tables), self.config, identifier)
 
     def output(self, as_json: bool = False) -> Output:
         """How to print: JSON if ``--output json`` or the command's own ``--json`` says so, else text."""

@@ -89,7 +89,7 @@ class TableCommitter:
         """A committer of ``config``'s catalog, with a catalog handle and a ledger of its own."""
         from icesink.catalog.loader import open_catalog
 
-        return cls(open_catalog(config), config, Ledger(config), **options)
+        return cls(open_catalog(config, pending_tables=True), config, Ledger(config), **options)
 
     def forget(self, identifier: str) -> None:
         """Read the table from the catalog next time (someone else, maintenance say, committed)."""

@@ -55,7 +55,7 @@ class CommitterDaemon:
         self._poll_interval = poll_interval
         self._backoff = Backoff(first=1.0, cap=max_backoff)
         self._stop = threading.Event()
-        self._catalog = open_catalog(config)
+        self._catalog = open_catalog(config, pending_tables=True)
         self._ledger = Ledger(config)
         # One lease per scope: every table ("*"), or the sorted list given with --table.
         scope = ",".join(sorted(self._tables)) or "*"

@@ -5,8 +5,9 @@ transaction (a compare-and-swap on ``iceberg_tables.metadata_location``). A
 checkpoint that touches several tables must move all their pointers together,
 so that a reader of the catalog never sees one table with the checkpoint and
 another without it: every table's new metadata file is written first, then one
-transaction compare-and-swaps every pointer and runs the caller's own
-statements (the ledger's), and commits. If any pointer moved meanwhile, the
+transaction compare-and-swaps every pointer (or inserts it, for a table the
+stream created: :mod:`icesink.iceberg.pending_tables`) and runs the caller's
+own statements (the ledger's), and commits. If any pointer moved meanwhile, the
 transaction rolls back and nothing of it is visible.
 """
 
@@ -22,6 +23,7 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 
 from icesink.failpoints import failpoint
+from icesink.iceberg.pending_tables import PendingTable, publish
 from icesink.iceberg.snapshots import PreparedSnapshot
 
 
@@ -58,7 +60,10 @@ def commit_tables(
         transaction = connection.begin()
         try:
             for number, (current, new) in enumerate(staged):
-                _swap_pointer(connection, catalog.name, current, new.metadata_location)
+                if isinstance(current, PendingTable):  # created by the stream: it enters the catalog now
+                    publish(connection, catalog, current, new.metadata_location)
+                else:
+                    _swap_pointer(connection, catalog.name, current, new.metadata_location)
                 if number == 0:
                     failpoint("group.during-transaction")  # one pointer moved, not committed
             if within is not None:

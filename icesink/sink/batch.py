@@ -146,7 +146,7 @@ class BatchWriter:
         self._router = router
         self._atomic = atomic
         # stream() hands over the catalog it opened (and checked the migrations of) already.
-        self._catalog = catalog or open_catalog(stream.catalog)
+        self._catalog = catalog or open_catalog(stream.catalog, pending_tables=True)
         self._ledger = Ledger(stream.catalog)
         self._committer = TableCommitter(
             self._catalog, stream.catalog, self._ledger, expire_snapshots=stream.expire_snapshots

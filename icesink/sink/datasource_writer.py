@@ -118,7 +118,7 @@ class IcesinkStreamWriter(DataSourceStreamArrowWriter):
             )
         table, job_id = _table_and_job(options)
         config = catalog_from_options(options)
-        iceberg_table = load_table(open_catalog(config), config, table)
+        iceberg_table = load_table(open_catalog(config, pending_tables=True), config, table)
         _refuse_keyed_table(iceberg_table, table)
         projection = plan_projection(schema, iceberg_table.schema(), table)
         if any(c.source != c.name or c.cast for c in projection.columns):
@@ -146,7 +146,7 @@ class IcesinkStreamWriter(DataSourceStreamArrowWriter):
         from icesink.committer.staging import stage_checkpoint
         from icesink.results import decode_write_result
 
-        catalog = open_catalog(self._config)
+        catalog = open_catalog(self._config, pending_tables=True)
         table = load_table(catalog, self._config, self._table)
         ledger = Ledger(self._config)
         # This sink does not know its stream's identity (Spark hands the data source no checkpoint location).

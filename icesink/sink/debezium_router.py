@@ -73,6 +73,7 @@ class DebeziumRouter:
             table.keys,
             (OP_COLUMN, POSITION_COLUMN) if keyed else (),
             {k: str(v) for k, v in (self._spec.table_properties or {}).items()},
+            deferred=True,
         )
         options = StreamOptions(
             table=table.identifier,

@@ -22,9 +22,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("icesink.stream")
 
 
-def preflight(df: DataFrame, options: StreamOptions) -> tuple[SinkSettings, SqlCatalog]:
+def preflight(df: DataFrame, options: StreamOptions, deferred: bool = False) -> tuple[SinkSettings, SqlCatalog]:
     """Everything that can refuse a stream, checked before its query starts: the table (found or
-    created), its key, the DataFrame's fit; returns the settings of the stream's micro-batches."""
+    created), its key, the DataFrame's fit; returns the settings of the stream's micro-batches.
+
+    A table created ``deferred`` enters the catalog with its first commit (a stream into several tables)."""
     from icesink.catalog.loader import open_catalog
     from icesink.settings import check_environment
     from icesink.sink.batch import SinkSettings
@@ -39,7 +41,7 @@ def preflight(df: DataFrame, options: StreamOptions) -> tuple[SinkSettings, SqlC
     if not os.environ.get("PYSPARK_PYTHON"):
         log.warning("PYSPARK_PYTHON is not set; executors must run a Python that has icesink and pyarrow installed")
     config = resolve_catalog(options.catalog)
-    catalog_handle = open_catalog(config)
+    catalog_handle = open_catalog(config, pending_tables=True)
     if options.equality_fields and not table_exists(catalog_handle, config, table):
         from icesink.sink.change_stream import check_key_columns
 
@@ -54,6 +56,7 @@ def preflight(df: DataFrame, options: StreamOptions) -> tuple[SinkSettings, SqlC
         options.equality_fields or (),
         [c for c in (options.op_column,) if c],
         properties={k: str(v) for k, v in (options.table_properties or {}).items()},
+        deferred=deferred,
     )
     changes, passthrough = _plan_changes(df, options, iceberg_table, config)
     settings = SinkSettings.of(options, config, changes=changes, passthrough=tuple(passthrough))

@@ -124,7 +124,7 @@ def _stream_tables(df: DataFrame, arguments: dict[str, Any]) -> StreamingQuery:
                 f"table {identifier}: its Target's select returned {type(selected).__name__}, not a DataFrame"
             )
         options = StreamOptions(table=identifier, **arguments, **target.options())
-        settings, catalog_handle = preflight(selected, options)
+        settings, catalog_handle = preflight(selected, options, deferred=True)
         targets.append(TargetSettings(settings, target.select))
     assert options is not None and catalog_handle is not None
     return start(df, options, targets, catalog_handle)
@@ -161,7 +161,7 @@ def _stream_debezium(df: DataFrame, spec: Debezium, arguments: dict[str, Any]) -
         raise ConfigError(f"tables {name}: checkpoint_location is required; exactly-once needs Spark's checkpoint")
     check_environment()
     config = resolve_catalog(options.catalog)
-    catalog = open_catalog(config)
+    catalog = open_catalog(config, pending_tables=True)
     stream_settings = SinkSettings.of(options, config)
     router = DebeziumRouter(spec, arguments, catalog, config)
     return _start_query(df, options, BatchWriter(stream_settings, router, catalog, atomic=options.atomic))

@@ -96,10 +96,13 @@ def resolve_table(
     identifier_fields: Sequence[str] = (),
     skip_columns: Sequence[str] = (),
     properties: Mapping[str, str] | None = None,
+    deferred: bool = False,
 ) -> Table:
     """Load the table, creating it (and its namespace) from the DataFrame's schema when allowed.
 
-    ``properties`` are the table properties of a table created here.
+    ``properties`` are the table properties of a table created here. A ``deferred`` table (of a stream
+    into several tables) enters the catalog with its first commit; until then only icesink's writers and
+    committers see it (:mod:`icesink.iceberg.pending_tables`).
 
     Another stream or tool creating the same table (or namespace) at the same
     moment is not an error: the loser uses what the winner created, if it fits.
@@ -119,7 +122,13 @@ def resolve_table(
     namespace, name = identifier.rsplit(".", 1)
     with database_errors(config):
         _create_namespace(catalog, namespace)
-        location = _new_table_location(catalog, config, namespace, name)
+        location = new_table_location(catalog, config, namespace, name)
+        if deferred:
+            from icesink.iceberg.pending_tables import PendingAwareCatalog
+
+            assert isinstance(catalog, PendingAwareCatalog), "open the catalog with pending_tables=True"
+            created = catalog.create_pending_table(identifier, schema, spec, location, dict(properties or {}))
+            return _existing(created, identifier, partition_by)
         try:
             return catalog.create_table(
                 identifier, schema=schema, partition_spec=spec, location=location, properties=dict(properties or {})
@@ -150,7 +159,7 @@ def _create_namespace(catalog: SqlCatalog, namespace: str) -> None:
             raise
 
 
-def _new_table_location(catalog: SqlCatalog, config: CatalogConfig, namespace: str, name: str) -> str:
+def new_table_location(catalog: SqlCatalog, config: CatalogConfig, namespace: str, name: str) -> str:
     """pyiceberg's default layout (``<warehouse>/<namespace>/<table>``) with names percent-encoded.
 
     Table and namespace names may hold any character; their directories hold

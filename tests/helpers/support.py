@@ -45,16 +45,21 @@ def orders(start: int, count: int) -> pa.Table:
 
 
 def create_orders_table(
-    config: CatalogConfig, identifier: str = "shop.orders", partition_by: tuple[str, ...] = ()
+    config: CatalogConfig, identifier: str = "shop.orders", partition_by: tuple[str, ...] = (), pending: bool = False
 ) -> Any:
     from icesink.sink.tables import parse_partition_by
 
-    catalog = open_catalog(config)
-    catalog.create_namespace_if_not_exists(identifier.rsplit(".", 1)[0])
+    catalog = open_catalog(config, pending_tables=pending)
+    namespace, name = identifier.rsplit(".", 1)
+    catalog.create_namespace_if_not_exists(namespace)
     schema = _orders_schema()
-    return catalog.create_table(
-        identifier, schema=schema, partition_spec=parse_partition_by(identifier, schema, partition_by)
-    )
+    spec = parse_partition_by(identifier, schema, partition_by)
+    if pending:  # as a stream into several tables creates it: readers see it with its first commit
+        from icesink.sink.tables import new_table_location
+
+        location = new_table_location(catalog, config, namespace, name)
+        return catalog.create_pending_table(identifier, schema, spec, location, {})  # type: ignore[attr-defined]
+    return catalog.create_table(identifier, schema=schema, partition_spec=spec)
 
 
 def _orders_schema() -> Any:
@@ -81,7 +86,7 @@ def write_files(
 
 def stage_rows(config: CatalogConfig, identifier: str, job_id: str, checkpoint_id: int, rows: pa.Table) -> bool:
     """Write ``rows`` as files and stage them as one checkpoint, as the driver does."""
-    catalog = open_catalog(config)
+    catalog = open_catalog(config, pending_tables=True)
     table = catalog.load_table(identifier)
     result = write_files(table, identifier, job_id, checkpoint_id, rows)
     return stage_checkpoint(Ledger(config), table, identifier, job_id, checkpoint_id, [result])
@@ -91,13 +96,24 @@ def stage_group(
     config: CatalogConfig, job_id: str, checkpoint_id: int, rows: dict[str, pa.Table | None], atomic: bool = True
 ) -> bool:
     """Stage one checkpoint of a job writing several tables (``None``: the checkpoint wrote nothing there)."""
-    catalog = open_catalog(config)
+    catalog = open_catalog(config, pending_tables=True)
     written = []
     for identifier, table_rows in rows.items():
         table = catalog.load_table(identifier)
         results = [write_files(table, identifier, job_id, checkpoint_id, table_rows)] if table_rows is not None else []
         written.append(TableResults(table, identifier, results))
     return stage_tables(Ledger(config), job_id, checkpoint_id, written, atomic=atomic)
+
+
+def pointers(config: CatalogConfig) -> dict[str, str]:
+    """Every table's metadata location in the catalog, read in one statement (one transaction)."""
+    import sqlalchemy as sa
+
+    from icesink.catalog.database import engine
+
+    query = sa.text("SELECT table_namespace, table_name, metadata_location FROM iceberg_tables WHERE catalog_name = :c")
+    with engine(config).connect() as connection:
+        return {f"{ns}.{name}": loc for ns, name, loc in connection.execute(query, {"c": config.name})}
 
 
 def table_ids(config: CatalogConfig, identifier: str) -> list[int]:

@@ -72,7 +72,7 @@ class World:
         from tests.histories.group import GROUP_FAILPOINTS, Companion
 
         self.config = config
-        self.catalog = open_catalog(config)
+        self.catalog = open_catalog(config, pending_tables=True)  # the companion is pending until it commits
         self.catalog.create_namespace_if_not_exists("hist")
         partition = (shape.partition,) if shape.partition else ()
         spec = parse_partition_by(IDENTIFIER, shape.schema, partition)
@@ -85,7 +85,7 @@ class World:
                 update.set_identifier_fields(*shape.keys)
         self.model = Model(keyed=bool(self.key_ids))
         # With ``atomic``, a second table is written in every checkpoint and committed with this one.
-        self.companion = Companion(self.catalog) if atomic else None
+        self.companion = Companion(self.catalog, config) if atomic else None
         self.failpoints = GROUP_FAILPOINTS if atomic else FAILPOINTS
         self.next_checkpoint = 0
         self.committer = TableCommitter(self.catalog, config, Ledger(config))

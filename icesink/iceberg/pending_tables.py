@@ -1,0 +1,225 @@
+"""Tables created by a stream that appear in the catalog with their first commit, not before.
+
+pyiceberg's ``create_table`` inserts the catalog's row at once, so a table a
+stream creates would show empty to every reader until its first checkpoint
+commits, and an atomic checkpoint across tables would not be atomic for it.
+Here a new table's first metadata file is written and named in icesink's own
+``icesink_pending_tables`` instead. :class:`PendingAwareCatalog`, the catalog
+of icesink's writers and committers, loads such a table from there, commits
+schema changes to it there, and publishes it with its first snapshot: the
+commit inserts the catalog's row and deletes the pending one in one
+transaction (:func:`publish`, also used by a commit across tables). Readers
+open the plain catalog and never see a pending table.
+
+Another tool may create a table of the same name meanwhile. The stream's files
+were written for its own table, so they are never committed into that one: a
+load finds both and raises :class:`TableCreatedElsewhereError`.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.io import load_file_io
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.serializers import FromInputFile
+from pyiceberg.table import CommitTableResponse, Table
+from pyiceberg.table.locations import load_location_provider
+from pyiceberg.table.metadata import new_table_metadata
+from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
+from pyiceberg.table.update import AddSnapshotUpdate, TableRequirement, TableUpdate
+from pyiceberg.typedef import Identifier
+
+from icesink.errors import TableCreatedElsewhereError
+
+PENDING_TABLES = sa.Table(
+    "icesink_pending_tables",
+    sa.MetaData(),
+    sa.Column("catalog_name", sa.String(255), primary_key=True),
+    sa.Column("table_namespace", sa.String(255), primary_key=True),
+    sa.Column("table_name", sa.String(255), primary_key=True),
+    sa.Column("metadata_location", sa.String(1000), nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+
+class PendingTable(Table):
+    """A table as its pending metadata describes it: not in the catalog's ``iceberg_tables`` yet."""
+
+
+class PendingAwareCatalog(SqlCatalog):
+    """The SQL catalog as icesink's writers and committers see it: pending tables included."""
+
+    def load_table(self, identifier: str | Identifier) -> Table:
+        pending = self.pending_location(identifier)
+        try:
+            table = super().load_table(identifier)
+        except NoSuchTableError:
+            if pending is None:
+                raise
+            return self._pending_table(identifier, pending)
+        # Read apart, the two can show a table published in between: then its pending row is gone now.
+        if pending is not None and self.pending_location(identifier) is not None:
+            raise _created_elsewhere(table, pending)
+        return table
+
+    def pending_location(self, identifier: str | Identifier) -> str | None:
+        """The metadata file of the pending table of that name, if a stream created one."""
+        return pending_location(self.engine, self.name, identifier)
+
+    def create_pending_table(
+        self, identifier: str, schema: Schema, spec: PartitionSpec, location: str, properties: dict[str, str]
+    ) -> Table:
+        """A new table, its metadata written and named as pending; the one already there if another stream
+        created it first."""
+        namespace, name = _parts(identifier)
+        metadata = new_table_metadata(
+            location=location, schema=schema, partition_spec=spec, sort_order=UNSORTED_SORT_ORDER, properties=properties
+        )
+        metadata_location = load_location_provider(location, properties).new_table_metadata_file_location()
+        io = load_file_io(properties=self.properties, location=metadata_location)
+        self._write_metadata(metadata, io, metadata_location)
+        row = {
+            "catalog_name": self.name,
+            "table_namespace": namespace,
+            "table_name": name,
+            "metadata_location": metadata_location,
+            "created_at": datetime.datetime.now(datetime.UTC),
+        }
+        from icesink.iceberg.references import delete_quietly
+
+        try:
+            with self.engine.begin() as connection:
+                connection.execute(sa.insert(PENDING_TABLES).values(**row))
+        except sa.exc.IntegrityError:
+            delete_quietly(io, [metadata_location])  # another stream's pending table is the one
+            return self.load_table(identifier)
+        try:
+            existing = super().load_table(identifier)
+        except NoSuchTableError:
+            return self._pending_table(identifier, metadata_location)
+        # Another tool created the table while this one was being written: that table is the one.
+        with self.engine.begin() as connection:
+            connection.execute(
+                sa.delete(PENDING_TABLES).where(
+                    _row(self.name, namespace, name), PENDING_TABLES.c.metadata_location == metadata_location
+                )
+            )
+        delete_quietly(io, [metadata_location])
+        return existing
+
+    def commit_table(
+        self, table: Table, requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]
+    ) -> CommitTableResponse:
+        """A pending table's first snapshot publishes it; any other change of it stays pending."""
+        pending = self.pending_location(table.name())
+        if pending is None:
+            return super().commit_table(table, requirements, updates)
+        current = self._pending_table(table.name(), pending)
+        staged = self._update_and_stage_table(current, table.name(), requirements, updates)
+        if staged.metadata == current.metadata:
+            return CommitTableResponse(metadata=current.metadata, metadata_location=current.metadata_location)
+        self._write_metadata(staged.metadata, staged.io, staged.metadata_location)
+        try:
+            with self.engine.begin() as connection:
+                if any(isinstance(u, AddSnapshotUpdate) for u in updates):
+                    publish(connection, self, current, staged.metadata_location)
+                else:
+                    _move_pending(connection, self.name, current, staged.metadata_location)
+        except BaseException:
+            from icesink.iceberg.references import delete_quietly
+
+            delete_quietly(staged.io, [staged.metadata_location])
+            raise
+        return CommitTableResponse(metadata=staged.metadata, metadata_location=staged.metadata_location)
+
+    def _pending_table(self, identifier: str | Identifier, metadata_location: str) -> PendingTable:
+        io = load_file_io(properties=self.properties, location=metadata_location)
+        metadata = FromInputFile.table_metadata(io.new_input(metadata_location))
+        namespace, name = _parts(identifier)
+        return PendingTable(
+            identifier=(*namespace.split("."), name),
+            metadata=metadata,
+            metadata_location=metadata_location,
+            io=load_file_io(properties={**self.properties, **metadata.properties}, location=metadata_location),
+            catalog=self,
+        )
+
+
+def publish(connection: sa.Connection, catalog: SqlCatalog, current: Table, metadata_location: str) -> None:
+    """Within the caller's transaction: the pending table enters the catalog at ``metadata_location``.
+
+    ``CommitFailedException`` if its pending row moved meanwhile (another stream committed it) or the
+    catalog has a table of that name already (then the next load says who made it).
+    """
+    namespace, name = _parts(current.name())
+    moved = connection.execute(
+        sa.delete(PENDING_TABLES).where(
+            _row(catalog.name, namespace, name), PENDING_TABLES.c.metadata_location == current.metadata_location
+        )
+    )
+    if moved.rowcount != 1:
+        raise CommitFailedException(f"Table has been updated by another process: {namespace}.{name}")
+    try:  # the caller's transaction rolls back on the error, the delete above with it
+        connection.execute(
+            sa.insert(IcebergTables).values(**catalog._create_table_row(namespace, name, metadata_location))
+        )
+    except sa.exc.IntegrityError as e:
+        raise CommitFailedException(f"Table has been created by another process: {namespace}.{name}") from e
+
+
+def _move_pending(connection: sa.Connection, catalog_name: str, current: Table, metadata_location: str) -> None:
+    namespace, name = _parts(current.name())
+    moved = connection.execute(
+        sa.update(PENDING_TABLES)
+        .where(_row(catalog_name, namespace, name), PENDING_TABLES.c.metadata_location == current.metadata_location)
+        .values(metadata_location=metadata_location)
+    )
+    if moved.rowcount != 1:
+        raise CommitFailedException(f"Table has been updated by another process: {namespace}.{name}")
+
+
+def pending_location(engine: sa.Engine, catalog_name: str, identifier: str | Identifier) -> str | None:
+    """The metadata file of the catalog's pending table of that name, if a stream created one."""
+    namespace, name = _parts(identifier)
+    query = sa.select(PENDING_TABLES.c.metadata_location).where(_row(catalog_name, namespace, name))
+    with engine.connect() as connection:
+        found = connection.execute(query).scalar()
+    return str(found) if found is not None else None
+
+
+def pending_tables(engine: sa.Engine, catalog_name: str) -> list[tuple[str, str, datetime.datetime]]:
+    """(identifier, metadata location, created at) of every pending table of the catalog, by name."""
+    query = sa.select(PENDING_TABLES).where(PENDING_TABLES.c.catalog_name == catalog_name)
+    with engine.connect() as connection:
+        rows = connection.execute(query).all()
+    return sorted((f"{r.table_namespace}.{r.table_name}", r.metadata_location, r.created_at) for r in rows)
+
+
+def _created_elsewhere(table: Table, pending: str) -> TableCreatedElsewhereError:
+    identifier = ".".join(table.name())
+    return TableCreatedElsewhereError(
+        f"table {identifier}: a stream created it (pending metadata {pending}) and has not committed to it yet, "
+        f"but another tool created a table of that name in the catalog meanwhile (metadata "
+        f"{table.metadata_location}). The stream's files were written for its own table and are not committed "
+        "into the other one; they stay staged. Rename or drop the other table, or map the stream's source table "
+        "to another name and discard these checkpoints (`icesink checkpoints discard`)"
+    )
+
+
+def _parts(identifier: str | Identifier) -> tuple[str, str]:
+    return Catalog.namespace_to_string(Catalog.namespace_from(identifier)), Catalog.table_name_from(identifier)
+
+
+def _row(catalog_name: str, namespace: str, name: str) -> Any:
+    return sa.and_(
+        PENDING_TABLES.c.catalog_name == catalog_name,
+        PENDING_TABLES.c.table_namespace == namespace,
+        PENDING_TABLES.c.table_name == name,
+    )

@@ -1,0 +1,121 @@
+"""The changes of several tables as one stream: every micro-batch ends at one consistent cut of the catalog."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import icesink
+from icesink.catalog.config import CatalogConfig
+from icesink.changelog.tables_source import TablesReadOptions
+from icesink.committer.commit import TableCommitter
+from icesink.errors import ConfigError
+from tests.helpers.support import create_orders_table, orders, stage_group, wait_for
+
+TABLES = ("shop.orders", "shop.order lines ü %/x")
+
+
+def _start(spark: Any, config: CatalogConfig, checkpoint: Path, seen: list[Any], **trigger: Any) -> Any:
+    """The reading query; each micro-batch's rows go to ``seen``, as its foreachBatch gets them."""
+
+    def keep(batch: Any, _: int) -> None:
+        seen.append([row.asDict(recursive=True) for row in batch.collect()])
+
+    return (
+        icesink.read_stream(spark, tables=list(TABLES), catalog=config)
+        .writeStream.foreachBatch(keep)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(**trigger)
+        .start()
+    )
+
+
+def _batches(spark: Any, config: CatalogConfig, checkpoint: Path) -> list[list[dict[str, Any]]]:
+    """The micro-batches of one availableNow run of the reading query."""
+    seen: list[list[dict[str, Any]]] = []
+    _start(spark, config, checkpoint, seen, availableNow=True).awaitTermination()
+    return seen
+
+
+def _ids(rows: list[dict[str, Any]], table: str) -> list[tuple[int, str]]:
+    return sorted((r[table]["id"], r["_change_type"]) for r in rows if r["_table"] == table)
+
+
+@pytest.mark.spark
+def test_each_micro_batch_holds_every_tables_changes_up_to_one_cut(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    config = sqlite_catalog
+    create_orders_table(config, TABLES[0])
+    create_orders_table(config, TABLES[1], pending=True)  # created by the stream: it appears with its first commit
+    stage_group(config, "job", 0, {TABLES[0]: orders(0, 2), TABLES[1]: orders(10, 1)})
+    TableCommitter.of(config).commit_atomic("job")
+    (first,) = _batches(spark, config, tmp_path / "read")
+    assert _ids(first, TABLES[0]) == [(0, "insert"), (1, "insert")]
+    assert _ids(first, TABLES[1]) == [(10, "insert")]
+    line = next(r for r in first if r["_table"] == TABLES[1])
+    assert line[TABLES[0]] is None and line[TABLES[1]]["name"] == "name-10"
+    assert line["_commit_snapshot_id"] > 0
+    stage_group(config, "job", 1, {TABLES[0]: orders(2, 1), TABLES[1]: None})
+    stage_group(config, "job", 2, {TABLES[0]: None, TABLES[1]: orders(11, 2)})
+    TableCommitter.of(config).commit_atomic("job")
+    (second,) = _batches(spark, config, tmp_path / "read")  # on from where the first run stopped
+    assert _ids(second, TABLES[0]) == [(2, "insert")]
+    assert _ids(second, TABLES[1]) == [(11, "insert"), (12, "insert")]
+    assert _batches(spark, config, tmp_path / "read") == []
+
+
+@pytest.mark.spark
+def test_a_stream_read_while_a_job_commits_never_splits_a_checkpoint(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    """Checkpoints commit while the reading query runs: every checkpoint's rows, in all tables it wrote,
+    arrive in one micro-batch."""
+    config = sqlite_catalog
+    for table in TABLES:
+        create_orders_table(config, table)
+    checkpoints = 12
+    writes = {
+        c: {t: orders(c * 100 + n, 1 + (c + n) % 2) for n, t in enumerate(TABLES) if (c + n) % 3}
+        for c in range(checkpoints)
+    }
+
+    def commit_all() -> None:
+        for checkpoint, tables in writes.items():
+            stage_group(config, "job", checkpoint, {t: tables.get(t) for t in TABLES})
+            TableCommitter.of(config).commit_atomic("job")
+
+    seen: list[list[dict[str, Any]]] = []
+    query = _start(spark, config, tmp_path / "read", seen, processingTime="0 seconds")
+    commit_all()  # while the query reads
+    expected_rows = sum(t.num_rows for tables in writes.values() for t in tables.values())
+    wait_for(lambda: sum(len(b) for b in seen) >= expected_rows, "the reader caught up")
+    query.stop()
+    where: dict[int, set[int]] = {}  # checkpoint -> the micro-batches its rows came in
+    for number, batch in enumerate(seen):
+        for row in batch:
+            where.setdefault(row[row["_table"]]["id"] // 100, set()).add(number)
+    assert sorted(where) == [c for c in range(checkpoints) if writes[c]]
+    split = {c: sorted(b) for c, b in where.items() if len(b) > 1}
+    assert split == {}, f"checkpoints whose rows came in several micro-batches: {split}"
+    assert len([b for b in seen if b]) > 1  # the reader saw the job move, not only its end
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"tables": "shop.a,shop.b"}, "must be a JSON list of table names"),
+        ({"tables": "[]"}, "must be a JSON list of table names"),
+        ({"tables": '["shop.a", "shop.a"]'}, "names a table twice"),
+        ({"tables": '["nonamespace"]'}, "is not a table identifier"),
+        ({"tables": '["shop.a"]', "starting": "12345"}, "must be earliest or latest"),
+        ({"tables": '["shop.a"]', "max-files-per-trigger": "1"}, "unknown option 'max-files-per-trigger'"),
+        ({"tables": '["shop.a"]', "tabels": "x"}, "did you mean 'tables'"),
+        ({"tables": '["shop.a"]', "mode": "upsert"}, "mode='upsert' must be one of changelog, append"),
+    ],
+)
+def test_options_of_a_stream_of_several_tables_are_checked(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        TablesReadOptions.of(options)
