@@ -49,7 +49,8 @@ def read_tables(
     config = resolve_catalog(catalog)
     handle = open_catalog(config)
     if job_id is None or checkpoint_id is None:
-        loaded = {name: table_at(handle, name, location) for name, location in read_pointers(config, tables).items()}
+        pointers = read_pointers(config, tables, pending=True)
+        loaded = {name: table_at(handle, name, location) for name, location in pointers.items()}
         return {name: read_table(table) for name, table in loaded.items()}
     loaded = _committed_tables(config, handle, tables, job_id, checkpoint_id)
     return {name: _read_at(table, name, job_id, checkpoint_id) for name, table in loaded.items()}
@@ -101,11 +102,12 @@ def _committed_tables(
 ) -> dict[str, Table]:
     """The tables, once the ledger says the checkpoint is committed in each: the pointers are read after that
     check, so they cannot predate the commit (a commit updates the catalog before, or with, the ledger)."""
-    pointers = read_pointers(config, tables)
+    pointers = read_pointers(config, tables, pending=True)
     _check_committed(
         config, {name: table_at(handle, name, location) for name, location in pointers.items()}, job_id, checkpoint_id
     )
-    return {name: table_at(handle, name, location) for name, location in read_pointers(config, tables).items()}
+    pointers = read_pointers(config, tables, pending=True)
+    return {name: table_at(handle, name, location) for name, location in pointers.items()}
 
 
 def _no_changes(table: Table, mode: str) -> pa.Table:

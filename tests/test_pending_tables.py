@@ -123,8 +123,81 @@ def test_another_tool_creating_the_name_first_gets_none_of_the_streams_rows(cata
     assert table_ids(config, NEW) == []
     rows = Ledger(config).for_table(NEW) + Ledger(config).for_table(OLD)
     assert {r.state for r in rows} == {CheckpointState.STAGED}  # nothing lost
+    # The two never share files: the stream's table has a directory of its own, which gc of the other leaves.
+    pending = open_catalog(config, pending_tables=True).load_own_table(NEW)  # type: ignore[attr-defined]
+    assert pending.location() != other.location() and not pending.location().startswith(other.location() + "/")
     code, output = invoke(config, "tables", "list")
     assert code == 2 and "another tool created" in output, output
+    # What the error advises works: the checkpoints listed and discarded, the name given up.
+    code, output = invoke(config, "checkpoints", "list", NEW)
+    assert code == 0 and "staged" in output, output
+    code, output = invoke(config, "tables", "drop-pending", NEW, "--yes")
+    assert code == 2 and "checkpoints 0 of it are staged" in output, output
+    assert invoke(config, "checkpoints", "discard", NEW, "0", "--yes")[0] == 0
+    code, output = invoke(config, "tables", "drop-pending", NEW)
+    assert code == 0 and "add --yes" in output and pending_tables(engine(config), config.name), output
+    code, output = invoke(config, "tables", "drop-pending", NEW, "--yes")
+    assert code == 0 and "dropped pending table" in output, output
+    assert pending_tables(engine(config), config.name) == []
+    assert not Path(paths.parse(pending.location()).path).exists() or not any(
+        p.is_file() for p in Path(paths.parse(pending.location()).path).rglob("*")
+    )
+    TableCommitter.of(config).commit_pending(OLD)  # the group's other table goes on without it
+    assert table_ids(config, OLD) == [0, 1] and table_ids(config, NEW) == []
+    code, output = invoke(config, "tables", "drop-pending", NEW, "--yes")
+    assert code == 2 and "is not a pending table" in output, output
+
+
+def test_a_stream_that_missed_a_publish_takes_the_published_table(catalog_config: CatalogConfig) -> None:
+    config = catalog_config
+    create_orders_table(config, NEW, pending=True)
+    assert stage_rows(config, NEW, "job", 0, orders(0, 2))
+    TableCommitter.of(config).commit_pending(NEW)
+    published = open_catalog(config).load_table(NEW)
+    # A second stream that looked before the publish, and creates the table after it: no second table.
+    late = create_orders_table(config, NEW, pending=True)
+    assert late.metadata_location == published.metadata_location
+    assert pending_tables(engine(config), config.name) == []
+    assert table_ids(config, NEW) == [0, 1]
+
+
+def test_a_lost_reply_to_the_publishing_commit_keeps_the_files_the_catalog_names(catalog_config: CatalogConfig) -> None:
+    """The database committed, the connection dropped before it said so: the new metadata file must stay."""
+    config = catalog_config
+    create_orders_table(config, NEW, pending=True)
+    assert stage_rows(config, NEW, "job", 0, orders(0, 3))
+    dialect = engine(config).dialect
+    commit = dialect.do_commit
+
+    def committed_then_lost(connection: object) -> None:
+        commit(connection)
+        dialect.do_commit = commit  # type: ignore[method-assign]
+        raise sa.exc.OperationalError("COMMIT", {}, Exception("server closed the connection unexpectedly"))
+
+    dialect.do_commit = committed_then_lost  # type: ignore[method-assign]
+    try:
+        with pytest.raises(Exception, match="closed the connection"):
+            TableCommitter.of(config).commit_pending(NEW)
+    finally:
+        dialect.do_commit = commit  # type: ignore[method-assign]
+    TableCommitter.of(config).commit_pending(NEW)  # the retry finds it committed
+    assert table_ids(config, NEW) == [0, 1, 2]
+
+
+def test_a_cut_of_several_tables_reads_a_pending_one_as_empty(catalog_config: CatalogConfig) -> None:
+    import icesink
+
+    config = catalog_config
+    create_orders_table(config, OLD)
+    create_orders_table(config, NEW, pending=True)
+    assert stage_group(config, "job", 0, {OLD: orders(0, 2), NEW: None})
+    TableCommitter.of(config).commit_pending(OLD)
+    for cut in (
+        icesink.read_tables([OLD, NEW], catalog=config),
+        icesink.read_tables([OLD, NEW], job_id="job", checkpoint_id=0, catalog=config),
+        icesink.changes_of_tables([OLD, NEW], job_id="job", to_checkpoint=0, catalog=config),
+    ):
+        assert cut[OLD].num_rows == 2 and cut[NEW].num_rows == 0 and "amount" in cut[NEW].column_names
 
 
 def test_the_cli_shows_a_pending_table_and_its_checkpoints(catalog_config: CatalogConfig) -> None:
@@ -140,7 +213,9 @@ def test_the_cli_shows_a_pending_table_and_its_checkpoints(catalog_config: Catal
     code, output = invoke(config, "--output", "json", "checkpoints", "list", NEW)
     assert code == 0 and [c["checkpoint_id"] for c in json.loads(output)["checkpoints"]] == [0], output
     code, output = invoke(config, "snapshots", "list", NEW)  # a reader's command: not there yet
-    assert code == 2 and "a stream created it, and it appears with the commit of its first" in output, output
+    assert code == 2 and "a stream created it, and it appears with the first commit that brings it rows" in output, (
+        output
+    )
 
 
 def test_gc_keeps_a_pending_tables_metadata(catalog_config: CatalogConfig) -> None:

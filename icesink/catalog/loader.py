@@ -47,13 +47,21 @@ def check_identifier(identifier: str) -> None:
         )
 
 
-def load_table(catalog: SqlCatalog, config: CatalogConfig, identifier: str) -> Table:
-    """The table, or :class:`TableNotFoundError` naming the catalog."""
+def load_table(catalog: SqlCatalog, config: CatalogConfig, identifier: str, own: bool = False) -> Table:
+    """The table, or :class:`TableNotFoundError` naming the catalog.
+
+    ``own`` (with a catalog opened with ``pending_tables``): the table streams of that name write, its pending
+    table even where another tool created one of the name meanwhile (for the operator's commands).
+    """
     from pyiceberg.exceptions import NoSuchTableError, ValidationError
+
+    from icesink.iceberg.pending_tables import PendingAwareCatalog
 
     check_identifier(identifier)
     with database.database_errors(config):
         try:
+            if own and isinstance(catalog, PendingAwareCatalog):
+                return catalog.load_own_table(identifier)
             return catalog.load_table(identifier)
         except NoSuchTableError as e:
             raise _not_found(catalog, config, identifier) from e
@@ -72,7 +80,7 @@ def _not_found(catalog: SqlCatalog, config: CatalogConfig, identifier: str) -> T
     if pending_location(catalog.engine, config.name, identifier) is not None:
         return TableNotFoundError(
             f"table {identifier!r} is not in {config.describe()} yet: a stream created it, and it appears with the "
-            f"commit of its first checkpoint (`icesink checkpoints list {identifier}` shows what is staged)"
+            f"first commit that brings it rows (`icesink checkpoints list {identifier}` shows what is staged)"
         )
     return TableNotFoundError(
         f"table {identifier!r} does not exist in {config.describe()}; create it first (icesink.stream(..., "

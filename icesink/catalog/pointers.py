@@ -14,20 +14,33 @@ from icesink.catalog.loader import check_identifier
 from icesink.errors import TableNotFoundError
 
 
-def read_pointers(config: CatalogConfig, identifiers: Sequence[str]) -> dict[str, str]:
-    """Each table's metadata location, all read in one statement; :class:`TableNotFoundError` names a missing one."""
+def read_pointers(config: CatalogConfig, identifiers: Sequence[str], pending: bool = False) -> dict[str, str]:
+    """Each table's metadata location, all read in one statement; :class:`TableNotFoundError` names a missing one.
+
+    With ``pending``, a table a stream created that waits for its first commit counts, at its pending metadata
+    (no snapshot: empty), read in the same statement: a cut taken between two of a job's checkpoints shows it
+    empty exactly when its first commit is still to come.
+    """
     import sqlalchemy as sa
     from pyiceberg.catalog.sql import IcebergTables
+
+    from icesink.iceberg.pending_tables import PENDING_TABLES
 
     for identifier in identifiers:
         check_identifier(identifier)
     names = [tuple(identifier.rsplit(".", 1)) for identifier in identifiers]
-    t = IcebergTables
-    query = sa.select(t.table_namespace, t.table_name, t.metadata_location).where(
+    t, p = IcebergTables, PENDING_TABLES.c
+    query = sa.select(t.table_namespace, t.table_name, t.metadata_location, sa.literal(0).label("rank")).where(
         t.catalog_name == config.name, sa.tuple_(t.table_namespace, t.table_name).in_(names)
     )
+    if pending:
+        waiting = sa.select(p.table_namespace, p.table_name, p.metadata_location, sa.literal(1).label("rank")).where(
+            p.catalog_name == config.name, sa.tuple_(p.table_namespace, p.table_name).in_(names)
+        )
+        query = sa.union_all(query, waiting)  # type: ignore[assignment]
     with database_errors(config), engine(config).connect() as connection:
-        found = {f"{ns}.{name}": location for ns, name, location in connection.execute(query) if location}
+        rows = sorted(connection.execute(query), key=lambda r: -r[3])  # the catalog's table over a pending one
+        found = {f"{ns}.{name}": location for ns, name, location, _ in rows if location}
     missing = [i for i in identifiers if i not in found]
     if missing:
         raise TableNotFoundError(

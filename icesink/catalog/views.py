@@ -9,8 +9,25 @@ from typing import TYPE_CHECKING, Any
 from icesink.properties import COMMIT_ID_PROPERTY, JOB_ID_PROPERTY, MAX_CHECKPOINT_PROPERTY
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
+
+
+def table_names(catalog: SqlCatalog, pending: bool = False) -> list[str]:
+    """Every table of the catalog, in namespaces at any depth; with ``pending``, also the tables streams
+    created that wait for their first commit."""
+    from icesink.iceberg.pending_tables import pending_tables
+
+    names: list[str] = []
+    todo = list(catalog.list_namespaces())
+    while todo:
+        namespace = todo.pop()
+        names += [".".join(identifier) for identifier in catalog.list_tables(namespace)]
+        todo += catalog.list_namespaces(namespace)
+    if pending:
+        names += [name for name, _, _ in pending_tables(catalog.engine, catalog.name) if name not in names]
+    return sorted(names)
 
 
 @dataclass(frozen=True)

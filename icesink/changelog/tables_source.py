@@ -92,7 +92,8 @@ class TablesReadOptions:
 
         config = self.config()
         handle = open_catalog(config)
-        return {name: table_at(handle, name, location) for name, location in read_pointers(config, self.tables).items()}
+        pointers = read_pointers(config, self.tables, pending=True)  # a pending table: empty until it commits
+        return {name: table_at(handle, name, location) for name, location in pointers.items()}
 
 
 def _tables(text: str) -> tuple[str, ...]:

@@ -65,13 +65,15 @@ def tables_list(obj: CliContext, as_json: bool) -> None:
     """List every table with its current snapshot, and the tables streams created that readers will see
     with their first commit (pending)."""
     from icesink.catalog.database import database_errors
+    from icesink.catalog.loader import load_table
+    from icesink.catalog.views import table_names
     from icesink.iceberg.pending_tables import pending_tables
 
     catalog = obj.catalog()
     rows: list[dict[str, Any]] = []
     errors = []
     with database_errors(obj.config):
-        names = [".".join(i) for namespace in catalog.list_namespaces() for i in catalog.list_tables(namespace)]
+        names = table_names(catalog)
         pending = pending_tables(catalog.engine, obj.config.name)
     for name in names:
         try:  # one unreadable table does not hide the others
@@ -92,6 +94,8 @@ def tables_list(obj: CliContext, as_json: bool) -> None:
     for name, _, _ in pending:
         try:
             rows.append(_table_row(obj, name, pending=True))
+            if name in names:  # another tool created one of the name meanwhile: the error says what to do
+                load_table(obj.catalog(pending_tables=True), obj.config, name)
         except IcesinkError as e:
             errors.append(str(e))
     obj.output(as_json).emit(rows, lambda: text_table(rows, TABLE_COLUMNS))
@@ -99,6 +103,40 @@ def tables_list(obj: CliContext, as_json: bool) -> None:
         for error in errors:
             click.echo(f"error: {error}", err=True)
         sys.exit(2)
+
+
+@tables.command("drop-pending")
+@click.argument("table")
+@click.option("--yes", is_flag=True, help="Drop it; without --yes, only say what would go.")
+@click.pass_obj
+def tables_drop_pending(obj: CliContext, table: str, yes: bool) -> None:
+    """Give up TABLE, which a stream created and which waits for its first commit (pending): its files go and
+    its name is free again. Refused while the ledger holds a checkpoint of it not yet committed or discarded."""
+    from icesink.catalog.database import database_errors
+    from icesink.committer.ledger import Ledger
+    from icesink.errors import ConfigError, TableNotFoundError
+    from icesink.iceberg.pending_tables import pending_location
+
+    catalog = obj.catalog(pending_tables=True)
+    with database_errors(obj.config):
+        location = pending_location(catalog.engine, obj.config.name, table)
+    if location is None:
+        raise TableNotFoundError(
+            f"table {table!r} is not a pending table of {obj.config.describe()} (`icesink tables list` shows them)"
+        )
+    waiting = Ledger(obj.config).pending(table)
+    if waiting:
+        raise ConfigError(
+            f"table {table}: checkpoints {', '.join(str(r.checkpoint_id) for r in waiting)} of it are staged; "
+            "dropping it would lose their rows. Let them commit, or give them up first (`icesink checkpoints "
+            f"discard {table} N`)"
+        )
+    if not yes:
+        click.echo(f"would drop pending table {table} (metadata {location}) and its files; add --yes to drop it")
+        return
+    with database_errors(obj.config):
+        deleted = catalog.drop_pending_table(table)  # type: ignore[attr-defined]
+    click.echo(f"dropped pending table {table}: {len(deleted)} file(s) deleted")
 
 
 def _table_row(obj: CliContext, name: str, pending: bool = False) -> dict[str, Any]:

@@ -221,12 +221,10 @@ def committer_gc(obj: CliContext, tables: tuple[str, ...], older_than: str, dry_
     for table in tables:
         obj.table(table, pending_tables=True)  # a misspelt --table is an error, not an empty report
     if not tables:
+        from icesink.catalog.views import table_names
+
         with database_errors(obj.config):
-            tables = tuple(
-                ".".join(identifier)
-                for namespace in catalog.list_namespaces()
-                for identifier in catalog.list_tables(namespace)
-            )
+            tables = tuple(table_names(catalog, pending=True))
     reports, errors = [], []
     for table in progress(tables, "collecting garbage"):
         try:  # a table gc must leave alone (an unreadable staged manifest) does not keep the others dirty

@@ -38,9 +38,10 @@ class CliContext:
         return open_catalog(self.config, pending_tables)
 
     def table(self, identifier: str, pending_tables: bool = False) -> Table:
+        """The table; with ``pending_tables``, the one the streams of that name write (see ``catalog``)."""
         from icesink.catalog.loader import load_table
 
-        return load_table(self.catalog(pending_tables), self.config, identifier)
+        return load_table(self.catalog(pending_tables), self.config, identifier, own=pending_tables)
 
     def output(self, as_json: bool = False) -> Output:
         """How to print: JSON if ``--output json`` or the command's own ``--json`` says so, else text."""

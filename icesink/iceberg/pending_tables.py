@@ -19,6 +19,8 @@ load finds both and raises :class:`TableCreatedElsewhereError`.
 from __future__ import annotations
 
 import datetime
+import hashlib
+import uuid
 from typing import Any
 
 import sqlalchemy as sa
@@ -49,6 +51,9 @@ PENDING_TABLES = sa.Table(
 )
 
 
+_COLUMNS = ["catalog_name", "table_namespace", "table_name", "metadata_location", "created_at"]
+
+
 class PendingTable(Table):
     """A table as its pending metadata describes it: not in the catalog's ``iceberg_tables`` yet."""
 
@@ -77,47 +82,53 @@ class PendingAwareCatalog(SqlCatalog):
         self, identifier: str, schema: Schema, spec: PartitionSpec, location: str, properties: dict[str, str]
     ) -> Table:
         """A new table, its metadata written and named as pending; the one already there if another stream
-        created it first."""
-        namespace, name = _parts(identifier)
-        metadata = new_table_metadata(
-            location=location, schema=schema, partition_spec=spec, sort_order=UNSORTED_SORT_ORDER, properties=properties
-        )
-        metadata_location = load_location_provider(location, properties).new_table_metadata_file_location()
-        io = load_file_io(properties=self.properties, location=metadata_location)
-        self._write_metadata(metadata, io, metadata_location)
-        row = {
-            "catalog_name": self.name,
-            "table_namespace": namespace,
-            "table_name": name,
-            "metadata_location": metadata_location,
-            "created_at": datetime.datetime.now(datetime.UTC),
-        }
+        created it first, or published it meanwhile.
+
+        ``location`` is where a table of that name goes; the pending table takes that directory with its
+        uuid's first digits appended, so that a table another tool creates under the name meanwhile (at the
+        usual place) never shares its files.
+        """
         from icesink.iceberg.references import delete_quietly
 
+        namespace, name = _parts(identifier)
+        table_uuid = uuid.uuid4()
+        own_location = f"{location.rstrip('/')}-{table_uuid.hex[:8]}"
+        metadata = new_table_metadata(
+            location=own_location,
+            schema=schema,
+            partition_spec=spec,
+            sort_order=UNSORTED_SORT_ORDER,
+            properties=properties,
+            table_uuid=table_uuid,
+        )
+        metadata_location = load_location_provider(own_location, properties).new_table_metadata_file_location()
+        io = load_file_io(properties=self.properties, location=metadata_location)
+        self._write_metadata(metadata, io, metadata_location)
+        values = sa.select(
+            sa.literal(self.name),
+            sa.literal(namespace),
+            sa.literal(name),
+            sa.literal(metadata_location),
+            sa.literal(datetime.datetime.now(datetime.UTC), sa.DateTime(timezone=True)),
+        ).where(~sa.exists().where(_catalog_row(self.name, namespace, name)))
         try:
             with self.engine.begin() as connection:
-                connection.execute(sa.insert(PENDING_TABLES).values(**row))
+                _lock_name(connection, self.name, namespace, name)
+                # One statement: no table of the name enters the catalog between the check and the insert.
+                inserted = connection.execute(sa.insert(PENDING_TABLES).from_select(_COLUMNS, values)).rowcount
         except sa.exc.IntegrityError:
-            delete_quietly(io, [metadata_location])  # another stream's pending table is the one
+            inserted = 0  # another stream's pending table is the one
+        if inserted != 1:
+            delete_quietly(io, [metadata_location])
             return self.load_table(identifier)
-        try:
-            existing = super().load_table(identifier)
-        except NoSuchTableError:
-            return self._pending_table(identifier, metadata_location)
-        # Another tool created the table while this one was being written: that table is the one.
-        with self.engine.begin() as connection:
-            connection.execute(
-                sa.delete(PENDING_TABLES).where(
-                    _row(self.name, namespace, name), PENDING_TABLES.c.metadata_location == metadata_location
-                )
-            )
-        delete_quietly(io, [metadata_location])
-        return existing
+        return self._pending_table(identifier, metadata_location)
 
     def commit_table(
         self, table: Table, requirements: tuple[TableRequirement, ...], updates: tuple[TableUpdate, ...]
     ) -> CommitTableResponse:
         """A pending table's first snapshot publishes it; any other change of it stays pending."""
+        from icesink.iceberg.references import delete_quietly
+
         pending = self.pending_location(table.name())
         if pending is None:
             return super().commit_table(table, requirements, updates)
@@ -126,18 +137,49 @@ class PendingAwareCatalog(SqlCatalog):
         if staged.metadata == current.metadata:
             return CommitTableResponse(metadata=current.metadata, metadata_location=current.metadata_location)
         self._write_metadata(staged.metadata, staged.io, staged.metadata_location)
-        try:
-            with self.engine.begin() as connection:
+        with self.engine.connect() as connection:
+            transaction = connection.begin()
+            try:
                 if any(isinstance(u, AddSnapshotUpdate) for u in updates):
                     publish(connection, self, current, staged.metadata_location)
                 else:
                     _move_pending(connection, self.name, current, staged.metadata_location)
-        except BaseException:
-            from icesink.iceberg.references import delete_quietly
-
-            delete_quietly(staged.io, [staged.metadata_location])
-            raise
+            except BaseException:
+                transaction.rollback()  # nothing names the new file
+                delete_quietly(staged.io, [staged.metadata_location])
+                raise
+            # An error in COMMIT itself leaves the outcome unknown: the file stays, since the catalog may name it.
+            transaction.commit()
         return CommitTableResponse(metadata=staged.metadata, metadata_location=staged.metadata_location)
+
+    def load_own_table(self, identifier: str | Identifier) -> Table:
+        """The table streams of that name write: its pending table if a stream created one, even beside another
+        tool's table of the name (for an operator sorting that out), else the catalog's."""
+        pending = self.pending_location(identifier)
+        return self._pending_table(identifier, pending) if pending is not None else super().load_table(identifier)
+
+    def drop_pending_table(self, identifier: str | Identifier) -> list[str]:
+        """Give up the pending table of that name: its row goes, and every file under its own location (a
+        directory no other table shares). The files deleted; ``NoSuchTableError`` if it is not pending."""
+        from icesink.iceberg.references import delete_quietly, list_files
+
+        pending = self.pending_location(identifier)
+        if pending is None:
+            raise NoSuchTableError(f"Table is not pending: {'.'.join(_parts(identifier))}")
+        table = self._pending_table(identifier, pending)
+        namespace, name = _parts(identifier)
+        with self.engine.begin() as connection:
+            _lock_name(connection, self.name, namespace, name)
+            gone = connection.execute(
+                sa.delete(PENDING_TABLES).where(
+                    _row(self.name, namespace, name), PENDING_TABLES.c.metadata_location == pending
+                )
+            )
+        if gone.rowcount != 1:
+            raise CommitFailedException(f"Table has been updated by another process: {namespace}.{name}")
+        files = [stored.uri for stored in list_files(table, table.location())]
+        delete_quietly(table.io, files)
+        return files
 
     def _pending_table(self, identifier: str | Identifier, metadata_location: str) -> PendingTable:
         io = load_file_io(properties=self.properties, location=metadata_location)
@@ -159,6 +201,7 @@ def publish(connection: sa.Connection, catalog: SqlCatalog, current: Table, meta
     catalog has a table of that name already (then the next load says who made it).
     """
     namespace, name = _parts(current.name())
+    _lock_name(connection, catalog.name, namespace, name)
     moved = connection.execute(
         sa.delete(PENDING_TABLES).where(
             _row(catalog.name, namespace, name), PENDING_TABLES.c.metadata_location == current.metadata_location
@@ -208,8 +251,28 @@ def _created_elsewhere(table: Table, pending: str) -> TableCreatedElsewhereError
         f"table {identifier}: a stream created it (pending metadata {pending}) and has not committed to it yet, "
         f"but another tool created a table of that name in the catalog meanwhile (metadata "
         f"{table.metadata_location}). The stream's files were written for its own table and are not committed "
-        "into the other one; they stay staged. Rename or drop the other table, or map the stream's source table "
-        "to another name and discard these checkpoints (`icesink checkpoints discard`)"
+        "into the other one; they stay staged. Drop or rename the other table (then they commit), or discard "
+        f"them (`icesink checkpoints discard {identifier} N`) and give the name up (`icesink tables drop-pending "
+        f"{identifier}`), mapping the stream's source table to another name"
+    )
+
+
+def _lock_name(connection: sa.Connection, catalog_name: str, namespace: str, name: str) -> None:
+    """On PostgreSQL, a lock on the table's name until the transaction ends: a stream creating a pending table
+    and a commit publishing one of that name take turns (SQLite's single writer already makes them)."""
+    if connection.dialect.name != "postgresql":
+        return
+    digest = hashlib.sha256("\0".join(("icesink-pending", catalog_name, namespace, name)).encode()).digest()
+    connection.execute(
+        sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": int.from_bytes(digest[:8], "big", signed=True)}
+    )
+
+
+def _catalog_row(catalog_name: str, namespace: str, name: str) -> Any:
+    return sa.and_(
+        IcebergTables.catalog_name == catalog_name,
+        IcebergTables.table_namespace == namespace,
+        IcebergTables.table_name == name,
     )
 
 

@@ -84,8 +84,11 @@ def run_page(name: str) -> None:
     from pyspark.sql import SparkSession
 
     blocks = [b for b in blocks_of(ROOT / name) if b.not_run is None]
+    from tests.helpers.streams import JOB_JAVA_OPTIONS
+
     spark = (
         SparkSession.builder.master("local[2]")
+        .config("spark.driver.extraJavaOptions", JOB_JAVA_OPTIONS)  # a page's JVM lives for seconds
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.driver.memory", "1g")

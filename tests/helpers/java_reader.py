@@ -47,6 +47,7 @@ def main(tables: list[tuple[str, list[str]]]) -> None:
     spark = (
         SparkSession.builder.master("local[1]")
         .config("spark.jars", ",".join(jars))
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")  # lives for seconds
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()

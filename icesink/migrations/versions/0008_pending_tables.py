@@ -46,6 +46,7 @@ def downgrade() -> None:
     if names:
         raise ConfigError(
             f"tables {', '.join(names)} were created by a stream and wait for their first commit, which an "
-            "earlier release cannot make; let their committer commit them, then downgrade"
+            "earlier release cannot make; let their committer commit them (or, for a stream given up, discard their "
+            "checkpoints and `icesink tables drop-pending` them), then downgrade"
         )
     op.drop_table("icesink_pending_tables")
