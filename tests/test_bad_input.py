@@ -14,7 +14,7 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.cli import main
 from icesink.committer.ledger import Ledger
-from icesink.errors import UnsupportedTableError
+from icesink.errors import ConfigError, UnsupportedTableError
 from tests.helpers.support import create_orders_table, orders, stage_rows, table_ids
 
 TABLE = "shop.orders ü %/x"
@@ -316,3 +316,12 @@ def test_a_key_column_added_after_older_files_were_written_reads_as_null_there(s
     ]
     pyiceberg_rows = catalog.load_table(TABLE).scan().to_arrow()
     assert sorted(pyiceberg_rows.column("id").to_pylist()) == [1, 1, 2]
+
+
+def test_a_name_longer_than_the_catalog_holds_is_refused_naming_the_limit() -> None:
+    from icesink.catalog.loader import check_identifier
+
+    check_identifier("shop." + "ü" * 255)  # exactly what the catalog's column holds
+    for identifier, part in (("shop." + "ü" * 256, "table name"), ("n" * 256 + ".orders", "namespace")):
+        with pytest.raises(ConfigError, match=f"its {part} has 256 characters; the catalog holds at most 255"):
+            check_identifier(identifier)

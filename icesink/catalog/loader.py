@@ -38,13 +38,24 @@ def open_catalog(config: CatalogConfig, pending_tables: bool = False) -> SqlCata
     return catalog
 
 
+# The catalog's columns for a namespace and a table name hold this many characters (PostgreSQL enforces it).
+NAME_LIMIT = 255
+
+
 def check_identifier(identifier: str) -> None:
-    """``namespace.table``, both parts non-empty; otherwise a :class:`ConfigError` that shows the form."""
+    """``namespace.table``, both parts non-empty and within the catalog's columns; otherwise a
+    :class:`ConfigError` that shows the form."""
     namespace, _, name = identifier.rpartition(".")
     if not namespace or not name or any(not part for part in namespace.split(".")):
         raise ConfigError(
             f"table {identifier!r} is not a table identifier: write namespace.table, e.g. 'shop.{name or 'orders'}'"
         )
+    for part, value in (("namespace", namespace), ("table name", name)):
+        if len(value) > NAME_LIMIT:
+            raise ConfigError(
+                f"table {identifier[:60]!r}…: its {part} has {len(value)} characters; the catalog holds at most "
+                f"{NAME_LIMIT}. Choose a shorter name (icesink.debezium(tables={{...}}) maps a source table to one)"
+            )
 
 
 def load_table(catalog: SqlCatalog, config: CatalogConfig, identifier: str, own: bool = False) -> Table:
