@@ -122,3 +122,79 @@ def test_a_stream_read_while_a_job_commits_never_splits_a_checkpoint(
 def test_options_of_a_stream_of_several_tables_are_checked(options: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         TablesReadOptions.of(options)
+
+
+def _reader(config: CatalogConfig, tables: tuple[str, ...] = TABLES) -> Any:
+    """The stream reader as Spark's driver drives it (offsets, partitions), and read() as an executor would."""
+    import json
+
+    from icesink.changelog.tables_source import TablesStreamReader, tables_schema
+
+    options = TablesReadOptions.of(
+        {
+            "tables": json.dumps(list(tables)),
+            "catalog.name": config.name,
+            "catalog.uri": config.uri,
+            "catalog.warehouse": config.warehouse,
+        }
+    )
+    return TablesStreamReader(options, tables_schema(options))
+
+
+def _read(reader: Any, start: dict[str, Any], end: dict[str, Any]) -> list[tuple[str, int, str]]:
+    rows = [r for p in reader.partitions(start, end) for b in reader.read(p) for r in b.to_pylist()]
+    return sorted((r["_table"], r[r["_table"]]["id"], r["_change_type"]) for r in rows)
+
+
+def test_a_table_replaced_under_the_reader_is_refused_not_read_from_scratch(sqlite_catalog: CatalogConfig) -> None:
+    """Dropped and made again, or another tool's table where the stream's pending one was: the changes of the
+    new table cannot be told from the old one's, so the reader stops, before Spark logs an offset."""
+    from icesink.catalog.loader import open_catalog
+    from icesink.errors import StartingSnapshotExpiredError
+
+    config = sqlite_catalog
+    create_orders_table(config, TABLES[0])
+    create_orders_table(config, TABLES[1], pending=True)
+    stage_group(config, "job", 0, {TABLES[0]: orders(0, 2), TABLES[1]: None})
+    TableCommitter.of(config).commit_atomic("job")
+    reader = _reader(config)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, None)
+    assert _read(reader, start, end) == [(TABLES[0], 0, "insert"), (TABLES[0], 1, "insert")]
+    catalog = open_catalog(config)
+    catalog.drop_table(TABLES[0])
+    create_orders_table(config, TABLES[0])  # the same name, another table, empty
+    with pytest.raises(StartingSnapshotExpiredError, match=f"table {TABLES[0]} is not the table this query started"):
+        reader.latestOffset(end, None)
+    # A restarted query (a new reader) on the old checkpoint's offset is refused too.
+    with pytest.raises(StartingSnapshotExpiredError, match="not the table the reading query's checkpoint was written"):
+        _reader(config).latestOffset(end, None)
+
+
+def test_a_table_rolled_back_under_the_reader_stops_it_before_the_offset_is_logged(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    from icesink.catalog.loader import open_catalog
+    from icesink.errors import IcesinkError
+
+    config = sqlite_catalog
+    for table in TABLES:
+        create_orders_table(config, table)
+    stage_group(config, "job", 0, {TABLES[0]: orders(0, 1), TABLES[1]: orders(10, 1)})
+    TableCommitter.of(config).commit_atomic("job")
+    first = open_catalog(config).load_table(TABLES[0]).current_snapshot().snapshot_id
+    stage_group(config, "job", 1, {TABLES[0]: orders(1, 1), TABLES[1]: None})
+    TableCommitter.of(config).commit_atomic("job")
+    reader = _reader(config)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, None)
+    assert [i for t, i, _ in _read(reader, start, end) if t == TABLES[0]] == [0, 1]
+    table = open_catalog(config).load_table(TABLES[0])
+    table.manage_snapshots().rollback_to_snapshot(first).commit()
+    with pytest.raises(IcesinkError, match=f"table {TABLES[0]}"):
+        reader.latestOffset(end, None)
+
+
+def test_tables_differing_only_in_case_are_refused() -> None:
+    with pytest.raises(ConfigError, match="differ only in case"):
+        TablesReadOptions.of({"tables": '["shop.orders", "shop.Orders"]'})

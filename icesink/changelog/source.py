@@ -313,20 +313,7 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [InputPartition(self._task(table, group)) for group in self._group(parts)]
 
     def _group(self, parts: list[SnapshotChanges]) -> list[list[SnapshotChanges]]:
-        if self._options.net_changes:  # a key's changes must meet in one task: all of its partition's
-            by_scope: dict[Any, list[SnapshotChanges]] = {}
-            for part in parts:
-                by_scope.setdefault(part.scope, []).append(part)
-            return list(by_scope.values())
-        groups: list[list[SnapshotChanges]] = []
-        rows = 0
-        for part in parts:
-            if not groups or rows + part.rows > ROWS_PER_TASK:
-                groups.append([])
-                rows = 0
-            groups[-1].append(part)
-            rows += part.rows
-        return groups
+        return group_parts(parts, self._options.net_changes)
 
     def _task(self, table: Table, parts: list[SnapshotChanges]) -> ChangeTask:
         return ChangeTask(
@@ -350,6 +337,24 @@ class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: the offsets live in the reading query's checkpoint."""
+
+
+def group_parts(parts: list[SnapshotChanges], net_changes: bool) -> list[list[SnapshotChanges]]:
+    """The parts of one table's changes, grouped into Spark tasks of about ``ROWS_PER_TASK`` rows."""
+    if net_changes:  # a key's changes must meet in one task: all of its partition's
+        by_scope: dict[Any, list[SnapshotChanges]] = {}
+        for part in parts:
+            by_scope.setdefault(part.scope, []).append(part)
+        return list(by_scope.values())
+    groups: list[list[SnapshotChanges]] = []
+    rows = 0
+    for part in parts:
+        if not groups or rows + part.rows > ROWS_PER_TASK:
+            groups.append([])
+            rows = 0
+        groups[-1].append(part)
+        rows += part.rows
+    return groups
 
 
 def conformed(rows: pa.Table, declared: StructType) -> pa.Table:

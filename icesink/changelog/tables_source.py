@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from icesink.changelog.source import BEFORE_FIRST, ChangeTask, conformed
-from icesink.errors import ConfigError
+from icesink.changelog.source import BEFORE_FIRST, ChangeTask, conformed, group_parts
+from icesink.errors import ConfigError, StartingSnapshotExpiredError
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.table import Table
     from pyspark.sql.types import StructType
 
@@ -85,13 +86,13 @@ class TablesReadOptions:
 
         return catalog_from_options(dict(self.catalog))
 
-    def cut(self) -> dict[str, Table]:
-        """Every table as the catalog's pointers show them in one transaction."""
+    def cut(self, handle: SqlCatalog | None = None) -> dict[str, Table]:
+        """Every table as the catalog's pointers show them in one transaction (``handle``: an open catalog)."""
         from icesink.catalog.loader import open_catalog, table_at
         from icesink.catalog.pointers import read_pointers
 
         config = self.config()
-        handle = open_catalog(config)
+        handle = handle or open_catalog(config)
         pointers = read_pointers(config, self.tables, pending=True)  # a pending table: empty until it commits
         return {name: table_at(handle, name, location) for name, location in pointers.items()}
 
@@ -108,6 +109,11 @@ def _tables(text: str) -> tuple[str, ...]:
         )
     if len(set(value)) != len(value):
         raise ConfigError(f"{WHAT}: option tables names a table twice: {value}")
+    if len({v.casefold() for v in value}) != len(value):
+        raise ConfigError(
+            f"{WHAT}: option tables names tables that differ only in case ({value}); their columns would too, and "
+            "Spark's column names ignore case: read them in two streams"
+        )
     return tuple(value)
 
 
@@ -145,43 +151,74 @@ class TablesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._declared = schema
         self._ceiling: dict[str, int] | None = None
         self._planners: dict[str, Planner] = {}
-        self._schemas = {name: table.schema() for name, table in options.cut().items()}
+        self._handle: SqlCatalog | None = None
+        at_start = self._cut()
+        self._schemas = {name: table.schema() for name, table in at_start.items()}
+        self._uuids = {name: str(table.metadata.table_uuid) for name, table in at_start.items()}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_planners": {}}  # executors only read(); plans stay on the driver
+        # Executors only read(): the plans and the catalog (its database engine) stay on the driver.
+        return {**self.__dict__, "_planners": {}, "_handle": None}
 
-    def _heads(self) -> dict[str, int]:
+    def _cut(self) -> dict[str, Table]:
+        """The tables now, each checked to be the table the query started on (not dropped and made again, nor
+        another tool's of the name where a stream's pending table was)."""
+        from icesink.catalog.loader import open_catalog
+
+        if self._handle is None:
+            self._handle = open_catalog(self._options.config())
+        tables = self._options.cut(self._handle)
+        for name, table in tables.items():
+            known = getattr(self, "_uuids", {}).get(name)
+            if known is not None and str(table.metadata.table_uuid) != known:
+                raise StartingSnapshotExpiredError(
+                    f"{WHAT}: table {name} is not the table this query started reading (uuid {known}, now "
+                    f"{table.metadata.table_uuid}): it was dropped and created again, or another tool created a "
+                    "table of the name. Its changes cannot be told from the old one's; start the query anew with a "
+                    "new checkpoint location"
+                )
+        return tables
+
+    def _heads(self, tables: dict[str, Table]) -> dict[str, int]:
         heads = {}
-        for name, table in self._options.cut().items():
+        for name, table in tables.items():
             snapshot = table.current_snapshot()
             heads[name] = snapshot.snapshot_id if snapshot is not None else BEFORE_FIRST
         return heads
 
     def initialOffset(self) -> dict[str, Any]:
-        heads = self._heads()
-        return _offset({n: (heads[n] if self._options.latest else BEFORE_FIRST) for n in self._options.tables})
+        heads = self._heads(self._cut())
+        return self._offset({n: (heads[n] if self._options.latest else BEFORE_FIRST) for n in self._options.tables})
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._ceiling = self._heads()
+        self._ceiling = self._heads(self._cut())
 
     def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:
-        heads = self._ceiling if self._ceiling is not None else self._heads()
-        return start if self._snapshots(start) == heads else _offset(heads)
+        tables = self._cut()
+        heads = self._ceiling if self._ceiling is not None else self._heads(tables)
+        first = self._snapshots(start)
+        if first == heads:
+            return start
+        for name, table in tables.items():  # refused before Spark logs the offset, not in every replay after
+            begin, head = first[name], heads[name]
+            if begin != head and begin != BEFORE_FIRST:
+                if head == BEFORE_FIRST:
+                    raise StartingSnapshotExpiredError(
+                        f"{WHAT}: table {name} has no current snapshot any more (it had {begin}); start the query "
+                        "anew with a new checkpoint location"
+                    )
+                self._planner(name, table).snapshots(begin, head)  # raises where begin is no ancestor of head
+        return self._offset(heads)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        from icesink.changelog.plan import Planner
-
         first, last = self._snapshots(start), self._snapshots(end)
         tasks: list[InputPartition] = []
-        tables = self._options.cut() if first != last else {}
+        tables = self._cut() if first != last else {}
         for name, table in tables.items():
             begin, stop = first[name], last[name]
             if begin == stop or stop == BEFORE_FIRST:
                 continue
-            planner = self._planners.get(name)
-            if planner is None or planner.table.metadata_location != table.metadata_location:
-                planner = Planner(table, cache=planner.cache if planner else None)
-                self._planners[name] = planner
+            planner = self._planner(name, table)
             snapshots = planner.snapshots(None if begin == BEFORE_FIRST else begin, stop)
             parts = []
             if begin == BEFORE_FIRST and snapshots and snapshots[0].parent_snapshot_id is not None:
@@ -189,17 +226,27 @@ class TablesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 snapshots = snapshots[1:]
             for snapshot in snapshots:
                 parts += planner.changes(snapshot)
-            if parts:
+            for group in group_parts(parts, self._options.net_changes):
                 task = ChangeTask(
                     metadata_location=table.metadata_location,
                     io_properties=tuple(sorted((k, str(v)) for k, v in table.io.properties.items())),
                     schema=self._schemas[name],
-                    parts=tuple(parts),
+                    parts=tuple(group),
                     mode=self._options.mode,
                     net_changes=self._options.net_changes,
                 )
                 tasks.append(InputPartition(TableTask(name, task)))
         return tasks
+
+    def _planner(self, name: str, table: Table) -> Planner:
+        """The table's planner, kept while its metadata is unchanged (with its manifest cache across)."""
+        from icesink.changelog.plan import Planner
+
+        planner = self._planners.get(name)
+        if planner is None or planner.table.metadata_location != table.metadata_location:
+            planner = Planner(table, cache=planner.cache if planner else None)
+            self._planners[name] = planner
+        return planner
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
@@ -246,8 +293,15 @@ class TablesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"{WHAT}: the reading query's checkpoint was written reading tables {sorted(snapshots)}, not "
                 f"{sorted(self._options.tables)}; a reader of other tables needs a checkpoint location of its own"
             )
+        for name, known in (kept.get("uuids") or {}).items():
+            if self._uuids.get(name) not in (None, known):
+                raise StartingSnapshotExpiredError(
+                    f"{WHAT}: table {name} is not the table the reading query's checkpoint was written for (uuid "
+                    f"{known}, now {self._uuids[name]}): it was dropped and created again, or another tool created a "
+                    "table of the name. Start the query anew with a new checkpoint location"
+                )
         return {str(k): int(v) for k, v in snapshots.items()}
 
-
-def _offset(snapshots: dict[str, int]) -> dict[str, Any]:
-    return {"version": TABLES_OFFSET_VERSION, "snapshots": dict(snapshots)}
+    def _offset(self, snapshots: dict[str, int]) -> dict[str, Any]:
+        """An offset: each table's snapshot, and which table it is (its uuid), for the checks on restart."""
+        return {"version": TABLES_OFFSET_VERSION, "snapshots": dict(snapshots), "uuids": dict(self._uuids)}
