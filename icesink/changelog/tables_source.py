@@ -152,6 +152,7 @@ class TablesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._ceiling: dict[str, int] | None = None
         self._planners: dict[str, Planner] = {}
         self._handle: SqlCatalog | None = None
+        self._uuids: dict[str, str] = {}  # each table's uuid as the query started: checked on every cut
         at_start = self._cut()
         self._schemas = {name: table.schema() for name, table in at_start.items()}
         self._uuids = {name: str(table.metadata.table_uuid) for name, table in at_start.items()}
@@ -169,7 +170,7 @@ class TablesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._handle = open_catalog(self._options.config())
         tables = self._options.cut(self._handle)
         for name, table in tables.items():
-            known = getattr(self, "_uuids", {}).get(name)
+            known = self._uuids.get(name)
             if known is not None and str(table.metadata.table_uuid) != known:
                 raise StartingSnapshotExpiredError(
                     f"{WHAT}: table {name} is not the table this query started reading (uuid {known}, now "
