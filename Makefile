@@ -29,11 +29,17 @@ install-interop: $(JAVA_READER)/bin/python
 demo: install
 	$(BIN)/python examples/demo.py
 
+# Two test processes, each with its own Spark session: one waits on a JVM or a killed process while the other
+# computes. Tests that share a session-wide result (the built site, the histories' ends) keep to one process
+# (xdist_group). TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
+
 test: install install-interop lint
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_PARALLEL)
 
 test-fast: install
-	$(BIN)/pytest -m "not faults and not interop and not cluster"
+	$(BIN)/pytest $(PYTEST_PARALLEL) -m "not faults and not interop and not cluster"
 
 bench-upsert: install
 	$(BIN)/python bench/upsert.py

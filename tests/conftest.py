@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
+import pluggy
 import pytest
 
 # Spark's Python workers must run this interpreter; the setting is read when the session starts.
@@ -159,13 +160,34 @@ def spark():  # type: ignore[no-untyped-def]
     session.stop()
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pluggy.Result[pytest.TestReport], None]:
+    """The end states a test phase checked travel with its report (from a worker process to the controller)."""
+    from tests.helpers.outcomes import REPORT_PROPERTY, take_unreported
+
+    made = yield
+    outcomes = take_unreported()
+    if outcomes:
+        made.get_result().user_properties.append((REPORT_PROPERTY, outcomes))
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The fault-injection (and S3, cluster) cases and their verified end states, as one table."""
-    from tests.helpers.outcomes import OUTCOMES, format_outcomes
+    from tests.helpers.outcomes import REPORT_PROPERTY, Outcome, format_outcomes
 
-    if OUTCOMES:
+    reports = [report for reports in terminalreporter.stats.values() for report in reports]
+    outcomes = [
+        Outcome(**outcome)
+        for report in reports
+        for name, value in getattr(report, "user_properties", ())
+        if name == REPORT_PROPERTY
+        for outcome in value
+    ]
+    if outcomes:
         terminalreporter.section("end states of the fault, soak, S3 and cluster cases (read back with iceberg-rust)")
-        terminalreporter.write_line(format_outcomes())
+        terminalreporter.write_line(format_outcomes(outcomes))
 
 
 def free_port() -> int:

@@ -10,7 +10,7 @@ nor leave gaps).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,16 @@ class Outcome:
         return self.lost == 0 and self.duplicated == 0 and self.checkpoints_not_once == 0
 
 
-OUTCOMES: list[Outcome] = []
+# Checked in this process and not yet attached to a test's report. The report carries them to the process
+# that prints the summary (the one process, or the controller of `make test`'s two), see tests/conftest.py.
+UNREPORTED: list[Outcome] = []
+REPORT_PROPERTY = "icesink-outcomes"
+
+
+def take_unreported() -> list[dict[str, Any]]:
+    taken = [asdict(outcome) for outcome in UNREPORTED]
+    UNREPORTED.clear()
+    return taken
 
 
 def iceberg_rust_sql(table: Any, sql: str) -> pa.Table:
@@ -102,12 +111,12 @@ def check_outcome(
         checkpoints=len(staged),
         checkpoints_not_once=sum(1 for c in staged if counts.get(c, 0) != 1),
     )
-    OUTCOMES.append(outcome)
+    UNREPORTED.append(outcome)
     assert outcome.passed, outcome
     return outcome
 
 
-def format_outcomes() -> str:
+def format_outcomes(outcomes: list[Outcome]) -> str:
     headers = ["case", "catalog", "rows", "lost", "duplicated", "checkpoints", "not exactly once", "result"]
     rows = [
         [
@@ -120,7 +129,7 @@ def format_outcomes() -> str:
             o.checkpoints_not_once,
             "ok" if o.passed else "FAILED",
         ]
-        for o in OUTCOMES
+        for o in outcomes
     ]
     widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows, strict=False)]
     lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)) for row in [headers, *rows]]
