@@ -29,11 +29,10 @@ install-interop: $(JAVA_READER)/bin/python
 demo: install
 	$(BIN)/python examples/demo.py
 
-# Two test processes, each with its own Spark session: one waits on a JVM or a killed process while the other
-# computes. Tests that share a session-wide result (the built site, the histories' ends) keep to one process
-# (xdist_group). TEST_WORKERS=0 runs the suite in one process.
+# Two test processes, each with its own Spark session: one computes while the other waits on a JVM starting or
+# a killed process (tests/conftest.py says which tests keep to one process). TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
-PYTEST_PARALLEL := -n $(TEST_WORKERS) --dist loadgroup
+PYTEST_PARALLEL := -n $(TEST_WORKERS)
 
 test: install install-interop lint
 	$(BIN)/pytest $(PYTEST_PARALLEL)

@@ -7,6 +7,7 @@ import sys
 import uuid
 from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pluggy
 import pytest
@@ -158,6 +159,24 @@ def spark():  # type: ignore[no-untyped-def]
     session = local_session(app_name="icesink-tests", **{"spark.driver.memory": "1g"})
     yield session
     session.stop()
+
+
+# `make test` runs the suite in two processes (pytest-xdist), each handed one test at a time, except the tests
+# of these files, which share what they compute once per process (the built site; the histories' ends, which
+# Iceberg Java reads in one JVM): each file's tests go to one process, the first work handed out.
+ONE_PROCESS_FILES = ("tests/test_docs.py", "tests/test_histories.py")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return file if file in ONE_PROCESS_FILES else nodeid
+
+    return Scheduling(config, log)
 
 
 @pytest.hookimpl(hookwrapper=True)

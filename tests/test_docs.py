@@ -23,8 +23,6 @@ import pytest
 from tests.helpers.docs_examples import DOCS, Block, DocsError, blocks_of, pages
 
 ROOT = DOCS.parent
-# The tests of the built site run in one test process (of `make test`'s two), so the site is built once.
-ONE_SITE = pytest.mark.xdist_group("site")
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +42,6 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@ONE_SITE
 def test_the_site_builds_strictly(site: Path) -> None:
     for page in ("index.html", "getting-started/index.html", "reference/stream-options/index.html"):
         assert (site / page).is_file(), page
@@ -117,7 +114,6 @@ def _text(html: Path) -> str:
     return html_module.unescape(re.sub(r"<[^>]+>", "", html.read_text(encoding="utf-8")))
 
 
-@ONE_SITE
 def test_every_option_setting_and_property_has_a_reference_entry(site: Path) -> None:
     from icesink.maintenance.policy import MaintenancePolicy
     from icesink.settings import SETTINGS
@@ -162,7 +158,6 @@ def _iceberg_properties_read() -> set[str]:
     return found
 
 
-@ONE_SITE
 def test_every_cli_command_has_a_reference_entry(site: Path) -> None:
     import click
 
@@ -180,7 +175,6 @@ def test_every_cli_command_has_a_reference_entry(site: Path) -> None:
     assert [name for name in listed if name not in reference] == []
 
 
-@ONE_SITE
 def test_every_public_name_has_an_api_entry(site: Path) -> None:
     import icesink
 
@@ -249,7 +243,6 @@ def _wait(driver: Any, script: str, what: str) -> Any:
     return WebDriverWait(driver, 20).until(lambda d: d.execute_script(script), message=what)
 
 
-@ONE_SITE
 def test_the_home_page_renders(browser: tuple[Any, str]) -> None:
     driver, base = browser
     driver.get(f"{base}/")
@@ -260,7 +253,6 @@ def test_the_home_page_renders(browser: tuple[Any, str]) -> None:
     assert {"Getting started", "Guarantees", "Performance"} <= {n.strip() for n in nav}
 
 
-@ONE_SITE
 def test_a_reference_page_renders_its_generated_table(browser: tuple[Any, str]) -> None:
     from icesink.sink.options import StreamOptions
 
@@ -274,7 +266,6 @@ def test_a_reference_page_renders_its_generated_table(browser: tuple[Any, str]) 
     assert [c.strip() for c in cells] == [name for name, _, _ in StreamOptions.reference()]
 
 
-@ONE_SITE
 def test_the_performance_page_shows_its_charts(browser: tuple[Any, str]) -> None:
     driver, base = browser
     driver.get(f"{base}/performance/")
@@ -289,7 +280,6 @@ def test_the_performance_page_shows_its_charts(browser: tuple[Any, str]) -> None
     assert all(width >= 400 for _, width in charts), charts
 
 
-@ONE_SITE
 def test_the_architecture_diagrams_render(browser: tuple[Any, str]) -> None:
     driver, base = browser
     driver.get(f"{base}/architecture/")

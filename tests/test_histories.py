@@ -21,8 +21,6 @@ SEEDS = (1, 2, 3, 5, 8, 13)
 SPARK_SEEDS = (1, 2)
 PG_SEED = 4  # and one whose catalog is in PostgreSQL (the committer killed in a process of its own)
 _ENDS: dict[tuple[int, bool], Outcome] = {}
-# The seeds' ends are kept for Iceberg Java's test: the module runs in one test process (of `make test`'s two).
-pytestmark = pytest.mark.xdist_group("histories")
 
 
 def _history(seed: int, spark: bool, directories: pytest.TempPathFactory) -> Outcome:
