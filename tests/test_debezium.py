@@ -515,8 +515,30 @@ def test_a_dead_letter_table_is_a_table_name_of_its_own() -> None:
 
 
 @pytest.mark.spark
-def test_records_that_cannot_be_applied_go_to_the_dead_letter_table_and_the_stream_goes_on(
+def test_a_keyed_dead_letter_table_stops_the_stream_before_it_starts(
     spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    """Rejected records would replace each other in it: said at start, not at the first rejection."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField
+
+    from icesink.errors import SchemaMismatchError
+
+    dead = "ops.rejected ü %/x"
+    catalog = open_catalog(sqlite_catalog)
+    catalog.create_namespace("ops")
+    catalog.create_table(dead, Schema(NestedField(1, "offset", LongType(), required=True), identifier_field_ids=[1]))
+    fields = [{"type": "int32", "optional": False, "field": "id"}]
+    _write_batches(tmp_path / "in", [[_record("db.public.users", 0, 0, {"id": 1}, {"id": 1}, fields)]])
+    message = rf"table {dead}: it is the stream's dead_letter table.*keyed by \(offset\).*did not start"
+    with pytest.raises(SchemaMismatchError, match=message):
+        _run(spark, sqlite_catalog, tmp_path, icesink.debezium("app", dead_letter=dead))
+    assert not catalog.table_exists("app.users") and not (tmp_path / "ckpt").exists()
+
+
+@pytest.mark.spark
+def test_records_that_cannot_be_applied_go_to_the_dead_letter_table_and_the_stream_goes_on(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     from icesink.properties import COMMIT_ID_PROPERTY
 
@@ -546,6 +568,10 @@ def test_records_that_cannot_be_applied_go_to_the_dead_letter_table_and_the_stre
     )
     assert "'x' is not a Debezium operation" in rejected[1]["error"]
     assert "TRUNCATE" in rejected[2]["error"] and json.loads(rejected[2]["value"]) == json.loads(truncate["value"])
+    # The driver's log says so for each micro-batch that had any.
+    said = [r.getMessage() for r in caplog.records if r.name == "icesink.debezium_events.route"]
+    assert [m.split(" record(s)")[0] for m in said] == ["icesink.debezium: 2", "icesink.debezium: 1"], said
+    assert all(f"dead-letter table {dead}," in m for m in said), said
     # Each checkpoint's rejected records were committed with its rows, in one transaction.
     catalog = open_catalog(sqlite_catalog)
     commits = [

@@ -107,6 +107,7 @@ def test_a_second_stream_creating_the_same_table_uses_the_first_ones(catalog_con
     namespace = Path(paths.parse(first.location()).path).parent
     metadata = sorted(str(p.relative_to(namespace)) for p in namespace.rglob("*.metadata.json"))
     assert metadata == [str(Path(paths.parse(first.metadata_location).path).relative_to(namespace))], metadata
+    assert [p.name for p in namespace.iterdir()] == [Path(paths.parse(first.location()).path).name]
 
 
 def test_another_tool_creating_the_name_first_gets_none_of_the_streams_rows(catalog_config: CatalogConfig) -> None:
@@ -126,7 +127,7 @@ def test_another_tool_creating_the_name_first_gets_none_of_the_streams_rows(cata
     rows = Ledger(config).for_table(NEW) + Ledger(config).for_table(OLD)
     assert {r.state for r in rows} == {CheckpointState.STAGED}  # nothing lost
     # The two never share files: the stream's table has a directory of its own, which gc of the other leaves.
-    pending = open_catalog(config, pending_tables=True).load_own_table(NEW)  # type: ignore[attr-defined]
+    pending = open_catalog(config, pending_tables=True).load_own_table(NEW)
     assert pending.location() != other.location() and not pending.location().startswith(other.location() + "/")
     code, output = invoke(config, "tables", "list")
     assert code == 2 and "another tool created" in output, output

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, overload
 
 from icesink.catalog import database
 from icesink.catalog.config import CatalogConfig
@@ -12,7 +12,13 @@ if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.table import Table
 
+    from icesink.iceberg.pending_tables import PendingAwareCatalog
 
+
+@overload
+def open_catalog(config: CatalogConfig, pending_tables: Literal[True]) -> PendingAwareCatalog: ...
+@overload
+def open_catalog(config: CatalogConfig, pending_tables: bool = False) -> SqlCatalog: ...
 def open_catalog(config: CatalogConfig, pending_tables: bool = False) -> SqlCatalog:
     """The catalog, after checking that its schema is migrated.
 

@@ -113,11 +113,12 @@ def tables_drop_pending(obj: CliContext, table: str, yes: bool) -> None:
     """Give up TABLE, which a stream created and which waits for its first commit (pending): its files go and
     its name is free again. Refused while the ledger holds a checkpoint of it not yet committed or discarded."""
     from icesink.catalog.database import database_errors
+    from icesink.catalog.loader import open_catalog
     from icesink.committer.ledger import Ledger
     from icesink.errors import ConfigError, TableNotFoundError
     from icesink.iceberg.pending_tables import pending_location
 
-    catalog = obj.catalog(pending_tables=True)
+    catalog = open_catalog(obj.config, pending_tables=True)
     with database_errors(obj.config):
         location = pending_location(catalog.engine, obj.config.name, table)
     if location is None:
@@ -135,7 +136,7 @@ def tables_drop_pending(obj: CliContext, table: str, yes: bool) -> None:
         click.echo(f"would drop pending table {table} (metadata {location}) and its files; add --yes to drop it")
         return
     with database_errors(obj.config):
-        deleted = catalog.drop_pending_table(table)  # type: ignore[attr-defined]
+        deleted = catalog.drop_pending_table(table)
     click.echo(f"dropped pending table {table}: {len(deleted)} file(s) deleted")
 
 

@@ -11,6 +11,7 @@ column the source added later is added to the table (``evolve_schema``).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,8 @@ from icesink.errors import ConfigError, SchemaMismatchError
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
 
 OP_COLUMN = "__icesink_op"
 POSITION_COLUMN = "__icesink_position"
@@ -195,18 +198,20 @@ def route(
     text = [F.col(c).cast("binary").alias(c) if c in INPUT_COLUMNS else F.col(c) for c in present]
     keep_rejected = spec.dead_letter is not None
     parsed = batch_df.select(*text).mapInArrow(parse_task(present, keep_rejected), PARSED_DDL).persist()
-    # Each distinct schema of a source with its last position: the newest schema wins where two disagree.
-    schemas = parsed.groupBy("source", "row_schema").agg(F.max("position").alias("last"))
-    summary = (
-        schemas.groupBy("source")
-        .agg(F.sort_array(F.collect_list(F.struct("last", "row_schema"))).alias("row_schemas"))
-        .join(parsed.groupBy("source").agg(F.collect_set("keys").alias("keys")), "source")
-        .select("source", "row_schemas", "keys")
-        .collect()
-    )
+    summary = _sources(parsed)
     _refuse_shared_targets(spec, [r[0] for r in summary if r[0] != REJECTED])
-    routed = [_dead_letters(spec, parsed)] if any(r[0] == REJECTED for r in summary) else []
-    for source, dated_schemas, keys in sorted(summary, key=lambda r: r[0]):
+    rejected = sum(r[3] for r in summary if r[0] == REJECTED)
+    routed: list[RoutedTable] = []
+    if rejected:
+        # Said on the driver's log too: a dead-letter table is not where anyone looks first.
+        log.warning(
+            "icesink.debezium: %d record(s) of this micro-batch cannot be applied; they go to the dead-letter "
+            "table %s, whose column error says why",
+            rejected,
+            spec.dead_letter,
+        )
+        routed.append(_dead_letters(spec, parsed))
+    for source, dated_schemas, keys, _ in sorted(summary, key=lambda r: r[0]):
         if source == REJECTED:
             continue
         row_schemas = [schema for _, schema in dated_schemas]  # oldest first
@@ -231,6 +236,21 @@ def route(
         )
         routed.append(RoutedTable(identifier, rows, key_names))
     return routed, parsed
+
+
+def _sources(parsed: DataFrame) -> list[Any]:
+    """Each source of the micro-batch: its schemas with their last positions (oldest first), keys and records."""
+    from pyspark.sql import functions as F
+
+    # Each distinct schema of a source with its last position: the newest schema wins where two disagree.
+    schemas = parsed.groupBy("source", "row_schema").agg(F.max("position").alias("last"))
+    return (
+        schemas.groupBy("source")
+        .agg(F.sort_array(F.collect_list(F.struct("last", "row_schema"))).alias("row_schemas"))
+        .join(parsed.groupBy("source").agg(F.collect_set("keys").alias("keys"), F.count("*").alias("n")), "source")
+        .select("source", "row_schemas", "keys", "n")
+        .collect()
+    )
 
 
 def _dead_letters(spec: Debezium, parsed: DataFrame) -> RoutedTable:

@@ -120,6 +120,7 @@ class PendingAwareCatalog(SqlCatalog):
             inserted = 0  # another stream's pending table is the one
         if inserted != 1:
             delete_quietly(io, [metadata_location])
+            _remove_if_empty(metadata_location.rsplit("/", 1)[0], own_location)
             return self.load_table(identifier)
         return self._pending_table(identifier, metadata_location)
 
@@ -255,6 +256,20 @@ def _created_elsewhere(table: Table, pending: str) -> TableCreatedElsewhereError
         f"them (`icesink checkpoints discard {identifier} N`) and give the name up (`icesink tables drop-pending "
         f"{identifier}`), mapping the stream's source table to another name"
     )
+
+
+def _remove_if_empty(*directories: str) -> None:
+    """A creator that lost leaves no empty directories behind on a local file system (object stores have none)."""
+    import contextlib
+    import os
+
+    from icesink import paths
+
+    for directory in directories:
+        location = paths.parse(directory)
+        if location.is_local:
+            with contextlib.suppress(OSError):  # not empty after all, or already gone
+                os.rmdir(location.path)
 
 
 def _lock_name(connection: sa.Connection, catalog_name: str, namespace: str, name: str) -> None:

@@ -34,6 +34,18 @@ class DebeziumRouter:
         self._config = config
         self._settings: dict[str, SinkSettings] = {}
         self._keys: dict[str, tuple[str, ...]] = {}  # each table's key, as its events first gave it
+        if spec.dead_letter is not None:
+            # At start, not at the first rejected record, which may come weeks later.
+            self._check_dead_letter_table(spec.dead_letter)
+
+    def _check_dead_letter_table(self, identifier: str) -> None:
+        try:
+            table = load_table(self._catalog, self._config, identifier, own=True)
+        except TableNotFoundError:
+            return  # created at the first record that cannot be applied
+        keys = tuple(sorted(table.schema().identifier_field_names()))
+        if keys:
+            raise _keyed_dead_letter(identifier, keys, "The stream did not start")
 
     def route(self, batch_df: DataFrame) -> Routed:
         tables, parsed = route(self._spec, batch_df, self._known)
@@ -90,13 +102,8 @@ class DebeziumRouter:
         )
         if keyed and identifier_fields and identifier_fields != tuple(sorted(table.keys)):
             raise _key_changed(table, identifier_fields)
-        if not keyed and identifier_fields:
-            raise SchemaMismatchError(
-                f"table {table.identifier}: it is the stream's dead_letter table, which takes every rejected record "
-                f"as a row of its own, but it is keyed by ({', '.join(identifier_fields)}), so records would replace "
-                "each other. Nothing of the micro-batch was written. Name a new table as dead_letter (icesink "
-                "creates it), or drop the table's identifier fields"
-            )
+        if not keyed and identifier_fields:  # keyed since the stream started
+            raise _keyed_dead_letter(table.identifier, identifier_fields, "Nothing of the micro-batch was written")
         settings, _ = preflight(table.rows, options)
         self._settings[table.identifier] = settings
         self._keys[table.identifier] = table.keys
@@ -115,6 +122,14 @@ class DebeziumRouter:
         return T.StructType(
             [T.StructField(f.name, spark_type_of(f.field_type), not f.required) for f in table.schema().fields]
         )
+
+
+def _keyed_dead_letter(identifier: str, keys: tuple[str, ...], outcome: str) -> SchemaMismatchError:
+    return SchemaMismatchError(
+        f"table {identifier}: it is the stream's dead_letter table, which takes every rejected record as a row of "
+        f"its own, but it is keyed by ({', '.join(keys)}), so records would replace each other. {outcome}. Name "
+        "a new table as dead_letter (icesink creates it), or drop the table's identifier fields"
+    )
 
 
 def _key_changed(table: RoutedTable, before: tuple[str, ...]) -> SchemaMismatchError:
