@@ -365,7 +365,7 @@ def test_standby_committer_takes_over_after_sigkill_and_commits_exactly_once(
         for checkpoint in range(3, 5):
             stage_rows(catalog_config, TABLE, "job-a", checkpoint, orders(checkpoint * 100, 100))
         took = wait_for(lambda: all_committed(catalog_config), "the standby takes over and commits", 30)
-        assert took < 2.0 + 5.0  # lease TTL + polling + commit
+        assert took < 2.0 + 15.0  # lease TTL + polling + commit, on a machine busy with other tests
         assert lease_holder(catalog_config) == (standby.pid, epoch + 1)
         check_outcome("two committers together, active SIGKILL", catalog_config, TABLE, list(range(500)))
         standby.send_signal(signal.SIGTERM)
@@ -428,10 +428,10 @@ def test_paused_committer_resumed_after_a_takeover_commits_nothing(
         stale_log = tmp_path / f"committer-{committers.index(stale)}.log"
         before_resume = len(stale_log.read_text())
         os.killpg(stale.pid, signal.SIGCONT)
-        time.sleep(3)  # the resumed committer finds its lease gone and stands by
+        # The resumed committer finds its lease gone and stands by.
+        wait_for(lambda: "lost its lease" in stale_log.read_text()[before_resume:], "the stale committer yields", 30)
         assert stale.poll() is None
         resumed = stale_log.read_text()[before_resume:]
-        assert "lost its lease" in resumed
         assert "snapshot=" not in resumed and "already committed" not in resumed  # fenced before trying
         table = open_catalog(catalog_config).load_table(TABLE)
         snapshots = len(table.metadata.snapshots)

@@ -370,13 +370,18 @@ def test_a_mistake_in_a_maintenance_setting_holds_up_maintenance_not_commits(sql
 # --- Crash cases: a real `icesink maintain` process killed at each moment --------------------------------
 
 
+# Renewed every second: a busy machine delays a renewal without the run losing its lease.
+MAINTAIN_LEASE_TTL = 3
+
+
 def run_maintain(config: CatalogConfig, failpoint: str = "") -> int:
     env = {k: v for k, v in os.environ.items() if k != "ICESINK_FAILPOINTS"}
     if failpoint:
         env["ICESINK_FAILPOINTS"] = failpoint
     base = ["--catalog", config.name, "--uri", config.uri, "--warehouse", config.warehouse]
+    maintain = ["maintain", TABLE, "--all", "--lease-ttl", str(MAINTAIN_LEASE_TTL)]
     done = subprocess.run(
-        [sys.executable, "-m", "icesink.cli", *base, "maintain", TABLE, "--all", "--lease-ttl", "1"],
+        [sys.executable, "-m", "icesink.cli", *base, *maintain],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -407,7 +412,7 @@ def test_maintenance_killed_at_every_moment_leaves_the_table_exact(catalog_confi
 
     age_everything(Path(catalog_config.warehouse.removeprefix("file://")))
     collect_garbage(open_catalog(catalog_config), catalog_config, TABLE, datetime.timedelta(hours=1))
-    time.sleep(1.1)  # the killed maintainer's lease expires
+    time.sleep(MAINTAIN_LEASE_TTL + 0.1)  # the killed maintainer's lease expires
     assert run_maintain(catalog_config) == 0
     table = open_catalog(catalog_config).load_table(TABLE)
     live = live_files(table)

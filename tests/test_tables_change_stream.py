@@ -87,15 +87,17 @@ def test_a_stream_read_while_a_job_commits_never_splits_a_checkpoint(
 
     seen: list[list[dict[str, Any]]] = []
     query = _start(spark, config, tmp_path / "read", seen, processingTime="0 seconds")
-    wait_for(lambda: query.lastProgress is not None, "the reading query started")
-    committer = TableCommitter.of(config)
-    for checkpoint, tables in writes.items():  # while the query reads, at about its pace
-        stage_group(config, "job", checkpoint, {t: tables.get(t) for t in TABLES})
-        committer.commit_atomic("job")
-        time.sleep(0.1)
-    expected_rows = sum(t.num_rows for tables in writes.values() for t in tables.values())
-    wait_for(lambda: sum(len(b) for b in seen) >= expected_rows, "the reader caught up")
-    query.stop()
+    try:
+        wait_for(lambda: query.lastProgress is not None, "the reading query started")
+        committer = TableCommitter.of(config)
+        for checkpoint, tables in writes.items():  # while the query reads, at about its pace
+            stage_group(config, "job", checkpoint, {t: tables.get(t) for t in TABLES})
+            committer.commit_atomic("job")
+            time.sleep(0.1)
+        expected_rows = sum(t.num_rows for tables in writes.values() for t in tables.values())
+        wait_for(lambda: sum(len(b) for b in seen) >= expected_rows, "the reader caught up")
+    finally:
+        query.stop()  # a failure here leaves no query running into the process's later tests
     where: dict[int, set[int]] = {}  # checkpoint -> the micro-batches its rows came in
     for number, batch in enumerate(seen):
         for row in batch:
