@@ -139,7 +139,7 @@ def test_gc_racing_a_commit_finds_the_files_in_the_table(
     stale_rows = Ledger(sqlite_catalog).for_table(TABLE)
     TableCommitter.of(sqlite_catalog).commit_pending(TABLE)
     assert not local(stale_rows[0].manifests.data.path).exists()
-    monkeypatch.setattr(Ledger, "for_table", lambda self, identifier, newest=None: stale_rows)
+    monkeypatch.setattr(Ledger, "for_table", lambda self, identifier, newest=None, unreadable_too=False: stale_rows)
     age_everything(table_root(sqlite_catalog))
     report = collect_garbage(open_catalog(sqlite_catalog), sqlite_catalog, TABLE, HOUR)
     assert not any(uri.endswith(".parquet") for uri in report.deleted)

@@ -37,7 +37,7 @@ def daemon(config: CatalogConfig) -> subprocess.Popen[str]:
 
 
 def states(config: CatalogConfig, table: str) -> dict[int, str]:
-    return {r.checkpoint_id: r.status for r in Ledger(config).for_table(table)}
+    return {r.checkpoint_id: r.status for r in Ledger(config).for_table(table, unreadable_too=True)}
 
 
 def lose_manifest(config: CatalogConfig, table: str, checkpoint: int, keep: Path | None = None) -> Path:
@@ -189,3 +189,48 @@ def test_gc_cleans_every_other_table_while_one_has_a_broken_checkpoint_and_that_
     assert code == 0, err
     (broken,) = [r for r in json.loads(out) if r["table"] == BROKEN]
     assert any(path.endswith(".parquet") for path in broken["deleted"]), broken
+
+
+def test_an_unreadable_ledger_row_is_listed_holds_its_table_and_can_be_discarded(catalog_config: CatalogConfig) -> None:
+    """A damaged row (or one a later release wrote) is never committed or taken for garbage; the operator sees
+    it and can give it up, and the checkpoints after it then commit."""
+    import sqlalchemy as sa
+
+    from icesink.catalog.database import engine
+    from icesink.committer.ledger import checkpoints
+
+    create_orders_table(catalog_config, BROKEN)
+    create_orders_table(catalog_config, FINE)
+    for checkpoint in range(2):
+        stage_rows(catalog_config, BROKEN, "job", checkpoint, orders(checkpoint * 10, 10))
+    stage_rows(catalog_config, FINE, "job", 0, orders(0, 10))
+    with engine(catalog_config).begin() as connection:
+        connection.execute(
+            sa.update(checkpoints)
+            .where(checkpoints.c.table_identifier == BROKEN, checkpoints.c.checkpoint_id == 0)
+            .values(delta_manifests="{not json")
+        )
+    code, out, err = cli(catalog_config, "checkpoints", "list", BROKEN, "--json")
+    assert code == 0, err
+    assert [(c["checkpoint_id"], c["status"]) for c in json.loads(out)["checkpoints"]] == [
+        (0, "unreadable"),
+        (1, "staged"),
+    ]
+    code, out, _ = cli(catalog_config, "checkpoints", "list", BROKEN)
+    assert "unreadable (as each says" in out and "restore the ledger row from a backup" in out, out
+    # The committer commits the other table and holds this one at the unreadable row; gc deletes nothing of it.
+    code, _, err = cli(catalog_config, "committer", "run", "--once")
+    assert code == 2 and f"checkpoint 0 of job 'job' for table {BROKEN!r} cannot be read" in err, err
+    assert table_ids(catalog_config, FINE) == list(range(10)) and table_ids(catalog_config, BROKEN) == []
+    code, _, err = cli(catalog_config, "committer", "gc", "--table", BROKEN, "--older-than", "1h")
+    assert code == 2 and "gc deletes nothing in this table meanwhile" in err, err
+    code, out, _ = cli(catalog_config, "checkpoints", "discard", BROKEN, "0")
+    assert code == 0 and "whatever it staged would never reach the table" in out, out
+    code, out, err = cli(catalog_config, "checkpoints", "discard", BROKEN, "0", "--yes")
+    assert code == 0 and "an unknown number of row(s) lost" in out, (out, err)
+    assert cli(catalog_config, "committer", "run", "--once")[0] == 0
+    assert table_ids(catalog_config, BROKEN) == list(range(10, 20))
+    assert states(catalog_config, BROKEN) == {0: "discarded", 1: "committed"}
+    summary = open_catalog(catalog_config).load_table(BROKEN).current_snapshot().summary  # type: ignore[union-attr]
+    assert summary["icesink.discarded-checkpoints"] == "0"
+    assert cli(catalog_config, "committer", "gc", "--table", BROKEN, "--older-than", "1h")[0] == 0

@@ -97,10 +97,10 @@ def checkpoints_list(obj: CliContext, table: str, limit: int, as_json: bool) -> 
     try:
         obj.table(table, pending_tables=True)  # also checks (or, for the embedded default, applies) the migrations
     except TableNotFoundError:
-        if not ledger.for_table(table, newest=1):
+        if not ledger.for_table(table, newest=1, unreadable_too=True):
             raise  # neither a table nor checkpoints: most likely a typo
     jobs = ledger.lag(table)
-    rows = ledger.for_table(table, newest=limit or None)
+    rows = ledger.for_table(table, newest=limit or None, unreadable_too=True)
     obj.output(as_json).emit(
         {"jobs": [asdict(j) for j in jobs], "checkpoints": [checkpoint_json(r) for r in rows]},
         lambda: "\n\n".join(
@@ -122,6 +122,13 @@ def _attention(ledger: Any, table: str, rows: Sequence[Any]) -> list[str]:
     if errors:
         sections.append(
             "failed (`icesink checkpoints retry` once the cause is fixed, or `discard`):\n" + "\n".join(errors)
+        )
+    unreadable = [
+        f"checkpoint {r.checkpoint_id} of job {r.job_id}: {r.unreadable}" for r in rows if r.status == "unreadable"
+    ]
+    if unreadable:
+        sections.append(
+            "unreadable (as each says, or `icesink checkpoints discard` to give it up):\n" + "\n".join(unreadable)
         )
     discarded = [
         f"checkpoint {r.checkpoint_id} of job {r.job_id} by {r.discarded_by} at {r.discarded_at}: {r.discard_reason}"
@@ -191,7 +198,8 @@ def checkpoints_discard(
     obj.output(as_json).emit(
         {"discarded": True, "checkpoint": checkpoint_json(row)},
         f"discarded checkpoint {row.checkpoint_id} of job {row.job_id} of table {table} "
-        f"({row.manifests.data_records} row(s) lost), by {row.discarded_by}: {why}",
+        f"({'an unknown number of' if row.unreadable else row.manifests.data_records} row(s) lost), "
+        f"by {row.discarded_by}: {why}",
     )
 
 

@@ -195,10 +195,16 @@ class CheckpointRow(StagedCheckpoint):
     discarded_by: str | None = None
     discard_reason: str | None = None
     commit_id: str | None = None  # shared by the tables of one atomic commit
+    # Why its delta manifests cannot be read (a damaged row, or one a later release wrote); such a row is read
+    # only to be listed or discarded, with empty manifests standing in for what it staged.
+    unreadable: str | None = None
 
     @property
     def status(self) -> str:
-        """``failed`` for a staged checkpoint whose last commit attempt stopped on an error; otherwise the state."""
+        """``unreadable`` or ``failed`` for a staged checkpoint that cannot be committed as it is (an unreadable
+        ledger row, an error at its last commit attempt); otherwise the state."""
+        if self.state == CheckpointState.STAGED and self.unreadable:
+            return "unreadable"
         return "failed" if self.state == CheckpointState.STAGED and self.error else self.state.value
 
 

@@ -29,7 +29,7 @@ from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
 from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.ledger import Ledger
-from icesink.errors import ManifestError
+from icesink.errors import LedgerFormatError, ManifestError
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -91,9 +91,11 @@ def _staged_files(ledger: Ledger, table: Table, identifier: str) -> set[str]:
     from icesink.iceberg.manifests import DeltaManifest, read_delta_manifest
 
     keep: set[str] = set()
-    for row in ledger.for_table(identifier):
+    for row in ledger.for_table(identifier, unreadable_too=True):
         if (row.state == CheckpointState.COMMITTED and row.manifests_deleted) or row.state == CheckpointState.DISCARDED:
             continue  # a discarded checkpoint's files are garbage: no snapshot will ever name them
+        if row.unreadable:  # its files cannot be told from garbage
+            raise LedgerFormatError(f"{row.unreadable}; gc deletes nothing in this table meanwhile")
         keep.update(row.manifest_paths)
         if row.state != CheckpointState.STAGED:
             continue

@@ -69,7 +69,7 @@ checkpoints = sa.Table(
 
 # A checkpoint's field -> its ledger column, where the two are named apart (the column predates the glossary).
 LEDGER_COLUMN = {"identifier": "table_identifier"}
-_ROW_FIELDS = tuple(f.name for f in fields(CheckpointRow) if f.name != "manifests")
+_ROW_FIELDS = tuple(f.name for f in fields(CheckpointRow) if f.name not in ("manifests", "unreadable"))
 
 
 def _now() -> datetime.datetime:
@@ -106,9 +106,14 @@ class Ledger:
         self._engine = bound or engine(config)
 
     @staticmethod
-    def _row(row: sa.Row) -> CheckpointRow:  # type: ignore[type-arg]
+    def _row(row: sa.Row, unreadable_too: bool = False) -> CheckpointRow:  # type: ignore[type-arg]
         values = {name: row._mapping[LEDGER_COLUMN.get(name, name)] for name in _ROW_FIELDS}
-        values["manifests"] = _manifests_of(values, row._mapping["delta_manifests"])
+        try:
+            values["manifests"] = _manifests_of(values, row._mapping["delta_manifests"])
+        except LedgerFormatError as e:
+            if not unreadable_too:
+                raise
+            values["manifests"], values["unreadable"] = DeltaManifests(), str(e)
         values["state"] = CheckpointState(values["state"])
         if values["column_ids"] is not None:
             values["column_ids"] = tuple((str(k), int(v)) for k, v in json.loads(values["column_ids"]).items())
@@ -154,20 +159,25 @@ class Ledger:
                 return False
         return True
 
-    def _select(self, *where: sa.ColumnElement[bool]) -> list[CheckpointRow]:
+    def _select(self, *where: sa.ColumnElement[bool], unreadable_too: bool = False) -> list[CheckpointRow]:
+        """The rows, in order; a row whose manifests cannot be read is a :class:`LedgerFormatError`, or with
+        ``unreadable_too`` (to list it, or to discard it) a row marked ``unreadable``."""
         query = (
             sa.select(checkpoints)
             .where(checkpoints.c.catalog_name == self._config.name, *where)
             .order_by(checkpoints.c.table_identifier, checkpoints.c.job_id, checkpoints.c.checkpoint_id)
         )
         with database_errors(self._config), self._engine.connect() as connection:
-            return [self._row(r) for r in connection.execute(query)]
+            return [self._row(r, unreadable_too) for r in connection.execute(query)]
 
-    def get(self, identifier: str, job_id: str, checkpoint_id: int) -> CheckpointRow | None:
+    def get(
+        self, identifier: str, job_id: str, checkpoint_id: int, unreadable_too: bool = False
+    ) -> CheckpointRow | None:
         rows = self._select(
             checkpoints.c.table_identifier == identifier,
             checkpoints.c.job_id == job_id,
             checkpoints.c.checkpoint_id == checkpoint_id,
+            unreadable_too=unreadable_too,
         )
         return rows[0] if rows else None
 
@@ -238,9 +248,11 @@ class Ledger:
         with database_errors(self._config), self._engine.connect() as connection:
             return {r[0]: int(r[1]) for r in connection.execute(query)}
 
-    def for_table(self, identifier: str, newest: int | None = None) -> list[CheckpointRow]:
+    def for_table(
+        self, identifier: str, newest: int | None = None, unreadable_too: bool = False
+    ) -> list[CheckpointRow]:
         """The table's checkpoints in order; only the ``newest`` of each job when given."""
-        rows = self._select(checkpoints.c.table_identifier == identifier)
+        rows = self._select(checkpoints.c.table_identifier == identifier, unreadable_too=unreadable_too)
         if newest is None:
             return rows
         by_job: dict[str, list[CheckpointRow]] = {}
@@ -358,6 +370,7 @@ class Ledger:
             c.job_id == job_id,
             c.state == CheckpointState.DISCARDED.value,
             c.snapshot_id.is_(None),
+            unreadable_too=True,  # only their numbers go into the summary
         )
 
     def mark_discards_recorded(self, ids: Sequence[int], snapshot_id: int) -> None:

@@ -30,6 +30,11 @@ class CheckpointChoice:
 
     def what_is_lost(self) -> str:
         r = self.row
+        if r.unreadable:
+            return (
+                f"checkpoint {r.checkpoint_id} of job {r.job_id} of table {r.identifier} (unreadable: {r.unreadable}): "
+                "whatever it staged would never reach the table"
+            )
         return (
             f"checkpoint {r.checkpoint_id} of job {r.job_id} of table {r.identifier} ({r.status}): "
             f"{r.manifests.data_files} data file(s) with {r.manifests.data_records} row(s) and "
@@ -51,7 +56,7 @@ def choose_checkpoint(ledger: Ledger, identifier: str, checkpoint_id: int, job_i
     """The ledger row an operator means; an error naming what to pass when it is absent or ambiguous."""
     rows = [
         r
-        for r in ledger.for_table(identifier)
+        for r in ledger.for_table(identifier, unreadable_too=True)  # an unreadable row may be discarded
         if r.checkpoint_id == checkpoint_id and (job_id is None or r.job_id == job_id)
     ]
     if not rows:
@@ -102,7 +107,7 @@ def discard(ledger: Ledger, table: Table, choice: CheckpointChoice, who: str, wh
             "this command ran (a committer committed it?); nothing was discarded. Look again with "
             "`icesink checkpoints list`"
         )
-    updated = ledger.get(row.identifier, row.job_id, row.checkpoint_id)
+    updated = ledger.get(row.identifier, row.job_id, row.checkpoint_id, unreadable_too=True)
     assert updated is not None
     return updated
 
