@@ -234,3 +234,44 @@ def test_an_unreadable_ledger_row_is_listed_holds_its_table_and_can_be_discarded
     summary = open_catalog(catalog_config).load_table(BROKEN).current_snapshot().summary  # type: ignore[union-attr]
     assert summary["icesink.discarded-checkpoints"] == "0"
     assert cli(catalog_config, "committer", "gc", "--table", BROKEN, "--older-than", "1h")[0] == 0
+
+
+def _damage(config: CatalogConfig, table: str, checkpoint: int, value: str) -> None:
+    import sqlalchemy as sa
+
+    from icesink.catalog.database import engine
+    from icesink.committer.ledger import checkpoints
+
+    with engine(config).begin() as connection:
+        connection.execute(
+            sa.update(checkpoints)
+            .where(checkpoints.c.table_identifier == table, checkpoints.c.checkpoint_id == checkpoint)
+            .values(delta_manifests=value)
+        )
+
+
+def test_an_unreadable_row_of_a_group_is_named_by_the_tables_it_holds_back(sqlite_catalog: CatalogConfig) -> None:
+    from tests.helpers.support import stage_group
+
+    config, other = sqlite_catalog, "shop.other"
+    create_orders_table(config, BROKEN)
+    create_orders_table(config, other)
+    for checkpoint in range(2):
+        stage_group(config, "job", checkpoint, {t: orders(checkpoint * 10, 10) for t in (BROKEN, other)})
+    _damage(config, BROKEN, 1, "[" * 100_000)  # nested past the JSON reader's depth
+    code, out, err = cli(config, "checkpoints", "list", BROKEN)
+    assert code == 0 and "unreadable (as each says" in out and "nested too deeply" in out, (out, err)
+    code, out, err = cli(config, "checkpoints", "list", other)
+    assert code == 0 and f"waits for checkpoint 1 of table {BROKEN}" in out, (out, err)
+    code, _, err = cli(config, "checkpoints", "retry", BROKEN, "1")
+    assert code == 2 and "cannot be tried again as it is" in err and "Traceback" not in err, err
+    # The committer commits nothing of the group while one of its rows cannot be read (not even the checkpoint
+    # before it: the group's rows are read as one), and says which row.
+    code, _, err = cli(config, "committer", "run", "--once")
+    assert code == 2 and f"checkpoint 1 of job 'job' for table {BROKEN!r} cannot be read" in err, err
+    assert table_ids(config, other) == []
+    assert cli(config, "checkpoints", "discard", BROKEN, "1", "--yes")[0] == 0
+    # A stream replaying the given-up micro-batch writes nothing again.
+    assert not stage_rows(config, BROKEN, "job", 1, orders(10, 10))
+    assert cli(config, "committer", "run", "--once")[0] == 0
+    assert table_ids(config, BROKEN) == list(range(10)) and table_ids(config, other) == list(range(20))

@@ -147,7 +147,11 @@ def _held_back(ledger: Any, table: str, rows: Sequence[Any]) -> list[str]:
     """This table's staged checkpoints that wait for another table of their atomic job to commit."""
     lines = []
     for job in sorted({r.job_id for r in rows if r.atomic and r.status == "staged"}):
-        failing = [r for r in ledger.pending_atomic(job) if r.identifier != table and r.status == "failed"]
+        failing = [
+            r
+            for r in ledger.pending_atomic(job, unreadable_too=True)
+            if r.identifier != table and r.status in ("failed", "unreadable")
+        ]
         if failing:
             first = failing[0]
             lines.append(

@@ -99,7 +99,10 @@ class DeltaManifests:
     def decode(text: str) -> DeltaManifests:
         """Read what :meth:`encode` wrote, in any version up to this release's; :class:`ValueError` for anything
         else, down to a key it does not know (a value it half understood would commit half a checkpoint)."""
-        body = json.loads(text)
+        try:
+            body = json.loads(text)
+        except RecursionError:
+            raise ValueError(f"a value nested too deeply to be a delta-manifests value: {text[:200]!r}") from None
         version = body.get("version") if isinstance(body, dict) else None
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
             raise ValueError(f"not a delta-manifests value: {text[:200]!r}")

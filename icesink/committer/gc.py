@@ -94,7 +94,7 @@ def _staged_files(ledger: Ledger, table: Table, identifier: str) -> set[str]:
     for row in ledger.for_table(identifier, unreadable_too=True):
         if (row.state == CheckpointState.COMMITTED and row.manifests_deleted) or row.state == CheckpointState.DISCARDED:
             continue  # a discarded checkpoint's files are garbage: no snapshot will ever name them
-        if row.unreadable:  # its files cannot be told from garbage
+        if row.unreadable and row.state == CheckpointState.STAGED:  # its files cannot be told from garbage
             raise LedgerFormatError(f"{row.unreadable}; gc deletes nothing in this table meanwhile")
         keep.update(row.manifest_paths)
         if row.state != CheckpointState.STAGED:

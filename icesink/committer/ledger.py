@@ -403,13 +403,14 @@ class Ledger:
             return int(connection.execute(query).rowcount)
 
     def uncleaned(self, identifier: str | None = None, job_id: str | None = None) -> list[CheckpointRow]:
-        """Committed checkpoints whose temporary manifests may still exist."""
+        """Committed checkpoints whose temporary manifests may still exist (an unreadable row's are left to gc:
+        the table holds its files, so they are no longer the ledger's to keep)."""
         where = [checkpoints.c.state == CheckpointState.COMMITTED.value, checkpoints.c.manifests_deleted == sa.false()]
         if identifier is not None:
             where.append(checkpoints.c.table_identifier == identifier)
         if job_id is not None:
             where.append(checkpoints.c.job_id == job_id)
-        return self._select(*where)
+        return self._select(*where, unreadable_too=True)
 
     def mark_committed(self, ids: Sequence[int], snapshot_id: int | None) -> None:
         self._update(
@@ -455,7 +456,7 @@ class Ledger:
             found = connection.execute(query).scalar()
         return int(found) if found is not None else None
 
-    def pending_atomic(self, job_id: str) -> list[CheckpointRow]:
+    def pending_atomic(self, job_id: str, unreadable_too: bool = False) -> list[CheckpointRow]:
         """The job's staged checkpoints that commit across tables, by checkpoint, then table."""
         c = checkpoints.c
         query = (
@@ -469,7 +470,7 @@ class Ledger:
             .order_by(c.checkpoint_id, c.table_identifier)
         )
         with database_errors(self._config), self._engine.connect() as connection:
-            return [self._row(r) for r in connection.execute(query)]
+            return [self._row(r, unreadable_too) for r in connection.execute(query)]
 
     def mark_manifests_deleted(self, ids: Iterable[int]) -> None:
         self._update(list(ids), manifests_deleted=True)

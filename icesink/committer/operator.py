@@ -116,6 +116,11 @@ def retry(ledger: Ledger, table: Table, choice: CheckpointChoice) -> CheckpointR
     """Clear a failed checkpoint's error, so that committers try it at once."""
     check_not_in_table(table, choice)
     row = choice.row
+    if row.unreadable:
+        raise ConfigError(
+            f"table {row.identifier}: checkpoint {row.checkpoint_id} of job {row.job_id} cannot be tried again as it "
+            f"is: {row.unreadable}"
+        )
     if row.error is None:
         raise ConfigError(
             f"table {row.identifier}: checkpoint {row.checkpoint_id} of job {row.job_id} has not failed; "

@@ -83,7 +83,9 @@ def admit(
         )
     if marker is not None and checkpoint_id == marker.checkpoint_id:
         return Decision(Admission.COMMITTED)
-    known = ledger.get(identifier, job_id, checkpoint_id)
+    # An unreadable row too: the checkpoint is staged (or given up) and never written again; committing it
+    # stops at it with what to do.
+    known = ledger.get(identifier, job_id, checkpoint_id, unreadable_too=True)
     if known is not None and stream.differs_from(known.stream_id):
         error = another_stream_error(identifier, job_id, stream, known.describe_stream(), checkpoint_id)
         return Decision(Admission.ANOTHER_STREAM, refusal=error)

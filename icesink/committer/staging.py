@@ -165,7 +165,7 @@ def _drop_manifests(written: Sequence[TableResults], staged: Sequence[StagedChec
 
 def _same_stream(ledger: Ledger, identifier: str, job_id: str, checkpoint_id: int, stream: StreamIdentity) -> bool:
     """False when the checkpoint was staged before by this stream; an error when by another one."""
-    earlier = ledger.get(identifier, job_id, checkpoint_id)
+    earlier = ledger.get(identifier, job_id, checkpoint_id, unreadable_too=True)  # only who staged it matters
     if earlier is not None and stream.differs_from(earlier.stream_id):
         raise JobIdConflictError(
             f"table {identifier}: checkpoint {checkpoint_id} of job {job_id} was already staged by "
