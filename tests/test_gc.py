@@ -144,3 +144,32 @@ def test_gc_racing_a_commit_finds_the_files_in_the_table(
     report = collect_garbage(open_catalog(sqlite_catalog), sqlite_catalog, TABLE, HOUR)
     assert not any(uri.endswith(".parquet") for uri in report.deleted)
     assert table_ids(sqlite_catalog, TABLE) == list(range(10))
+
+
+def test_gc_of_a_table_leaves_a_table_inside_its_directory_alone(catalog_config: CatalogConfig) -> None:
+    """pyiceberg places ``shop.orders/x ü`` inside ``shop.orders``'s directory: gc of the outer table judges only
+    its own files, and each table still reads whole."""
+    inner = f"{TABLE}/x ü"
+    create_orders_table(catalog_config)
+    create_orders_table(catalog_config, inner)
+    committer = TableCommitter.of(catalog_config)
+    for checkpoint, identifier in enumerate((TABLE, inner, inner)):
+        stage_rows(catalog_config, identifier, "job", checkpoint, orders(checkpoint * 10, 10))
+        committer.commit_pending(identifier)
+    stage_rows(catalog_config, inner, "job", 3, orders(30, 10))  # staged, not committed: only the ledger names it
+    inner_root = local(open_catalog(catalog_config).load_table(inner).location())
+    assert inner_root.is_relative_to(table_root(catalog_config)), "the layout this test is about"
+    (orphan,) = write_files(open_catalog(catalog_config).load_table(TABLE), TABLE, "job", 9, orders(0, 1)).data_files
+    age_everything(table_root(catalog_config))
+    report = collect_garbage(open_catalog(catalog_config), catalog_config, TABLE, HOUR)
+    assert report.deleted == [orphan.path]
+    assert all(not local(uri).is_relative_to(inner_root) for uri in report.deleted)
+    committer.commit_pending(inner)
+    assert table_ids(catalog_config, TABLE) == list(range(10))
+    assert table_ids(catalog_config, inner) == list(range(10, 40))
+    # And gc of the inner table, from inside the outer one's directory, still finds its own garbage.
+    (inner_orphan,) = write_files(
+        open_catalog(catalog_config).load_table(inner), inner, "job", 9, orders(0, 1)
+    ).data_files
+    age_everything(inner_root)
+    assert collect_garbage(open_catalog(catalog_config), catalog_config, inner, HOUR).deleted == [inner_orphan.path]

@@ -48,3 +48,19 @@ def read_pointers(config: CatalogConfig, identifiers: Sequence[str], pending: bo
             "(`icesink tables list`)"
         )
     return {i: found[i] for i in identifiers}
+
+
+def every_pointer(config: CatalogConfig) -> dict[str, str]:
+    """Every table's metadata location in the catalog, pending tables included (one statement)."""
+    import sqlalchemy as sa
+    from pyiceberg.catalog.sql import IcebergTables
+
+    from icesink.iceberg.pending_tables import PENDING_TABLES
+
+    t, p = IcebergTables, PENDING_TABLES.c
+    query = sa.union_all(
+        sa.select(t.table_namespace, t.table_name, t.metadata_location).where(t.catalog_name == config.name),
+        sa.select(p.table_namespace, p.table_name, p.metadata_location).where(p.catalog_name == config.name),
+    )
+    with database_errors(config), engine(config).connect() as connection:
+        return {f"{ns}.{name}": location for ns, name, location in connection.execute(query) if location}

@@ -199,7 +199,8 @@ class CheckpointRow(StagedCheckpoint):
     discard_reason: str | None = None
     commit_id: str | None = None  # shared by the tables of one atomic commit
     # Why its delta manifests cannot be read (a damaged row, or one a later release wrote); such a row is read
-    # only to be listed or discarded, with empty manifests standing in for what it staged.
+    # only where its manifests are not needed (to list it, discard it, know who staged it), with empty
+    # manifests standing in for what it staged.
     unreadable: str | None = None
 
     @property

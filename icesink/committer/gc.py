@@ -9,7 +9,9 @@ table's location is removed only when all of these hold:
 * no checkpoint in the ledger names it (a staged checkpoint's delta manifest
   and every file listed in it, a committed one's manifest not yet cleaned);
 * it was last modified before ``older_than`` ago, which protects files of
-  micro-batches still being written or staged (keep it above the longest batch).
+  micro-batches still being written or staged (keep it above the longest batch);
+* it is not under another table's directory inside this table's location (a
+  table named ``a/b`` beside ``a``, placed there by a catalog's default layout).
 
 The ledger is read before the table: a checkpoint committed in between is
 then named by one of the two, never by neither.
@@ -67,7 +69,7 @@ def collect_garbage(
     table = load_table(catalog, config, identifier)  # after the ledger: see the module docstring
     with database_errors(config):
         keep.update(referenced_paths(table))
-    _sort_stored_files(table, {paths.normal_form(p) for p in keep}, cutoff_ms, report)
+    _sort_stored_files(table, {paths.normal_form(p) for p in keep}, cutoff_ms, report, _others(config, identifier))
     if not dry_run:
         for uri in report.deleted:
             table.io.delete(uri)
@@ -118,8 +120,24 @@ def _staged_files(ledger: Ledger, table: Table, identifier: str) -> set[str]:
     return keep
 
 
-def _sort_stored_files(table: Table, kept: set[str], cutoff_ms: int, report: GcReport) -> None:
-    """Every file under the table's locations: referenced, too young to judge, or garbage (``report.deleted``)."""
+def _others(config: CatalogConfig, identifier: str) -> tuple[str, ...]:
+    """The directories of the catalog's other tables (where their metadata files are, a ``metadata`` directory's
+    parent in the usual layout), each ending in "/"; those inside this table's locations are left alone."""
+    from icesink.catalog.pointers import every_pointer
+
+    directories = {
+        paths.normal_form(location.rsplit("/", 1)[0]).removesuffix("/metadata") + "/"
+        for name, location in every_pointer(config).items()
+        if name != identifier
+    }
+    return tuple(sorted(directories))
+
+
+def _sort_stored_files(
+    table: Table, kept: set[str], cutoff_ms: int, report: GcReport, others: tuple[str, ...] = ()
+) -> None:
+    """Every file under the table's locations: referenced, too young to judge, or garbage (``report.deleted``);
+    files under ``others`` (other tables' directories inside this table's) are not this table's to judge."""
     from icesink.iceberg.references import list_files
 
     locations = {table.location().rstrip("/")}
@@ -127,9 +145,13 @@ def _sort_stored_files(table: Table, kept: set[str], cutoff_ms: int, report: GcR
         if table.properties.get(configured):
             locations.add(table.properties[configured].rstrip("/"))
     for location in sorted(locations):
+        inside = tuple(o for o in others if o.startswith(paths.normal_form(location).rstrip("/") + "/"))
         for stored in list_files(table, location):
+            normal = paths.normal_form(stored.uri)
+            if normal.startswith(inside):
+                continue
             report.files_seen += 1
-            if paths.normal_form(stored.uri) in kept:
+            if normal in kept:
                 report.referenced += 1
             elif stored.modified_ms >= cutoff_ms:
                 report.too_young += 1
