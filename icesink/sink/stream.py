@@ -206,12 +206,37 @@ def start(
 
 
 def _start_query(df: DataFrame, options: StreamOptions, handler: Any) -> StreamingQuery:
+    _clear_unfinished_first_offset(options.checkpoint_location)
     stream_writer = df.writeStream.foreachBatch(handler).option("checkpointLocation", options.checkpoint_location)
     if options.trigger:
         stream_writer = stream_writer.trigger(**options.trigger)
     if options.query_name:
         stream_writer = stream_writer.queryName(options.query_name)
     return stream_writer.start()
+
+
+def _clear_unfinished_first_offset(location: str | None) -> None:
+    """Spark 4 refuses a checkpoint location whose ``offsets`` directory holds files while it records no
+    micro-batch, and a stream killed while writing its very first offset leaves just that: the unfinished
+    temporary file (and its checksum). It names no batch Spark ever ran, so nothing was written or staged for
+    it; it goes, and the stream starts. Local locations only (object stores write offsets without one)."""
+    from pathlib import Path
+
+    from icesink import paths
+
+    parsed = paths.parse(location or "")
+    offsets = Path(parsed.path) / "offsets"
+    if not location or not parsed.is_local or not offsets.is_dir():
+        return
+    names = [p.name for p in offsets.iterdir()]
+    if any(not name.startswith(".") for name in names):
+        return  # an offset was recorded: Spark's own recovery applies
+    for name in names:
+        if name.endswith((".tmp", ".tmp.crc")):
+            log.warning(
+                "checkpoint location %s: removing %s, left by a stream killed at its first offset", location, name
+            )
+            (offsets / name).unlink(missing_ok=True)
 
 
 stream.__doc__ = (stream.__doc__ or "").replace(
