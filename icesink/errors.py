@@ -74,6 +74,10 @@ class CatalogReplacedError(TerminalError):
     """Raised when the catalog database a process opened is no longer the one at its configured location."""
 
 
+class LeaseHeldError(TransientError):
+    """Raised when another committer holds the lease of a committer run once (``--once``) that may not wait for it."""
+
+
 class MaintenanceBusyError(TransientError):
     """Raised when another maintainer holds a table's maintenance lease."""
 

@@ -106,7 +106,7 @@ def test_catalog_file_replaced_under_the_daemon_stops_it(sqlite_catalog: Catalog
         stage_rows(sqlite_catalog, TABLE, "job", 1, orders(10, 10))
     database.dispose_engines()
     stage_rows(sqlite_catalog, TABLE, "job", 1, orders(10, 10))
-    restarted = _committer(sqlite_catalog, "--once")
+    restarted = _committer(sqlite_catalog, "--once", "--wait", "60")  # the copy holds the first one's lease
     assert restarted.wait(60) == 0, restarted.communicate()[1]
     assert table_ids(sqlite_catalog, TABLE) == list(range(20))
     assert len(open_catalog(sqlite_catalog).load_table(TABLE).metadata.snapshots) == 2

@@ -1,8 +1,11 @@
-"""The committer daemon in-process: a failing table waits with backoff while others go on; metrics and health."""
+"""The committer daemon: in-process, a failing table waits with backoff while others go on, metrics and health;
+as real processes, a run ``--once`` beside a daemon that holds the lease."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -15,9 +18,13 @@ import pytest
 from icesink.catalog.config import CatalogConfig
 from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.daemon import CommitterDaemon
+from icesink.committer.lease import Lease, LeaseHolder
 from icesink.committer.ledger import Ledger
 from icesink.committer.observability import StatusServer
-from tests.helpers.support import create_orders_table, orders, stage_rows, table_ids
+from tests.helpers.support import create_orders_table, orders, stage_rows, table_ids, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLE = "shop.orders"
 
 
 def get(url: str) -> tuple[int, str]:
@@ -143,3 +150,67 @@ def test_a_pass_that_commits_some_checkpoints_then_fails_counts_those_it_committ
     assert "checkpoint 1" in report.failed["shop.half"]
     committed = daemon.metrics.registry.get_sample_value("icesink_checkpoints_committed_total", {"table": "shop.half"})
     assert committed == 1
+
+
+# --- a run --once beside a daemon ------------------------------------------------------------------------------------
+
+
+def _committer_args(config: CatalogConfig, *extra: str) -> list[str]:
+    base = ["--catalog", config.name, "--uri", config.uri, "--warehouse", config.warehouse]
+    return [sys.executable, "-m", "icesink.cli", *base, "committer", "run", "--poll-interval", "0.1", *extra]
+
+
+def _run_once(config: CatalogConfig, *extra: str) -> tuple[int, str, float]:
+    """A real ``committer run --once``: its exit code, its error lines, and how long it took."""
+    started = time.monotonic()
+    done = subprocess.run(
+        _committer_args(config, "--once", *extra), cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    errors = "\n".join(line for line in done.stderr.splitlines() if line.startswith("error:"))
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode, errors, time.monotonic() - started
+
+
+def _holder(config: CatalogConfig) -> LeaseHolder | None:
+    return Lease(config, "*", "the test, looking").holder()
+
+
+def test_committer_run_once_beside_a_daemon_holding_the_lease_exits_3_naming_it_and_waits_only_when_told(
+    catalog_config: CatalogConfig, tmp_path: Path
+) -> None:
+    config = catalog_config
+    create_orders_table(config, TABLE)
+    log = (tmp_path / "daemon.log").open("w")
+    daemon = subprocess.Popen(_committer_args(config, "--lease-ttl", "5"), cwd=ROOT, stdout=log, stderr=log, text=True)
+    try:
+        wait_for(lambda: _holder(config) is not None, "the daemon to hold the lease", 60)
+        holder = _holder(config)
+        assert holder is not None and holder.scope == "*"
+        code, error, seconds = _run_once(config)
+        assert code == 3, error
+        assert seconds < 30, "it stood by instead of exiting"
+        assert f"another committer holds the lease on scope '*': {holder.owner} (scope '*', epoch" in error
+        assert f"since {holder.acquired_at.isoformat(timespec='seconds')}, until " in error
+        assert "This run committed nothing" in error and "add --wait SECONDS" in error
+        # A committer of one table shares it with the daemon's every table: the same answer, saying so.
+        code, error, _ = _run_once(config, "--table", TABLE)
+        assert code == 3 and f"(it shares tables with scope '{TABLE}')" in error, error
+        # --wait: it stands by as long as it was told, then says so.
+        code, error, seconds = _run_once(config, "--wait", "2")
+        assert code == 3 and "This run stood by for 2s" in error and "raise --wait" in error, error
+        assert seconds >= 2
+    finally:
+        daemon.kill()
+        daemon.wait(30)
+        log.close()
+    # Killed, the daemon never released its lease: a run --once is told so until the lease expires; with
+    # --wait it takes over once it has, and commits what waits.
+    stage_rows(config, TABLE, "job", 0, orders(0, 10))
+    killed = _holder(config)
+    code, error, _ = _run_once(config)
+    if killed is not None:
+        assert code == 3 and killed.owner in error, error
+    code, error, _ = _run_once(config, "--wait", "60")
+    assert code == 0, error
+    assert table_ids(config, TABLE) == list(range(10))
+    assert _holder(config) is None  # released on its way out

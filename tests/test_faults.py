@@ -174,6 +174,8 @@ def run_committer(config: CatalogConfig, failpoints: str = "") -> int:
         "committer",
         "run",
         "--once",
+        "--wait",  # a committer killed before holds its lease until it expires
+        "60",
     ]
     process = subprocess.Popen(
         [sys.executable, "-m", "icesink.cli", *args], cwd=ROOT, env=_env(failpoints), start_new_session=True

@@ -29,6 +29,10 @@ class _Seconds(click.FloatRange):
 
 
 POSITIVE_SECONDS = _Seconds(min=0, min_open=True)
+SECONDS = _Seconds(min=0)
+# `committer run --once` found another committer holding its lease and did not (or no longer) wait for it: not a
+# failure of any table (2), and a script may well treat it as "someone else is on it".
+LEASE_HELD = 3
 MIN_GC_AGE = datetime.timedelta(minutes=1)
 
 
@@ -39,7 +43,18 @@ def committer() -> None:
 
 @committer.command("run")
 @click.option("--table", "tables", multiple=True, help="Only commit these tables (repeatable).")
-@click.option("--once", is_flag=True, help="Drain what is pending, then exit.")
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Drain what is pending, then exit: 2 if a table failed, 3 if another committer holds the lease.",
+)
+@click.option(
+    "--wait",
+    type=SECONDS,
+    metavar="SECONDS",
+    help="With --once: stand by up to SECONDS for a lease another committer holds, as a standby does, "
+    "before exiting 3.",
+)
 @click.option(
     "--poll-interval",
     type=POSITIVE_SECONDS,
@@ -101,6 +116,7 @@ def committer_run(
     obj: CliContext,
     tables: tuple[str, ...],
     once: bool,
+    wait: float | None,
     poll_interval: float,
     lease_ttl: float,
     metrics_port: int | None,
@@ -112,10 +128,16 @@ def committer_run(
     """Commit staged checkpoints into their tables until stopped (SIGTERM/SIGINT finish the commit in flight).
 
     One committer per scope (all tables, or the --table list) is active; others wait as standbys
-    and take over when its lease expires.
+    and take over when its lease expires. With --once it does not wait: it exits 3 naming the
+    committer that holds the lease, unless --wait gives it time to take over.
     """
     from icesink.committer.daemon import CommitterDaemon
+    from icesink.errors import LeaseHeldError
 
+    if wait is not None and not once:
+        raise click.BadParameter(
+            "applies with --once: without it the committer stands by for as long as it runs", param_hint="--wait"
+        )
     _check_committer_options(obj, tables, once, poll_interval, lease_ttl)
     logging.getLogger("icesink").setLevel(logging.INFO)
     daemon = CommitterDaemon(
@@ -136,7 +158,10 @@ def committer_run(
         server.start()
         logging.getLogger("icesink.committer").info("metrics and health on http://%s:%d", metrics_host, server.port)
     try:
-        report = daemon.run(once=once)
+        report = daemon.run(once=once, wait=wait)
+    except LeaseHeldError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(LEASE_HELD)
     finally:
         if server is not None:
             server.stop()

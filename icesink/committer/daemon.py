@@ -13,11 +13,11 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.committer.build import CommitOutcome
 from icesink.committer.commit import TableCommitter
-from icesink.committer.lease import Lease, LeaseKeeper, LeaseLostError, default_owner
+from icesink.committer.lease import Lease, LeaseHolder, LeaseKeeper, LeaseLostError, default_owner
 from icesink.committer.ledger import Ledger
 from icesink.committer.maintainer import Maintainer
 from icesink.committer.observability import CommitterMetrics
-from icesink.errors import CatalogReplacedError, IcesinkError
+from icesink.errors import CatalogReplacedError, IcesinkError, LeaseHeldError
 from icesink.maintenance.run import MaintenanceReport
 from icesink.retry import Backoff
 
@@ -226,12 +226,21 @@ class CommitterDaemon:
             if n >= self._max_failures or t in self._terminal
         ]
 
-    def run(self, once: bool = False) -> DaemonReport:
+    def run(self, once: bool = False, wait: float | None = None) -> DaemonReport:
+        """Commit until stopped; with ``once``, until nothing is pending (or a table failed).
+
+        A run ``once`` stands by for a lease another committer holds for at most ``wait`` seconds (not at
+        all without it), then raises :class:`LeaseHeldError` naming that committer: a cron job or an
+        operator expects it to end, and the holder commits those tables anyway.
+        """
         report = DaemonReport()
+        deadline = None if wait is None else time.monotonic() + wait
         log.info("committer %s started on %s", self.lease.owner, self._config.describe())
         try:
             while not self._stop.is_set():
                 if not self._hold_lease():
+                    if once:
+                        self._give_way(deadline, wait, report)
                     self._stop.wait(self._poll_interval)
                     continue
                 try:
@@ -252,6 +261,34 @@ class CommitterDaemon:
                 self.lease.release()
         log.info("committer stopped: %d snapshots, %d checkpoints", report.snapshots, report.checkpoints)
         return report
+
+    def _give_way(self, deadline: float | None, wait: float | None, report: DaemonReport) -> None:
+        """Raise :class:`LeaseHeldError` once a run ``once`` has stood by as long as it may and another
+        committer still holds the lease; an unreachable lease is not someone else's, so it is tried again."""
+        if deadline is not None and time.monotonic() < deadline:
+            return
+        try:
+            holder = self.lease.holder()
+        except CatalogReplacedError:
+            raise
+        except IcesinkError:
+            return
+        if holder is not None:
+            raise LeaseHeldError(self._held_by(holder, wait, report))
+
+    def _held_by(self, holder: LeaseHolder, wait: float | None, report: DaemonReport) -> str:
+        shared = "" if holder.scope == self.lease.scope else f" (it shares tables with scope {self.lease.scope!r})"
+        done = f"committed {report.checkpoints} checkpoint(s) before it lost the lease" if report.checkpoints else ""
+        if wait is None:
+            outcome = f"This run {done or 'committed nothing'}. Run again later, or add --wait SECONDS"
+        else:
+            stood = f"stood by for {wait:g}s" + (f" and {done}" if done else "")
+            outcome = f"This run {stood}. Run again later, or raise --wait"
+        return (
+            f"another committer holds the lease on scope {holder.scope!r}{shared}: {holder.describe()}; it commits "
+            f"these tables itself. {outcome} to stand by for the lease (a committer killed without releasing it "
+            "holds it until it expires)"
+        )
 
     def _clean_leftovers(self) -> None:
         """Temporary manifests a predecessor committed but died before deleting."""

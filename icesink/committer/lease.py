@@ -67,6 +67,25 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+@dataclass(frozen=True)
+class LeaseHolder:
+    """Who holds a lease, and for how long: what a committer that may not wait for it tells its operator."""
+
+    owner: str
+    scope: str
+    epoch: int
+    acquired_at: datetime.datetime
+    expires_at: datetime.datetime
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> LeaseHolder:
+        return cls(row["owner"], row["scope"], row["epoch"], as_utc(row["acquired_at"]), as_utc(row["expires_at"]))
+
+    def describe(self) -> str:
+        since, until = (moment.isoformat(timespec="seconds") for moment in (self.acquired_at, self.expires_at))
+        return f"{self.owner} (scope {self.scope!r}, epoch {self.epoch}) since {since}, until {until} unless renewed"
+
+
 @dataclass
 class Lease:
     """One committer's claim on a scope (``*`` for all tables, or a list of tables)."""
@@ -145,7 +164,7 @@ class Lease:
             query = sa.select(leases).where(leases.c.catalog_name == self.config.name)
             return [dict(row._mapping) for row in connection.execute(query)]
 
-    def _overlapping_holder(self, rows: list[Mapping[str, Any]], now: datetime.datetime) -> str | None:
+    def _overlapping_holder(self, rows: list[Mapping[str, Any]], now: datetime.datetime) -> Mapping[str, Any] | None:
         """Another committer's live lease on a scope that shares tables with this one and came first.
 
         ``*`` and a ``--table`` list, or two lists naming the same table, must not commit side by
@@ -166,8 +185,19 @@ class Lease:
             theirs = _tables_of(held["scope"])
             overlaps = ours is None or theirs is None or bool(ours & theirs)
             if overlaps and (as_utc(held["acquired_at"]), held["owner"]) < our_start:
-                return f"{held['owner']} (scope {held['scope']!r})"
+                return held
         return None
+
+    def holder(self) -> LeaseHolder | None:
+        """The other committer whose live lease keeps this one out: on this scope, or on a scope sharing tables
+        with it that came first. None when none does (the lease is free, expired, or this committer's own)."""
+        rows = self._catalog_leases()
+        now = _now()
+        same = next((row for row in rows if row["scope"] == self.scope), None)
+        if same is not None and same["owner"] != self.owner and as_utc(same["expires_at"]) > now:
+            return LeaseHolder.of(same)
+        overlapping = self._overlapping_holder(rows, now)
+        return LeaseHolder.of(overlapping) if overlapping is not None else None
 
     def check(self) -> None:
         """Raise :class:`LeaseLostError` unless this committer still holds a live lease (one query: runs per commit)."""
@@ -184,7 +214,8 @@ class Lease:
         blocker = self._overlapping_holder(rows, now)
         if blocker is not None:
             raise LeaseLostError(
-                f"committer {self.owner} on scope {self.scope!r} yields to {blocker}, whose scope shares tables "
+                f"committer {self.owner} on scope {self.scope!r} yields to {blocker['owner']} (scope "
+                f"{blocker['scope']!r}), whose scope shares tables "
                 "with it and which was there first; it stops committing"
             )
 
