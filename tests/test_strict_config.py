@@ -209,6 +209,9 @@ OUT_OF_RANGE = [
     (["committer", "gc", "--older-than", "59s"], "under a minute"),
     (["committer", "gc", "--older-than", "-1d"], "is not an age"),
     (["checkpoints", "list", TABLE, "--limit", "-1"], "--limit"),
+    (["scan", TABLE, "--limit", "-1"], "--limit"),
+    (["scan", TABLE, "--limit", "-20"], "--limit"),
+    (["changes", TABLE, "--limit", "-1"], "--limit"),
 ]
 
 

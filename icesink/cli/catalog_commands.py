@@ -220,7 +220,7 @@ def snapshots_show(obj: CliContext, table: str, snapshot_id: int, as_json: bool)
 
 @click.command("scan")
 @click.argument("table")
-@click.option("--limit", default=20, show_default=True, help="Rows to show (0: all).")
+@click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True, help="Rows to show (0: all).")
 @click.option("--filter", "row_filter", help='Row filter, e.g. "order_id > 100".')
 @click.option("--snapshot", "snapshot_id", type=int, help="Read this snapshot instead of the current one.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per row.")
@@ -242,7 +242,7 @@ def scan(
     "--mode", type=click.Choice(["changelog", "append"]), default="changelog", show_default=True, help="What to list."
 )
 @click.option("--net", "net_changes", is_flag=True, help="Collapse each key's changes to its net change.")
-@click.option("--limit", default=20, show_default=True, help="Changes to show (0: all).")
+@click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True, help="Changes to show (0: all).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per change.")
 @click.pass_obj
 def changes(
