@@ -1,11 +1,12 @@
 """Debezium change events routed to their tables, one micro-batch at a time (on the driver).
 
 Executors decode every Kafka record once (:mod:`icesink.debezium_events.decode`, in one ``mapInArrow`` pass)
-into its source table, upsert or delete, key, position and row as JSON; the driver collects the
-tables of the micro-batch with the newest Connect schema of each, and gives every table a DataFrame
-typed by that schema (:mod:`icesink.debezium_events.connect_types`) with the operation and position as the
-change columns. A table seen for the first time is created with its key as identifier fields; a
-column the source added later is added to the table (``evolve_schema``).
+into its source table, upsert or delete, key, position and row as JSON; the decoded micro-batch is kept
+(persisted) for the write. The driver reads a summary of it, one row per source table and distinct Connect
+schema (never a row per record), and gives each source table its Iceberg table and the Spark schema its rows
+have: every column any of the micro-batch's schemas has, each in the widest type that holds all of its values
+exactly (:func:`icesink.debezium_events.connect_types.widest`). The rows of every table are then written in one
+Spark job (:mod:`icesink.writer.json_tables`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from icesink.debezium_events.decode import SourceTable
 from icesink.errors import ConfigError, SchemaMismatchError
 
 if TYPE_CHECKING:
@@ -28,13 +30,17 @@ log = logging.getLogger(__name__)
 
 OP_COLUMN = "__icesink_op"
 POSITION_COLUMN = "__icesink_position"
-PARSED_DDL = "source string, op string, keys string, row_schema string, row string, position string"
+# The decoded records: one row per change, or per record that cannot be applied (``source`` is REJECTED, ``row``
+# says why). ``row`` is the change's row as JSON; ``key`` its key values (what the write is distributed by); the
+# Kafka coordinates name a record in errors. ``raw_key`` and ``raw_value`` are the record's bytes, kept only where
+# the write may still refuse it (a rejected record, or one without schemas, typed by the table as it is written).
+PARSED_DDL = (
+    "source string, op string, keys string, schema_id string, row_schema string, row string, key string, "
+    "position string, topic string, partition int, offset long, raw_key binary, raw_value binary, shape string"
+)
 INPUT_COLUMNS = ("key", "value")
 KAFKA_COLUMNS = ("topic", "partition", "offset")
-# A record that cannot be applied, kept for a dead-letter table: its ``source`` is this (no source table is
-# named so) and its ``row`` the record (key and value in base64: they may be any bytes) and the reason.
-REJECTED = ""
-REJECTED_DDL = "topic string, partition int, offset long, key string, value string, error string"
+REJECTED = ""  # the ``source`` of a record that cannot be applied (no source table is named so)
 
 
 @dataclass(frozen=True)
@@ -49,12 +55,17 @@ class Debezium:
     maintain: bool = False
     dead_letter: str | None = None  # the table of records that cannot be applied; None: they stop the stream
 
-    def identifier(self, source_table: str) -> str:
-        """The Iceberg table of a source table: a mapping's, else ``namespace.<table>``."""
-        for name in (source_table, source_table.rsplit(".", 1)[-1]):
+    def identifier(self, source: SourceTable) -> str:
+        """The Iceberg table of a source table: a mapping's, else ``namespace.<table>`` (a table named with a
+        dot, ``a.b``, goes to ``namespace.a.b``: table ``b`` of namespace ``namespace.a``)."""
+        for name in source.names:
             if name in self.names:
                 return self.names[name]
-        return f"{self.namespace}.{source_table.rsplit('.', 1)[-1]}"
+        return f"{self.namespace}.{source.table}"
+
+    def mapping_key(self, source: SourceTable) -> str | None:
+        """The ``tables=`` key that maps the source, if one does."""
+        return next((name for name in source.names if name in self.names), None)
 
 
 def debezium(
@@ -72,10 +83,12 @@ def debezium(
     ``df`` has the columns Spark's Kafka source gives: ``key`` and ``value`` (string or binary, JSON as
     Kafka Connect's JsonConverter writes it, with or without ``schema``) and optionally ``topic``,
     ``partition``, ``offset``. Each source table goes to ``namespace.<table>``, or where ``tables`` maps
-    it (by ``schema.table``, ``database.table`` or ``table``). ``partition_by`` and ``table_properties``
-    apply to the tables icesink creates (partition only by key columns); ``evolve_schema`` adds the
-    columns the source adds; ``maintain`` has the inline committer maintain every table between commits,
-    as ``icesink.stream(maintain=True)`` does for one.
+    it (by ``database.schema.table``, ``schema.table``, ``database.table`` or ``table``). A table belongs to
+    one source table for good: a second source table that would go there stops the stream, naming both.
+    ``partition_by`` and ``table_properties`` apply to the tables icesink creates (partition only by key
+    columns); ``evolve_schema`` adds the columns the source adds and widens the ones it widens; ``maintain``
+    has the inline committer maintain every table between commits, as ``icesink.stream(maintain=True)`` does
+    for one.
 
     A record decoding cannot apply (not JSON or not UTF-8, not a change event, a truncate, no key, a value its
     column cannot hold exactly, Debezium's placeholder for an unchanged TOASTed value) stops the stream,
@@ -112,7 +125,10 @@ def debezium(
             )
     for option, value in (("evolve_schema", evolve_schema), ("maintain", maintain)):
         if not isinstance(value, bool):
-            raise ConfigError(f"icesink.debezium: {option} must be True or False, not {value!r}")
+            raise ConfigError(f"icesink.debezium: option {option} must be True or False, not {value!r}")
+    from icesink.properties import check_user_properties
+
+    check_user_properties(table_properties, "icesink.debezium")
     return Debezium(namespace, names, partitions, table_properties, evolve_schema, maintain, dead_letter)
 
 
@@ -121,70 +137,141 @@ def _is_table_name(name: object) -> bool:
     return isinstance(name, str) and len(parts := name.split(".")) >= 2 and all(parts)
 
 
+# --- on the executors: decoding ------------------------------------------------------------------------------------
+
+
 def parse_task(
-    columns: Sequence[str], keep_rejected: bool = False
+    columns: Sequence[str], keep_rejected: bool = False, spec: Debezium | None = None
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function that decodes a micro-batch's records (``columns``: those present).
 
     A record that cannot be applied raises :class:`DecodeError`, or with ``keep_rejected`` becomes a row of
-    source :data:`REJECTED`."""
+    source :data:`REJECTED`. ``spec`` names the tables in messages."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from icesink.debezium_events.decode import DecodeError, decode
+        from icesink.debezium_events.decode import DecodeError, Decoder
 
+        decoder = Decoder(spec.identifier if spec is not None else None)
+        schemas_sent: set[str] = set()
+        names = [n for n, _ in _PARSED_TYPES]
         for batch in batches:
             records = batch.to_pydict()
-            out: dict[str, list[str]] = {n: [] for n in ("source", "op", "keys", "row_schema", "row", "position")}
-            for i in range(batch.num_rows):
-                record = [records[c][i] if c in records else None for c in (*INPUT_COLUMNS, *KAFKA_COLUMNS)]
+            size = batch.num_rows
+            keys = records["key"]
+            values = records["value"]
+            topics = records.get("topic") or [None] * size
+            partitions = records.get("partition") or [None] * size
+            offsets = records.get("offset") or [None] * size
+            out: dict[str, list[Any]] = {n: [] for n in names}
+            for i in range(size):
+                key, value, topic, partition, offset = keys[i], values[i], topics[i], partitions[i], offsets[i]
                 try:
-                    change = decode(*record)
+                    change = decoder.decode(key, value, topic, partition, offset)
                 except Exception as e:  # with a dead-letter table, whatever a record makes decoding raise
                     if not keep_rejected:
                         raise
-                    _reject(out, record, str(e) if isinstance(e, DecodeError) else f"{type(e).__name__}: {e}")
+                    error = str(e) if isinstance(e, DecodeError) else f"{type(e).__name__}: {e}"
+                    _append(out, REJECTED, "", "[]", "", "", error, "", "", topic, partition, offset, key, value, "")
                     continue
                 if change is None:
                     continue
-                out["source"].append(change.source_table)
-                out["op"].append(change.op)
-                out["keys"].append(json.dumps(change.key_names))
-                out["row_schema"].append(json.dumps(change.row_schema, sort_keys=True) if change.row_schema else "")
-                out["row"].append(json.dumps(change.row))
-                out["position"].append(change.position)
-            yield pa.record_batch([pa.array(v, pa.string()) for v in out.values()], names=list(out))
+                schema_text = ""
+                if change.schema_id and change.schema_id not in schemas_sent:
+                    schemas_sent.add(change.schema_id)  # once a task: the driver needs each schema once
+                    schema_text = json.dumps(change.row_schema)
+                exact = change.row_text is not None
+                row = change.row_text if exact else json.dumps(change.row)
+                key_values = json.dumps([change.row.get(k) for k in change.key_names], default=str)
+                _append(
+                    out,
+                    change.source.key,
+                    change.op,
+                    json.dumps(change.key_names),
+                    change.schema_id,
+                    schema_text,
+                    row,
+                    key_values,
+                    change.position,
+                    topic,
+                    partition,
+                    offset,
+                    key if exact else None,
+                    value if exact else None,
+                    json.dumps(list(change.row)) if exact else "",
+                )
+            yield pa.record_batch([pa.array(out[n], t) for n, t in _PARSED_TYPES], names=names)
 
     return run
 
 
-def _reject(out: dict[str, list[str]], record: list[Any], error: str) -> None:
-    import base64
+_PARSED_TYPES = (
+    ("source", pa.string()),
+    ("op", pa.string()),
+    ("keys", pa.string()),
+    ("schema_id", pa.string()),
+    ("row_schema", pa.string()),
+    ("row", pa.string()),
+    ("key", pa.string()),
+    ("position", pa.string()),
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("offset", pa.int64()),
+    ("raw_key", pa.binary()),
+    ("raw_value", pa.binary()),
+    ("shape", pa.string()),
+)
 
-    key, value, topic, partition, offset = record
-    raw = {n: None if v is None else base64.b64encode(v).decode("ascii") for n, v in (("key", key), ("value", value))}
-    row = {"topic": topic, "partition": partition, "offset": offset, **raw, "error": error}
-    for name, text in (("source", REJECTED), ("op", ""), ("keys", "[]"), ("row_schema", ""), ("position", "")):
-        out[name].append(text)
-    out["row"].append(json.dumps(row))
+
+def _append(out: dict[str, list[Any]], *values: Any) -> None:
+    for (name, _), value in zip(_PARSED_TYPES, values, strict=True):
+        out[name].append(value)
+
+
+# --- on the driver: the micro-batch's tables ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class RoutedTable:
-    """One table's part of a micro-batch: its rows, typed, with the change columns, and its key."""
+class Location:
+    """A Kafka record, as errors name it."""
 
-    identifier: str
-    rows: DataFrame
-    keys: tuple[str, ...]
-    dead_letter: bool = False  # the stream's dead-letter table: appends of the records that cannot be applied
+    topic: str | None
+    partition: int | None
+    offset: int | None
+
+    def __str__(self) -> str:
+        if self.topic is None and self.offset is None:
+            return "a record without Kafka coordinates"
+        return f"topic {self.topic}, partition {self.partition}, offset {self.offset}"
 
 
-def route(
-    spec: Debezium, batch_df: DataFrame, known: Callable[[str], StructType | None]
-) -> tuple[list[RoutedTable], DataFrame]:
-    """The micro-batch's tables, and the decoded DataFrame (persisted: unpersist it when done).
+@dataclass(frozen=True)
+class SeenSchema:
+    """One Connect row schema of a source in the micro-batch, and the first record that has it."""
 
-    ``known(identifier)`` is the Spark schema of an existing table, for events without a schema.
-    """
+    schema: dict[str, Any]
+    first: Location
+
+
+@dataclass
+class SourceSummary:
+    """What the micro-batch holds of one source table (from an aggregation, not from its rows)."""
+
+    source: SourceTable
+    keys: set[str] = field(default_factory=set)
+    schemas: dict[str, SeenSchema] = field(default_factory=dict)  # by schema id
+    columns_without_schema: set[str] = field(default_factory=set)
+    records: int = 0
+    without_schema: int = 0  # records that had no schema (typed by the table as they are written)
+
+
+@dataclass(frozen=True)
+class Summary:
+    sources: tuple[SourceSummary, ...]
+    rejected: int  # records decoding could not apply (kept for the dead-letter table)
+
+
+def decode_records(spec: Debezium, batch_df: DataFrame) -> DataFrame:
+    """The micro-batch decoded (see :data:`PARSED_DDL`), persisted: every later step reads it, not the source."""
     from pyspark.sql import functions as F
 
     present = [c for c in (*INPUT_COLUMNS, *KAFKA_COLUMNS) if c in batch_df.columns]
@@ -197,97 +284,167 @@ def route(
     # (or keep as it came), not a task that fails.
     text = [F.col(c).cast("binary").alias(c) if c in INPUT_COLUMNS else F.col(c) for c in present]
     keep_rejected = spec.dead_letter is not None
-    parsed = batch_df.select(*text).mapInArrow(parse_task(present, keep_rejected), PARSED_DDL).persist()
-    summary = _sources(parsed)
-    _refuse_shared_targets(spec, [r[0] for r in summary if r[0] != REJECTED])
-    rejected = sum(r[3] for r in summary if r[0] == REJECTED)
-    routed: list[RoutedTable] = []
-    if rejected:
-        # Said on the driver's log too: a dead-letter table is not where anyone looks first.
-        log.warning(
-            "icesink.debezium: %d record(s) of this micro-batch cannot be applied; they go to the dead-letter "
-            "table %s, whose column error says why",
-            rejected,
-            spec.dead_letter,
-        )
-        routed.append(_dead_letters(spec, parsed))
-    for source, dated_schemas, keys, _ in sorted(summary, key=lambda r: r[0]):
-        if source == REJECTED:
-            continue
-        row_schemas = [schema for _, schema in dated_schemas]  # oldest first
-        identifier = spec.identifier(source)
-        where = f"table {identifier} (source {source})"
-        if len(keys) != 1:
-            raise SchemaMismatchError(
-                f"{where}: the micro-batch's events carry different keys ({' and '.join(sorted(keys))}); icesink "
-                "keys a table by one primary key"
-            )
-        key_names = tuple(json.loads(keys[0]))
-        schema = _schema(identifier, where, source, [r for r in row_schemas if r], parsed, known)
-        _refuse_ambiguous_names(where, schema)
-        rows = (
-            parsed.where(F.col("source") == source)
-            .select(F.from_json("row", schema, {"mode": "FAILFAST"}).alias("r"), "op", "position")
-            .select(
-                *[F.col("r").getField(n).alias(n) for n in schema.names],
-                F.col("op").alias(OP_COLUMN),
-                F.col("position").alias(POSITION_COLUMN),
-            )
-        )
-        routed.append(RoutedTable(identifier, rows, key_names))
-    return routed, parsed
+    return batch_df.select(*text).mapInArrow(parse_task(present, keep_rejected, spec), PARSED_DDL).persist()
 
 
-def _sources(parsed: DataFrame) -> list[Any]:
-    """Each source of the micro-batch: its schemas with their last positions (oldest first), keys and records."""
+def summarize(parsed: DataFrame) -> Summary:
+    """One row per source table, keys, schema and column set (Spark aggregates; the driver reads a few rows)."""
     from pyspark.sql import functions as F
 
-    # Each distinct schema of a source with its last position: the newest schema wins where two disagree.
-    schemas = parsed.groupBy("source", "row_schema").agg(F.max("position").alias("last"))
-    return (
-        schemas.groupBy("source")
-        .agg(F.sort_array(F.collect_list(F.struct("last", "row_schema"))).alias("row_schemas"))
-        .join(parsed.groupBy("source").agg(F.collect_set("keys").alias("keys"), F.count("*").alias("n")), "source")
-        .select("source", "row_schemas", "keys", "n")
+    rows = (
+        parsed.groupBy("source", "keys", "schema_id", "shape")
+        .agg(
+            F.max("row_schema").alias("row_schema"),
+            F.min(F.struct("topic", "partition", "offset")).alias("first"),
+            F.count(F.lit(1)).alias("n"),
+        )
         .collect()
     )
+    sources: dict[str, SourceSummary] = {}
+    rejected = 0
+    for row in rows:
+        if row["source"] == REJECTED:
+            rejected += row["n"]
+            continue
+        summary = sources.get(row["source"])
+        if summary is None:
+            summary = sources[row["source"]] = SourceSummary(SourceTable.of_key(row["source"]))
+        summary.keys.add(row["keys"])
+        summary.records += row["n"]
+        first = Location(row["first"]["topic"], row["first"]["partition"], row["first"]["offset"])
+        if row["schema_id"]:
+            seen = summary.schemas.get(row["schema_id"])
+            if seen is None or _order(first) < _order(seen.first):
+                summary.schemas[row["schema_id"]] = SeenSchema(json.loads(row["row_schema"]), first)
+        else:
+            summary.without_schema += row["n"]
+            summary.columns_without_schema.update(json.loads(row["shape"]) if row["shape"] else ())
+    return Summary(tuple(sorted(sources.values(), key=lambda s: s.source.key)), rejected)
 
 
-def _dead_letters(spec: Debezium, parsed: DataFrame) -> RoutedTable:
-    """The micro-batch's records that cannot be applied, as rows of the dead-letter table (no key: appends)."""
-    from pyspark.sql import functions as F
+def _order(location: Location) -> tuple[str, int, int]:
+    return (location.topic or "", location.partition or 0, location.offset or 0)
 
-    assert spec.dead_letter is not None
-    rejected = parsed.where(F.col("source") == REJECTED).select(F.from_json("row", REJECTED_DDL).alias("r"))
-    rows = rejected.select(
-        "r.topic",
-        "r.partition",
-        "r.offset",
-        F.unbase64("r.key").alias("key"),
-        F.unbase64("r.value").alias("value"),
-        "r.error",
+
+@dataclass(frozen=True)
+class ColumnOrigin:
+    """A type a column has in the micro-batch, and the first record that has it (for messages)."""
+
+    type_name: str
+    first: Location
+
+
+@dataclass(frozen=True)
+class RoutedTable:
+    """One table's part of a micro-batch: the Spark schema of its rows (with the change columns) and its key."""
+
+    identifier: str
+    source: SourceTable | None  # None: the dead-letter table
+    schema: StructType
+    keys: tuple[str, ...]
+    records: int
+    origins: Mapping[str, tuple[ColumnOrigin, ...]] = field(default_factory=dict)  # column path → its types
+
+    @property
+    def dead_letter(self) -> bool:
+        return self.source is None
+
+    def holders(self, path: str) -> str:
+        """Which records of the micro-batch give the column ``path`` which type, for messages."""
+        origins = self.origins.get(path, ())
+        return "; ".join(f"{o.type_name} from {o.first}" for o in origins)
+
+
+def rejected_schema() -> StructType:
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [
+            T.StructField("topic", T.StringType()),
+            T.StructField("partition", T.IntegerType()),
+            T.StructField("offset", T.LongType()),
+            T.StructField("key", T.BinaryType()),
+            T.StructField("value", T.BinaryType()),
+            T.StructField("error", T.StringType()),
+        ]
     )
-    return RoutedTable(spec.dead_letter, rows, (), dead_letter=True)
 
 
-def _refuse_shared_targets(spec: Debezium, sources: Sequence[str]) -> None:
+def route(
+    spec: Debezium,
+    summary: Summary,
+    known: Callable[[str], StructType | None],
+    infer: Callable[[SourceTable], StructType],
+) -> list[RoutedTable]:
+    """The micro-batch's tables, each with the schema of its rows; the dead-letter table last (when it may get
+    rows: records decoding rejected, or records without schemas that the write may still reject).
+
+    ``known(identifier)`` is the Spark schema of an existing table, for events without a schema; ``infer(source)``
+    the types of the source's records without schemas, read from their values.
+    """
+    refuse_shared_targets(spec, [s.source for s in summary.sources])
+    routed: list[RoutedTable] = []
+    for one in summary.sources:
+        identifier = spec.identifier(one.source)
+        where = f"table {identifier} (source {one.source})"
+        if len(one.keys) != 1:
+            raise SchemaMismatchError(
+                f"{where}: the micro-batch's events carry different keys ({' and '.join(sorted(one.keys))}); icesink "
+                "keys a table by one primary key"
+            )
+        key_names = tuple(json.loads(next(iter(one.keys))))
+        schema, origins = _schema(identifier, where, one, known, infer)
+        _refuse_ambiguous_names(where, schema)
+        routed.append(
+            RoutedTable(identifier, one.source, _with_change_columns(schema), key_names, one.records, origins)
+        )
+    may_reject = summary.rejected or any(s.without_schema for s in summary.sources)
+    if spec.dead_letter is not None and may_reject:
+        routed.append(RoutedTable(spec.dead_letter, None, rejected_schema(), (), summary.rejected))
+    return routed
+
+
+def _with_change_columns(schema: StructType) -> StructType:
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [*schema.fields, T.StructField(OP_COLUMN, T.StringType()), T.StructField(POSITION_COLUMN, T.StringType())]
+    )
+
+
+def refuse_shared_targets(spec: Debezium, sources: Sequence[SourceTable]) -> None:
     """Two source tables into one Iceberg table would mix two key spaces (and two schemas): refused."""
-    by_target: dict[str, list[str]] = {}
+    by_target: dict[str, list[SourceTable]] = {}
     for source in sources:
-        if spec.identifier(source) == spec.dead_letter:
+        identifier = spec.identifier(source)
+        if identifier == spec.dead_letter:
             raise ConfigError(
                 f"table {spec.dead_letter}: it is the dead_letter table, and source table {source} goes there too; "
                 "nothing of the micro-batch was written. Name another dead_letter table, or map the source elsewhere"
             )
-        by_target.setdefault(spec.identifier(source), []).append(source)
+        by_target.setdefault(identifier, []).append(source)
     for identifier, shared in sorted(by_target.items()):
         if len(shared) > 1:
-            raise ConfigError(
-                f"table {identifier}: source tables {' and '.join(sorted(shared))} both go there; nothing of the "
-                "micro-batch was written. Map each to a table of its own: icesink.debezium(..., tables={"
-                + ", ".join(f"{s!r}: '...'" for s in sorted(shared))
-                + "})"
-            )
+            raise ConfigError(shared_target_message(spec, identifier, shared))
+
+
+def shared_target_message(spec: Debezium, identifier: str, sources: Sequence[SourceTable]) -> str:
+    """Why two sources cannot share a table, and the mapping that separates them."""
+    ordered = sorted(sources, key=lambda s: s.key)
+    # The short names, unless two sources share one (two databases, two connectors): then every part.
+    plain = len({str(s) for s in sources}) == len(sources)
+    described = " and ".join(str(s) if plain else s.describe() for s in ordered)
+    keys = ", ".join(f"{_separating_name(s, sources)!r}: '...'" for s in ordered)
+    return (
+        f"table {identifier}: source tables {described} both go there; nothing of the micro-batch was written. "
+        f"Map each to a table of its own: icesink.debezium(..., tables={{{keys}}})"
+    )
+
+
+def _separating_name(source: SourceTable, others: Sequence[SourceTable]) -> str:
+    """The shortest name of ``source`` a mapping can use that no other of ``others`` has."""
+    taken = {n for o in others if o != source for n in o.names}
+    return next((n for n in reversed(source.names) if n not in taken), source.names[0])
 
 
 def _refuse_ambiguous_names(where: str, schema: StructType) -> None:
@@ -307,36 +464,28 @@ def _refuse_ambiguous_names(where: str, schema: StructType) -> None:
 def _schema(
     identifier: str,
     where: str,
-    source: str,
-    row_schemas: list[str],
-    parsed: DataFrame,
+    one: SourceSummary,
     known: Callable[[str], StructType | None],
-) -> StructType:
-    """The columns of the table's events in this micro-batch.
+    infer: Callable[[SourceTable], StructType],
+) -> tuple[StructType, dict[str, tuple[ColumnOrigin, ...]]]:
+    """The columns of the table's events in this micro-batch, and which records give each its type.
 
-    With schemas: every field any of the micro-batch's Connect schemas has (events before a column was
-    added lack it, and read it as null; a field dropped at the source stays, null from then on). Without:
-    the table's own columns, and the values' inferred types for columns the table does not have yet.
+    With schemas: every field any of the micro-batch's Connect schemas has (events before a column was added
+    lack it, and read it as null; a field dropped at the source stays, null from then on), each in the widest
+    type of its schemas. Without: the table's own columns, and the values' inferred types for columns the table
+    does not have yet.
     """
-    from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from icesink.debezium_events.connect_types import struct_type
+    from icesink.debezium_events.connect_types import merge_schemas, struct_type
 
-    if row_schemas:
-        merged: dict[str, T.StructField] = {}
-        for one in row_schemas:  # oldest first: a column's newest type wins, a column dropped since stays
-            for column in struct_type(json.loads(one), where).fields:
-                merged[column.name] = column
-        return T.StructType(list(merged.values()))
+    if one.schemas:
+        seen = sorted(one.schemas.values(), key=lambda s: _order(s.first))
+        schema, origins = merge_schemas([(struct_type(s.schema, where), s.first) for s in seen], where)
+        return schema, {path: tuple(ColumnOrigin(t, first) for t, first in o) for path, o in origins.items()}
     existing = known(identifier)
-    rows = parsed.where(F.col("source") == source).select("row")
-    inferred = parsed.sparkSession.read.json(rows.rdd.map(lambda r: r[0]))
     columns = {f.name: f for f in (existing.fields if existing is not None else [])}
-    new = [(i, f) for i, f in enumerate(inferred.schema.fields) if f.name not in columns]
-    if new:
-        # A column only ever null here has no type yet (Spark would say string): it is added once a value shows.
-        positional = inferred.toDF(*[f"_{i}" for i in range(len(inferred.columns))])
-        counts = positional.select(*[F.count(F.col(f"_{i}")).alias(f"_{i}") for i, _ in new]).first()
-        columns.update({f.name: f for i, f in new if counts is not None and counts[f"_{i}"] > 0})
-    return T.StructType(list(columns.values()))
+    if one.columns_without_schema - set(columns):
+        inferred = infer(one.source)
+        columns.update({f.name: f for f in inferred.fields if f.name not in columns})
+    return T.StructType(list(columns.values())), {}

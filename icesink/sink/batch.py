@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.table import Table
     from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
 
     from icesink.results import WriteResult
     from icesink.sink.options import StreamOptions
@@ -103,12 +104,29 @@ class TargetSettings:
     select: Callable[[DataFrame], DataFrame] | None = None
 
 
+@dataclass(frozen=True)
+class RoutedTarget:
+    """One table of a micro-batch: its settings, the schema of its rows, and the rows (None: the router writes
+    them itself, see :attr:`Routed.write_all`). An ``optional`` table is staged only if it was written files."""
+
+    settings: SinkSettings
+    schema: StructType
+    rows: DataFrame | None = None
+    optional: bool = False
+
+
+# The router's own write of every table of a micro-batch (one Spark job): each table's results, in order.
+WriteAll = Callable[[Sequence["PreparedWrite"], "Phases"], list[list["WriteResult"]]]
+
+
 @dataclass
 class Routed:
-    """A micro-batch split by table: each table's settings and rows; ``release`` frees what routing cached."""
+    """A micro-batch split by table; ``release`` frees what routing cached; ``write_all`` (if any) writes every
+    table's rows at once, where each table's ``rows`` would otherwise be a Spark job of its own."""
 
-    targets: list[tuple[SinkSettings, DataFrame]]
+    targets: list[RoutedTarget]
     release: Callable[[], object] = lambda: None
+    write_all: WriteAll | None = None
 
 
 class Router(Protocol):
@@ -124,10 +142,11 @@ class StaticRouter:
     def route(self, batch_df: DataFrame) -> Routed:
         if len(self._targets) == 1:
             target = self._targets[0]
-            return Routed([(target.settings, target.select(batch_df) if target.select else batch_df)])
+            rows = target.select(batch_df) if target.select else batch_df
+            return Routed([RoutedTarget(target.settings, rows.schema, rows)])
         cached = batch_df.persist()  # every target reads the micro-batch: its source is read once
-        targets = [(t.settings, t.select(cached) if t.select else cached) for t in self._targets]
-        return Routed(targets, cached.unpersist)
+        selected = [(t.settings, t.select(cached) if t.select else cached) for t in self._targets]
+        return Routed([RoutedTarget(settings, rows.schema, rows) for settings, rows in selected], cached.unpersist)
 
 
 class BatchWriter:
@@ -183,26 +202,39 @@ class BatchWriter:
         try:
             if not routed.targets:
                 return  # nothing for any table (a micro-batch of tombstones, say)
-            sinks = [self._sink(settings) for settings, _ in routed.targets]
-            tables = [load_table(self._catalog, s.catalog, s.table) for s, _ in routed.targets]
+            targets = routed.targets
+            sinks = [self._sink(t.settings) for t in targets]
+            tables = [load_table(self._catalog, t.settings.catalog, t.settings.table) for t in targets]
             if not self._admitted(sinks, tables, job_id, checkpoint_id, stream):
                 return
+            prepared = [
+                sink.prepare(target.schema, table, job_id, checkpoint_id)
+                for sink, target, table in zip(sinks, targets, tables, strict=True)
+            ]
+            phases.done("check")
+            if routed.write_all is not None:
+                results = routed.write_all(prepared, phases)
+            else:
+                results = [sink.write(t.rows, p, phases) for sink, t, p in zip(sinks, targets, prepared, strict=True)]
             written = [
-                sink.write(rows, table, job_id, checkpoint_id, phases)
-                for sink, (_, rows), table in zip(sinks, routed.targets, tables, strict=True)
+                sink.finish(one, result)
+                for sink, target, one, result in zip(sinks, targets, prepared, results, strict=True)
+                if not target.optional or any(r.data_files or r.delete_files for r in result)
             ]
         finally:
             routed.release()
         failpoint("driver.after-write")
         stage_tables(self._ledger, job_id, checkpoint_id, [w.results for w in written], stream, atomic=self._atomic)
-        for sink, one in zip(sinks, written, strict=True):
-            sink.staged(one)
+        for one in written:
+            self._sinks[one.results.identifier].staged(one)
         phases.done("stage")
         failpoint("driver.after-stage")
         if self._stream.inline_commit:
             self._commit(job_id, phases)
         self.last_phases = phases.milliseconds
-        log.info("table=%s checkpoint=%d took %s", ", ".join(s.table for s in sinks), checkpoint_id, phases)
+        log.info(
+            "table=%s checkpoint=%d took %s", ", ".join(w.results.identifier for w in written), checkpoint_id, phases
+        )
 
     def _admitted(
         self,
@@ -277,21 +309,26 @@ class TableSink:
         self._spark_writer = SparkParquetWriter()
         self._writer_in_use: str | None = None
 
-    def write(self, batch_df: DataFrame, table: Table, job_id: str, checkpoint_id: int, phases: Phases) -> Written:
-        """The checkpoint's files in this table, written on the executors (not yet staged)."""
+    def prepare(self, spark_schema: StructType, table: Table, job_id: str, checkpoint_id: int) -> PreparedWrite:
+        """The table fitted to this checkpoint's rows (evolved where allowed) and what its writers need."""
         identifier = self._settings.table
-        table, projection = self._schema.fit(batch_df.schema, table, job_id, checkpoint_id)
-        phases.done("check")
+        table, projection = self._schema.fit(spark_schema, table, job_id, checkpoint_id)
         spec = replace(
             writer_spec(table, identifier, job_id, self._settings.changes).for_checkpoint(checkpoint_id),
             nulls_in_required=self._settings.evolve_schema,
         )
-        results = self._write(batch_df, table, spec, projection, phases)
-        optional = self._schema.required_nulls(spec, results)
+        return PreparedWrite(table, spec, projection)
+
+    def finish(self, prepared: PreparedWrite, results: list[WriteResult]) -> Written:
+        """The checkpoint's files in this table, ready to stage (required columns that got nulls made optional)."""
+        table = prepared.table
+        optional = self._schema.required_nulls(prepared.spec, results)
         if optional:
-            table = self._schema.make_optional(table, optional, checkpoint_id)
-        staged = TableResults(table, identifier, results, spec.schema_id, projection.field_ids)
-        return Written(staged, projection)
+            table = self._schema.make_optional(table, optional, prepared.spec.checkpoint_id)
+        staged = TableResults(
+            table, self._settings.table, results, prepared.spec.schema_id, prepared.projection.field_ids
+        )
+        return Written(staged, prepared.projection)
 
     def staged(self, written: Written) -> None:
         self._schema.remember(written.projection)
@@ -301,12 +338,12 @@ class TableSink:
         if self._maintainer is not None and self._maintainer.between_commits(committer.table(self.table), self.table):
             committer.forget(self.table)
 
-    def _write(
-        self, batch_df: DataFrame, table: Table, spec: WriterSpec, projection: Projection, phases: Phases
-    ) -> list[WriteResult]:
+    def write(self, batch_df: DataFrame | None, prepared: PreparedWrite, phases: Phases) -> list[WriteResult]:
         """The one action on the batch: files are written, their results come back to the driver."""
         from pyspark.sql import functions as F
 
+        assert batch_df is not None
+        table, spec, projection = prepared.table, prepared.spec, prepared.projection
         changes = self._settings.changes
         if changes is not None:
             # Input position, taken before the shuffle: the tie-breaker between changes of one key.
@@ -341,6 +378,15 @@ class TableSink:
         if writer != self._writer_in_use:
             self._writer_in_use = writer
             log.info("table=%s: files are written by %s", self._settings.table, why)
+
+
+@dataclass(frozen=True)
+class PreparedWrite:
+    """One table made ready for a checkpoint: the table as fitted, its writers' spec, the rows' projection."""
+
+    table: Table
+    spec: WriterSpec
+    projection: Projection
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,29 @@
-"""The router of a Debezium stream: every micro-batch's tables, found, created and checked on first sight."""
+"""The router of a Debezium stream: every micro-batch decoded once, its tables found, created and checked on
+first sight, and all of them written by one Spark job."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from icesink.catalog.loader import load_table
-from icesink.debezium_events.route import OP_COLUMN, POSITION_COLUMN, Debezium, RoutedTable, route
+from icesink.debezium_events.decode import SourceTable
+from icesink.debezium_events.route import (
+    OP_COLUMN,
+    POSITION_COLUMN,
+    REJECTED,
+    Debezium,
+    RoutedTable,
+    decode_records,
+    route,
+    summarize,
+)
 from icesink.errors import SchemaMismatchError, TableNotFoundError
-from icesink.sink.batch import Routed
-from icesink.sink.options import StreamOptions
+from icesink.sink.batch import Phases, PreparedWrite, Routed, RoutedTarget
+from icesink.sink.options import StreamOptions, Writer
+from icesink.sink.projection import json_names
+from icesink.writer.json_tables import OUTPUT_DDL, JsonTable, json_tables_task
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -16,7 +31,10 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from icesink.catalog.config import CatalogConfig
+    from icesink.results import WriteResult
     from icesink.sink.batch import SinkSettings
+
+log = logging.getLogger("icesink.debezium_events.route")
 
 # Debezium's operations, decoded: c, r and u are upserts of ``after``, d deletes the key.
 OP_VALUES = {"U": "update", "D": "delete"}
@@ -48,13 +66,82 @@ class DebeziumRouter:
             raise _keyed_dead_letter(identifier, keys, "The stream did not start")
 
     def route(self, batch_df: DataFrame) -> Routed:
-        tables, parsed = route(self._spec, batch_df, self._known)
+        parsed = decode_records(self._spec, batch_df)
         try:
-            targets = [(self._settings_of(table), table.rows) for table in tables]
+            summary = summarize(parsed)
+            tables = route(self._spec, summary, self._known, lambda source: _inferred(parsed, source))
+            targets = [RoutedTarget(self._settings_of(t), t.schema, optional=t.dead_letter) for t in tables]
         except BaseException:
             parsed.unpersist()
             raise
-        return Routed(targets, parsed.unpersist)
+
+        def write_all(prepared: Sequence[PreparedWrite], phases: Phases) -> list[list[WriteResult]]:
+            return self._write(parsed, tables, prepared, summary.rejected, phases)
+
+        return Routed(targets, parsed.unpersist, write_all)
+
+    def _write(
+        self,
+        parsed: DataFrame,
+        tables: Sequence[RoutedTable],
+        prepared: Sequence[PreparedWrite],
+        rejected_decoding: int,
+        phases: Phases,
+    ) -> list[list[WriteResult]]:
+        """Every table's rows in one Spark job: distributed by table and key, each task writing its tables one
+        after another (:mod:`icesink.writer.json_tables`)."""
+        from pyspark.sql import functions as F
+
+        from icesink.results import decode_write_result
+
+        json_tables = [
+            JsonTable(
+                one.spec,
+                json_names(one.projection, one.spec.columns),
+                dead_letter=table.dead_letter,
+                op_column=None if table.dead_letter else OP_COLUMN,
+                position_column=None if table.dead_letter else POSITION_COLUMN,
+            )
+            for table, one in zip(tables, prepared, strict=True)
+        ]
+        numbers = {t.source.key: i for i, t in enumerate(tables) if t.source is not None}
+        dead_letter = next((i for i, t in enumerate(tables) if t.dead_letter), None)
+        by_source = F.create_map(*[F.lit(x) for key, number in numbers.items() for x in (key, number)])
+        target = F.when(F.col("source") == REJECTED, F.lit(dead_letter)).otherwise(by_source[F.col("source")])
+        rows = parsed.select(
+            target.cast("int").alias("target"),
+            "row",
+            "op",
+            "position",
+            (F.col("schema_id") == "").alias("exact"),
+            "topic",
+            "partition",
+            "offset",
+            "raw_key",
+            "raw_value",
+            "key",
+        ).where(F.col("target").isNotNull())
+        parallelism = parsed.sparkSession.sparkContext.defaultParallelism
+        # Every change of a key reaches one task; a task meets its tables one after another (the dead-letter
+        # table last, so that it takes what the others refused).
+        distributed = rows.repartition(parallelism, "target", "key").sortWithinPartitions("target").drop("key")
+        outputs = distributed.mapInArrow(json_tables_task(json_tables, dead_letter), OUTPUT_DDL).collect()
+        phases.done("write")
+        results: list[list[WriteResult]] = [[] for _ in tables]
+        rejected = rejected_decoding
+        for number, encoded, refused in outputs:
+            rejected += refused
+            if encoded is not None:
+                results[number].append(decode_write_result(encoded))
+        if rejected:
+            # Said on the driver's log too: a dead-letter table is not where anyone looks first.
+            log.warning(
+                "icesink.debezium: %d record(s) of this micro-batch cannot be applied; they go to the dead-letter "
+                "table %s, whose column error says why",
+                rejected,
+                self._spec.dead_letter,
+            )
+        return results
 
     def _settings_of(self, table: RoutedTable) -> SinkSettings:
         """The table's settings, from a preflight the first time it is seen (creating it if need be)."""
@@ -79,7 +166,7 @@ class DebeziumRouter:
             self._catalog,
             self._config,
             table.identifier,
-            table.rows.schema,
+            table.schema,
             True,
             tuple(self._spec.partition_by.get(table.identifier, ())),
             table.keys,
@@ -96,6 +183,7 @@ class DebeziumRouter:
             **(changes if keyed else {}),
             evolve_schema=self._spec.evolve_schema,
             maintain=self._spec.maintain,
+            writer=Writer.ARROW,
         )
         identifier_fields = tuple(
             sorted(load_table(self._catalog, self._config, table.identifier).schema().identifier_field_names())
@@ -104,7 +192,7 @@ class DebeziumRouter:
             raise _key_changed(table, identifier_fields)
         if not keyed and identifier_fields:  # keyed since the stream started
             raise _keyed_dead_letter(table.identifier, identifier_fields, "Nothing of the micro-batch was written")
-        settings, _ = preflight(table.rows, options)
+        settings, _ = preflight(_empty(table.schema), options)
         self._settings[table.identifier] = settings
         self._keys[table.identifier] = table.keys
         return settings
@@ -122,6 +210,28 @@ class DebeziumRouter:
         return T.StructType(
             [T.StructField(f.name, spark_type_of(f.field_type), not f.required) for f in table.schema().fields]
         )
+
+
+def _empty(schema: StructType) -> DataFrame:
+    """A DataFrame of the schema and no rows (what preflight checks a stream's fit with)."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.getActiveSession()
+    assert session is not None
+    return session.createDataFrame([], schema)
+
+
+def _inferred(parsed: DataFrame, source: SourceTable) -> StructType:
+    """The types of the columns of a source's records without schemas, read from their values as Spark reads
+    JSON (a column only ever null has no type yet: it is left out until a value shows)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    rows = parsed.where((F.col("source") == source.key) & (F.col("schema_id") == ""))
+    inferred = parsed.sparkSession.read.json(rows.select("row").rdd.map(lambda r: r[0]))
+    positional = inferred.toDF(*[f"_{i}" for i in range(len(inferred.columns))])
+    counts = positional.select(*[F.count(F.col(f"_{i}")).alias(f"_{i}") for i in range(len(inferred.columns))]).first()
+    return T.StructType([f for i, f in enumerate(inferred.schema.fields) if counts is not None and counts[f"_{i}"]])
 
 
 def _keyed_dead_letter(identifier: str, keys: tuple[str, ...], outcome: str) -> SchemaMismatchError:
