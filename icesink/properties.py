@@ -8,6 +8,11 @@ where snapshot expiry cannot remove it, and the per-table settings of
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Mapping
+
+from icesink.errors import ConfigError
+
 # --- snapshot summary -----------------------------------------------------------------------------------------------
 JOB_ID_PROPERTY = "icesink.job-id"
 MAX_CHECKPOINT_PROPERTY = "icesink.max-committed-checkpoint-id"
@@ -38,6 +43,43 @@ POLICY_PROPERTIES = {
     "max_group_bytes": "icesink.maintain.max-group-bytes",
     "max_seconds": "icesink.maintain.max-seconds",
 }
+# The icesink table properties a user sets; any other name under icesink's prefix is a typo, or icesink's own.
+USER_PROPERTIES = (MAX_OPEN_FILES_PROPERTY, *POLICY_PROPERTIES.values())
+# What icesink writes into the table at every commit, per job (``<prefix><job id>``).
+WRITTEN_PREFIXES = (TABLE_PROPERTY_PREFIX, STREAM_TABLE_PROPERTY_PREFIX)
+
+
+def check_user_properties(properties: Mapping[str, object] | None, where: str) -> None:
+    """Refuse the ``icesink.*`` table properties a user may not set, naming ``where`` they were given (the
+    table, or the call): an unknown name would be stored and never applied, and icesink writes its markers
+    itself. Every other name (Iceberg's own ``write.*``, ``commit.*``, ...) is left to the table."""
+    for key in properties or {}:
+        name = str(key)
+        if name.startswith(WRITTEN_PREFIXES):
+            raise ConfigError(
+                f"{where}: table property {name!r} is icesink's own: icesink writes it at every commit (a job's "
+                "committed-checkpoint marker, and the Spark query its checkpoints belong to), and a value set by "
+                "hand would make a stream skip checkpoints as committed or refuse to start; remove it from "
+                "table_properties"
+            )
+        unknown = unknown_property(name)
+        if unknown is not None:
+            raise ConfigError(
+                f"{where}: table_properties holds {unknown}: it would be stored and never applied. Correct the "
+                "name, or remove it"
+            )
+
+
+def unknown_property(name: str) -> str | None:
+    """``name`` described as an ``icesink.*`` table property icesink does not read, with the nearest name it
+    does; None when it is not one (a name icesink reads or writes, or not under ``icesink.``)."""
+    if not name.startswith("icesink.") or name in USER_PROPERTIES or name.startswith(WRITTEN_PREFIXES):
+        return None
+    if name in SNAPSHOT_SUMMARY_REFERENCE:
+        return f"{name!r}, which icesink writes into snapshot summaries, not a table property it reads"
+    nearest = difflib.get_close_matches(name, USER_PROPERTIES, n=1)
+    hint = f"did you mean {nearest[0]!r}?" if nearest else f"the known ones: {', '.join(USER_PROPERTIES)}"
+    return f"unknown icesink table property {name!r} ({hint})"
 
 
 # --- the reference ----------------------------------------------------------------------------------------------------

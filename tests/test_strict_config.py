@@ -2,12 +2,14 @@
 
 Spark-free: catalog names (CLI, environment, Python API), ``starting`` and the
 options of the change stream, CLI value ranges, the ``icesink.maintain.*``
-table properties, and concurrent ``icesink db upgrade`` runs.
+table properties, the ``icesink.*`` names a stream may give a new table, and
+concurrent ``icesink db upgrade`` runs.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -273,6 +275,79 @@ def test_every_numeric_maintenance_property_has_a_range() -> None:
             assert MaintenancePolicy.of({PROPERTY_NAMES[f.name]: str(low)}, TABLE) is not None
             with pytest.raises(ConfigError, match="out of range"):
                 MaintenancePolicy.of({PROPERTY_NAMES[f.name]: str(low - 1)}, TABLE)
+
+
+# --- 4b. icesink.* table property names ---------------------------------------------------------------------
+
+
+def test_a_misspelt_icesink_table_property_is_refused_naming_the_table_and_the_nearest_name(tmp_path: Path) -> None:
+    from icesink.sink.options import StreamOptions
+
+    with pytest.raises(ConfigError) as refused:
+        StreamOptions(
+            table=TABLE, table_properties={"write.format.default": "parquet", "icesink.write.max-open-file": "4"}
+        )
+    message = str(refused.value)
+    assert message.startswith(f"table {TABLE}: table_properties holds unknown icesink table property ")
+    assert "'icesink.write.max-open-file' (did you mean 'icesink.write.max-open-files'?)" in message
+    assert "stored and never applied" in message
+    with pytest.raises(ConfigError, match=r"did you mean 'icesink\.maintain\.min-commits'"):
+        StreamOptions(table=TABLE, table_properties={"icesink.maintenance.min-commits": "3"})
+    with pytest.raises(ConfigError, match=r"the known ones: icesink\.write\.max-open-files, "):
+        StreamOptions(table=TABLE, table_properties={"icesink.colour": "blue"})
+    # icesink.debezium takes them for every table it creates: refused when it is called.
+    with pytest.raises(ConfigError) as refused:
+        icesink.debezium("inventory", table_properties={"icesink.equality-deletes.convert-at-comit": "false"})
+    assert str(refused.value).startswith("icesink.debezium: table_properties holds unknown icesink table property")
+    assert "did you mean 'icesink.equality-deletes.convert-at-commit'?" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("icesink.max-committed-checkpoint-id.orders", "icesink writes it at every commit"),
+        ("icesink.stream-id.orders", "icesink writes it at every commit"),
+        ("icesink.job-id", "which icesink writes into snapshot summaries, not a table property it reads"),
+    ],
+)
+def test_the_names_icesink_writes_itself_are_refused_as_table_properties(name: str, says: str) -> None:
+    from icesink.sink.options import StreamOptions
+
+    with pytest.raises(ConfigError) as refused:
+        StreamOptions(table=TABLE, table_properties={name: "7"})
+    assert str(refused.value).startswith(f"table {TABLE}: ") and repr(name) in str(refused.value)
+    assert says in str(refused.value)
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        icesink.debezium("inventory", table_properties={name: "7"})
+
+
+def test_icesinks_own_settings_and_icebergs_properties_are_taken_as_given() -> None:
+    from icesink.maintenance.policy import PROPERTY_NAMES
+    from icesink.sink.options import StreamOptions
+
+    given = {name: "1" for name in PROPERTY_NAMES.values()}
+    given |= {"icesink.write.max-open-files": "8", "write.target-file-size-bytes": "1024", "commit.retry.x": "1"}
+    assert StreamOptions(table=TABLE, table_properties=given).table_properties == given
+    assert icesink.debezium("inventory", table_properties=given).table_properties == given
+
+
+def test_a_table_another_tool_gave_an_unknown_icesink_property_is_written_with_a_warning_naming_it(
+    catalog_config: CatalogConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stream may not own the table: its properties are warned about, never refused."""
+    from icesink.sink.preflight import _warn_unknown_properties
+
+    table = create_orders_table(catalog_config)
+    with table.transaction() as change:  # pyiceberg, say: no check of icesink's names
+        change.set_properties({"icesink.write.max-open-file": "4", "icesink.max-committed-checkpoint-id.j": "1"})
+    table = open_catalog(catalog_config).load_table(TABLE)
+    with caplog.at_level("WARNING", logger="icesink.stream"):
+        _warn_unknown_properties(table, TABLE)
+    (record,) = caplog.records
+    assert record.getMessage().startswith(
+        f"table {TABLE}: its properties hold unknown icesink table property 'icesink.write.max-open-file' "
+        "(did you mean 'icesink.write.max-open-files'?); icesink does not read it"
+    )
 
 
 # --- 5. Concurrent migrations -----------------------------------------------------------------------------------

@@ -251,3 +251,54 @@ def test_the_format_sink_refuses_complete_output_mode_and_writes_nothing(
     assert 'table shop.counts: writeStream.format("icesink") appends each micro-batch' in str(raised.value)
     assert 'outputMode("complete")' in str(raised.value)
     assert table.refresh().current_snapshot() is None
+
+
+# --- 4. icesink.* table property names ----------------------------------------------------------------------------
+
+
+def test_a_misspelt_table_property_of_one_target_is_refused_before_any_table_is_created(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    from icesink.catalog.database import engine
+    from icesink.iceberg.pending_tables import pending_tables
+    from tests.helpers.streams import add_input_files, input_stream
+
+    add_input_files(tmp_path / "in", [(0, 10)])
+    with pytest.raises(ConfigError) as refused:
+        icesink.stream(
+            input_stream(spark, tmp_path / "in"),
+            tables={
+                "shop.first": icesink.Target(create_table=True),
+                "shop.second": icesink.Target(create_table=True, table_properties={"icesink.write.max-open-file": "4"}),
+            },
+            checkpoint_location=str(tmp_path / "ckpt"),
+            catalog=sqlite_catalog,
+        )
+    message = str(refused.value)
+    assert message.startswith("table shop.second: table_properties holds unknown icesink table property")
+    assert "'icesink.write.max-open-file' (did you mean 'icesink.write.max-open-files'?)" in message
+    assert pending_tables(engine(sqlite_catalog), sqlite_catalog.name) == []  # not even the first target's
+
+
+def test_a_stream_into_a_table_with_an_unknown_icesink_property_writes_it_and_warns_naming_it(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another tool set it, and the stream may not own the table: a warning on the driver's log, not a refusal."""
+    from tests.helpers.streams import add_input_files, input_stream, run_available
+    from tests.helpers.support import create_orders_table, table_ids
+
+    table = create_orders_table(sqlite_catalog, "shop.orders")
+    with table.transaction() as change:
+        change.set_properties({"icesink.maintain.min-commit": "3"})
+    add_input_files(tmp_path / "in", [(0, 10)])
+    with caplog.at_level("WARNING", logger="icesink.stream"):
+        run_available(
+            input_stream(spark, tmp_path / "in"),
+            table="shop.orders",
+            checkpoint_location=str(tmp_path / "ckpt"),
+            catalog=sqlite_catalog,
+        )
+    assert table_ids(sqlite_catalog, "shop.orders") == list(range(10))
+    (warning,) = [r.getMessage() for r in caplog.records if "icesink.maintain.min-commit'" in r.getMessage()]
+    assert warning.startswith("table shop.orders: its properties hold unknown icesink table property")
+    assert "(did you mean 'icesink.maintain.min-commits'?)" in warning and "not applied" in warning

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from icesink.debezium_events.decode import SourceTable
 from icesink.errors import ConfigError, SchemaMismatchError
+from icesink.properties import check_user_properties
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -126,8 +127,6 @@ def debezium(
     for option, value in (("evolve_schema", evolve_schema), ("maintain", maintain)):
         if not isinstance(value, bool):
             raise ConfigError(f"icesink.debezium: option {option} must be True or False, not {value!r}")
-    from icesink.properties import check_user_properties
-
     check_user_properties(table_properties, "icesink.debezium")
     return Debezium(namespace, names, partitions, table_properties, evolve_schema, maintain, dead_letter)
 

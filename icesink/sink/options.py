@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from icesink.errors import ConfigError
+from icesink.properties import check_user_properties
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -70,7 +71,8 @@ class StreamOptions:
         default=None,
         metadata=_doc(
             "properties of a new table (``write.target-file-size-bytes``, ``icesink.maintain.*``, …); an existing "
-            "table keeps its own."
+            "table keeps its own. An ``icesink.*`` name icesink does not read (a typo) is refused, naming the nearest "
+            "one it does, as are the names icesink writes itself."
         ),
     )
     job_id: str | None = field(
@@ -174,6 +176,7 @@ class StreamOptions:
         object.__setattr__(self, "committer", _member(Committer, self.committer, table, "committer"))
         object.__setattr__(self, "writer", _member(Writer, self.writer, table, "writer"))
         object.__setattr__(self, "partition_by", tuple(self.partition_by))
+        check_user_properties(self.table_properties, f"table {table}")
         for option in ("create_table", "maintain", "evolve_schema", "expire_snapshots", "atomic"):
             if not isinstance(getattr(self, option), bool):
                 raise ConfigError(f"table {table}: {option} must be True or False, not {getattr(self, option)!r}")

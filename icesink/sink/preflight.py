@@ -58,9 +58,27 @@ def preflight(df: DataFrame, options: StreamOptions, deferred: bool = False) -> 
         properties={k: str(v) for k, v in (options.table_properties or {}).items()},
         deferred=deferred,
     )
+    _warn_unknown_properties(iceberg_table, table)
     changes, passthrough = _plan_changes(df, options, iceberg_table, config)
     settings = SinkSettings.of(options, config, changes=changes, passthrough=tuple(passthrough))
     return settings, catalog_handle
+
+
+def _warn_unknown_properties(iceberg_table: Table, table: str) -> None:
+    """``icesink.*`` properties of the table that icesink does not read, set by another tool: warned about, not
+    refused, since the stream may write a table whose properties are not its own to change."""
+    from icesink.properties import unknown_property
+
+    for name in sorted(iceberg_table.properties):
+        unknown = unknown_property(name)
+        if unknown is not None:
+            log.warning(
+                "table %s: its properties hold %s; icesink does not read it, so what it was meant to set is not "
+                "applied. Correct it where it was set (ALTER TABLE ... SET TBLPROPERTIES / UNSET TBLPROPERTIES, or "
+                "pyiceberg's set_properties / remove_properties)",
+                table,
+                unknown,
+            )
 
 
 def _plan_changes(

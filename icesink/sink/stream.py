@@ -70,8 +70,6 @@ def stream(
 
 def _stream_tables(df: DataFrame, arguments: dict[str, Any]) -> StreamingQuery:
     """One stream into several tables: each target checked as a stream of its own, then one query."""
-    from pyspark.sql import DataFrame as SparkDataFrame
-
     from icesink.sink.batch import TargetSettings
 
     tables: Mapping[str, Target] | Debezium = arguments.pop("tables")
@@ -107,27 +105,37 @@ def _stream_tables(df: DataFrame, arguments: dict[str, Any]) -> StreamingQuery:
     arguments["checkpoint_location"] = _checkpoint_location(
         df, arguments["checkpoint_location"], arguments["query_name"], ",".join(sorted(tables))
     )
+    # Every target's options are checked before any table is created: a mistake in the last one's options leaves
+    # no pending table of the first one behind.
+    planned = [_target_options(df, identifier, target, arguments) for identifier, target in tables.items()]
     targets: list[TargetSettings] = []
-    options = None
     catalog_handle = None
-    for identifier, target in tables.items():
-        if not isinstance(target, Target):
-            raise ConfigError(f"table {identifier}: tables= maps each table to an icesink.Target, not {target!r}")
-        if target.select is not None and not callable(target.select):
-            raise ConfigError(
-                f"table {identifier}: Target(select=...) takes a function of the micro-batch DataFrame, e.g. "
-                f"lambda df: df.where(...), not {target.select!r}"
-            )
-        selected = target.select(df) if target.select is not None else df
-        if not isinstance(selected, SparkDataFrame):
-            raise ConfigError(
-                f"table {identifier}: its Target's select returned {type(selected).__name__}, not a DataFrame"
-            )
-        options = StreamOptions(table=identifier, **arguments, **target.options())
+    for options, selected, target in planned:
         settings, catalog_handle = preflight(selected, options, deferred=True)
         targets.append(TargetSettings(settings, target.select))
-    assert options is not None and catalog_handle is not None
-    return start(df, options, targets, catalog_handle)
+    assert catalog_handle is not None
+    return start(df, planned[-1][0], targets, catalog_handle)
+
+
+def _target_options(
+    df: DataFrame, identifier: str, target: object, arguments: dict[str, Any]
+) -> tuple[StreamOptions, DataFrame, Target]:
+    """One target's options and DataFrame, checked: what its preflight takes."""
+    from pyspark.sql import DataFrame as SparkDataFrame
+
+    if not isinstance(target, Target):
+        raise ConfigError(f"table {identifier}: tables= maps each table to an icesink.Target, not {target!r}")
+    if target.select is not None and not callable(target.select):
+        raise ConfigError(
+            f"table {identifier}: Target(select=...) takes a function of the micro-batch DataFrame, e.g. "
+            f"lambda df: df.where(...), not {target.select!r}"
+        )
+    selected = target.select(df) if target.select is not None else df
+    if not isinstance(selected, SparkDataFrame):
+        raise ConfigError(
+            f"table {identifier}: its Target's select returned {type(selected).__name__}, not a DataFrame"
+        )
+    return StreamOptions(table=identifier, **arguments, **target.options()), selected, target
 
 
 def _named(tables: object) -> str:
