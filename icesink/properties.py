@@ -113,6 +113,8 @@ WRITER_PROPERTY_REFERENCE: dict[str, str] = {
 }
 # Iceberg's own table properties that icesink reads, and what it does with them.
 ICEBERG_PROPERTY_REFERENCE: dict[str, str] = {
+    "format-version": "Iceberg format version of a table a stream creates (2 by default); icesink writes format "
+    "versions 1 and 2.",
     "write.target-file-size-bytes": "size of the data files both writers aim at, and of compaction's output "
     "(default 512 MiB).",
     "write.parquet.compression-codec": "codec of data files: zstd (default), snappy, gzip, lz4 (written as "

@@ -185,3 +185,46 @@ def test_mistakes_in_tables_are_refused_before_the_stream_starts(
     with pytest.raises(ConfigError, match=message):
         icesink.stream(df, checkpoint_location=str(tmp_path / "ckpt"), catalog=sqlite_catalog, **options)
     assert not open_catalog(sqlite_catalog).table_exists("shop.a")
+
+
+def test_a_table_refused_at_its_first_start_takes_the_options_of_the_next_start(
+    spark: Any, catalog_config: CatalogConfig, tmp_path: Path
+) -> None:
+    """A new table partitioned by a column not in its key is refused after the stream created it (pending);
+    started again without partition_by, the stream creates it anew instead of refusing again."""
+    from pyspark.sql import functions as F
+
+    from icesink.catalog.database import engine
+    from icesink.iceberg.pending_tables import pending_tables
+
+    config = catalog_config
+    write_events(tmp_path / "in", 0, BATCHES[0])
+
+    def start(**options: Any) -> Any:
+        orders = icesink.Target(
+            select=lambda df: df.where(F.col("kind") == "order").select("id", "name", "op", "seq"),
+            create_table=True,
+            equality_fields=["id"],
+            op_column="op",
+            op_values={"c": "insert", "u": "update", "d": "delete"},
+            sequence_by="seq",
+            **options,
+        )
+        return icesink.stream(
+            spark.readStream.schema(EVENTS_SCHEMA).json(str(tmp_path / "in")),
+            tables={ORDERS: orders},
+            checkpoint_location=str(tmp_path / "ckpt"),
+            trigger={"availableNow": True},
+            catalog=config,
+        )
+
+    with pytest.raises(ConfigError) as refused:
+        start(partition_by=["name"])
+    message = str(refused.value)
+    assert f"table {ORDERS} is partitioned by identity(name), but 'name' is not among the equality fields" in message
+    assert f"`icesink tables drop-pending {ORDERS}`" in message
+    assert [name for name, _, _ in pending_tables(engine(config), config.name)] == [ORDERS]
+    start().awaitTermination()
+    assert rows(config, ORDERS, "id", "name") == [(1, "a"), (2, "b")]
+    assert open_catalog(config).load_table(ORDERS).spec().fields == ()
+    assert pending_tables(engine(config), config.name) == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -20,7 +21,7 @@ from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.commit import TableCommitter
 from icesink.committer.gc import collect_garbage
 from icesink.committer.ledger import Ledger
-from icesink.errors import TableCreatedElsewhereError
+from icesink.errors import ConfigError, TableCreatedElsewhereError
 from icesink.iceberg.pending_tables import pending_tables
 from icesink.properties import COMMIT_ID_PROPERTY
 from tests.helpers.support import (
@@ -245,3 +246,108 @@ def test_a_downgrade_waits_for_pending_tables(own_catalog: CatalogConfig) -> Non
     assert code == 0, output
     with engine(config).connect() as connection:
         assert not sa.inspect(connection).has_table("icesink_pending_tables")
+
+
+# --- a pending table whose stream asks for other options -------------------------------------------------------------
+
+
+def _resolve(config: CatalogConfig, columns: tuple[str, ...] = ("id", "name", "amount", "ts"), **options: Any) -> Any:
+    """The table a stream into several tables resolves (``deferred``), with the orders' columns as Spark types."""
+    from pyspark.sql import types as T
+
+    from icesink.sink.tables import resolve_table
+
+    types = {"id": T.LongType(), "name": T.StringType(), "amount": T.DoubleType(), "ts": T.TimestampType()}
+    spark_schema = T.StructType([T.StructField(c, types[c], c != "id") for c in columns])
+    catalog = open_catalog(config, pending_tables=True)
+    arguments: dict[str, Any] = {"partition_by": (), "identifier_fields": ("id",), "properties": {}} | options
+    return resolve_table(catalog, config, NEW, spark_schema, True, deferred=True, **arguments)
+
+
+def _files_under(location: str) -> list[Path]:
+    return [p for p in Path(paths.parse(location).path).rglob("*") if p.is_file()]
+
+
+def test_a_pending_table_nothing_is_staged_for_is_created_anew_with_the_options_the_restarted_stream_asks(
+    catalog_config: CatalogConfig,
+) -> None:
+    """A stream refused after it created its table (partitioned by a column not in its key, say) is started
+    again with other options: its table has no rows yet, so it takes them, instead of refusing again."""
+    config = catalog_config
+    first = _resolve(config, partition_by=("name",), properties={"icesink.maintain.min-commits": "3"})
+    assert [f.name for f in first.spec().fields] == ["name"]
+    again = _resolve(config, partition_by=("name",), properties={"icesink.maintain.min-commits": "3"})
+    assert again.metadata_location == first.metadata_location  # the same options: the same table
+    with again.transaction() as change:  # what icesink sets itself is not the stream's to ask
+        change.set_properties({"icesink.stream-id.job": "a query"})
+    marked = open_catalog(config, pending_tables=True).load_table(NEW)
+    assert _resolve(config, partition_by=("name",), properties={"icesink.maintain.min-commits": "3"}) == marked
+    second = _resolve(config)
+    assert second.spec().fields == () and "icesink.maintain.min-commits" not in second.properties
+    assert second.metadata.table_uuid != first.metadata.table_uuid
+    assert _files_under(first.location()) == []  # the first one's files are gone with it
+    ((name, location, _),) = pending_tables(engine(config), config.name)
+    assert (name, location) == (NEW, second.metadata_location)
+    third = _resolve(config, identifier_fields=())  # the key, too
+    assert third.schema().identifier_field_names() == set()
+    fourth = _resolve(config, columns=("id", "name"), properties={"write.target-file-size-bytes": "1024"})
+    assert [f.name for f in fourth.schema().fields] == ["id", "name"]
+    assert fourth.properties == {"write.target-file-size-bytes": "1024"}
+    assert stage_rows(config, NEW, "job", 0, orders(0, 2).select(["id", "name"]))
+    TableCommitter.of(config).commit_pending(NEW)
+    assert table_ids(config, NEW) == [0, 1]
+
+
+def test_a_pending_table_with_a_staged_checkpoint_is_kept_and_a_stream_asking_other_options_is_told_what_to_do(
+    catalog_config: CatalogConfig,
+) -> None:
+    config = catalog_config
+    first = _resolve(config, partition_by=("name",))
+    assert stage_rows(config, NEW, "job", 0, orders(0, 2))
+    for options, differs in (
+        ({}, "partition_by: [name] when it was created, [] now"),
+        (
+            {"partition_by": ("name",), "identifier_fields": ()},
+            "its key (equality_fields): [id] when it was created, [] now",
+        ),
+        (
+            {"partition_by": ("name",), "properties": {"icesink.maintain.min-commits": "3"}},
+            "table_properties: {} when it was created, {'icesink.maintain.min-commits': '3'} now",
+        ),
+    ):
+        with pytest.raises(ConfigError) as refused:
+            _resolve(config, **options)
+        message = str(refused.value)
+        assert message.startswith(f"table {NEW} is pending (a stream created it; it enters the catalog with its first")
+        assert differs in message, message
+        assert "checkpoint 0 of job job is staged" in message
+        assert f"`icesink checkpoints discard {NEW} 0`" in message and f"`icesink tables drop-pending {NEW}`" in message
+    # Columns are the stream's fit to check, as for any table: the DataFrame may lack one the table has.
+    assert _resolve(config, columns=("id", "name"), partition_by=("name",)).metadata_location == first.metadata_location
+    # What the message says works: the checkpoint given up, the table takes the new options.
+    assert invoke(config, "checkpoints", "discard", NEW, "0", "--yes")[0] == 0
+    assert _resolve(config).spec().fields == ()
+
+
+def test_a_pending_table_is_not_created_anew_where_its_recorded_columns_would_land_in_other_fields(
+    catalog_config: CatalogConfig,
+) -> None:
+    """A checkpoint that wrote no row into the table still recorded which field each DataFrame column went to,
+    and a stream finds its columns by those ids: created anew from columns in another order, it would write
+    them into each other."""
+    from icesink.committer.staging import stage_checkpoint
+
+    config = catalog_config
+    table = _resolve(config, partition_by=("name",))
+    ids = {f.name: f.field_id for f in table.schema().fields}
+    assert stage_checkpoint(Ledger(config), table, NEW, "job", 0, [], column_ids=ids)
+    with pytest.raises(ConfigError) as refused:
+        _resolve(config, columns=("id", "amount", "name", "ts"))
+    message = str(refused.value)
+    assert "partition_by: [name] when it was created, [] now" in message
+    assert "'amount' (field id 3, now 2), 'name' (field id 2, now 3)" in message
+    assert "Start the stream with the columns as they were" in message
+    assert f"`icesink tables drop-pending {NEW}`" in message
+    # The columns as they were: the other options still change.
+    assert _resolve(config).spec().fields == ()
+    assert _resolve(config, columns=("id", "name")).schema().find_field("name").field_id == 2

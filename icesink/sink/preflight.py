@@ -59,9 +59,25 @@ def preflight(df: DataFrame, options: StreamOptions, deferred: bool = False) -> 
         deferred=deferred,
     )
     _warn_unknown_properties(iceberg_table, table)
-    changes, passthrough = _plan_changes(df, options, iceberg_table, config)
+    changes, passthrough = _plan_pending_aware(df, options, iceberg_table, config)
     settings = SinkSettings.of(options, config, changes=changes, passthrough=tuple(passthrough))
     return settings, catalog_handle
+
+
+def _plan_pending_aware(
+    df: DataFrame, options: StreamOptions, iceberg_table: Table, config: CatalogConfig
+) -> tuple[ChangeSpec | None, list[str]]:
+    """:func:`_plan_changes`; a refusal concerning a pending table also says how its options can still change."""
+    from icesink.errors import SchemaMismatchError
+    from icesink.iceberg.pending_tables import PendingTable
+    from icesink.sink.pending_options import pending_note
+
+    try:
+        return _plan_changes(df, options, iceberg_table, config)
+    except (ConfigError, SchemaMismatchError) as e:
+        if not isinstance(iceberg_table, PendingTable):
+            raise
+        raise type(e)(f"{e}. {pending_note(options.table)}") from e
 
 
 def _warn_unknown_properties(iceberg_table: Table, table: str) -> None:

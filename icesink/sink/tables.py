@@ -109,16 +109,23 @@ def resolve_table(
     """
     from pyiceberg.exceptions import TableAlreadyExistsError
 
+    from icesink.iceberg.pending_tables import PendingTable
+
     check_identifier(identifier)
-    try:
-        return _existing(load_table(catalog, config, identifier), identifier, partition_by)
-    except TableNotFoundError:
-        if not create:
-            raise
+    found = _found(catalog, config, identifier, create)
+    # A pending table has no rows yet: one a stream creates is held to the options the stream asks (below).
+    if found is not None and not (create and deferred and isinstance(found, PendingTable)):
+        return _existing(found, identifier, partition_by)
     # A table is never created with write properties its writers would then refuse.
     check_write_properties(properties or {}, identifier)
     schema = schema_from_spark(spark_schema, identifier, identifier_fields, skip_columns)
     spec = parse_partition_by(identifier, schema, partition_by)
+    if found is not None:
+        from icesink.sink.pending_options import kept_pending
+
+        kept = kept_pending(catalog, config, found, identifier, schema, spec, dict(properties or {}))
+        if kept is not None:
+            return _existing(kept, identifier, partition_by)
     namespace, name = identifier.rsplit(".", 1)
     with database_errors(config):
         _create_namespace(catalog, namespace)
@@ -138,14 +145,27 @@ def resolve_table(
     return _existing(load_table(catalog, config, identifier), identifier, partition_by)
 
 
+def _found(catalog: SqlCatalog, config: CatalogConfig, identifier: str, create: bool) -> Table | None:
+    """The table; None where there is none and it may be created."""
+    try:
+        return load_table(catalog, config, identifier)
+    except TableNotFoundError:
+        if not create:
+            raise
+        return None
+
+
 def _existing(table: Table, identifier: str, partition_by: Sequence[str]) -> Table:
     from icesink.iceberg.describe import check_format_version
+    from icesink.iceberg.pending_tables import PendingTable
+    from icesink.sink.pending_options import pending_note
 
     check_format_version(table, identifier)
     if partition_by and not _same_partitioning(table, partition_by):
+        note = f". {pending_note(identifier)}" if isinstance(table, PendingTable) else ""
         raise ConfigError(
             f"table {identifier} exists with partitioning {table.spec()}, not {list(partition_by)}; "
-            "drop partition_by or change the table's spec first"
+            f"drop partition_by or change the table's spec first{note}"
         )
     return table
 
