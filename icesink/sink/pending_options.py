@@ -33,8 +33,8 @@ def pending_note(identifier: str) -> str:
     """What to do about a refusal that concerns a pending table: its options are not final until it has rows."""
     return (
         f"Table {identifier} is pending (a stream created it, and nothing of it is committed yet): a stream that "
-        "creates it (create_table=True) and is started again with other options creates it anew with them while "
-        f"nothing of it is staged, and `icesink tables drop-pending {identifier}` gives it up"
+        "creates it (create_table=True, or icesink.debezium) and is started again with other options creates it "
+        f"anew with them while nothing of it is staged, and `icesink tables drop-pending {identifier}` gives it up"
     )
 
 
