@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from icesink.catalog.config import CatalogConfig
     from icesink.changelog.api import changes, read_stream, register
     from icesink.cut import changes_of_tables, read_tables
-    from icesink.debezium_events.route import debezium
+    from icesink.debezium_events.stream_spec import debezium
     from icesink.reader import read
     from icesink.sink.options import Target
     from icesink.sink.stream import stream
@@ -100,7 +100,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     if name == "debezium":
-        from icesink.debezium_events.route import debezium
+        from icesink.debezium_events.stream_spec import debezium
 
         return debezium
     if name in ("read_tables", "changes_of_tables"):

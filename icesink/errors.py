@@ -43,7 +43,15 @@ class TableNotFoundError(TerminalError):
 
 
 class SchemaMismatchError(TerminalError):
-    """Raised when a DataFrame's schema does not fit the target table."""
+    """Raised when a DataFrame's schema does not fit the target table.
+
+    ``column`` is the path of the column (or nested field) whose type does not fit, where one is to blame, and
+    ``table_type`` its type in the table: what a stream explaining the refusal in its own words needs."""
+
+    def __init__(self, message: str, *, column: str | None = None, table_type: str | None = None) -> None:
+        super().__init__(message)
+        self.column = column
+        self.table_type = table_type
 
 
 class UnsupportedTableError(TerminalError):

@@ -29,6 +29,8 @@ COMMIT_ID_PROPERTY = "icesink.commit-id"
 # The marker again, per job, in the same atomic metadata commit (``<prefix><job id>``).
 TABLE_PROPERTY_PREFIX = "icesink.max-committed-checkpoint-id."
 STREAM_TABLE_PROPERTY_PREFIX = "icesink.stream-id."
+# The source table a Debezium stream's table belongs to, for good: JSON of connector, database, schema and table.
+SOURCE_PROPERTY = "icesink.debezium.source"
 # How many files one write task keeps open at once (its other partitions wait in memory or are closed).
 MAX_OPEN_FILES_PROPERTY = "icesink.write.max-open-files"
 # Settings a user sets on the table, by MaintenancePolicy attribute.
@@ -55,6 +57,11 @@ def check_user_properties(properties: Mapping[str, object] | None, where: str) -
     itself. Every other name (Iceberg's own ``write.*``, ``commit.*``, ...) is left to the table."""
     for key in properties or {}:
         name = str(key)
+        if name == SOURCE_PROPERTY:
+            raise ConfigError(
+                f"{where}: table property {name!r} is icesink's own: a Debezium stream records there which source "
+                "table the table belongs to, and refuses any other; remove it from table_properties"
+            )
         if name.startswith(WRITTEN_PREFIXES):
             raise ConfigError(
                 f"{where}: table property {name!r} is icesink's own: icesink writes it at every commit (a job's "
@@ -73,7 +80,12 @@ def check_user_properties(properties: Mapping[str, object] | None, where: str) -
 def unknown_property(name: str) -> str | None:
     """``name`` described as an ``icesink.*`` table property icesink does not read, with the nearest name it
     does; None when it is not one (a name icesink reads or writes, or not under ``icesink.``)."""
-    if not name.startswith("icesink.") or name in USER_PROPERTIES or name.startswith(WRITTEN_PREFIXES):
+    if (
+        not name.startswith("icesink.")
+        or name in USER_PROPERTIES
+        or name == SOURCE_PROPERTY
+        or name.startswith(WRITTEN_PREFIXES)
+    ):
         return None
     if name in SNAPSHOT_SUMMARY_REFERENCE:
         return f"{name!r}, which icesink writes into snapshot summaries, not a table property it reads"
@@ -103,6 +115,9 @@ TABLE_PROPERTY_REFERENCE: dict[str, str] = {
     TABLE_PROPERTY_PREFIX + "<job id>": "the job's committed-checkpoint marker again, as a table property, in the "
     "same metadata commit: snapshot expiry cannot remove it.",
     STREAM_TABLE_PROPERTY_PREFIX + "<job id>": "the Spark query the job's checkpoints belong to.",
+    SOURCE_PROPERTY: "the source table a Debezium stream's table belongs to (JSON: ``connector``, ``database``, "
+    "``schema``, ``table``), set when the stream creates the table or first writes it; a stream whose source table "
+    "differs is refused before it writes.",
 }
 WRITER_PROPERTY_REFERENCE: dict[str, str] = {
     MAX_OPEN_FILES_PROPERTY: "the most Parquet files one write task keeps open at once (default 100, 1 or more). "

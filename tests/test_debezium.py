@@ -18,9 +18,8 @@ from icesink.catalog.loader import open_catalog
 from icesink.debezium_events.decode import DELETE, UPSERT, DecodeError, decode
 from icesink.errors import ConfigError
 from tests.helpers import debezium_fixture as fixture
+from tests.helpers.debezium_fixture import KAFKA_SCHEMA, record, run_stream, write_batches
 from tests.helpers.outcomes import read_many_with_iceberg_java, read_with_duckdb, read_with_iceberg_rust
-
-KAFKA_SCHEMA = "topic string, partition int, offset long, key string, value string"
 
 
 def event(after: dict[str, Any] | None, fields: list[dict[str, Any]], op: str = "c", **source: Any) -> str:
@@ -297,55 +296,6 @@ def test_a_delete_whose_key_has_no_schema_is_typed_by_the_row_schema() -> None:
     assert change is not None and change.op == DELETE and change.row == {"at": "1970-01-01T00:00:01.000001"}
 
 
-def _record(
-    topic: str,
-    partition: int,
-    offset: int,
-    key: dict[str, Any],
-    after: dict[str, Any] | None,
-    fields: list[dict[str, Any]] | None,
-    op: str = "c",
-) -> dict[str, Any]:
-    source = {"schema": topic.split(".")[1], "table": topic.split(".")[2]}
-    payload = {"before": None if op != "d" else key, "after": after, "op": op, "source": source}
-    if fields is None:  # schemas disabled
-        value: Any = payload
-    else:
-        row = {"type": "struct", "fields": fields, "optional": True, "name": f"{topic}.Value"}
-        value = {
-            "schema": {
-                "type": "struct",
-                "fields": [{**row, "field": "before"}, {**row, "field": "after"}],
-                "optional": False,
-            },
-            "payload": payload,
-        }
-    return {
-        "topic": topic,
-        "partition": partition,
-        "offset": offset,
-        "key": json.dumps(key),
-        "value": json.dumps(value),
-    }
-
-
-def _write_batches(directory: Path, batches: list[list[dict[str, Any]]]) -> None:
-    import os
-
-    directory.mkdir(parents=True, exist_ok=True)
-    for number, batch in enumerate(batches):
-        path = directory / f"part-{number:05d}.json"
-        path.write_text("".join(json.dumps(r) + "\n" for r in batch), encoding="utf-8")
-        os.utime(path, (1_750_000_000 + number, 1_750_000_000 + number))
-
-
-def _run(spark: Any, config: CatalogConfig, tmp_path: Path, spec: Any) -> None:
-    events = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).json(str(tmp_path / "in"))
-    icesink.stream(
-        events, tables=spec, checkpoint_location=str(tmp_path / "ckpt"), trigger={"availableNow": True}, catalog=config
-    ).awaitTermination()
-
-
 @pytest.mark.spark
 def test_columns_the_source_adds_are_kept_with_or_without_schemas(
     spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
@@ -357,15 +307,15 @@ def test_columns_the_source_adds_are_kept_with_or_without_schemas(
     batches = [
         [
             # id 1 with the new column on partition 0; id 2, still the old schema, later on partition 1.
-            _record("db.public.users", 0, 5, {"id": 1}, {"id": 1, "name": "a", "email": "a@x"}, new),
-            _record("db.public.users", 1, 9, {"id": 2}, {"id": 2, "name": "b"}, old),
-            _record("db.public.notes", 0, 0, {"id": 1}, None, None, op="d"),  # schemaless, a delete first
+            record("db.public.users", 0, 5, {"id": 1}, {"id": 1, "name": "a", "email": "a@x"}, new),
+            record("db.public.users", 1, 9, {"id": 2}, {"id": 2, "name": "b"}, old),
+            record("db.public.notes", 0, 0, {"id": 1}, None, None, op="d"),  # schemaless, a delete first
         ],
-        [_record("db.public.notes", 0, 1, {"id": 2}, {"id": 2, "text": "t", "stars": None}, None)],
-        [_record("db.public.notes", 0, 2, {"id": 3}, {"id": 3, "text": "u", "stars": 5, "tag": "new"}, None)],
+        [record("db.public.notes", 0, 1, {"id": 2}, {"id": 2, "text": "t", "stars": None}, None)],
+        [record("db.public.notes", 0, 2, {"id": 3}, {"id": 3, "text": "u", "stars": 5, "tag": "new"}, None)],
     ]
-    _write_batches(tmp_path / "in", batches)
-    _run(spark, sqlite_catalog, tmp_path, icesink.debezium("app"))
+    write_batches(tmp_path / "in", batches)
+    run_stream(spark, sqlite_catalog, tmp_path, icesink.debezium("app"))
     users = icesink.read("app.users", catalog=sqlite_catalog).to_pylist()
     assert sorted(users, key=lambda r: r["id"]) == [
         {"id": 1, "name": "a", "email": "a@x"},
@@ -392,20 +342,20 @@ def test_what_would_mix_rows_stops_the_stream_and_stages_nothing(
     if case == "two sources, one table":
         batches = [
             [
-                _record("db.public.users", 0, 0, {"id": 1}, {"id": 1, "tenant": 1}, fields),
-                _record("db.billing.users", 0, 0, {"id": 1}, {"id": 1, "tenant": 2}, fields),
+                record("db.public.users", 0, 0, {"id": 1}, {"id": 1, "tenant": 1}, fields),
+                record("db.billing.users", 0, 0, {"id": 1}, {"id": 1, "tenant": 2}, fields),
             ]
         ]
         message = "table app.users: source tables billing.users and public.users both go there"
     else:
         batches = [
-            [_record("db.public.users", 0, 0, {"id": 1}, {"id": 1, "tenant": 1}, fields)],
-            [_record("db.public.users", 0, 1, {"id": 1, "tenant": 2}, {"id": 1, "tenant": 2}, fields)],
+            [record("db.public.users", 0, 0, {"id": 1}, {"id": 1, "tenant": 1}, fields)],
+            [record("db.public.users", 0, 1, {"id": 1, "tenant": 2}, {"id": 1, "tenant": 2}, fields)],
         ]
         message = r"table app.users: its events are keyed by \(id, tenant\), but the table is keyed by \(id\)"
-    _write_batches(tmp_path / "in", batches)
+    write_batches(tmp_path / "in", batches)
     with pytest.raises(Exception, match=message):
-        _run(spark, sqlite_catalog, tmp_path, icesink.debezium("app"))
+        run_stream(spark, sqlite_catalog, tmp_path, icesink.debezium("app"))
     from icesink.committer.ledger import Ledger
 
     staged = [r.checkpoint_id for r in Ledger(sqlite_catalog).for_table("app.users")]
@@ -434,12 +384,12 @@ def test_maintain_has_the_inline_committer_maintain_every_table_of_the_stream(
     fields = [{"type": "int32", "optional": False, "field": "id"}, {"type": "string", "optional": True, "field": "v"}]
     batches = [
         [
-            _record(f"db.public.{table}", 0, n, {"id": n % 3}, {"id": n % 3, "v": f"{table}{n}"}, fields)
+            record(f"db.public.{table}", 0, n, {"id": n % 3}, {"id": n % 3, "v": f"{table}{n}"}, fields)
             for table in ("a", "b")
         ]
         for n in range(4)
     ]
-    _write_batches(tmp_path / "in", batches)
+    write_batches(tmp_path / "in", batches)
     compact_soon = {"icesink.maintain.min-commits": "1", "icesink.maintain.min-input-files": "2"}
     with pytest.raises(ConfigError, match=r"app\.\* \(Debezium\): icesink.debezium\(maintain=True\).*--maintain"):
         icesink.stream(
@@ -449,7 +399,7 @@ def test_maintain_has_the_inline_committer_maintain_every_table_of_the_stream(
             committer="daemon",
             catalog=sqlite_catalog,
         )
-    _run(spark, sqlite_catalog, tmp_path, icesink.debezium("app", table_properties=compact_soon, maintain=True))
+    run_stream(spark, sqlite_catalog, tmp_path, icesink.debezium("app", table_properties=compact_soon, maintain=True))
     for table in ("a", "b"):
         snapshots = open_catalog(sqlite_catalog).load_table(f"app.{table}").snapshots()
         assert "compact" in {s.summary["icesink.maintenance"] for s in snapshots}
@@ -469,10 +419,8 @@ def test_tables_the_stream_creates_appear_with_their_first_commit_not_before(
 
     fields = [{"type": "int32", "optional": False, "field": "id"}, {"type": "string", "optional": True, "field": "v"}]
     tables = ("orders", "order lines ü%")
-    batches = [
-        [_record(f"db.public.{t}", 0, n, {"id": n}, {"id": n, "v": t}, fields) for t in tables] for n in range(2)
-    ]
-    _write_batches(tmp_path / "in", batches)
+    batches = [[record(f"db.public.{t}", 0, n, {"id": n}, {"id": n, "v": t}, fields) for t in tables] for n in range(2)]
+    write_batches(tmp_path / "in", batches)
     events = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).json(str(tmp_path / "in"))
     icesink.stream(
         events,
@@ -529,10 +477,10 @@ def test_a_keyed_dead_letter_table_stops_the_stream_before_it_starts(
     catalog.create_namespace("ops")
     catalog.create_table(dead, Schema(NestedField(1, "offset", LongType(), required=True), identifier_field_ids=[1]))
     fields = [{"type": "int32", "optional": False, "field": "id"}]
-    _write_batches(tmp_path / "in", [[_record("db.public.users", 0, 0, {"id": 1}, {"id": 1}, fields)]])
+    write_batches(tmp_path / "in", [[record("db.public.users", 0, 0, {"id": 1}, {"id": 1}, fields)]])
     message = rf"table {dead}: it is the stream's dead_letter table.*keyed by \(offset\).*did not start"
     with pytest.raises(SchemaMismatchError, match=message):
-        _run(spark, sqlite_catalog, tmp_path, icesink.debezium("app", dead_letter=dead))
+        run_stream(spark, sqlite_catalog, tmp_path, icesink.debezium("app", dead_letter=dead))
     assert not catalog.table_exists("app.users") and not (tmp_path / "ckpt").exists()
 
 
@@ -544,18 +492,18 @@ def test_records_that_cannot_be_applied_go_to_the_dead_letter_table_and_the_stre
 
     fields = [{"type": "int32", "optional": False, "field": "id"}, {"type": "string", "optional": True, "field": "n"}]
     not_json = {"topic": "db.public.users", "partition": 0, "offset": 1, "key": '{"id": 2}', "value": "{ü %/x"}
-    truncate = _record("db.public.users", 1, 7, {"id": 4}, None, fields, op="t")
+    truncate = record("db.public.users", 1, 7, {"id": 4}, None, fields, op="t")
     batches = [
         [
-            _record("db.public.users", 0, 0, {"id": 1}, {"id": 1, "n": "a"}, fields),
+            record("db.public.users", 0, 0, {"id": 1}, {"id": 1, "n": "a"}, fields),
             not_json,
-            _record("db.public.users", 0, 2, {"id": 3}, {"id": 3, "n": "c"}, fields, op="x"),
+            record("db.public.users", 0, 2, {"id": 3}, {"id": 3, "n": "c"}, fields, op="x"),
         ],
-        [_record("db.public.users", 0, 3, {"id": 1}, {"id": 1, "n": "a2"}, fields, op="u"), truncate],
+        [record("db.public.users", 0, 3, {"id": 1}, {"id": 1, "n": "a2"}, fields, op="u"), truncate],
     ]
-    _write_batches(tmp_path / "in", batches)
+    write_batches(tmp_path / "in", batches)
     dead = "ops.rejected ü %/x"
-    _run(spark, sqlite_catalog, tmp_path, icesink.debezium("app", dead_letter=dead))
+    run_stream(spark, sqlite_catalog, tmp_path, icesink.debezium("app", dead_letter=dead))
     assert icesink.read("app.users", catalog=sqlite_catalog).to_pylist() == [{"id": 1, "n": "a2"}]
     rejected = sorted(icesink.read(dead, catalog=sqlite_catalog).to_pylist(), key=lambda r: r["offset"])
     assert [(r["topic"], r["partition"], r["offset"], r["key"]) for r in rejected] == [
@@ -585,7 +533,7 @@ def test_any_record_decoding_cannot_apply_is_kept_as_it_came_for_the_dead_letter
     it did not foresee, become rejected rows holding the exact bytes; without a dead-letter table they stop."""
     import pyarrow as pa
 
-    from icesink.debezium_events.route import REJECTED, parse_task
+    from icesink.debezium_events.decode_task import REJECTED, parse_task
 
     # A row schema whose fields are a number: no check foresees it, decoding fails on its way.
     odd_schema = {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": 5}]}

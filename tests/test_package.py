@@ -20,7 +20,9 @@ def test_import_icesink_starts_nothing_heavy() -> None:
 
 
 def test_executor_code_needs_neither_a_catalog_nor_sqlalchemy() -> None:
-    loaded = loaded_after("import icesink.writer.task, icesink.results, icesink.debezium_events.decode")
+    loaded = loaded_after(
+        "import icesink.writer.task, icesink.writer.json_tables, icesink.results, icesink.debezium_events.decode_task"
+    )
     assert not loaded & {"sqlalchemy", "pyiceberg", "alembic", "click"}
     assert "pyarrow" in loaded
 

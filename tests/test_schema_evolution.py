@@ -472,3 +472,42 @@ def test_a_cdc_stream_restarts_after_another_tool_renames_its_key_top_level_or_n
     assert {s.summary["icesink.job-id"] for s in catalog.load_table(flat).snapshots()} == {
         catalog.load_table(flat).current_snapshot().summary["icesink.job-id"]
     }
+
+
+@pytest.mark.spark
+def test_another_tool_partitioning_a_keyed_table_by_another_column_stops_the_stream_naming_it(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    """A partition field on a column outside the key, added while a keyed stream runs: the driver refuses the
+    next micro-batch as a restart would (the executors failed with a raw KeyError before), and writes nothing."""
+    ddl = "id long, name string, amount double, ts timestamp"
+    source, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    create_orders_table(sqlite_catalog, TABLE)
+    catalog = open_catalog(sqlite_catalog)
+    add_input_file(source, orders(0, 3))
+    df = spark.readStream.schema(ddl).option("maxFilesPerTrigger", 1).parquet(str(source))
+    query = icesink.stream(
+        df,
+        table=TABLE,
+        checkpoint_location=str(checkpoint),
+        equality_fields=["id"],
+        trigger={"processingTime": "200 milliseconds"},
+        catalog=sqlite_catalog,
+    )
+    try:
+        wait_for(lambda: catalog.load_table(TABLE).current_snapshot() is not None, "the first micro-batch")
+        with catalog.load_table(TABLE).update_spec() as update:
+            update.add_identity("name")
+        add_input_file(source, orders(3, 3))
+        with pytest.raises(Exception) as stopped:
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    message = str(stopped.value)
+    assert (
+        f"table {TABLE}, checkpoint 1: the table is partitioned by identity(name), but 'name' is not among the "
+        "equality fields ['id']" in message
+    ), message
+    assert "KeyError" not in message
+    assert [r.checkpoint_id for r in Ledger(sqlite_catalog).for_table(TABLE)] == [0]
+    assert sorted(icesink.read(TABLE, catalog=sqlite_catalog).column("id").to_pylist()) == [0, 1, 2]

@@ -140,6 +140,41 @@ def tables_drop_pending(obj: CliContext, table: str, yes: bool) -> None:
     click.echo(f"dropped pending table {table}: {len(deleted)} file(s) deleted")
 
 
+MAPPING_COLUMNS: list[Column[dict[str, Any]]] = [
+    Column("job", lambda r: r["job_id"]),
+    Column("option", lambda r: r["option"]),
+    Column("key", lambda r: r["key"]),
+    Column("maps to", lambda r: r["target"]),
+    Column("matched", lambda r: r["matched"] or "(nothing yet)"),
+]
+
+
+@tables.command("mappings")
+@click.option("--job", "job_id", help="Only this stream's keys (its job id).")
+@click.option("--unmatched", is_flag=True, help="Only the keys that matched nothing yet.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def tables_mappings(obj: CliContext, job_id: str | None, unmatched: bool, as_json: bool) -> None:
+    """The keys of Debezium streams' tables= and partition_by options, each with what it matched: the source
+    table a tables= key routes, the table a partition_by key partitions. A key that matched nothing routes
+    nothing (check its spelling); --unmatched lists only those."""
+    from icesink.catalog.mappings import Mappings
+
+    rows = [
+        {
+            "job_id": m.job_id,
+            "option": m.option,
+            "key": m.name,
+            "target": m.target,
+            "matched": m.matched,
+            "updated_at": m.updated_at.isoformat(),
+        }
+        for m in Mappings(obj.config).all(job_id)
+        if not unmatched or m.matched is None
+    ]
+    obj.output(as_json).emit(rows, lambda: text_table(rows, MAPPING_COLUMNS))
+
+
 def _table_row(obj: CliContext, name: str, pending: bool = False) -> dict[str, Any]:
     table = obj.table(name, pending_tables=pending)
     current = table.current_snapshot()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from icesink.debezium_events import decode as d
+from icesink.debezium_events import connect_values as d
 from icesink.errors import SchemaMismatchError
 
 if TYPE_CHECKING:

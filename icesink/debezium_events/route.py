@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
-from icesink.debezium_events.decode import SourceTable
+from icesink.debezium_events.decode_task import INPUT_COLUMNS, KAFKA_COLUMNS, PARSED_DDL, REJECTED, parse_task
+from icesink.debezium_events.sources import SourceTable
+from icesink.debezium_events.stream_spec import Debezium
 from icesink.errors import ConfigError, SchemaMismatchError
-from icesink.properties import check_user_properties
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -31,199 +30,6 @@ log = logging.getLogger(__name__)
 
 OP_COLUMN = "__icesink_op"
 POSITION_COLUMN = "__icesink_position"
-# The decoded records: one row per change, or per record that cannot be applied (``source`` is REJECTED, ``row``
-# says why). ``row`` is the change's row as JSON; ``key`` its key values (what the write is distributed by); the
-# Kafka coordinates name a record in errors. ``raw_key`` and ``raw_value`` are the record's bytes, kept only where
-# the write may still refuse it (a rejected record, or one without schemas, typed by the table as it is written).
-PARSED_DDL = (
-    "source string, op string, keys string, schema_id string, row_schema string, row string, key string, "
-    "position string, topic string, partition int, offset long, raw_key binary, raw_value binary, shape string"
-)
-INPUT_COLUMNS = ("key", "value")
-KAFKA_COLUMNS = ("topic", "partition", "offset")
-REJECTED = ""  # the ``source`` of a record that cannot be applied (no source table is named so)
-
-
-@dataclass(frozen=True)
-class Debezium:
-    """``tables=`` for a stream of Debezium change events (see :func:`debezium`)."""
-
-    namespace: str
-    names: Mapping[str, str] = field(default_factory=dict)
-    partition_by: Mapping[str, Sequence[str]] = field(default_factory=dict)
-    table_properties: Mapping[str, str] | None = None
-    evolve_schema: bool = True
-    maintain: bool = False
-    dead_letter: str | None = None  # the table of records that cannot be applied; None: they stop the stream
-
-    def identifier(self, source: SourceTable) -> str:
-        """The Iceberg table of a source table: a mapping's, else ``namespace.<table>`` (a table named with a
-        dot, ``a.b``, goes to ``namespace.a.b``: table ``b`` of namespace ``namespace.a``)."""
-        for name in source.names:
-            if name in self.names:
-                return self.names[name]
-        return f"{self.namespace}.{source.table}"
-
-    def mapping_key(self, source: SourceTable) -> str | None:
-        """The ``tables=`` key that maps the source, if one does."""
-        return next((name for name in source.names if name in self.names), None)
-
-
-def debezium(
-    namespace: str,
-    *,
-    tables: Mapping[str, str] | None = None,
-    partition_by: Mapping[str, Sequence[str]] | None = None,
-    table_properties: Mapping[str, str] | None = None,
-    evolve_schema: bool = True,
-    maintain: bool = False,
-    dead_letter: str | None = None,
-) -> Debezium:
-    """Route Debezium change events to one table each: ``icesink.stream(df, tables=icesink.debezium("inventory"))``.
-
-    ``df`` has the columns Spark's Kafka source gives: ``key`` and ``value`` (string or binary, JSON as
-    Kafka Connect's JsonConverter writes it, with or without ``schema``) and optionally ``topic``,
-    ``partition``, ``offset``. Each source table goes to ``namespace.<table>``, or where ``tables`` maps
-    it (by ``database.schema.table``, ``schema.table``, ``database.table`` or ``table``). A table belongs to
-    one source table for good: a second source table that would go there stops the stream, naming both.
-    ``partition_by`` and ``table_properties`` apply to the tables icesink creates (partition only by key
-    columns); ``evolve_schema`` adds the columns the source adds and widens the ones it widens; ``maintain``
-    has the inline committer maintain every table between commits, as ``icesink.stream(maintain=True)`` does
-    for one.
-
-    A record decoding cannot apply (not JSON or not UTF-8, not a change event, a truncate, no key, a value its
-    column cannot hold exactly, Debezium's placeholder for an unchanged TOASTed value) stops the stream,
-    naming it; with ``dead_letter="namespace.table"`` it goes to that table instead (created if missing,
-    appends: ``topic``, ``partition``, ``offset``, ``key`` and ``value`` as the bytes Kafka held, ``error``),
-    committed with the micro-batch's other tables, and the stream goes on without the change it held.
-    """
-    if not isinstance(namespace, str) or not namespace or namespace.startswith(".") or namespace.endswith("."):
-        raise ConfigError(
-            f"icesink.debezium: namespace must be a namespace name such as 'inventory', not {namespace!r}"
-        )
-    names = dict(tables or {})
-    for source, target in names.items():
-        if not _is_table_name(target):
-            raise ConfigError(
-                f"icesink.debezium: tables maps source table {source!r} to {target!r}; map it to a table name "
-                "'namespace.table' (its options come from partition_by and table_properties)"
-            )
-    if dead_letter is not None and not _is_table_name(dead_letter):
-        raise ConfigError(
-            f"icesink.debezium: dead_letter must be a table name 'namespace.table' (or None), not {dead_letter!r}"
-        )
-    if dead_letter is not None and dead_letter in names.values():
-        source = next(s for s, t in names.items() if t == dead_letter)
-        raise ConfigError(
-            f"icesink.debezium: {dead_letter!r} is both the dead_letter table and where source table {source!r} goes"
-        )
-    partitions = dict(partition_by or {})
-    for target, fields in partitions.items():
-        if isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
-            raise ConfigError(
-                f"icesink.debezium: partition_by[{target!r}] must be a list of partition fields such as "
-                f"['bucket(8, id)'], not {fields!r}"
-            )
-    for option, value in (("evolve_schema", evolve_schema), ("maintain", maintain)):
-        if not isinstance(value, bool):
-            raise ConfigError(f"icesink.debezium: option {option} must be True or False, not {value!r}")
-    check_user_properties(table_properties, "icesink.debezium")
-    return Debezium(namespace, names, partitions, table_properties, evolve_schema, maintain, dead_letter)
-
-
-def _is_table_name(name: object) -> bool:
-    """``namespace.table``, no part empty (as the catalog requires)."""
-    return isinstance(name, str) and len(parts := name.split(".")) >= 2 and all(parts)
-
-
-# --- on the executors: decoding ------------------------------------------------------------------------------------
-
-
-def parse_task(
-    columns: Sequence[str], keep_rejected: bool = False, spec: Debezium | None = None
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function that decodes a micro-batch's records (``columns``: those present).
-
-    A record that cannot be applied raises :class:`DecodeError`, or with ``keep_rejected`` becomes a row of
-    source :data:`REJECTED`. ``spec`` names the tables in messages."""
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from icesink.debezium_events.decode import DecodeError, Decoder
-
-        decoder = Decoder(spec.identifier if spec is not None else None)
-        schemas_sent: set[str] = set()
-        names = [n for n, _ in _PARSED_TYPES]
-        for batch in batches:
-            records = batch.to_pydict()
-            size = batch.num_rows
-            keys = records["key"]
-            values = records["value"]
-            topics = records.get("topic") or [None] * size
-            partitions = records.get("partition") or [None] * size
-            offsets = records.get("offset") or [None] * size
-            out: dict[str, list[Any]] = {n: [] for n in names}
-            for i in range(size):
-                key, value, topic, partition, offset = keys[i], values[i], topics[i], partitions[i], offsets[i]
-                try:
-                    change = decoder.decode(key, value, topic, partition, offset)
-                except Exception as e:  # with a dead-letter table, whatever a record makes decoding raise
-                    if not keep_rejected:
-                        raise
-                    error = str(e) if isinstance(e, DecodeError) else f"{type(e).__name__}: {e}"
-                    _append(out, REJECTED, "", "[]", "", "", error, "", "", topic, partition, offset, key, value, "")
-                    continue
-                if change is None:
-                    continue
-                schema_text = ""
-                if change.schema_id and change.schema_id not in schemas_sent:
-                    schemas_sent.add(change.schema_id)  # once a task: the driver needs each schema once
-                    schema_text = json.dumps(change.row_schema)
-                exact = change.row_text is not None
-                row = change.row_text if exact else json.dumps(change.row)
-                key_values = json.dumps([change.row.get(k) for k in change.key_names], default=str)
-                _append(
-                    out,
-                    change.source.key,
-                    change.op,
-                    json.dumps(change.key_names),
-                    change.schema_id,
-                    schema_text,
-                    row,
-                    key_values,
-                    change.position,
-                    topic,
-                    partition,
-                    offset,
-                    key if exact else None,
-                    value if exact else None,
-                    json.dumps(list(change.row)) if exact else "",
-                )
-            yield pa.record_batch([pa.array(out[n], t) for n, t in _PARSED_TYPES], names=names)
-
-    return run
-
-
-_PARSED_TYPES = (
-    ("source", pa.string()),
-    ("op", pa.string()),
-    ("keys", pa.string()),
-    ("schema_id", pa.string()),
-    ("row_schema", pa.string()),
-    ("row", pa.string()),
-    ("key", pa.string()),
-    ("position", pa.string()),
-    ("topic", pa.string()),
-    ("partition", pa.int32()),
-    ("offset", pa.int64()),
-    ("raw_key", pa.binary()),
-    ("raw_value", pa.binary()),
-    ("shape", pa.string()),
-)
-
-
-def _append(out: dict[str, list[Any]], *values: Any) -> None:
-    for (name, _), value in zip(_PARSED_TYPES, values, strict=True):
-        out[name].append(value)
 
 
 # --- on the driver: the micro-batch's tables ----------------------------------------------------------------------

@@ -19,38 +19,32 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import load_table, open_catalog
 from icesink.committer.checkpoints import StreamIdentity
 from icesink.committer.commit import TableCommitter
 from icesink.committer.ledger import Ledger
-from icesink.committer.maintainer import Maintainer
 from icesink.committer.protocol import Admission, admit
-from icesink.committer.staging import TableResults, stage_tables
-from icesink.errors import ConfigError, IcesinkError
+from icesink.committer.staging import stage_tables
+from icesink.errors import ConfigError, IcesinkError, SchemaMismatchError
 from icesink.failpoints import failpoint
-from icesink.iceberg.describe import writer_spec
-from icesink.results import decode_write_result
 from icesink.retry import Backoff
-from icesink.sink.columns import column, nested
-from icesink.sink.evolution import SchemaTracker
-from icesink.sink.projection import Projection
-from icesink.sink.spark_writer import SparkParquetWriter, spark_writer_refusal, table_bytes_per_row
-from icesink.writer.task import RESULT_SCHEMA_DDL, write_task
+from icesink.sink.executor_errors import executor_errors
+from icesink.sink.phases import Phases
+from icesink.sink.routing import Routed, RoutedTarget, Router
+from icesink.sink.table_sink import PreparedWrite, TableSink, Written
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.table import Table
-    from pyspark.sql import Column, DataFrame
-    from pyspark.sql.types import StructType
+    from pyspark.sql import DataFrame
 
-    from icesink.results import WriteResult
     from icesink.sink.options import StreamOptions
-    from icesink.writer.spec import ChangeSpec, Leaf, WriterSpec
+    from icesink.writer.spec import ChangeSpec
 
 log = logging.getLogger("icesink.stream")
 # A transient commit failure of the inline committer: retried within the micro-batch.
@@ -94,59 +88,6 @@ class SinkSettings:
             evolve_schema=options.evolve_schema,
             **planned,
         )
-
-
-@dataclass(frozen=True)
-class TargetSettings:
-    """One table of a stream and the part of each micro-batch that goes there (None: all of it)."""
-
-    settings: SinkSettings
-    select: Callable[[DataFrame], DataFrame] | None = None
-
-
-@dataclass(frozen=True)
-class RoutedTarget:
-    """One table of a micro-batch: its settings, the schema of its rows, and the rows (None: the router writes
-    them itself, see :attr:`Routed.write_all`). An ``optional`` table is staged only if it was written files."""
-
-    settings: SinkSettings
-    schema: StructType
-    rows: DataFrame | None = None
-    optional: bool = False
-
-
-# The router's own write of every table of a micro-batch (one Spark job): each table's results, in order.
-WriteAll = Callable[[Sequence["PreparedWrite"], "Phases"], list[list["WriteResult"]]]
-
-
-@dataclass
-class Routed:
-    """A micro-batch split by table; ``release`` frees what routing cached; ``write_all`` (if any) writes every
-    table's rows at once, where each table's ``rows`` would otherwise be a Spark job of its own."""
-
-    targets: list[RoutedTarget]
-    release: Callable[[], object] = lambda: None
-    write_all: WriteAll | None = None
-
-
-class Router(Protocol):
-    def route(self, batch_df: DataFrame) -> Routed: ...
-
-
-class StaticRouter:
-    """The tables named when the stream started, each taking its ``select`` of the micro-batch."""
-
-    def __init__(self, targets: Sequence[TargetSettings]) -> None:
-        self._targets = list(targets)
-
-    def route(self, batch_df: DataFrame) -> Routed:
-        if len(self._targets) == 1:
-            target = self._targets[0]
-            rows = target.select(batch_df) if target.select else batch_df
-            return Routed([RoutedTarget(target.settings, rows.schema, rows)])
-        cached = batch_df.persist()  # every target reads the micro-batch: its source is read once
-        selected = [(t.settings, t.select(cached) if t.select else cached) for t in self._targets]
-        return Routed([RoutedTarget(settings, rows.schema, rows) for settings, rows in selected], cached.unpersist)
 
 
 class BatchWriter:
@@ -198,31 +139,14 @@ class BatchWriter:
         job_id = self.job_id(batch_df)
         stream = self.stream_identity(batch_df)
         checkpoint_id = int(batch_id)
-        routed = self._router.route(batch_df)
-        try:
-            if not routed.targets:
-                return  # nothing for any table (a micro-batch of tombstones, say)
-            targets = routed.targets
-            sinks = [self._sink(t.settings) for t in targets]
-            tables = [load_table(self._catalog, t.settings.catalog, t.settings.table) for t in targets]
-            if not self._admitted(sinks, tables, job_id, checkpoint_id, stream):
-                return
-            prepared = [
-                sink.prepare(target.schema, table, job_id, checkpoint_id)
-                for sink, target, table in zip(sinks, targets, tables, strict=True)
-            ]
-            phases.done("check")
-            if routed.write_all is not None:
-                results = routed.write_all(prepared, phases)
-            else:
-                results = [sink.write(t.rows, p, phases) for sink, t, p in zip(sinks, targets, prepared, strict=True)]
-            written = [
-                sink.finish(one, result)
-                for sink, target, one, result in zip(sinks, targets, prepared, results, strict=True)
-                if not target.optional or any(r.data_files or r.delete_files for r in result)
-            ]
-        finally:
-            routed.release()
+        with executor_errors():
+            routed = self._router.route(batch_df, job_id)
+            try:
+                written = self._write(routed, job_id, checkpoint_id, stream, phases)
+            finally:
+                routed.release()
+        if written is None:
+            return
         failpoint("driver.after-write")
         stage_tables(self._ledger, job_id, checkpoint_id, [w.results for w in written], stream, atomic=self._atomic)
         for one in written:
@@ -235,6 +159,32 @@ class BatchWriter:
         log.info(
             "table=%s checkpoint=%d took %s", ", ".join(w.results.identifier for w in written), checkpoint_id, phases
         )
+
+    def _write(
+        self, routed: Routed, job_id: str, checkpoint_id: int, stream: StreamIdentity, phases: Phases
+    ) -> list[Written] | None:
+        """The checkpoint's files in each of its tables (None: nothing to write, or written before)."""
+        if not routed.targets:
+            return None  # nothing for any table (a micro-batch of tombstones, say)
+        targets = routed.targets
+        sinks = [self._sink(t.settings) for t in targets]
+        tables = [load_table(self._catalog, t.settings.catalog, t.settings.table) for t in targets]
+        if not self._admitted(sinks, tables, job_id, checkpoint_id, stream):
+            return None
+        prepared = [
+            _prepare(sink, target, table, job_id, checkpoint_id)
+            for sink, target, table in zip(sinks, targets, tables, strict=True)
+        ]
+        phases.done("check")
+        if routed.write_all is not None:
+            results = routed.write_all(prepared, phases)
+        else:
+            results = [sink.write(t.rows, p, phases) for sink, t, p in zip(sinks, targets, prepared, strict=True)]
+        return [
+            sink.finish(one, result)
+            for sink, target, one, result in zip(sinks, targets, prepared, results, strict=True)
+            if not target.optional or any(r.data_files or r.delete_files for r in result)
+        ]
 
     def _admitted(
         self,
@@ -290,139 +240,10 @@ class BatchWriter:
                 time.sleep(COMMIT_BACKOFF.delay(attempt))
 
 
-class TableSink:
-    """One table of a stream: fits each micro-batch to the table and writes its files on the executors."""
-
-    def __init__(self, settings: SinkSettings, catalog: SqlCatalog, ledger: Ledger) -> None:
-        self._settings = settings
-        self.table = settings.table
-        # The next micro-batch waits for the driver: maintenance stops after icesink.maintain.max-seconds.
-        self._maintainer = (
-            Maintainer(catalog, settings.catalog, waiting=lambda table: True) if settings.maintain else None
-        )
-        passthrough = list(settings.passthrough)
-        if settings.changes is not None:
-            passthrough.append(settings.changes.order_column)
-        self._schema = SchemaTracker(
-            catalog, settings.catalog, ledger, settings.table, passthrough, settings.evolve_schema
-        )
-        self._spark_writer = SparkParquetWriter()
-        self._writer_in_use: str | None = None
-
-    def prepare(self, spark_schema: StructType, table: Table, job_id: str, checkpoint_id: int) -> PreparedWrite:
-        """The table fitted to this checkpoint's rows (evolved where allowed) and what its writers need."""
-        identifier = self._settings.table
-        table, projection = self._schema.fit(spark_schema, table, job_id, checkpoint_id)
-        spec = replace(
-            writer_spec(table, identifier, job_id, self._settings.changes).for_checkpoint(checkpoint_id),
-            nulls_in_required=self._settings.evolve_schema,
-        )
-        return PreparedWrite(table, spec, projection)
-
-    def finish(self, prepared: PreparedWrite, results: list[WriteResult]) -> Written:
-        """The checkpoint's files in this table, ready to stage (required columns that got nulls made optional)."""
-        table = prepared.table
-        optional = self._schema.required_nulls(prepared.spec, results)
-        if optional:
-            table = self._schema.make_optional(table, optional, prepared.spec.checkpoint_id)
-        staged = TableResults(
-            table, self._settings.table, results, prepared.spec.schema_id, prepared.projection.field_ids
-        )
-        return Written(staged, prepared.projection)
-
-    def staged(self, written: Written) -> None:
-        self._schema.remember(written.projection)
-
-    def maintain(self, committer: TableCommitter) -> None:
-        """The table's due maintenance, between commits (``maintain=True``)."""
-        if self._maintainer is not None and self._maintainer.between_commits(committer.table(self.table), self.table):
-            committer.forget(self.table)
-
-    def write(self, batch_df: DataFrame | None, prepared: PreparedWrite, phases: Phases) -> list[WriteResult]:
-        """The one action on the batch: files are written, their results come back to the driver."""
-        from pyspark.sql import functions as F
-
-        assert batch_df is not None
-        table, spec, projection = prepared.table, prepared.spec, prepared.projection
-        changes = self._settings.changes
-        if changes is not None:
-            # Input position, taken before the shuffle: the tie-breaker between changes of one key.
-            batch_df = batch_df.withColumn(changes.order_column, F.monotonically_increasing_id())
-        projected = projection.apply(batch_df, table.schema())
-        if self._settings.writer != "arrow":
-            refusal = spark_writer_refusal(spec, projected)
-            if refusal is None:
-                self._note_writer("spark", "Spark's Parquet writer")
-                snapshot = table.current_snapshot()
-                summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else None
-                return self._spark_writer.write(projected, spec, table_bytes_per_row(summary), phases)
-            if self._settings.writer == "spark":
-                raise ConfigError(
-                    f"table {self._settings.table}, checkpoint {spec.checkpoint_id}: writer='spark' cannot write "
-                    f"it: {refusal}; use writer='auto' to fall back to the Arrow writer"
-                )
-            self._note_writer("arrow", f"icesink's Arrow writer ({refusal})")
-        if changes is not None:
-            # Every change of a key must reach the same task to be collapsed there.
-            keys = [_distribution_key(projected, leaf) for leaf in spec.equality_leaves]
-            projected = projected.repartition(batch_df.sparkSession.sparkContext.defaultParallelism, *keys)
-        # pyspark's mapInArrow looks every column up by its name, which fails for names Spark parses
-        # (a backtick, a dot); positional names go in, and the task restores the real ones.
-        names = projected.columns
-        positional = projected.select(*[column(n).alias(f"_{i}") for i, n in enumerate(names)])
-        rows = positional.mapInArrow(write_task(spec, names), RESULT_SCHEMA_DDL).collect()
-        phases.done("write")
-        return [decode_write_result(row[0]) for row in rows]
-
-    def _note_writer(self, writer: str, why: str) -> None:
-        if writer != self._writer_in_use:
-            self._writer_in_use = writer
-            log.info("table=%s: files are written by %s", self._settings.table, why)
-
-
-@dataclass(frozen=True)
-class PreparedWrite:
-    """One table made ready for a checkpoint: the table as fitted, its writers' spec, the rows' projection."""
-
-    table: Table
-    spec: WriterSpec
-    projection: Projection
-
-
-@dataclass(frozen=True)
-class Written:
-    """One table's files of a checkpoint, and the projection they were written through."""
-
-    results: TableResults
-    projection: Projection
-
-
-class Phases:
-    """Where a micro-batch's time goes on the driver, phase by phase (logged at INFO, kept for profiles)."""
-
-    def __init__(self) -> None:
-        self._last = time.perf_counter()
-        self.milliseconds: dict[str, float] = {}
-
-    def done(self, phase: str) -> None:
-        now = time.perf_counter()
-        self.milliseconds[phase] = self.milliseconds.get(phase, 0.0) + (now - self._last) * 1000
-        self._last = now
-
-    def __str__(self) -> str:
-        return " ".join(f"{name}={ms:.0f}ms" for name, ms in self.milliseconds.items())
-
-
-def _distribution_key(df: DataFrame, leaf: Leaf) -> Column:
-    """What changes are distributed by: one value per key, however the input spells it.
-
-    A uuid key given as text is compared as its 16 bytes by the tasks, so ``5BC8…`` and ``5bc8…``
-    must reach the same task (the tasks refuse any text that is not 8-4-4-4-12 hex digits, so
-    lower case is the whole of the difference). Binary uuids are already one spelling.
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType
-
-    key = nested(leaf.path)
-    as_text = leaf.column.iceberg_type == "uuid" and isinstance(df.select(key).schema[0].dataType, StringType)
-    return F.lower(key) if as_text else key
+def _prepare(sink: TableSink, target: RoutedTarget, table: Table, job_id: str, checkpoint_id: int) -> PreparedWrite:
+    try:
+        return sink.prepare(target.schema, table, job_id, checkpoint_id)
+    except SchemaMismatchError as e:
+        if target.explain is None:
+            raise
+        raise target.explain(e, checkpoint_id) from e

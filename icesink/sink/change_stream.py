@@ -172,14 +172,7 @@ def change_spec(
             "1.9 does not apply equality deletes keyed on nested fields and would read deleted rows: remove the "
             "property, or key the stream on top-level columns"
         )
-    for partition_field in table.spec().fields:
-        if partition_field.source_id not in ids:
-            source = schema.find_column_name(partition_field.source_id)
-            raise ConfigError(
-                f"table {identifier} is partitioned by {partition_field.transform}({source}), but {source!r} is not "
-                f"among the equality fields {list(equality_fields)}: an update that moves a key to another partition "
-                "would leave the old row alive. Add the column to equality_fields or use an unpartitioned table"
-            )
+    check_partition_keys(table, identifier, ids)
     columns = set(df_schema.fieldNames())
     if op_column is not None and op_column not in columns:
         raise ConfigError(f"table {identifier}: op_column {op_column!r} is not a column of the DataFrame")
@@ -197,6 +190,21 @@ def change_spec(
         op_kinds=tuple(values.items()),
         sequence_column=sequence_by,
     )
+
+
+def check_partition_keys(table: Table, identifier: str, equality_field_ids: Sequence[int], since: str = "") -> None:
+    """Every partition field of the table's current spec reads a key column (invariant 5): checked at start and
+    before every micro-batch, since another tool may repartition the table while the stream runs."""
+    schema = table.schema()
+    keys = [schema.find_column_name(i) or str(i) for i in equality_field_ids]
+    for partition_field in table.spec().fields:
+        if partition_field.source_id not in equality_field_ids:
+            source = schema.find_column_name(partition_field.source_id)
+            raise ConfigError(
+                f"table {identifier}{since} is partitioned by {partition_field.transform}({source}), but {source!r} "
+                f"is not among the equality fields {keys}: an update that moves a key to another partition "
+                "would leave the old row alive. Add the column to equality_fields or use an unpartitioned table"
+            )
 
 
 def extra_columns(changes: ChangeSpec, table: Table) -> list[str]:

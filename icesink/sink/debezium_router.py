@@ -4,25 +4,31 @@ first sight, and all of them written by one Spark job."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
-from icesink.debezium_events.decode import SourceTable
+from icesink.debezium_events.decode_task import REJECTED
 from icesink.debezium_events.route import (
     OP_COLUMN,
     POSITION_COLUMN,
-    REJECTED,
-    Debezium,
     RoutedTable,
     decode_records,
     route,
+    shared_target_message,
     summarize,
 )
-from icesink.errors import SchemaMismatchError, TableNotFoundError
-from icesink.sink.batch import Phases, PreparedWrite, Routed, RoutedTarget
+from icesink.debezium_events.sources import SourceTable
+from icesink.debezium_events.stream_spec import Debezium
+from icesink.errors import ConfigError, SchemaMismatchError, TableNotFoundError
+from icesink.properties import SOURCE_PROPERTY
+from icesink.sink.json_names import json_names
+from icesink.sink.mapping_watch import MappingWatch
 from icesink.sink.options import StreamOptions, Writer
-from icesink.sink.projection import json_names
+from icesink.sink.phases import Phases
+from icesink.sink.routing import Routed, RoutedTarget
+from icesink.sink.table_sink import PreparedWrite
 from icesink.writer.json_tables import OUTPUT_DDL, JsonTable, json_tables_task
 
 if TYPE_CHECKING:
@@ -52,6 +58,8 @@ class DebeziumRouter:
         self._config = config
         self._settings: dict[str, SinkSettings] = {}
         self._keys: dict[str, tuple[str, ...]] = {}  # each table's key, as its events first gave it
+        self._owners: dict[str, SourceTable] = {}  # each table's source table, as the table records it
+        self._mapped = MappingWatch(spec, config)
         if spec.dead_letter is not None:
             # At start, not at the first rejected record, which may come weeks later.
             self._check_dead_letter_table(spec.dead_letter)
@@ -65,12 +73,18 @@ class DebeziumRouter:
         if keys:
             raise _keyed_dead_letter(identifier, keys, "The stream did not start")
 
-    def route(self, batch_df: DataFrame) -> Routed:
+    def route(self, batch_df: DataFrame, job_id: str) -> Routed:
         parsed = decode_records(self._spec, batch_df)
         try:
             summary = summarize(parsed)
             tables = route(self._spec, summary, self._known, lambda source: _inferred(parsed, source))
-            targets = [RoutedTarget(self._settings_of(t), t.schema, optional=t.dead_letter) for t in tables]
+            for table in tables:
+                self._check_owner(table)
+            self._mapped.seen(job_id, tables)
+            targets = [
+                RoutedTarget(self._settings_of(t), t.schema, optional=t.dead_letter, explain=_explainer(t))
+                for t in tables
+            ]
         except BaseException:
             parsed.unpersist()
             raise
@@ -90,8 +104,6 @@ class DebeziumRouter:
     ) -> list[list[WriteResult]]:
         """Every table's rows in one Spark job: distributed by table and key, each task writing its tables one
         after another (:mod:`icesink.writer.json_tables`)."""
-        from pyspark.sql import functions as F
-
         from icesink.results import decode_write_result
 
         json_tables = [
@@ -104,28 +116,9 @@ class DebeziumRouter:
             )
             for table, one in zip(tables, prepared, strict=True)
         ]
-        numbers = {t.source.key: i for i, t in enumerate(tables) if t.source is not None}
         dead_letter = next((i for i, t in enumerate(tables) if t.dead_letter), None)
-        by_source = F.create_map(*[F.lit(x) for key, number in numbers.items() for x in (key, number)])
-        target = F.when(F.col("source") == REJECTED, F.lit(dead_letter)).otherwise(by_source[F.col("source")])
-        rows = parsed.select(
-            target.cast("int").alias("target"),
-            "row",
-            "op",
-            "position",
-            (F.col("schema_id") == "").alias("exact"),
-            "topic",
-            "partition",
-            "offset",
-            "raw_key",
-            "raw_value",
-            "key",
-        ).where(F.col("target").isNotNull())
-        parallelism = parsed.sparkSession.sparkContext.defaultParallelism
-        # Every change of a key reaches one task; a task meets its tables one after another (the dead-letter
-        # table last, so that it takes what the others refused).
-        distributed = rows.repartition(parallelism, "target", "key").sortWithinPartitions("target").drop("key")
-        outputs = distributed.mapInArrow(json_tables_task(json_tables, dead_letter), OUTPUT_DDL).collect()
+        task = json_tables_task(json_tables, dead_letter)
+        outputs = _distributed(parsed, tables, dead_letter).mapInArrow(task, OUTPUT_DDL).collect()
         phases.done("write")
         results: list[list[WriteResult]] = [[] for _ in tables]
         rejected = rejected_decoding
@@ -171,9 +164,10 @@ class DebeziumRouter:
             tuple(self._spec.partition_by.get(table.identifier, ())),
             table.keys,
             (OP_COLUMN, POSITION_COLUMN) if keyed else (),
-            {k: str(v) for k, v in (self._spec.table_properties or {}).items()},
+            {**{k: str(v) for k, v in (self._spec.table_properties or {}).items()}, **_owner_property(table)},
             deferred=True,
         )
+        self._record_owner(table)
         options = StreamOptions(
             table=table.identifier,
             **self._options,
@@ -197,6 +191,31 @@ class DebeziumRouter:
         self._keys[table.identifier] = table.keys
         return settings
 
+    def _check_owner(self, table: RoutedTable) -> None:
+        """A table belongs to one source table for good: another one routed there is refused before anything
+        is written (tables seen before in this stream; a table's first sight checks what the table records)."""
+        owner = self._owners.get(table.identifier)
+        if owner is not None and table.source is not None and owner != table.source:
+            raise _taken(self._spec, table, owner, "this stream wrote it")
+
+    def _record_owner(self, table: RoutedTable) -> None:
+        """The source the table records as its own (recorded now if it records none), checked against this one."""
+        if table.source is None:
+            return
+        iceberg = load_table(self._catalog, self._config, table.identifier)
+        recorded = iceberg.properties.get(SOURCE_PROPERTY)
+        owner = SourceTable.of_recorded(recorded) if recorded is not None else None
+        if recorded is None:
+            # A table created before tables recorded their source (or by another tool): it is this one's now.
+            with database_errors(self._config), iceberg.transaction() as transaction:
+                transaction.set_properties({SOURCE_PROPERTY: table.source.recorded()})
+            log.info("table=%s: recorded as the table of source table %s", table.identifier, table.source)
+            owner = table.source
+        if owner != table.source:
+            why = "its table property icesink.debezium.source says so" if owner else "it records another source"
+            raise _taken(self._spec, table, owner, why, recorded)
+        self._owners[table.identifier] = table.source
+
     def _known(self, identifier: str) -> StructType | None:
         """An existing table's columns as Spark types (to type events that carry no schema)."""
         from pyspark.sql import types as T
@@ -210,6 +229,53 @@ class DebeziumRouter:
         return T.StructType(
             [T.StructField(f.name, spark_type_of(f.field_type), not f.required) for f in table.schema().fields]
         )
+
+
+def _explainer(table: RoutedTable) -> Callable[[SchemaMismatchError, int], SchemaMismatchError] | None:
+    """A column type the table cannot take, said with the records that bring it."""
+    if table.source is None:
+        return None
+    source = table.source
+
+    def explain(error: SchemaMismatchError, checkpoint_id: int) -> SchemaMismatchError:
+        if error.column is None or not table.holders(error.column):
+            return error
+        return SchemaMismatchError(
+            f"table {table.identifier}, checkpoint {checkpoint_id}: column {error.column!r} is {error.table_type} in "
+            f"the table, and the micro-batch's records of source {source} hold {table.holders(error.column)}; "
+            "Iceberg widens an int to a long, a float to a double and a decimal's precision, never its scale, and "
+            "changes no type into another. Nothing of the micro-batch was written. Write the source into a new "
+            "table (a mapping in icesink.debezium(tables=...)), or change the column back at the source",
+            column=error.column,
+            table_type=error.table_type,
+        )
+
+    return explain
+
+
+def _distributed(parsed: DataFrame, tables: Sequence[RoutedTable], dead_letter: int | None) -> DataFrame:
+    """The decoded records each with its table's number, every change of a key in one task, and a task's
+    records sorted by table (the dead-letter table last, so that it takes what the others refused)."""
+    from pyspark.sql import functions as F
+
+    numbers = {t.source.key: i for i, t in enumerate(tables) if t.source is not None}
+    by_source = F.create_map(*[F.lit(x) for key, number in numbers.items() for x in (key, number)])
+    target = F.when(F.col("source") == REJECTED, F.lit(dead_letter)).otherwise(by_source[F.col("source")])
+    rows = parsed.select(
+        target.cast("int").alias("target"),
+        "row",
+        "op",
+        "position",
+        (F.col("schema_id") == "").alias("exact"),
+        "topic",
+        "partition",
+        "offset",
+        "raw_key",
+        "raw_value",
+        "key",
+    ).where(F.col("target").isNotNull())
+    parallelism = parsed.sparkSession.sparkContext.defaultParallelism
+    return rows.repartition(parallelism, "target", "key").sortWithinPartitions("target").drop("key")
 
 
 def _empty(schema: StructType) -> DataFrame:
@@ -232,6 +298,29 @@ def _inferred(parsed: DataFrame, source: SourceTable) -> StructType:
     positional = inferred.toDF(*[f"_{i}" for i in range(len(inferred.columns))])
     counts = positional.select(*[F.count(F.col(f"_{i}")).alias(f"_{i}") for i in range(len(inferred.columns))]).first()
     return T.StructType([f for i, f in enumerate(inferred.schema.fields) if counts is not None and counts[f"_{i}"]])
+
+
+def _owner_property(table: RoutedTable) -> dict[str, str]:
+    return {SOURCE_PROPERTY: table.source.recorded()} if table.source is not None else {}
+
+
+def _taken(
+    spec: Debezium, table: RoutedTable, owner: SourceTable | None, why: str, recorded: str | None = None
+) -> ConfigError:
+    """Refusal of a second source table for a table that belongs to another."""
+    assert table.source is not None
+    if owner is None:
+        return ConfigError(
+            f"table {table.identifier}: it records {recorded!r} as its source table ({SOURCE_PROPERTY}), which is "
+            f"not a source icesink recorded; source table {table.source} would go there. Nothing of the "
+            "micro-batch was written. Map the source to another table, or remove the property if the table is "
+            "the source's"
+        )
+    return ConfigError(
+        f"{shared_target_message(spec, table.identifier, [owner, table.source])} The table belongs to source "
+        f"table {owner.describe()} ({why}). If that source table was only renamed (its connector, database or "
+        f"schema), remove the table property {SOURCE_PROPERTY} from the table and the stream records the new name"
+    )
 
 
 def _keyed_dead_letter(identifier: str, keys: tuple[str, ...], outcome: str) -> SchemaMismatchError:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from icesink.catalog.config import CatalogConfig
-    from icesink.debezium_events.route import Debezium
+    from icesink.debezium_events.stream_spec import Debezium
 
 
 class Committer(enum.StrEnum):

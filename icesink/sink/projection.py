@@ -15,8 +15,6 @@ from icesink.errors import SchemaMismatchError
 from icesink.iceberg.schemas import AddColumn, SchemaChange, WidenColumn, can_promote
 from icesink.sink.columns import column
 from icesink.spark_types import iceberg_type_of, spark_type_of
-from icesink.writer.json_rows import JsonNames
-from icesink.writer.spec import ColumnSpec
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
@@ -296,7 +294,9 @@ class _Fitter:
         return SchemaMismatchError(
             f"table {self._table}: column {path!r} is {target} in the table but {spark_type.simpleString()} in "
             "the DataFrame, which is neither the same type nor a widening Iceberg allows (int to long, float to "
-            "double, a decimal's precision); cast it in the DataFrame"
+            "double, a decimal's precision); cast it in the DataFrame",
+            column=path,
+            table_type=str(target),
         )
 
 
@@ -389,32 +389,3 @@ def schema_refusal(table: str, change: SchemaChange) -> str:
         f"table {table}: column {change.path!r} is required but receives nulls; fix the input, or pass "
         "evolve_schema=True to make the column optional"
     )
-
-
-def json_names(projection: Projection, columns: Sequence[ColumnSpec]) -> JsonNames:
-    """Where each table field's values are in rows given as JSON objects keyed by the DataFrame's names: the
-    projection's matches (a renamed or re-cased field, a field the rows lack), at any depth."""
-    keys: list[tuple[int, str | None]] = []
-
-    def walk(spec: ColumnSpec, source: str | None, plan: ValuePlan) -> None:
-        if source != spec.name:
-            keys.append((spec.field_id, source))
-        if source is None or plan.kind == "null":
-            return
-        if spec.iceberg_type == "struct":
-            by_name = {c.name: c for c in spec.children}
-            if plan.kind == "struct":
-                for name, field_source, field_plan in plan.fields:
-                    walk(by_name[name], field_source, field_plan)
-            else:
-                for child in spec.children:
-                    walk(child, child.name, SAME)
-        elif spec.iceberg_type == "list":
-            walk(spec.children[0], spec.children[0].name, plan.element or SAME)
-        elif spec.iceberg_type == "map":
-            walk(spec.children[0], spec.children[0].name, plan.key or SAME)
-            walk(spec.children[1], spec.children[1].name, plan.element or SAME)
-
-    for spec, source in zip(columns, projection.columns, strict=True):
-        walk(spec, source.source, source.plan)
-    return JsonNames(tuple(keys))

@@ -50,7 +50,7 @@ from icesink.writer.values import needs_conversion
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from icesink.sink.batch import Phases
+    from icesink.sink.phases import Phases
     from icesink.writer.spec import WriterSpec
 
 log = logging.getLogger("icesink.stream")

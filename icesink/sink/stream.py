@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from icesink.catalog.config import CatalogConfig, resolve_catalog
-from icesink.debezium_events.route import Debezium
+from icesink.debezium_events.stream_spec import Debezium
 from icesink.errors import ConfigError, NotStreamingError
 from icesink.sink.options import TABLE_OPTIONS, Committer, StreamOptions, Target, args_doc
 from icesink.sink.preflight import preflight
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
     from pyspark.sql.streaming.query import StreamingQuery
 
-    from icesink.sink.batch import TargetSettings
+    from icesink.sink.routing import TargetSettings
 
 log = logging.getLogger("icesink.stream")
 
@@ -62,7 +62,7 @@ def stream(
     _check_streaming(df, table)
     arguments["checkpoint_location"] = _checkpoint_location(df, checkpoint_location, query_name, table)
     options = StreamOptions(**arguments)
-    from icesink.sink.batch import TargetSettings
+    from icesink.sink.routing import TargetSettings
 
     settings, catalog_handle = preflight(df, options)
     return start(df, options, [TargetSettings(settings)], catalog_handle)
@@ -70,7 +70,7 @@ def stream(
 
 def _stream_tables(df: DataFrame, arguments: dict[str, Any]) -> StreamingQuery:
     """One stream into several tables: each target checked as a stream of its own, then one query."""
-    from icesink.sink.batch import TargetSettings
+    from icesink.sink.routing import TargetSettings
 
     tables: Mapping[str, Target] | Debezium = arguments.pop("tables")
     named = _named(tables)
@@ -147,7 +147,7 @@ def _named(tables: object) -> str:
 def _stream_debezium(df: DataFrame, spec: Debezium, arguments: dict[str, Any]) -> StreamingQuery:
     """One stream of Debezium events into one table per source table, found and created as they come."""
     from icesink.catalog.loader import open_catalog
-    from icesink.debezium_events.route import INPUT_COLUMNS
+    from icesink.debezium_events.decode_task import INPUT_COLUMNS
     from icesink.settings import check_environment
     from icesink.sink.batch import BatchWriter, SinkSettings
     from icesink.sink.debezium_router import DebeziumRouter
@@ -207,7 +207,8 @@ def start(
     df: DataFrame, options: StreamOptions, targets: Sequence[TargetSettings], catalog: SqlCatalog
 ) -> StreamingQuery:
     """The streaming query, writing every micro-batch through icesink into its tables."""
-    from icesink.sink.batch import BatchWriter, StaticRouter
+    from icesink.sink.batch import BatchWriter
+    from icesink.sink.routing import StaticRouter
 
     atomic = options.atomic and len(targets) > 1
     return _start_query(df, options, BatchWriter(targets[0].settings, StaticRouter(targets), catalog, atomic))

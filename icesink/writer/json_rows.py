@@ -31,14 +31,8 @@ only in a column that holds something unusual (to find and name it).
 from __future__ import annotations
 
 import base64
-import binascii
-import datetime
 import decimal
-import json
-import math
-import re
-import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,23 +40,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icesink.writer import values as special
+from icesink.writer.json_values import DECIMAL_TYPE, FIXED_TYPE, INT_RANGES, Refusal, exact_value
 from icesink.writer.spec import ColumnSpec, arrow_type
 
-_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
-_FIXED = re.compile(r"fixed\[(\d+)\]")
-_NON_FINITE = {
-    "NaN": math.nan,
-    "Infinity": math.inf,
-    "+Infinity": math.inf,
-    "-Infinity": -math.inf,
-    "INF": math.inf,
-    "+INF": math.inf,
-    "-INF": -math.inf,
-}
-_DOUBLE_EXACT_INTEGERS = 2**53
-_INT_RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
 _NONE = type(None)
-_EXACT = decimal.Context(prec=200, traps=[decimal.Inexact, decimal.InvalidOperation])
 
 
 class RefusedValue(ValueError):
@@ -74,10 +55,6 @@ class RefusedValue(ValueError):
         self.path = path
         self.value = value
         self.problem = problem
-
-
-class _Refusal(ValueError):
-    """A value's problem, before the row and path are known."""
 
 
 @dataclass(frozen=True)
@@ -132,7 +109,7 @@ def _fast_primitive(kind: str, column_values: list[Any], wanted: pa.DataType) ->
     present = set(map(type, column_values)) - {_NONE}
     if not present:
         return pa.nulls(len(column_values), wanted)
-    if kind in _INT_RANGES:
+    if kind in INT_RANGES:
         return pa.array(column_values, wanted) if present == {int} else None  # overflow raises: the slow path names it
     if kind == "double":
         return pa.array(column_values, wanted) if present == {float} else None
@@ -153,11 +130,11 @@ def _fast_primitive(kind: str, column_values: list[Any], wanted: pa.DataType) ->
         return pa.array(column_values, pa.int64()).cast(wanted) if present == {int} else None
     if kind == "uuid":
         return special.convert(pa.array(column_values, pa.string()), kind, wanted) if present == {str} else None
-    if _DECIMAL.fullmatch(kind):
+    if DECIMAL_TYPE.fullmatch(kind):
         if not present <= {str, int, decimal.Decimal}:
             return None
         return pa.array([_as_decimal(v) if type(v) is str else v for v in column_values], wanted)
-    if kind == "binary" or _FIXED.fullmatch(kind):
+    if kind == "binary" or FIXED_TYPE.fullmatch(kind):
         if present != {str}:
             return None
         return pa.array([None if v is None else base64.b64decode(v, validate=True) for v in column_values], wanted)
@@ -167,7 +144,7 @@ def _fast_primitive(kind: str, column_values: list[Any], wanted: pa.DataType) ->
 def _as_decimal(text: str) -> decimal.Decimal:
     number = decimal.Decimal(text)
     if not number.is_finite():
-        raise _Refusal("which is not a finite number")
+        raise Refusal("which is not a finite number")
     return number
 
 
@@ -175,7 +152,7 @@ def _as_decimal(text: str) -> decimal.Decimal:
 
 
 def _slow_primitive(kind: str, column_values: list[Any], wanted: pa.DataType, path: str) -> pa.Array:
-    exact = _exact_value(kind)
+    exact = exact_value(kind)
     converted: list[Any] = []
     for row, value in enumerate(column_values):
         if value is None:
@@ -183,7 +160,7 @@ def _slow_primitive(kind: str, column_values: list[Any], wanted: pa.DataType, pa
             continue
         try:
             converted.append(exact(value))
-        except _Refusal as e:
+        except Refusal as e:
             raise RefusedValue(row, path, value, str(e)) from None
     if kind == "uuid":
         return special.convert(pa.array(converted, pa.string()), kind, wanted)
@@ -194,180 +171,6 @@ def _slow_primitive(kind: str, column_values: list[Any], wanted: pa.DataType, pa
     if kind == "float":
         return pa.array(converted, pa.float64()).cast(pa.float32(), safe=False)  # each one checked exact above
     return pa.array(converted, wanted)
-
-
-def _exact_value(kind: str) -> Callable[[Any], Any]:
-    """The function that gives a JSON value as Arrow takes it for ``kind``, or raises a _Refusal."""
-    if kind in _INT_RANGES:
-        low, high = _INT_RANGES[kind]
-        return lambda value: _integer(value, low, high, kind)
-    if kind == "double":
-        return _double
-    if kind == "float":
-        return _float
-    if kind == "string":
-        return _string
-    if kind == "boolean":
-        return _boolean
-    if kind == "date":
-        return lambda value: _temporal(value, _date_text, "a date written YYYY-MM-DD")
-    if kind == "timestamp":
-        return lambda value: _temporal(value, _timestamp_text, "an ISO 8601 time without an offset")
-    if kind == "timestamptz":
-        return lambda value: _temporal(value, _zoned_text, "an ISO 8601 time with an offset")
-    if kind == "time":
-        return lambda value: _integer(value, 0, 86_400 * 10**6 - 1, "time (microseconds since midnight)")
-    if kind == "uuid":
-        return _uuid
-    match = _DECIMAL.fullmatch(kind)
-    if match:
-        precision, scale = int(match.group(1)), int(match.group(2))
-        return lambda value: _decimal(value, precision, scale)
-    match = _FIXED.fullmatch(kind)
-    if match:
-        return lambda value: _bytes(value, int(match.group(1)))
-    if kind == "binary":
-        return lambda value: _bytes(value, None)
-    raise _Refusal(f"which icesink cannot write as {kind}")
-
-
-def _integer(value: Any, low: int, high: int, kind: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float | decimal.Decimal):
-        raise _Refusal(f"which is not a number, as {kind} needs")
-    if isinstance(value, float | decimal.Decimal):
-        if not (math.isfinite(value) if isinstance(value, float) else value.is_finite()) or value != int(value):
-            raise _Refusal(f"which {kind} cannot hold: it is not a whole number")
-        value = int(value)
-    if not low <= value <= high:
-        raise _Refusal(f"which is out of {kind}'s range [{low}, {high}]")
-    return int(value)
-
-
-def _double(value: Any) -> float:
-    if isinstance(value, str) and value in _NON_FINITE:
-        return _NON_FINITE[value]
-    if isinstance(value, bool) or not isinstance(value, int | float | decimal.Decimal):
-        raise _Refusal("which is not a number, as double needs")
-    if isinstance(value, int) and abs(value) > _DOUBLE_EXACT_INTEGERS and float(value) != value:
-        raise _Refusal("which a double cannot hold exactly (an integer beyond 2^53); make the column a long")
-    return float(value)
-
-
-def _float(value: Any) -> float:
-    number = _double(value)
-    single = struct.unpack("f", struct.pack("f", number))[0] if math.isfinite(number) or math.isnan(number) else number
-    if math.isnan(number) or single == number:
-        return single
-    if math.isinf(single):
-        raise _Refusal("which is beyond a float's range; make the column a double")
-    # The digits as written (1.1) are what the source held when they are the float's own shortest spelling.
-    written = decimal.Decimal(value) if isinstance(value, int | decimal.Decimal) else decimal.Decimal(repr(value))
-    if decimal.Decimal(_shortest_float(single)) == written:
-        return single
-    raise _Refusal(
-        f"whose digits a float cannot hold (the nearest float is {_shortest_float(single)}); make the column a double"
-    )
-
-
-def _shortest_float(single: float) -> str:
-    """The fewest digits that read back as this 32-bit float (as Java's Float.toString and numpy print it)."""
-    for digits in range(1, 10):
-        text = f"{single:.{digits}g}"
-        if struct.unpack("f", struct.pack("f", float(text)))[0] == single:
-            return text
-    return repr(single)
-
-
-def _string(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, decimal.Decimal):
-        return str(value)  # the number's digits as written
-    return json.dumps(value, separators=(",", ":"), allow_nan=True, default=str)
-
-
-def _boolean(value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise _Refusal("which is not true or false, as boolean needs")
-    return value
-
-
-def _temporal(value: Any, check: Callable[[str], str], what: str) -> str:
-    if not isinstance(value, str):
-        raise _Refusal(f"which is not {what}")
-    try:
-        return check(value)
-    except ValueError as e:
-        raise _Refusal(f"which is not {what} ({e})") from None
-
-
-def _date_text(text: str) -> str:
-    if not re.fullmatch(r"\d{4}-\d\d-\d\d", text):
-        raise ValueError("expected YYYY-MM-DD")
-    datetime.date.fromisoformat(text)
-    return text
-
-
-def _timestamp_text(text: str) -> str:
-    moment = datetime.datetime.fromisoformat(_microseconds(text))
-    if moment.tzinfo is not None:
-        raise ValueError("it has an offset; the column is a timestamp without time zone")
-    return moment.isoformat(timespec="microseconds")
-
-
-def _zoned_text(text: str) -> str:
-    moment = datetime.datetime.fromisoformat(_microseconds(text))
-    if moment.tzinfo is None:
-        raise ValueError("it has no offset; the column is a timestamp with time zone")
-    return moment.astimezone(datetime.UTC).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
-
-
-def _microseconds(text: str) -> str:
-    """``text`` with at most six digits of a second (Python would drop the seventh on): finer is refused."""
-    match = re.search(r"\.(\d{7,})", text)
-    if match is None:
-        return text
-    if int(match.group(1)[6:]) != 0:
-        raise ValueError("it is finer than a microsecond, which Iceberg's timestamps cannot hold")
-    return text[: match.start(1) + 6] + text[match.end(1) :]
-
-
-def _uuid(value: Any) -> str:
-    if not isinstance(value, str) or not re.fullmatch(r"[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}", value):
-        raise _Refusal("which is not a UUID written as 8-4-4-4-12 hex digits")
-    return value
-
-
-def _decimal(value: Any, precision: int, scale: int) -> decimal.Decimal:
-    if isinstance(value, bool) or not isinstance(value, str | int | decimal.Decimal | float):
-        raise _Refusal(f"which is not a number, as decimal({precision}, {scale}) needs")
-    try:
-        number = decimal.Decimal(value if not isinstance(value, float) else repr(value))
-    except decimal.InvalidOperation:
-        raise _Refusal(f"which is not a number, as decimal({precision}, {scale}) needs") from None
-    if not number.is_finite():
-        raise _Refusal(f"which decimal({precision}, {scale}) cannot hold")
-    try:
-        fitted = number.quantize(decimal.Decimal(1).scaleb(-scale), context=_EXACT)
-    except (decimal.Inexact, decimal.InvalidOperation):
-        raise _Refusal(
-            f"which has more than {scale} digit(s) after the point: decimal({precision}, {scale}) would round it"
-        ) from None
-    if len(fitted.as_tuple().digits) > precision and fitted != 0:
-        raise _Refusal(f"which has more than {precision} digit(s): decimal({precision}, {scale}) cannot hold it")
-    return fitted
-
-
-def _bytes(value: Any, width: int | None) -> bytes:
-    if not isinstance(value, str):
-        raise _Refusal("which is not base64 text, as binary values are written in JSON")
-    try:
-        raw = base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        raise _Refusal("which is not base64 text, as binary values are written in JSON") from None
-    if width is not None and len(raw) != width:
-        raise _Refusal(f"which is {len(raw)} bytes long, where fixed[{width}] needs exactly {width}")
-    return raw
 
 
 # --- nested values --------------------------------------------------------------------------------------------------

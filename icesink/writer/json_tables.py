@@ -213,7 +213,8 @@ def _advice(has_dead_letter: bool) -> str:
 
 
 def _shown(value: Any) -> str:
-    text = repr(value)
+    """A value as its JSON spelling shows it (a number's digits, a string quoted)."""
+    text = str(value) if isinstance(value, decimal.Decimal) else repr(value)
     return text if len(text) <= 80 else text[:80] + "…"
 
 

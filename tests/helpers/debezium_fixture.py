@@ -396,3 +396,58 @@ def write(history: History, directory: Any) -> None:
 def records(history: History) -> Iterator[dict[str, Any]]:
     for batch in history.files:
         yield from batch
+
+
+# --- single records, for tests that build their micro-batches by hand -------------------------------------------------
+KAFKA_SCHEMA = "topic string, partition int, offset long, key string, value string"
+
+
+def record(
+    topic: str,
+    partition: int,
+    offset: int,
+    key: dict[str, Any],
+    after: dict[str, Any] | None,
+    fields: list[dict[str, Any]] | None,
+    op: str = "c",
+) -> dict[str, Any]:
+    source = {"schema": topic.split(".")[1], "table": topic.split(".")[2]}
+    payload = {"before": None if op != "d" else key, "after": after, "op": op, "source": source}
+    if fields is None:  # schemas disabled
+        value: Any = payload
+    else:
+        row = {"type": "struct", "fields": fields, "optional": True, "name": f"{topic}.Value"}
+        value = {
+            "schema": {
+                "type": "struct",
+                "fields": [{**row, "field": "before"}, {**row, "field": "after"}],
+                "optional": False,
+            },
+            "payload": payload,
+        }
+    return {
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "key": json.dumps(key),
+        "value": json.dumps(value),
+    }
+
+
+def write_batches(directory: Any, batches: list[list[dict[str, Any]]]) -> None:
+    import os
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for number, batch in enumerate(batches):
+        path = directory / f"part-{number:05d}.json"
+        path.write_text("".join(json.dumps(r) + "\n" for r in batch), encoding="utf-8")
+        os.utime(path, (1_750_000_000 + number, 1_750_000_000 + number))
+
+
+def run_stream(spark: Any, config: Any, tmp_path: Any, spec: Any) -> None:
+    import icesink
+
+    events = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).json(str(tmp_path / "in"))
+    icesink.stream(
+        events, tables=spec, checkpoint_location=str(tmp_path / "ckpt"), trigger={"availableNow": True}, catalog=config
+    ).awaitTermination()

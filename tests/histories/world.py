@@ -230,7 +230,8 @@ class World:
         base = ["--catalog", self.config.name, "--uri", self.config.uri, "--warehouse", self.config.warehouse]
         env = {**os.environ, "ICESINK_FAILPOINTS": failpoint}
         done = subprocess.run(
-            [sys.executable, "-m", "icesink.cli", *base, "committer", "run", "--once"],
+            # A committer killed before holds its lease until it expires: wait for it, as a restarted one would.
+            [sys.executable, "-m", "icesink.cli", *base, "committer", "run", "--once", "--wait", "60"],
             cwd=ROOT,
             env=env,
             capture_output=True,

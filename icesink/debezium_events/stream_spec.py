@@ -1,0 +1,102 @@
+"""``icesink.debezium(...)``: where a stream of Debezium change events puts each source table, and how."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from icesink.debezium_events.sources import SourceTable
+from icesink.errors import ConfigError
+from icesink.properties import check_user_properties
+
+
+@dataclass(frozen=True)
+class Debezium:
+    """``tables=`` for a stream of Debezium change events (see :func:`debezium`)."""
+
+    namespace: str
+    names: Mapping[str, str] = field(default_factory=dict)
+    partition_by: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    table_properties: Mapping[str, str] | None = None
+    evolve_schema: bool = True
+    maintain: bool = False
+    dead_letter: str | None = None  # the table of records that cannot be applied; None: they stop the stream
+
+    def identifier(self, source: SourceTable) -> str:
+        """The Iceberg table of a source table: a mapping's, else ``namespace.<table>`` (a table named with a
+        dot, ``a.b``, goes to ``namespace.a.b``: table ``b`` of namespace ``namespace.a``)."""
+        for name in source.names:
+            if name in self.names:
+                return self.names[name]
+        return f"{self.namespace}.{source.table}"
+
+    def mapping_key(self, source: SourceTable) -> str | None:
+        """The ``tables=`` key that maps the source, if one does."""
+        return next((name for name in source.names if name in self.names), None)
+
+
+def debezium(
+    namespace: str,
+    *,
+    tables: Mapping[str, str] | None = None,
+    partition_by: Mapping[str, Sequence[str]] | None = None,
+    table_properties: Mapping[str, str] | None = None,
+    evolve_schema: bool = True,
+    maintain: bool = False,
+    dead_letter: str | None = None,
+) -> Debezium:
+    """Route Debezium change events to one table each: ``icesink.stream(df, tables=icesink.debezium("inventory"))``.
+
+    ``df`` has the columns Spark's Kafka source gives: ``key`` and ``value`` (string or binary, JSON as
+    Kafka Connect's JsonConverter writes it, with or without ``schema``) and optionally ``topic``,
+    ``partition``, ``offset``. Each source table goes to ``namespace.<table>``, or where ``tables`` maps
+    it (by ``database.schema.table``, ``schema.table``, ``database.table`` or ``table``). A table belongs to
+    one source table for good: a second source table that would go there stops the stream, naming both.
+    ``partition_by`` and ``table_properties`` apply to the tables icesink creates (partition only by key
+    columns); ``evolve_schema`` adds the columns the source adds and widens the ones it widens; ``maintain``
+    has the inline committer maintain every table between commits, as ``icesink.stream(maintain=True)`` does
+    for one.
+
+    A record decoding cannot apply (not JSON or not UTF-8, not a change event, a truncate, no key, a value its
+    column cannot hold exactly, Debezium's placeholder for an unchanged TOASTed value) stops the stream,
+    naming it; with ``dead_letter="namespace.table"`` it goes to that table instead (created if missing,
+    appends: ``topic``, ``partition``, ``offset``, ``key`` and ``value`` as the bytes Kafka held, ``error``),
+    committed with the micro-batch's other tables, and the stream goes on without the change it held.
+    """
+    if not isinstance(namespace, str) or not namespace or namespace.startswith(".") or namespace.endswith("."):
+        raise ConfigError(
+            f"icesink.debezium: namespace must be a namespace name such as 'inventory', not {namespace!r}"
+        )
+    names = dict(tables or {})
+    for source, target in names.items():
+        if not _is_table_name(target):
+            raise ConfigError(
+                f"icesink.debezium: tables maps source table {source!r} to {target!r}; map it to a table name "
+                "'namespace.table' (its options come from partition_by and table_properties)"
+            )
+    if dead_letter is not None and not _is_table_name(dead_letter):
+        raise ConfigError(
+            f"icesink.debezium: dead_letter must be a table name 'namespace.table' (or None), not {dead_letter!r}"
+        )
+    if dead_letter is not None and dead_letter in names.values():
+        source = next(s for s, t in names.items() if t == dead_letter)
+        raise ConfigError(
+            f"icesink.debezium: {dead_letter!r} is both the dead_letter table and where source table {source!r} goes"
+        )
+    partitions = dict(partition_by or {})
+    for target, fields in partitions.items():
+        if isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
+            raise ConfigError(
+                f"icesink.debezium: partition_by[{target!r}] must be a list of partition fields such as "
+                f"['bucket(8, id)'], not {fields!r}"
+            )
+    for option, value in (("evolve_schema", evolve_schema), ("maintain", maintain)):
+        if not isinstance(value, bool):
+            raise ConfigError(f"icesink.debezium: option {option} must be True or False, not {value!r}")
+    check_user_properties(table_properties, "icesink.debezium")
+    return Debezium(namespace, names, partitions, table_properties, evolve_schema, maintain, dead_letter)
+
+
+def _is_table_name(name: object) -> bool:
+    """``namespace.table``, no part empty (as the catalog requires)."""
+    return isinstance(name, str) and len(parts := name.split(".")) >= 2 and all(parts)

@@ -1,0 +1,78 @@
+"""A micro-batch split by table: which tables it goes to, with their settings and rows.
+
+A stream's router gives each micro-batch its targets; the tables named when the stream started take what
+their ``select`` gives (:class:`StaticRouter`), a Debezium stream finds its tables in the records
+(:mod:`icesink.sink.debezium_router`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
+
+    from icesink.errors import SchemaMismatchError
+    from icesink.results import WriteResult
+    from icesink.sink.batch import SinkSettings
+    from icesink.sink.phases import Phases
+    from icesink.sink.table_sink import PreparedWrite
+
+
+@dataclass(frozen=True)
+class TargetSettings:
+    """One table of a stream and the part of each micro-batch that goes there (None: all of it)."""
+
+    settings: SinkSettings
+    select: Callable[[DataFrame], DataFrame] | None = None
+
+
+@dataclass(frozen=True)
+class RoutedTarget:
+    """One table of a micro-batch: its settings, the schema of its rows, and the rows (None: the router writes
+    them itself, see :attr:`Routed.write_all`). An ``optional`` table is staged only if it was written files."""
+
+    settings: SinkSettings
+    schema: StructType
+    rows: DataFrame | None = None
+    optional: bool = False
+    # The router's account of a column that does not fit the table (which records hold which type), in place
+    # of the one a DataFrame's author gets.
+    explain: Callable[[SchemaMismatchError, int], SchemaMismatchError] | None = None
+
+
+# The router's own write of every table of a micro-batch (one Spark job): each table's results, in order.
+WriteAll = Callable[[Sequence["PreparedWrite"], "Phases"], list[list["WriteResult"]]]
+
+
+@dataclass
+class Routed:
+    """A micro-batch split by table; ``release`` frees what routing cached; ``write_all`` (if any) writes every
+    table's rows at once, where each table's ``rows`` would otherwise be a Spark job of its own."""
+
+    targets: list[RoutedTarget]
+    release: Callable[[], object] = lambda: None
+    write_all: WriteAll | None = None
+
+
+class Router(Protocol):
+    def route(self, batch_df: DataFrame, job_id: str) -> Routed: ...
+
+
+class StaticRouter:
+    """The tables named when the stream started, each taking its ``select`` of the micro-batch."""
+
+    def __init__(self, targets: Sequence[TargetSettings]) -> None:
+        self._targets = list(targets)
+
+    def route(self, batch_df: DataFrame, job_id: str) -> Routed:
+        if len(self._targets) == 1:
+            target = self._targets[0]
+            rows = target.select(batch_df) if target.select else batch_df
+            return Routed([RoutedTarget(target.settings, rows.schema, rows)])
+        cached = batch_df.persist()  # every target reads the micro-batch: its source is read once
+        selected = [(t.settings, t.select(cached) if t.select else cached) for t in self._targets]
+        return Routed([RoutedTarget(settings, rows.schema, rows) for settings, rows in selected], cached.unpersist)
