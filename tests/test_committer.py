@@ -340,6 +340,25 @@ def test_a_committer_that_remembers_the_table_still_sees_what_others_did_in_betw
     assert table_ids(catalog_config, TABLE) == [*range(30), *range(100, 105)]
 
 
+def test_a_committer_that_remembers_the_table_takes_files_of_a_partition_spec_another_tool_added(
+    catalog_config: CatalogConfig,
+) -> None:
+    """The writer wrote the files with the spec added after the committer last read the table: it reads again
+    (it failed with a KeyError on the spec id)."""
+    create_orders_table(catalog_config)
+    committing = committer(catalog_config)
+    stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
+    committing.commit_pending(TABLE)
+    table = open_catalog(catalog_config).load_table(TABLE)
+    with table.update_spec() as update:
+        update.add_identity("name")
+    stage_rows(catalog_config, TABLE, "job-a", 1, orders(10, 10))
+    committing.commit_pending(TABLE)
+    table = open_catalog(catalog_config).load_table(TABLE)
+    assert table_ids(catalog_config, TABLE) == list(range(20))
+    assert {f.file.spec_id for f in table.scan().plan_files()} == {0, 1}
+
+
 def test_delta_manifests_are_one_versioned_value_in_the_ledger() -> None:
     from icesink.committer.checkpoints import DELTA_MANIFESTS_VERSION, DeltaManifests, StagedManifest
 

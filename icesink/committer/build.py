@@ -148,6 +148,12 @@ class SnapshotBuilder:
         except IcesinkError as e:
             raise CheckpointFailed(e, group) from e
         per_row = self._committable(table, identifier, group)
+        specs = {f.spec_id for c in per_row for f in (*c.files, *c.deletes)}
+        if not specs <= set(table.metadata.specs()):
+            # Written with a partition spec another tool added after this view of the table was read.
+            fresh = load_table(self._catalog, self._config, identifier)
+            if fresh.metadata_location != table.metadata_location:
+                return None
         committing = [c.row for c in per_row]
         try:
             return self._prepare(table, identifier, job_id, per_row, properties or {})

@@ -181,6 +181,18 @@ class Ledger:
         )
         return rows[0] if rows else None
 
+    def get_many(
+        self, identifiers: Sequence[str], job_id: str, checkpoint_id: int, unreadable_too: bool = False
+    ) -> dict[str, CheckpointRow]:
+        """The checkpoint's row in each of ``identifiers`` that has one, in one query (a stream of many tables)."""
+        rows = self._select(
+            checkpoints.c.table_identifier.in_(list(identifiers)),
+            checkpoints.c.job_id == job_id,
+            checkpoints.c.checkpoint_id == checkpoint_id,
+            unreadable_too=unreadable_too,
+        )
+        return {r.identifier: r for r in rows}
+
     def streams_of_job(self, identifier: str, job_id: str) -> list[StreamIdentity]:
         """The streams that staged checkpoints of the job (those that recorded who they are)."""
         c = checkpoints.c

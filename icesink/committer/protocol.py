@@ -18,6 +18,7 @@ The table, not the ledger, decides what is committed (see :mod:`icesink.iceberg.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -62,11 +63,13 @@ def admit(
     checkpoint_id: int,
     stream: StreamIdentity,
     first: bool = False,
+    known: Mapping[str, CheckpointRow] | None = None,
 ) -> Decision:
     """What to do with checkpoint ``checkpoint_id`` of ``job_id``, which ``stream`` is about to write.
 
     ``first``: the stream's first checkpoint in this run, when it also checks that the ledger holds no
-    staged checkpoint of its job from another stream.
+    staged checkpoint of its job from another stream. ``known``: the ledger's rows of this checkpoint, by
+    table, read before for several tables at once (:meth:`Ledger.get_many`).
     """
     marker = committed_marker(table.metadata, job_id)
     if marker is not None and marker.written_by_another_stream(stream.stream_id):
@@ -85,12 +88,12 @@ def admit(
         return Decision(Admission.COMMITTED)
     # An unreadable row too: the checkpoint is staged (or given up) and never written again; committing it
     # stops at it with what to do.
-    known = ledger.get(identifier, job_id, checkpoint_id, unreadable_too=True)
-    if known is not None and stream.differs_from(known.stream_id):
-        error = another_stream_error(identifier, job_id, stream, known.describe_stream(), checkpoint_id)
+    row = known.get(identifier) if known is not None else ledger.get(identifier, job_id, checkpoint_id, True)
+    if row is not None and stream.differs_from(row.stream_id):
+        error = another_stream_error(identifier, job_id, stream, row.describe_stream(), checkpoint_id)
         return Decision(Admission.ANOTHER_STREAM, refusal=error)
-    if known is not None:
-        return Decision(Admission.STAGED, staged=known)
+    if row is not None:
+        return Decision(Admission.STAGED, staged=row)
     return Decision(Admission.WRITE)
 
 

@@ -15,10 +15,11 @@ import decimal
 import hashlib
 import math
 import re
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from icesink.writer.json_values import Refusal, float_of
 
 # Logical type names (the schema's ``name``).
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
@@ -158,25 +159,26 @@ def reader(schema: dict[str, Any]) -> Callable[[Any], Any]:
                 unscaled = int.from_bytes(base64.b64decode(value, validate=True), "big", signed=True)
                 if -limit < unscaled < limit:
                     return _scaled_text(unscaled, scale)
-            return _decimal_text(value, precision, scale)
+            text = _decimal_text(value, precision, scale)
+            return text if "." in text else f"{text}.0"  # see _scaled_text
 
         return read_decimal
     if name == VARIABLE_DECIMAL:
         return lambda value: _decimal_text(value["value"], None, int(value["scale"]))
     if name in DATES:
-        return lambda value: (_EPOCH_DATE + datetime.timedelta(days=_whole(value, "int32"))).isoformat()
+        return lambda value: (_EPOCH_DATE + datetime.timedelta(days=_whole(value, "int32", "Date"))).isoformat()
     if name in TIME_MILLIS:
-        return lambda value: _whole(value, "int32") * 1000
+        return lambda value: _whole(value, "int32", "Time") * 1000
     if name == TIME_MICROS:
-        return lambda value: _whole(value, "int64")
+        return lambda value: _whole(value, "int64", "MicroTime")
     if name == TIME_NANOS:
-        return lambda value: _micros_of_nanos(_whole(value, "int64"))
+        return lambda value: _micros_of_nanos(_whole(value, "int64", "NanoTime"))
     if name in TIMESTAMP_MILLIS:
-        return lambda value: _timestamp(_whole(value, "int64") * 1000)
+        return lambda value: _timestamp(_whole(value, "int64", "Timestamp") * 1000)
     if name == TIMESTAMP_MICROS:
-        return lambda value: _timestamp(_whole(value, "int64"))
+        return lambda value: _timestamp(_whole(value, "int64", "MicroTimestamp"))
     if name == TIMESTAMP_NANOS:
-        return lambda value: _timestamp(_micros_of_nanos(_whole(value, "int64")))
+        return lambda value: _timestamp(_micros_of_nanos(_whole(value, "int64", "NanoTimestamp")))
     if name == ZONED_TIMESTAMP:
         return lambda value: _zoned(_string(value))
     if kind in _INTEGER_RANGES:
@@ -208,12 +210,14 @@ def as_is(value: Any) -> Any:
     return value
 
 
-def _whole(value: Any, kind: str) -> int:
+def _whole(value: Any, kind: str, logical: str | None = None) -> int:
+    """An integer of Connect type ``kind`` (``logical``: the logical type it carries, for messages)."""
+    named = f"{logical} ({kind})" if logical else kind
     if isinstance(value, bool) or not isinstance(value, int):
-        raise BadValue(f"which is not a whole number, as its type {kind} says")
+        raise BadValue(f"which is not a whole number, as its type {named} says")
     low, high = _INTEGER_RANGES[kind]
     if not low <= value <= high:
-        raise BadValue(f"which is out of the range of its type {kind}")
+        raise BadValue(f"which is out of the range of its type {named}")
     return value
 
 
@@ -226,14 +230,15 @@ def _double(value: Any) -> float:
 
 
 def _single(value: Any) -> float:
-    """A 32-bit float's value, as the double equal to it (what Iceberg gives when a float column is widened)."""
+    """A 32-bit float's value, as the double equal to it (what Iceberg gives when a float column is widened):
+    the value written, if it is a float's, or the float whose shortest digits it is; else refused."""
     number = _double(value)
     if math.isnan(number) or math.isinf(number):
         return number
     try:
-        return float(struct.unpack("f", struct.pack("f", number))[0])
-    except OverflowError:
-        raise BadValue("which is out of the range of its type float") from None
+        return float_of(value if not isinstance(value, str) else number)
+    except Refusal as e:
+        raise BadValue(f"{e}, as its type float says".replace("; make the column a double", "")) from None
 
 
 def _boolean(value: Any) -> bool:
@@ -291,16 +296,22 @@ def _decimal_text(value: Any, precision: int | None, scale: int) -> str:
     if precision is not None:
         unscaled_value = number.scaleb(scale, _WIDE)
         if unscaled_value != unscaled_value.to_integral_value():
-            raise BadValue(f"which has more digits after the point than its type decimal({precision}, {scale}) holds")
+            raise BadValue(
+                f"which is {format(number, 'f')}, more digits after the point than its type decimal({precision}, "
+                f"{scale}) holds"
+            )
         if abs(unscaled_value) >= decimal.Decimal(10) ** precision:
-            raise BadValue(f"which has more digits than its type decimal({precision}, {scale}) holds")
+            raise BadValue(
+                f"which is {format(number, 'f')}, more digits than its type decimal({precision}, {scale}) holds"
+            )
     return format(number, "f")
 
 
 def _scaled_text(unscaled: int, scale: int) -> str:
-    """``unscaled`` × 10^-scale in plain digits (as ``format(Decimal, "f")`` writes it), without a Decimal."""
+    """``unscaled`` × 10^-scale in plain digits, always with a point (``1234.0``): text of digits alone may be
+    base64 in a record without a schema, which a column refuses as ambiguous (:mod:`icesink.writer.json_values`)."""
     if scale <= 0:
-        return str(unscaled * 10**-scale)
+        return f"{unscaled * 10**-scale}.0"
     digits = str(abs(unscaled)).rjust(scale + 1, "0")
     return f"{'-' if unscaled < 0 else ''}{digits[:-scale]}.{digits[-scale:]}"
 
@@ -335,5 +346,6 @@ def _zoned(text: str) -> str:
 
 
 def shown(value: Any) -> str:
-    text = repr(value)
+    """A value as its JSON spelling shows it (a number's digits, a string quoted)."""
+    text = str(value) if isinstance(value, decimal.Decimal) else repr(value)
     return text if len(text) <= 80 else text[:80] + "…"

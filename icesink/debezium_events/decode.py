@@ -318,12 +318,25 @@ _BINLOG_NUMBER = re.compile(r"(\d+)$")
 def _position(source: dict[str, Any], partition: int | None, offset: int | None) -> str:
     """A string that sorts as the source order of one key's changes.
 
-    The Kafka offset when there is one (a key's changes stay in one partition, in source order); else
-    PostgreSQL's (last commit LSN, LSN) from ``source.sequence``, or MySQL's (binlog file number, position,
-    row); ``ts_ms`` last.
+    Where the source gives a position that orders every change (PostgreSQL's ``source.sequence``: last commit
+    LSN, then LSN; MySQL's binlog file number, position and row), that position, then the Kafka offset (for
+    changes of one position: a snapshot's reads). A key's changes can be in two Kafka partitions (its key's
+    bytes changed with its schema, or the topic got partitions), and offsets of two partitions say nothing of
+    which came first. Otherwise the Kafka offset (a partition keeps the order the connector wrote); without
+    one, what the source has: the LSN alone (not monotonic across interleaved transactions), ``ts_ms``.
     """
+    ordered = _ordering_position(source)
+    if ordered is not None:
+        return ordered + (f"k{offset:020d}" if offset is not None else "")
     if offset is not None:
         return f"k{partition or 0:010d}{offset:020d}"
+    if source.get("lsn") is not None:
+        return f"p{0:020d}{int(source['lsn']):020d}"
+    return f"t{int(source.get('ts_ms') or 0):020d}"
+
+
+def _ordering_position(source: dict[str, Any]) -> str | None:
+    """The source's position where it orders every change of the source (None where it does not)."""
     sequence = source.get("sequence")
     if sequence:
         try:
@@ -331,10 +344,8 @@ def _position(source: dict[str, Any], partition: int | None, offset: int | None)
             return f"p{int(last_commit or 0):020d}{int(lsn or 0):020d}"
         except (ValueError, TypeError):
             pass
-    if source.get("lsn") is not None:
-        return f"p{0:020d}{int(source['lsn']):020d}"
     if source.get("file") is not None:
         number = _BINLOG_NUMBER.search(str(source["file"]))
         file_number = int(number.group(1)) if number else 0
         return f"m{file_number:010d}{int(source.get('pos') or 0):020d}{int(source.get('row') or 0):010d}"
-    return f"t{int(source.get('ts_ms') or 0):020d}"
+    return None

@@ -30,10 +30,13 @@ class SourceTable:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """The names a mapping may give it by, most specific first: ``database.schema.table``,
-        ``schema.table`` (or ``database.table``), ``table``."""
-        full = f"{self.database}.{self.schema}.{self.table}" if self.database and self.schema else None
-        return tuple(dict.fromkeys(n for n in (full, str(self), self.table) if n))
+        """The names a mapping may give it by, most specific first: ``connector.database.schema.table`` (with
+        the connector's logical name, ``topic.prefix``: two connectors may capture databases of one name),
+        ``database.schema.table``, ``schema.table`` (or ``database.table``), ``table``."""
+        full = ".".join(p for p in (self.database, self.schema, self.table) if p)
+        connected = f"{self.connector}.{full}" if self.connector else None
+        database = f"{self.database}.{self.schema}.{self.table}" if self.database and self.schema else None
+        return tuple(dict.fromkeys(n for n in (connected, database, str(self), self.table) if n))
 
     @cached_property
     def key(self) -> str:

@@ -50,7 +50,8 @@ def debezium(
     ``df`` has the columns Spark's Kafka source gives: ``key`` and ``value`` (string or binary, JSON as
     Kafka Connect's JsonConverter writes it, with or without ``schema``) and optionally ``topic``,
     ``partition``, ``offset``. Each source table goes to ``namespace.<table>``, or where ``tables`` maps
-    it (by ``database.schema.table``, ``schema.table``, ``database.table`` or ``table``). A table belongs to
+    it (by ``connector.database.schema.table``, ``database.schema.table``, ``schema.table``, ``database.table``
+    or ``table``). A table belongs to
     one source table for good: a second source table that would go there stops the stream, naming both.
     ``partition_by`` and ``table_properties`` apply to the tables icesink creates (partition only by key
     columns); ``evolve_schema`` adds the columns the source adds and widens the ones it widens; ``maintain``
@@ -63,6 +64,20 @@ def debezium(
     appends: ``topic``, ``partition``, ``offset``, ``key`` and ``value`` as the bytes Kafka held, ``error``),
     committed with the micro-batch's other tables, and the stream goes on without the change it held.
     """
+    names, partitions = _checked(namespace, tables, partition_by, evolve_schema, maintain, dead_letter)
+    check_user_properties(table_properties, "icesink.debezium")
+    return Debezium(namespace, names, partitions, table_properties, evolve_schema, maintain, dead_letter)
+
+
+def _checked(
+    namespace: str,
+    tables: Mapping[str, str] | None,
+    partition_by: Mapping[str, Sequence[str]] | None,
+    evolve_schema: bool,
+    maintain: bool,
+    dead_letter: str | None,
+) -> tuple[dict[str, str], dict[str, Sequence[str]]]:
+    """The options of :func:`debezium` checked; the mappings as dicts."""
     if not isinstance(namespace, str) or not namespace or namespace.startswith(".") or namespace.endswith("."):
         raise ConfigError(
             f"icesink.debezium: namespace must be a namespace name such as 'inventory', not {namespace!r}"
@@ -93,8 +108,7 @@ def debezium(
     for option, value in (("evolve_schema", evolve_schema), ("maintain", maintain)):
         if not isinstance(value, bool):
             raise ConfigError(f"icesink.debezium: option {option} must be True or False, not {value!r}")
-    check_user_properties(table_properties, "icesink.debezium")
-    return Debezium(namespace, names, partitions, table_properties, evolve_schema, maintain, dead_letter)
+    return names, partitions
 
 
 def _is_table_name(name: object) -> bool:

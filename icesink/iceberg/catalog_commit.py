@@ -23,6 +23,7 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 
 from icesink.failpoints import failpoint
+from icesink.iceberg.metadata_cache import remember
 from icesink.iceberg.pending_tables import PendingTable, publish
 from icesink.iceberg.snapshots import PreparedSnapshot
 
@@ -75,6 +76,8 @@ def commit_tables(
         # An error in COMMIT itself (a lost connection) leaves the outcome unknown: the files stay, since
         # the catalog may name them; the marker decides on the retry, gc removes orphans.
         transaction.commit()
+    for _, new in staged:
+        remember(new.metadata_location, new.metadata)
     failpoint("group.after-transaction")
     return [
         Table(

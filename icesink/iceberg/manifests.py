@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pyiceberg.avro.codecs import AvroCompressionCodec
-from pyiceberg.avro.file import AvroFile, AvroOutputFile
+from pyiceberg.avro.file import AvroOutputFile
 from pyiceberg.io import FileIO, OutputFile
 from pyiceberg.manifest import (
     DATA_FILE_TYPE,
@@ -29,6 +29,8 @@ from pyiceberg.manifest import (
     ManifestWriterV1,
     ManifestWriterV2,
     _inherit_from_manifest,
+    data_file_with_partition,
+    manifest_entry_schema_with_data_file,
 )
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
@@ -38,6 +40,7 @@ from pyiceberg.typedef import Record, TableVersion
 from pyiceberg.types import IntegerType, ListType, NestedField, StringType, StructType
 
 from icesink.iceberg import check_pyiceberg_version
+from icesink.iceberg.avro_files import KnownSchemaAvroFile, encoded_output
 from icesink.results import FileContent, FileRecord
 
 if TYPE_CHECKING:
@@ -94,15 +97,24 @@ def _delete_entry_read_schema() -> Schema:
     )
 
 
+_ENTRY_TYPES: dict[int, Any] = {-1: ManifestEntry, 2: DataFile}
+_ENTRY_ENUMS: dict[int, Any] = {0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent}
+
+
+_DELETE_ENTRY_READ_SCHEMA: Schema | None = None
+
+
 def fetch_entries(io: FileIO, manifest: ManifestFile, discard_deleted: bool = True) -> list[ManifestEntry]:
     """A manifest's entries as pyiceberg reads them, plus ``referenced_data_file`` of delete files."""
-    if manifest.content != ManifestContent.DELETES:
-        return manifest.fetch_manifest_entry(io, discard_deleted=discard_deleted)
-    with AvroFile[ManifestEntry](
-        io.new_input(manifest.manifest_path),
-        _delete_entry_read_schema(),
-        read_types={-1: ManifestEntry, 2: DataFile},
-        read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
+    global _DELETE_ENTRY_READ_SCHEMA
+    if manifest.content == ManifestContent.DELETES:
+        if _DELETE_ENTRY_READ_SCHEMA is None:
+            _DELETE_ENTRY_READ_SCHEMA = _delete_entry_read_schema()
+        read_schema = _DELETE_ENTRY_READ_SCHEMA
+    else:
+        read_schema = MANIFEST_ENTRY_SCHEMAS[DEFAULT_READ_VERSION]
+    with KnownSchemaAvroFile(
+        io.new_input(manifest.manifest_path), read_schema, read_types=_ENTRY_TYPES, read_enums=_ENTRY_ENUMS
     ) as reader:
         return [
             _inherit_from_manifest(entry, manifest)
@@ -202,13 +214,21 @@ class _ConformantWriter(ManifestWriter):
     _int_equality_ids = False
 
     def new_writer(self) -> AvroOutputFile[ManifestEntry]:
-        return AvroOutputFile[ManifestEntry](
-            output_file=self._output_file,
-            file_schema=_spec_conformant(self._with_partition(self.version), self._int_equality_ids),
-            record_schema=_spec_conformant(self._with_partition(DEFAULT_READ_VERSION), self._int_equality_ids),
-            schema_name="manifest_entry",
-            metadata=self._meta,
-        )
+        partition = self._spec.partition_type(self._schema)
+        layout = ("manifest", self.version, partition, self._int_equality_ids)
+
+        def schemas() -> tuple[Schema, Schema]:
+            return (
+                _entry_schema(self.version, partition, self._int_equality_ids),
+                _entry_schema(DEFAULT_READ_VERSION, partition, self._int_equality_ids),
+            )
+
+        return encoded_output(self._output_file, layout, schemas, "manifest_entry", self._meta)
+
+
+def _entry_schema(version: TableVersion, partition: StructType, int_equality_ids: bool) -> Schema:
+    data_file = data_file_with_partition(format_version=version, partition_type=partition)
+    return _spec_conformant(manifest_entry_schema_with_data_file(version, data_file), int_equality_ids)
 
 
 class DataManifestWriter(_ConformantWriter, ManifestWriterV2):

@@ -30,7 +30,6 @@ from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.io import load_file_io
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import CommitTableResponse, Table
 from pyiceberg.table.locations import load_location_provider
 from pyiceberg.table.metadata import new_table_metadata
@@ -39,6 +38,7 @@ from pyiceberg.table.update import AddSnapshotUpdate, TableRequirement, TableUpd
 from pyiceberg.typedef import Identifier
 
 from icesink.errors import TableCreatedElsewhereError
+from icesink.iceberg.metadata_cache import table_metadata
 
 PENDING_TABLES = sa.Table(
     "icesink_pending_tables",
@@ -182,9 +182,24 @@ class PendingAwareCatalog(SqlCatalog):
         delete_quietly(table.io, files)
         return files
 
+    def _convert_orm_to_iceberg(self, orm_table: IcebergTables) -> Table:
+        """pyiceberg's, with the metadata file parsed once per process (:mod:`icesink.iceberg.metadata_cache`)."""
+        metadata_location = orm_table.metadata_location
+        if not metadata_location or not orm_table.table_namespace or not orm_table.table_name:
+            return super()._convert_orm_to_iceberg(orm_table)  # pyiceberg's errors for a damaged row
+        io = load_file_io(properties=self.properties, location=metadata_location)
+        metadata = table_metadata(io, metadata_location)
+        return Table(
+            identifier=(*Catalog.identifier_to_tuple(orm_table.table_namespace), orm_table.table_name),
+            metadata=metadata,
+            metadata_location=metadata_location,
+            io=self._load_file_io(metadata.properties, metadata_location),
+            catalog=self,
+        )
+
     def _pending_table(self, identifier: str | Identifier, metadata_location: str) -> PendingTable:
         io = load_file_io(properties=self.properties, location=metadata_location)
-        metadata = FromInputFile.table_metadata(io.new_input(metadata_location))
+        metadata = table_metadata(io, metadata_location)
         namespace, name = _parts(identifier)
         return PendingTable(
             identifier=(*namespace.split("."), name),

@@ -38,6 +38,7 @@ from pyiceberg.table.update import (
 from icesink.iceberg.expiry import expired_snapshot_ids
 from icesink.iceberg.manifests import compression, manifest_writer, write_added
 from icesink.iceberg.merging import ManifestMergePolicy, merge_manifests
+from icesink.iceberg.metadata_cache import remember
 from icesink.iceberg.scan import ManifestCache
 
 
@@ -372,6 +373,7 @@ def commit_prepared(table: Table, prepared: PreparedSnapshot) -> Table:
     before building the snapshot again.
     """
     response = table.catalog.commit_table(table, prepared.requirements, prepared.updates)
+    remember(response.metadata_location, response.metadata)
     return Table(
         identifier=table._identifier,
         metadata=response.metadata,

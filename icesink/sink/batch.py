@@ -199,8 +199,9 @@ class BatchWriter:
         A checkpoint is staged for all of a stream's tables at once, so one table that has it (staged or
         committed) means it is not written again anywhere.
         """
+        known = self._ledger.get_many([s.table for s in sinks], job_id, checkpoint_id, unreadable_too=True)
         decisions = [
-            admit(self._ledger, table, sink.table, job_id, checkpoint_id, stream, first=not self._claimed)
+            admit(self._ledger, table, sink.table, job_id, checkpoint_id, stream, not self._claimed, known)
             for table, sink in zip(tables, sinks, strict=True)
         ]
         for decision in decisions:

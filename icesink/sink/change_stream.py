@@ -203,7 +203,8 @@ def check_partition_keys(table: Table, identifier: str, equality_field_ids: Sequ
             raise ConfigError(
                 f"table {identifier}{since} is partitioned by {partition_field.transform}({source}), but {source!r} "
                 f"is not among the equality fields {keys}: an update that moves a key to another partition "
-                "would leave the old row alive. Add the column to equality_fields or use an unpartitioned table"
+                "would leave the old row alive. Add the column to equality_fields (of a Debezium stream's table: to "
+                "the source table's primary key), or drop the partition field"
             )
 
 

@@ -82,7 +82,7 @@ class DebeziumRouter:
                 self._check_owner(table)
             self._mapped.seen(job_id, tables)
             targets = [
-                RoutedTarget(self._settings_of(t), t.schema, optional=t.dead_letter, explain=_explainer(t))
+                RoutedTarget(self._explained_settings_of(t), t.schema, optional=t.dead_letter, explain=_explainer(t))
                 for t in tables
             ]
         except BaseException:
@@ -135,6 +135,15 @@ class DebeziumRouter:
                 self._spec.dead_letter,
             )
         return results
+
+    def _explained_settings_of(self, table: RoutedTable) -> SinkSettings:
+        try:
+            return self._settings_of(table)
+        except SchemaMismatchError as e:  # a table's first sight in this run fits it to the micro-batch too
+            explain = _explainer(table)
+            if explain is None:
+                raise
+            raise explain(e, None) from e
 
     def _settings_of(self, table: RoutedTable) -> SinkSettings:
         """The table's settings, from a preflight the first time it is seen (creating it if need be)."""
@@ -231,17 +240,18 @@ class DebeziumRouter:
         )
 
 
-def _explainer(table: RoutedTable) -> Callable[[SchemaMismatchError, int], SchemaMismatchError] | None:
+def _explainer(table: RoutedTable) -> Callable[[SchemaMismatchError, int | None], SchemaMismatchError] | None:
     """A column type the table cannot take, said with the records that bring it."""
     if table.source is None:
         return None
     source = table.source
 
-    def explain(error: SchemaMismatchError, checkpoint_id: int) -> SchemaMismatchError:
+    def explain(error: SchemaMismatchError, checkpoint_id: int | None) -> SchemaMismatchError:
         if error.column is None or not table.holders(error.column):
             return error
+        at = f", checkpoint {checkpoint_id}" if checkpoint_id is not None else ""
         return SchemaMismatchError(
-            f"table {table.identifier}, checkpoint {checkpoint_id}: column {error.column!r} is {error.table_type} in "
+            f"table {table.identifier}{at}: column {error.column!r} is {error.table_type} in "
             f"the table, and the micro-batch's records of source {source} hold {table.holders(error.column)}; "
             "Iceberg widens an int to a long, a float to a double and a decimal's precision, never its scale, and "
             "changes no type into another. Nothing of the micro-batch was written. Write the source into a new "
@@ -255,12 +265,22 @@ def _explainer(table: RoutedTable) -> Callable[[SchemaMismatchError, int], Schem
 
 def _distributed(parsed: DataFrame, tables: Sequence[RoutedTable], dead_letter: int | None) -> DataFrame:
     """The decoded records each with its table's number, every change of a key in one task, and a task's
-    records sorted by table (the dead-letter table last, so that it takes what the others refused)."""
+    records sorted by table (the dead-letter table last, so that it takes what the others refused).
+
+    A table holding a large share of the micro-batch is spread over the tasks by key; the others go whole to
+    one task each, so that a small table gets one data file (and one delete file) per micro-batch, not one per
+    task.
+    """
     from pyspark.sql import functions as F
 
+    parallelism = parsed.sparkSession.sparkContext.defaultParallelism
     numbers = {t.source.key: i for i, t in enumerate(tables) if t.source is not None}
+    # Without a source table (every record of the micro-batch rejected) there is no map to look in.
     by_source = F.create_map(*[F.lit(x) for key, number in numbers.items() for x in (key, number)])
-    target = F.when(F.col("source") == REJECTED, F.lit(dead_letter)).otherwise(by_source[F.col("source")])
+    other = by_source[F.col("source")] if numbers else F.lit(None)
+    target = F.when(F.col("source") == REJECTED, F.lit(dead_letter)).otherwise(other)
+    share = sum(t.records for t in tables) / parallelism / 2
+    spread = [i for i, t in enumerate(tables) if t.records >= share and not t.dead_letter]
     rows = parsed.select(
         target.cast("int").alias("target"),
         "row",
@@ -274,8 +294,8 @@ def _distributed(parsed: DataFrame, tables: Sequence[RoutedTable], dead_letter: 
         "raw_value",
         "key",
     ).where(F.col("target").isNotNull())
-    parallelism = parsed.sparkSession.sparkContext.defaultParallelism
-    return rows.repartition(parallelism, "target", "key").sortWithinPartitions("target").drop("key")
+    within = F.when(F.col("target").isin(spread), F.col("key")).otherwise(F.lit("")) if spread else F.lit("")
+    return rows.repartition(parallelism, "target", within.alias("spread")).sortWithinPartitions("target").drop("key")
 
 
 def _empty(schema: StructType) -> DataFrame:

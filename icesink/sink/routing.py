@@ -41,7 +41,7 @@ class RoutedTarget:
     optional: bool = False
     # The router's account of a column that does not fit the table (which records hold which type), in place
     # of the one a DataFrame's author gets.
-    explain: Callable[[SchemaMismatchError, int], SchemaMismatchError] | None = None
+    explain: Callable[[SchemaMismatchError, int | None], SchemaMismatchError] | None = None
 
 
 # The router's own write of every table of a micro-batch (one Spark job): each table's results, in order.

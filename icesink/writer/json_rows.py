@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icesink.writer import values as special
-from icesink.writer.json_values import DECIMAL_TYPE, FIXED_TYPE, INT_RANGES, Refusal, exact_value
+from icesink.writer.json_values import AMBIGUOUS_DECIMAL, DECIMAL_TYPE, FIXED_TYPE, INT_RANGES, Refusal, exact_value
 from icesink.writer.spec import ColumnSpec, arrow_type
 
 _NONE = type(None)
@@ -89,7 +89,7 @@ def _array(column: ColumnSpec, column_values: list[Any], path: str, keys: Mappin
     if not column.is_nested:
         try:
             fast = _fast_primitive(column.iceberg_type, column_values, wanted)
-        except (pa.ArrowException, ValueError, TypeError, OverflowError, special.BadValues):
+        except (pa.ArrowException, ArithmeticError, ValueError, TypeError, special.BadValues):
             fast = None
         if fast is not None:
             return fast
@@ -142,6 +142,8 @@ def _fast_primitive(kind: str, column_values: list[Any], wanted: pa.DataType) ->
 
 
 def _as_decimal(text: str) -> decimal.Decimal:
+    if AMBIGUOUS_DECIMAL.fullmatch(text):
+        raise Refusal("which may be a number or base64")  # the value-by-value path says more
     number = decimal.Decimal(text)
     if not number.is_finite():
         raise Refusal("which is not a finite number")
@@ -263,5 +265,6 @@ def _nulls(column_values: list[Any]) -> pa.Array | None:
 
 
 def _shown(value: Any) -> str:
-    text = value if isinstance(value, str) else repr(value)
+    """A value as its JSON spelling shows it: a number's digits (a Decimal's too), a string quoted."""
+    text = value if isinstance(value, str) else str(value) if isinstance(value, decimal.Decimal) else repr(value)
     return repr(text[:80] + "…") if len(text) > 80 else repr(text) if isinstance(value, str) else text

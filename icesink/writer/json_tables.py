@@ -153,7 +153,7 @@ class _Task:
                     f"{_location(record)}: column {e.path!r} holds {_shown(e.value)}, {e.problem}"
                 )
                 if self._dead_letter is None or record.get("raw_value") is None:
-                    raise BadRowError(f"{problem}. {_advice(self._dead_letter is not None)}") from None
+                    raise BadRowError(f"{problem}. {_advice(record.get('raw_value') is None)}") from None
                 self._rejected.append(
                     {**{c: record.get(c) for c in LOCATION_COLUMNS}, **_raw(record), "error": problem}
                 )
@@ -199,12 +199,12 @@ def _location(record: dict[str, Any]) -> str:
     return f"topic {record.get('topic')}, partition {record.get('partition')}, offset {record.get('offset')}"
 
 
-def _advice(has_dead_letter: bool) -> str:
-    if has_dead_letter:
+def _advice(has_schema: bool) -> str:
+    if has_schema:
         return (
-            "Nothing of the micro-batch was written. The record has a schema, so its type was accepted and only "
-            "the table's own column type refuses the value: change the column's type, or map the source to "
-            "another table"
+            "Nothing of the micro-batch was written. The record's own schema holds the value, and the table "
+            "took its type; the column's type (set by another tool) refuses it: change the column's type, or "
+            "map the source to another table"
         )
     return (
         "Nothing of the micro-batch was written. Fix the record at the source, or pass "

@@ -100,6 +100,12 @@ def _double(value: Any) -> float:
     return float(value)
 
 
+def float_of(value: Any) -> float:
+    """A 32-bit float's value (as the double equal to it) that a JSON number spells: the float itself, or the
+    digits Java prints for one (``1.1``); anything a float only comes near is a :class:`Refusal`."""
+    return _float(value)
+
+
 def _float(value: Any) -> float:
     number = _double(value)
     single = struct.unpack("f", struct.pack("f", number))[0] if math.isfinite(number) or math.isnan(number) else number
@@ -185,13 +191,27 @@ def _uuid(value: Any) -> str:
     return value
 
 
+# Digits alone, in a multiple of four: both a number and Debezium's base64 of a decimal's unscaled bytes
+# (decimal.handling.mode=precise), which only the record's schema tells apart.
+AMBIGUOUS_DECIMAL = re.compile(r"(?:[0-9]{4})+")
+
+
 def _decimal(value: Any, precision: int, scale: int) -> decimal.Decimal:
     if isinstance(value, bool) or not isinstance(value, str | int | decimal.Decimal | float):
         raise Refusal(f"which is not a number, as decimal({precision}, {scale}) needs")
+    if isinstance(value, str) and AMBIGUOUS_DECIMAL.fullmatch(value):
+        raise Refusal(
+            "which may be a number or Debezium's base64 of a decimal (decimal.handling.mode=precise); without the "
+            "record's schema icesink cannot tell: keep the connector's schemas on, or send decimals as text with "
+            "a point (decimal.handling.mode=string)"
+        )
     try:
         number = decimal.Decimal(value if not isinstance(value, float) else repr(value))
     except decimal.InvalidOperation:
-        raise Refusal(f"which is not a number, as decimal({precision}, {scale}) needs") from None
+        raise Refusal(
+            f"which is not a number, as decimal({precision}, {scale}) needs (Debezium's base64 of a decimal can "
+            "only be read with the record's schema: keep the connector's schemas on)"
+        ) from None
     if not number.is_finite():
         raise Refusal(f"which decimal({precision}, {scale}) cannot hold")
     try:
