@@ -43,6 +43,7 @@ SETTINGS: dict[str, str] = {
     "ICESINK_TEST_PG_URL": "PostgreSQL URL of the test suite's server",
     "ICESINK_FAULT_SEED": "seed of the random fault-injection cases",
     "ICESINK_SOAK_FILES": "input files per job in the soak test",
+    "ICESINK_DEBEZIUM_SEEDS": "how many random Debezium histories the test suite streams per catalog (default 1)",
 }
 
 
@@ -74,6 +75,7 @@ SETTING_GROUPS: dict[str, tuple[str, ...]] = {
         "ICESINK_TEST_PG_URL",
         "ICESINK_FAULT_SEED",
         "ICESINK_SOAK_FILES",
+        "ICESINK_DEBEZIUM_SEEDS",
     ),
 }
 
