@@ -328,7 +328,7 @@ def test_icesinks_own_settings_and_icebergs_properties_are_taken_as_given() -> N
     given = {name: "1" for name in PROPERTY_NAMES.values()}
     given |= {"icesink.write.max-open-files": "8", "write.target-file-size-bytes": "1024", "commit.retry.x": "1"}
     assert StreamOptions(table=TABLE, table_properties=given).table_properties == given
-    assert icesink.debezium("inventory", table_properties=given).table_properties == given
+    assert icesink.debezium("inventory", table_properties=given).table_options.table_properties == given
 
 
 def test_a_table_another_tool_gave_an_unknown_icesink_property_is_written_with_a_warning_naming_it(

@@ -64,6 +64,7 @@ def checkpoint_json(row: Any) -> dict[str, Any]:
 
     # Named as the ledger's columns are (``table_identifier``), which scripts read.
     plain = {LEDGER_COLUMN.get(f.name, f.name): getattr(row, f.name) for f in fields(row) if f.name != "manifests"}
+    plain["snapshot_properties"] = dict(row.snapshot_properties)  # as the snapshot's summary will hold them
     return {**plain, **row.manifests.flat(), "status": row.status}
 
 

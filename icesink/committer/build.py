@@ -190,7 +190,9 @@ class SnapshotBuilder:
         files = [f for c in per_row for f in c.files]
         deletes = [f for c in per_row for f in c.deletes]
         last = group[-1]
-        properties = {**marker_properties(job_id, last.checkpoint_id, last.stream_id), **extra}
+        # The checkpoints' own values (a later checkpoint's replacing an earlier one's), then icesink's, which win.
+        own = {name: value for row in group for name, value in row.snapshot_properties}
+        properties = {**own, **marker_properties(job_id, last.checkpoint_id, last.stream_id), **extra}
         properties[CHECKPOINT_RANGE_PROPERTY] = checkpoint_range(group)
         discarded = [
             r for r in self._ledger.unrecorded_discards(identifier, job_id) if r.checkpoint_id < last.checkpoint_id

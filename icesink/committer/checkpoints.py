@@ -142,6 +142,43 @@ def _is_manifest(entry: dict[str, Any]) -> bool:
     )
 
 
+# A checkpoint's own snapshot summary properties, as the ledger keeps them: JSON with its version inside, read
+# like the delta manifests (every earlier version; a later one makes the row unreadable, not half understood).
+SNAPSHOT_PROPERTIES_VERSION = 1
+
+
+def encode_snapshot_properties(properties: tuple[tuple[str, str], ...]) -> str | None:
+    """As the ledger keeps them; None (no column value) for none."""
+    if not properties:
+        return None
+    body = {"version": SNAPSHOT_PROPERTIES_VERSION, "properties": dict(properties)}
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+def decode_snapshot_properties(text: str | None) -> tuple[tuple[str, str], ...]:
+    """Read what :func:`encode_snapshot_properties` wrote; :class:`ValueError` for anything else."""
+    if text is None:
+        return ()
+    try:
+        body = json.loads(text)
+    except (RecursionError, ValueError):
+        raise ValueError(f"not a snapshot-properties value: {text[:200]!r}") from None
+    version = body.get("version") if isinstance(body, dict) else None
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(f"not a snapshot-properties value: {text[:200]!r}")
+    if version > SNAPSHOT_PROPERTIES_VERSION:
+        raise ValueError(
+            f"snapshot-properties encoding version {version}, written by a later icesink release (this one reads "
+            f"up to {SNAPSHOT_PROPERTIES_VERSION})"
+        )
+    properties = body.get("properties")
+    if set(body) != {"version", "properties"} or not isinstance(properties, dict):
+        raise ValueError(f"a snapshot-properties value of version 1 with keys {sorted(body)}: {text[:200]!r}")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in properties.items()):
+        raise ValueError(f"snapshot properties that are not all strings: {text[:200]!r}")
+    return tuple(sorted(properties.items()))
+
+
 @dataclass(frozen=True, kw_only=True)
 class StagedCheckpoint:
     """What a writer hands to the ledger for one checkpoint of one table.
@@ -164,6 +201,8 @@ class StagedCheckpoint:
     column_ids: tuple[tuple[str, int], ...] | None = None  # DataFrame column -> the field it was written to
     # Committed with the job's other tables of the same checkpoint in one catalog transaction, or not at all.
     atomic: bool = False
+    # Values the checkpoint carries into its snapshot's summary, under icesink's own markers (which win).
+    snapshot_properties: tuple[tuple[str, str], ...] = ()
 
     @property
     def manifest_paths(self) -> list[str]:

@@ -30,6 +30,8 @@ from icesink.committer.checkpoints import (
     JobTables,
     StagedCheckpoint,
     StreamIdentity,
+    decode_snapshot_properties,
+    encode_snapshot_properties,
 )
 from icesink.errors import LedgerFormatError
 
@@ -64,6 +66,7 @@ checkpoints = sa.Table(
     sa.Column("discard_reason", sa.Text()),
     sa.Column("atomic", sa.Boolean(), nullable=False, server_default=sa.false()),
     sa.Column("commit_id", sa.String(64)),
+    sa.Column("snapshot_properties", sa.Text()),  # encode_snapshot_properties: versioned JSON
 )
 
 
@@ -85,17 +88,29 @@ def _manifests_of(values: Mapping[str, object], encoded: str) -> DeltaManifests:
     try:
         return DeltaManifests.decode(encoded)
     except ValueError as e:
-        later = "later icesink release" in str(e)
-        what = (
-            "commit it with the icesink release that staged it, or upgrade icesink where this runs"
-            if later
-            else "the row is damaged: restore the ledger row from a backup (a checkpoint's delta manifests are "
-            "in the table's metadata directory, named after its job and checkpoint)"
-        )
-        raise LedgerFormatError(
-            f"checkpoint {values['checkpoint_id']} of job {values['job_id']!r} for table "
-            f"{values['identifier']!r} cannot be read from the ledger ({e}); it is left as it is: {what}"
+        raise _format_error(
+            values,
+            e,
+            "the row is damaged: restore the ledger row from a backup (a checkpoint's delta manifests are in the "
+            "table's metadata directory, named after its job and checkpoint)",
         ) from e
+
+
+def _properties_of(values: Mapping[str, object]) -> tuple[tuple[str, str], ...]:
+    encoded = values["snapshot_properties"]
+    try:
+        return decode_snapshot_properties(encoded if isinstance(encoded, str) else None)
+    except ValueError as e:
+        raise _format_error(values, e, "the row is damaged: restore the ledger row from a backup") from e
+
+
+def _format_error(values: Mapping[str, object], e: ValueError, damaged: str) -> LedgerFormatError:
+    later = "later icesink release" in str(e)
+    what = "commit it with the icesink release that staged it, or upgrade icesink where this runs" if later else damaged
+    return LedgerFormatError(
+        f"checkpoint {values['checkpoint_id']} of job {values['job_id']!r} for table "
+        f"{values['identifier']!r} cannot be read from the ledger ({e}); it is left as it is: {what}"
+    )
 
 
 class Ledger:
@@ -114,6 +129,12 @@ class Ledger:
             if not unreadable_too:
                 raise
             values["manifests"], values["unreadable"] = DeltaManifests(), str(e)
+        try:
+            values["snapshot_properties"] = _properties_of(values)
+        except LedgerFormatError as e:
+            if not unreadable_too:
+                raise
+            values["snapshot_properties"], values["unreadable"] = (), str(e)
         values["state"] = CheckpointState(values["state"])
         if values["column_ids"] is not None:
             values["column_ids"] = tuple((str(k), int(v)) for k, v in json.loads(values["column_ids"]).items())
@@ -146,6 +167,7 @@ class Ledger:
                 "committed_at": now if state == CheckpointState.COMMITTED else None,
                 "manifests_deleted": not staged.manifest_paths,
                 "column_ids": json.dumps(dict(staged.column_ids)) if staged.column_ids is not None else None,
+                "snapshot_properties": encode_snapshot_properties(staged.snapshot_properties),
             }
             for staged, state in checkpoints_of
         ]

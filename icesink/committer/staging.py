@@ -30,13 +30,15 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class TableResults:
     """What one checkpoint wrote into one table: its files, the schema they were written with (default:
-    the table's current one) and which field each DataFrame column went to."""
+    the table's current one), which field each DataFrame column went to, and the values the checkpoint carries
+    into its snapshot's summary (icesink's own markers win over them)."""
 
     table: Table
     identifier: str
     results: Sequence[WriteResult]
     schema_id: int | None = None
     column_ids: Mapping[str, int] | None = None
+    snapshot_properties: Mapping[str, str] | None = None
 
 
 def stage_checkpoint(
@@ -131,6 +133,7 @@ def _write_delta_manifests(
         schema_id=table.metadata.current_schema_id if written.schema_id is None else written.schema_id,
         column_ids=tuple(sorted(written.column_ids.items())) if written.column_ids is not None else None,
         atomic=atomic,
+        snapshot_properties=_snapshot_properties(written, checkpoint_id),
     )
     if not every_file:
         # Nothing to commit; remembered (as committed) so a retry does not rewrite it.
@@ -154,6 +157,26 @@ def _write_delta_manifests(
         delete_quietly(table.io, [m.path for m in staged_manifests if m is not None])
         raise
     return replace(empty, manifests=DeltaManifests(*staged_manifests))
+
+
+def _snapshot_properties(written: TableResults, checkpoint_id: int) -> tuple[tuple[str, str], ...]:
+    """The checkpoint's summary values, checked: a summary holds strings only."""
+    from icesink.iceberg.snapshots import computed_by_iceberg
+
+    given = written.snapshot_properties or {}
+    for name, value in given.items():
+        if not isinstance(name, str) or not name or not isinstance(value, str):
+            raise ConfigError(
+                f"table {written.identifier}: checkpoint {checkpoint_id} carries snapshot property {name!r} = "
+                f"{value!r}; a snapshot summary holds non-empty string names and string values. Nothing was staged"
+            )
+        if computed_by_iceberg(name):
+            raise ConfigError(
+                f"table {written.identifier}: checkpoint {checkpoint_id} carries snapshot property {name!r}, a "
+                "field Iceberg computes for every snapshot (counts, totals, the operation); name it otherwise. "
+                "Nothing was staged"
+            )
+    return tuple(sorted(given.items()))
 
 
 def _drop_manifests(written: Sequence[TableResults], staged: Sequence[StagedCheckpoint]) -> None:

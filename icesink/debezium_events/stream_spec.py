@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from icesink.debezium_events.sources import SourceTable
 from icesink.errors import ConfigError
 from icesink.properties import check_user_properties
+from icesink.table_options import TableOptions
 
 
 @dataclass(frozen=True)
@@ -16,10 +17,10 @@ class Debezium:
 
     namespace: str
     names: Mapping[str, str] = field(default_factory=dict)
-    partition_by: Mapping[str, Sequence[str]] = field(default_factory=dict)
-    table_properties: Mapping[str, str] | None = None
-    evolve_schema: bool = True
-    maintain: bool = False
+    partition_by: Mapping[str, Sequence[str]] = field(default_factory=dict)  # by table: its own partitioning
+    # The options of every table the stream writes (table_properties, evolve_schema, maintain); its key, change
+    # columns, partitioning and writer are set per table as it is seen.
+    table_options: TableOptions = field(default_factory=lambda: TableOptions(evolve_schema=True))
     dead_letter: str | None = None  # the table of records that cannot be applied; None: they stop the stream
 
     def identifier(self, source: SourceTable) -> str:
@@ -66,7 +67,8 @@ def debezium(
     """
     names, partitions = _checked(namespace, tables, partition_by, evolve_schema, maintain, dead_letter)
     check_user_properties(table_properties, "icesink.debezium")
-    return Debezium(namespace, names, partitions, table_properties, evolve_schema, maintain, dead_letter)
+    per_table = TableOptions(table_properties=table_properties, evolve_schema=evolve_schema, maintain=maintain)
+    return Debezium(namespace, names, partitions, per_table, dead_letter)
 
 
 def _checked(

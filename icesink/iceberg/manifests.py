@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from pyiceberg.avro.codecs import AvroCompressionCodec
 from pyiceberg.avro.file import AvroOutputFile
@@ -42,9 +42,6 @@ from pyiceberg.types import IntegerType, ListType, NestedField, StringType, Stru
 from icesink.iceberg import check_pyiceberg_version
 from icesink.iceberg.avro_files import KnownSchemaAvroFile, encoded_output
 from icesink.results import FileContent, FileRecord
-
-if TYPE_CHECKING:
-    from icesink.iceberg.snapshots import AddedFile
 
 check_pyiceberg_version()
 
@@ -288,6 +285,20 @@ def manifest_writer(
     if metadata.format_version == 2:
         return DataManifestWriter(spec, schema, output, snapshot_id, compression(metadata))
     raise ValueError(f"icesink writes Iceberg format versions 1 and 2, not {metadata.format_version}")
+
+
+@dataclass(frozen=True)
+class AddedFile:
+    """A data or delete file a snapshot adds; ``sequence_number`` None means the snapshot's own.
+
+    Maintenance gives the files it writes an older data sequence number: a
+    compaction's output that of the snapshot it started from (equality deletes
+    committed since still apply to it), converted position deletes that of the
+    equality delete they replace.
+    """
+
+    file: DataFile
+    sequence_number: int | None = None
 
 
 def write_added(

@@ -36,7 +36,7 @@ from pyiceberg.table.update import (
 )
 
 from icesink.iceberg.expiry import expired_snapshot_ids
-from icesink.iceberg.manifests import compression, manifest_writer, write_added
+from icesink.iceberg.manifests import AddedFile, compression, manifest_writer, write_added
 from icesink.iceberg.merging import ManifestMergePolicy, merge_manifests
 from icesink.iceberg.metadata_cache import remember
 from icesink.iceberg.scan import ManifestCache
@@ -51,20 +51,6 @@ class PreparedSnapshot:
     updates: tuple[TableUpdate, ...]
     requirements: tuple[TableRequirement, ...]
     written_paths: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class AddedFile:
-    """A data or delete file a snapshot adds; ``sequence_number`` None means the snapshot's own.
-
-    Maintenance gives the files it writes an older data sequence number: a
-    compaction's output that of the snapshot it started from (equality deletes
-    committed since still apply to it), converted position deletes that of the
-    equality delete they replace.
-    """
-
-    file: DataFile
-    sequence_number: int | None = None
 
 
 @dataclass(frozen=True)
@@ -324,6 +310,17 @@ def _remove_files(
     return kept, rewritten, removed_files
 
 
+# The summary fields Iceberg computes for a snapshot (its counts and totals, the operation).
+_COMPUTED_PREFIXES = ("added-", "deleted-", "removed-", "total-", "partitions.")
+_COMPUTED = frozenset({"operation", "changed-partition-count", "partition-summaries-included"})
+
+
+def computed_by_iceberg(name: str) -> bool:
+    """Whether Iceberg's writers compute a snapshot summary field of this name (``added-records``,
+    ``total-data-files``, ``partitions.<path>``, ``operation``, …): a value given for it would contradict them."""
+    return name in _COMPUTED or name.startswith(_COMPUTED_PREFIXES)
+
+
 def _summary(
     metadata: TableMetadata,
     parent_id: int | None,
@@ -348,8 +345,10 @@ def _summary(
     parent = metadata.snapshot_by_id(parent_id) if parent_id is not None else None
     # pyiceberg computes totals for append/overwrite/delete only; a replace changes totals the same way.
     computed = Operation.OVERWRITE if operation == Operation.REPLACE else operation
+    # What Iceberg computes (file and record counts, totals) is never taken from the properties given.
+    given = {name: value for name, value in properties.items() if not computed_by_iceberg(name)}
     summary = update_snapshot_summaries(
-        Summary(operation=computed, **collector.build(), **properties),
+        Summary(operation=computed, **{**given, **collector.build()}),
         previous_summary=parent.summary if parent else None,
     )
     if operation == Operation.REPLACE:

@@ -264,8 +264,8 @@ def _commit_group(
 ) -> tuple[Table, int]:
     from pyiceberg.table.snapshots import Operation
 
-    from icesink.iceberg.manifests import to_data_file
-    from icesink.iceberg.snapshots import AddedFile, SnapshotChange
+    from icesink.iceberg.manifests import AddedFile, to_data_file
+    from icesink.iceberg.snapshots import SnapshotChange
 
     version = table.metadata.format_version
     added = tuple(AddedFile(to_data_file(r, version), plan.base_sequence_number) for r in records)

@@ -44,8 +44,9 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from icesink.iceberg.history import ChangesSince
+    from icesink.iceberg.manifests import AddedFile
     from icesink.iceberg.scan import LiveFile, ManifestCache
-    from icesink.iceberg.snapshots import AddedFile, SnapshotChange
+    from icesink.iceberg.snapshots import SnapshotChange
     from icesink.maintenance.policy import MaintenancePolicy
 
 log = logging.getLogger("icesink.maintenance")
@@ -191,9 +192,8 @@ def convert_equality_deletes(
 
     With ``max_rows``, a conversion that would read the keys of more rows is left for later.
     """
-    from icesink.iceberg.manifests import to_data_file
+    from icesink.iceberg.manifests import AddedFile, to_data_file
     from icesink.iceberg.scan import live_files
-    from icesink.iceberg.snapshots import AddedFile
 
     started = time.monotonic()
     live = live_files(table)

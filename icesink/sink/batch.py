@@ -20,10 +20,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import load_table, open_catalog
 from icesink.committer.checkpoints import StreamIdentity
 from icesink.committer.commit import TableCommitter
@@ -36,6 +34,7 @@ from icesink.retry import Backoff
 from icesink.sink.executor_errors import executor_errors
 from icesink.sink.phases import Phases
 from icesink.sink.routing import Routed, RoutedTarget, Router
+from icesink.sink.sink_settings import SinkSettings
 from icesink.sink.table_sink import PreparedWrite, TableSink, Written
 
 if TYPE_CHECKING:
@@ -43,51 +42,12 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame
 
-    from icesink.sink.options import StreamOptions
-    from icesink.writer.spec import ChangeSpec
 
 log = logging.getLogger("icesink.stream")
 # A transient commit failure of the inline committer: retried within the micro-batch.
 COMMIT_BACKOFF = Backoff(first=0.2, cap=10.0)
 
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
-
-
-@dataclass(frozen=True)
-class SinkSettings:
-    """The resolved arguments of ``icesink.stream``."""
-
-    table: str
-    catalog: CatalogConfig
-    job_id: str | None
-    inline_commit: bool
-    changes: ChangeSpec | None = None
-    passthrough: tuple[str, ...] = ()
-    commit_attempts: int = 8
-    expire_snapshots: bool = False
-    writer: str = "auto"
-    checkpoint_location: str | None = None
-    maintain: bool = False
-    evolve_schema: bool = False
-
-    @classmethod
-    def of(cls, options: StreamOptions, config: CatalogConfig, **planned: Any) -> SinkSettings:
-        """A stream's settings from its options; ``planned`` adds what preflight found for its table (its
-        change columns, the columns it passes through)."""
-        from icesink.sink.options import Committer
-
-        return cls(
-            table=options.table,
-            catalog=config,
-            job_id=options.job_id,
-            inline_commit=options.committer == Committer.INLINE,
-            expire_snapshots=options.expire_snapshots,
-            writer=options.writer,
-            checkpoint_location=options.checkpoint_location,
-            maintain=options.maintain,
-            evolve_schema=options.evolve_schema,
-            **planned,
-        )
 
 
 class BatchWriter:

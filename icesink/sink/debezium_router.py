@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
@@ -25,10 +26,11 @@ from icesink.errors import ConfigError, SchemaMismatchError, TableNotFoundError
 from icesink.properties import SOURCE_PROPERTY
 from icesink.sink.json_names import json_names
 from icesink.sink.mapping_watch import MappingWatch
-from icesink.sink.options import StreamOptions, Writer
+from icesink.sink.options import StreamWideOptions
 from icesink.sink.phases import Phases
 from icesink.sink.routing import Routed, RoutedTarget
 from icesink.sink.table_sink import PreparedWrite
+from icesink.table_options import Writer
 from icesink.writer.json_tables import OUTPUT_DDL, JsonTable, json_tables_task
 
 if TYPE_CHECKING:
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
 
     from icesink.catalog.config import CatalogConfig
     from icesink.results import WriteResult
-    from icesink.sink.batch import SinkSettings
+    from icesink.sink.sink_settings import SinkSettings
 
 log = logging.getLogger("icesink.debezium_events.route")
 
@@ -50,7 +52,7 @@ class DebeziumRouter:
     """Routes each micro-batch of Debezium events to its tables (see :mod:`icesink.debezium_events.route`)."""
 
     def __init__(
-        self, spec: Debezium, stream_options: dict[str, Any], catalog: SqlCatalog, config: CatalogConfig
+        self, spec: Debezium, stream_options: StreamWideOptions, catalog: SqlCatalog, config: CatalogConfig
     ) -> None:
         self._spec = spec
         self._options = stream_options  # the stream's own options: job, catalog, committer, checkpoint location
@@ -158,36 +160,31 @@ class DebeziumRouter:
         # Created here (if missing) without the change columns, which are the stream's, not the source's. The
         # dead-letter table takes appends.
         keyed = not table.dead_letter
-        changes: dict[str, Any] = {
-            "equality_fields": list(table.keys),
-            "op_column": OP_COLUMN,
-            "op_values": OP_VALUES,
-            "sequence_by": POSITION_COLUMN,
-        }
+        partition_by = tuple(self._spec.partition_by.get(table.identifier, ()))
+        per_table = replace(self._spec.table_options, create_table=True, partition_by=partition_by, writer=Writer.ARROW)
+        if keyed:
+            per_table = replace(
+                per_table,
+                equality_fields=list(table.keys),
+                op_column=OP_COLUMN,
+                op_values=OP_VALUES,
+                sequence_by=POSITION_COLUMN,
+            )
+        properties = {k: str(v) for k, v in (per_table.table_properties or {}).items()}
         resolve_table(
             self._catalog,
             self._config,
             table.identifier,
             table.schema,
             True,
-            tuple(self._spec.partition_by.get(table.identifier, ())),
+            partition_by,
             table.keys,
             (OP_COLUMN, POSITION_COLUMN) if keyed else (),
-            {**{k: str(v) for k, v in (self._spec.table_properties or {}).items()}, **_owner_property(table)},
+            {**properties, **_owner_property(table)},
             deferred=True,
         )
         self._record_owner(table)
-        options = StreamOptions(
-            table=table.identifier,
-            **self._options,
-            create_table=True,
-            partition_by=tuple(self._spec.partition_by.get(table.identifier, ())),
-            table_properties=self._spec.table_properties,
-            **(changes if keyed else {}),
-            evolve_schema=self._spec.evolve_schema,
-            maintain=self._spec.maintain,
-            writer=Writer.ARROW,
-        )
+        options = self._options.joined(table.identifier, per_table)
         identifier_fields = tuple(
             sorted(load_table(self._catalog, self._config, table.identifier).schema().identifier_field_names())
         )

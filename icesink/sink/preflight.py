@@ -9,14 +9,15 @@ from typing import TYPE_CHECKING
 
 from icesink.catalog.config import CatalogConfig, resolve_catalog
 from icesink.errors import ConfigError
-from icesink.sink.options import StreamOptions, Writer
+from icesink.sink.options import StreamOptions
+from icesink.table_options import Writer
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame
 
-    from icesink.sink.batch import SinkSettings
+    from icesink.sink.sink_settings import SinkSettings
     from icesink.writer.spec import ChangeSpec
 
 log = logging.getLogger("icesink.stream")
@@ -29,7 +30,7 @@ def preflight(df: DataFrame, options: StreamOptions, deferred: bool = False) -> 
     A table created ``deferred`` enters the catalog with its first commit (a stream into several tables)."""
     from icesink.catalog.loader import open_catalog
     from icesink.settings import check_environment
-    from icesink.sink.batch import SinkSettings
+    from icesink.sink.sink_settings import SinkSettings
     from icesink.sink.tables import resolve_table, table_exists
 
     table = options.table

@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 
     from icesink.errors import SchemaMismatchError
     from icesink.results import WriteResult
-    from icesink.sink.batch import SinkSettings
     from icesink.sink.phases import Phases
+    from icesink.sink.sink_settings import SinkSettings
     from icesink.sink.table_sink import PreparedWrite
 
 

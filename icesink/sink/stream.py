@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from icesink.catalog.config import CatalogConfig, resolve_catalog
 from icesink.debezium_events.stream_spec import Debezium
 from icesink.errors import ConfigError, NotStreamingError
-from icesink.sink.options import TABLE_OPTIONS, Committer, StreamOptions, Target, args_doc
+from icesink.sink.options import Committer, StreamOptions, StreamWideOptions, Target, args_doc
 from icesink.sink.preflight import preflight
+from icesink.table_options import TableOptions
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -53,30 +55,61 @@ def stream(
     Returns:
         The running ``StreamingQuery``.
     """
-    arguments = dict(locals())  # first, while it holds only the arguments
-    del arguments["df"]
+    per_table = TableOptions(
+        create_table=create_table,
+        partition_by=partition_by,
+        table_properties=table_properties,
+        equality_fields=equality_fields,
+        op_column=op_column,
+        op_values=op_values,
+        sequence_by=sequence_by,
+        writer=writer,  # type: ignore[arg-type]  # a string: StreamOptions makes it a Writer, or refuses it
+        maintain=maintain,
+        evolve_schema=evolve_schema,
+    )
+    own = StreamWideOptions(
+        checkpoint_location=checkpoint_location,
+        trigger=trigger,
+        job_id=job_id,
+        catalog=catalog,
+        committer=committer,  # type: ignore[arg-type]  # a string: StreamOptions makes it a Committer
+        query_name=query_name,
+        expire_snapshots=expire_snapshots,
+        atomic=atomic,
+    )
+    return _stream(df, table, tables, own, per_table)
+
+
+def _stream(
+    df: DataFrame,
+    table: str | None,
+    tables: Mapping[str, Target] | Debezium | None,
+    own: StreamWideOptions,
+    per_table: TableOptions,
+) -> StreamingQuery:
     if tables is not None:
-        return _stream_tables(df, arguments)
+        if table is not None:
+            raise ConfigError(f"icesink.stream takes table= or tables=, not both (tables: {_named(tables)})")
+        return _stream_tables(df, tables, own, per_table)
     if table is None:
         raise ConfigError("icesink.stream needs table='namespace.table' (or tables={...} for several tables)")
     _check_streaming(df, table)
-    arguments["checkpoint_location"] = _checkpoint_location(df, checkpoint_location, query_name, table)
-    options = StreamOptions(**arguments)
+    location = _checkpoint_location(df, own.checkpoint_location, own.query_name, table)
+    options = own.joined(table, per_table, checkpoint_location=location)
     from icesink.sink.routing import TargetSettings
 
     settings, catalog_handle = preflight(df, options)
     return start(df, options, [TargetSettings(settings)], catalog_handle)
 
 
-def _stream_tables(df: DataFrame, arguments: dict[str, Any]) -> StreamingQuery:
+def _stream_tables(
+    df: DataFrame, tables: Mapping[str, Target] | Debezium, own: StreamWideOptions, per_table: TableOptions
+) -> StreamingQuery:
     """One stream into several tables: each target checked as a stream of its own, then one query."""
     from icesink.sink.routing import TargetSettings
 
-    tables: Mapping[str, Target] | Debezium = arguments.pop("tables")
     named = _named(tables)
-    if arguments.pop("table") is not None:
-        raise ConfigError(f"icesink.stream takes table= or tables=, not both (tables: {named})")
-    given = [name for name in TABLE_OPTIONS if arguments[name] != StreamOptions.default_of(name)]
+    given = per_table.given()
     if given:
         where = (
             "pass partition_by, table_properties, evolve_schema or maintain to icesink.debezium(...); its tables "
@@ -86,28 +119,23 @@ def _stream_tables(df: DataFrame, arguments: dict[str, Any]) -> StreamingQuery:
         )
         raise ConfigError(
             f"tables {named}: {', '.join(given)} belong(s) to one table; {where} (the stream takes "
-            "checkpoint_location, trigger, job_id, catalog, committer, query_name, expire_snapshots and atomic)"
+            f"{', '.join(StreamWideOptions.names())})"
         )
-    for name in TABLE_OPTIONS:
-        del arguments[name]
     if isinstance(tables, Debezium):
         _check_streaming(df, named)
-        arguments["checkpoint_location"] = _checkpoint_location(
-            df, arguments["checkpoint_location"], arguments["query_name"], f"debezium-{tables.namespace}"
-        )
-        return _stream_debezium(df, tables, arguments)
+        location = _checkpoint_location(df, own.checkpoint_location, own.query_name, f"debezium-{tables.namespace}")
+        return _stream_debezium(df, tables, replace(own, checkpoint_location=location))
     if not isinstance(tables, Mapping) or not tables:
         raise ConfigError(
             f'tables= needs at least one table ({{"ns.table": icesink.Target(...), ...}}) or icesink.debezium(...), '
             f"not {named}"
         )
     _check_streaming(df, named)
-    arguments["checkpoint_location"] = _checkpoint_location(
-        df, arguments["checkpoint_location"], arguments["query_name"], ",".join(sorted(tables))
-    )
+    location = _checkpoint_location(df, own.checkpoint_location, own.query_name, ",".join(sorted(tables)))
+    own = replace(own, checkpoint_location=location)
     # Every target's options are checked before any table is created: a mistake in the last one's options leaves
     # no pending table of the first one behind.
-    planned = [_target_options(df, identifier, target, arguments) for identifier, target in tables.items()]
+    planned = [_target_options(df, identifier, target, own) for identifier, target in tables.items()]
     targets: list[TargetSettings] = []
     catalog_handle = None
     for options, selected, target in planned:
@@ -118,7 +146,7 @@ def _stream_tables(df: DataFrame, arguments: dict[str, Any]) -> StreamingQuery:
 
 
 def _target_options(
-    df: DataFrame, identifier: str, target: object, arguments: dict[str, Any]
+    df: DataFrame, identifier: str, target: object, own: StreamWideOptions
 ) -> tuple[StreamOptions, DataFrame, Target]:
     """One target's options and DataFrame, checked: what its preflight takes."""
     from pyspark.sql import DataFrame as SparkDataFrame
@@ -135,7 +163,7 @@ def _target_options(
         raise ConfigError(
             f"table {identifier}: its Target's select returned {type(selected).__name__}, not a DataFrame"
         )
-    return StreamOptions(table=identifier, **arguments, **target.options()), selected, target
+    return own.joined(identifier, target.table_options()), selected, target
 
 
 def _named(tables: object) -> str:
@@ -144,13 +172,14 @@ def _named(tables: object) -> str:
     return ", ".join(map(str, tables)) if isinstance(tables, Mapping) else repr(tables)
 
 
-def _stream_debezium(df: DataFrame, spec: Debezium, arguments: dict[str, Any]) -> StreamingQuery:
+def _stream_debezium(df: DataFrame, spec: Debezium, own: StreamWideOptions) -> StreamingQuery:
     """One stream of Debezium events into one table per source table, found and created as they come."""
     from icesink.catalog.loader import open_catalog
     from icesink.debezium_events.decode_task import INPUT_COLUMNS
     from icesink.settings import check_environment
-    from icesink.sink.batch import BatchWriter, SinkSettings
+    from icesink.sink.batch import BatchWriter
     from icesink.sink.debezium_router import DebeziumRouter
+    from icesink.sink.sink_settings import SinkSettings
 
     name = _named(spec)
     missing = [c for c in INPUT_COLUMNS if c not in df.columns]
@@ -159,8 +188,8 @@ def _stream_debezium(df: DataFrame, spec: Debezium, arguments: dict[str, Any]) -
             f"tables {name}: the stream has no column {missing[0]!r}; icesink.debezium reads key and value as "
             f"Spark's Kafka source gives them (its columns: {', '.join(df.columns)})"
         )
-    options = StreamOptions(table=name, **arguments)
-    if spec.maintain and options.committer != Committer.INLINE:
+    options = own.joined(name, TableOptions())
+    if spec.table_options.maintain and options.committer != Committer.INLINE:
         raise ConfigError(
             f"tables {name}: icesink.debezium(maintain=True) applies to the inline committer; with "
             "committer='daemon' pass --maintain to icesink committer run"
@@ -171,7 +200,7 @@ def _stream_debezium(df: DataFrame, spec: Debezium, arguments: dict[str, Any]) -
     config = resolve_catalog(options.catalog)
     catalog = open_catalog(config, pending_tables=True)
     stream_settings = SinkSettings.of(options, config)
-    router = DebeziumRouter(spec, arguments, catalog, config)
+    router = DebeziumRouter(spec, own, catalog, config)
     return _start_query(df, options, BatchWriter(stream_settings, router, catalog, atomic=options.atomic))
 
 

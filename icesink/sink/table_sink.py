@@ -19,6 +19,7 @@ from icesink.sink.evolution import SchemaTracker
 from icesink.sink.phases import Phases
 from icesink.sink.projection import Projection
 from icesink.sink.spark_writer import SparkParquetWriter, spark_writer_refusal, table_bytes_per_row
+from icesink.table_options import Writer
 from icesink.writer.task import RESULT_SCHEMA_DDL, write_task
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from icesink.results import WriteResult
-    from icesink.sink.batch import SinkSettings
+    from icesink.sink.sink_settings import SinkSettings
     from icesink.writer.spec import Leaf, WriterSpec
 
 log = logging.getLogger("icesink.stream")
@@ -51,7 +52,7 @@ class TableSink:
             catalog, settings.catalog, ledger, settings.table, passthrough, settings.evolve_schema
         )
         self._spark_writer = SparkParquetWriter()
-        self._writer_in_use: str | None = None
+        self._writer_in_use: Writer | None = None
 
     def prepare(self, spark_schema: StructType, table: Table, job_id: str, checkpoint_id: int) -> PreparedWrite:
         """The table fitted to this checkpoint's rows (evolved where allowed) and what its writers need."""
@@ -97,19 +98,19 @@ class TableSink:
             # Input position, taken before the shuffle: the tie-breaker between changes of one key.
             batch_df = batch_df.withColumn(changes.order_column, F.monotonically_increasing_id())
         projected = projection.apply(batch_df, table.schema())
-        if self._settings.writer != "arrow":
+        if self._settings.writer != Writer.ARROW:
             refusal = spark_writer_refusal(spec, projected)
             if refusal is None:
-                self._note_writer("spark", "Spark's Parquet writer")
+                self._note_writer(Writer.SPARK, "Spark's Parquet writer")
                 snapshot = table.current_snapshot()
                 summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else None
                 return self._spark_writer.write(projected, spec, table_bytes_per_row(summary), phases)
-            if self._settings.writer == "spark":
+            if self._settings.writer == Writer.SPARK:
                 raise ConfigError(
                     f"table {self._settings.table}, checkpoint {spec.checkpoint_id}: writer='spark' cannot write "
                     f"it: {refusal}; use writer='auto' to fall back to the Arrow writer"
                 )
-            self._note_writer("arrow", f"icesink's Arrow writer ({refusal})")
+            self._note_writer(Writer.ARROW, f"icesink's Arrow writer ({refusal})")
         if changes is not None:
             # Every change of a key must reach the same task to be collapsed there.
             keys = [_distribution_key(projected, leaf) for leaf in spec.equality_leaves]
@@ -122,7 +123,7 @@ class TableSink:
         phases.done("write")
         return [decode_write_result(row[0]) for row in rows]
 
-    def _note_writer(self, writer: str, why: str) -> None:
+    def _note_writer(self, writer: Writer, why: str) -> None:
         if writer != self._writer_in_use:
             self._writer_in_use = writer
             log.info("table=%s: files are written by %s", self._settings.table, why)

@@ -1,0 +1,48 @@
+"""The settings of a stream's micro-batches into one table: its options as resolved before the query starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from icesink.catalog.config import CatalogConfig
+from icesink.sink.options import Committer, StreamOptions
+from icesink.table_options import Writer
+
+if TYPE_CHECKING:
+    from icesink.writer.spec import ChangeSpec
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    """The resolved arguments of ``icesink.stream``."""
+
+    table: str
+    catalog: CatalogConfig
+    job_id: str | None
+    inline_commit: bool
+    changes: ChangeSpec | None = None
+    passthrough: tuple[str, ...] = ()
+    commit_attempts: int = 8
+    expire_snapshots: bool = False
+    writer: Writer = Writer.AUTO
+    checkpoint_location: str | None = None
+    maintain: bool = False
+    evolve_schema: bool = False
+
+    @classmethod
+    def of(cls, options: StreamOptions, config: CatalogConfig, **planned: Any) -> SinkSettings:
+        """A stream's settings from its options; ``planned`` adds what preflight found for its table (its
+        change columns, the columns it passes through)."""
+        return cls(
+            table=options.table,
+            catalog=config,
+            job_id=options.job_id,
+            inline_commit=options.committer == Committer.INLINE,
+            expire_snapshots=options.expire_snapshots,
+            writer=options.writer,
+            checkpoint_location=options.checkpoint_location,
+            maintain=options.maintain,
+            evolve_schema=options.evolve_schema,
+            **planned,
+        )

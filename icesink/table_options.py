@@ -1,0 +1,111 @@
+"""The options that belong to one table, declared once: a stream's into its table, each ``icesink.Target``'s and
+those ``icesink.debezium`` gives the tables it creates."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+def doc(text: str) -> dict[str, str]:
+    """A field's description, from which the docstring of ``icesink.stream`` and the reference are built."""
+    return {"doc": text}
+
+
+class Writer(enum.StrEnum):
+    """Who writes a stream's Parquet files."""
+
+    AUTO = "auto"
+    SPARK = "spark"
+    ARROW = "arrow"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableOptions:
+    """The options that belong to one table: a stream's into its table, each :class:`Target`'s, and the ones
+    ``icesink.debezium`` gives the tables it creates. Declared here once: a new per-table option is a field
+    here (with its description, which the docstring and the documentation's reference are built from) and an
+    argument of ``icesink.stream``."""
+
+    create_table: bool = field(
+        default=False, metadata=doc("create the table from the DataFrame's schema if it does not exist.")
+    )
+    partition_by: Sequence[str] = field(
+        default=(), metadata=doc('partition fields of a new table: ``"col"``, ``"day(ts)"``, ``"bucket(16, id)"``, ….')
+    )
+    table_properties: Mapping[str, str] | None = field(
+        default=None,
+        metadata=doc(
+            "properties of a new table (``write.target-file-size-bytes``, ``icesink.maintain.*``, …); an existing "
+            "table keeps its own. An ``icesink.*`` name icesink does not read (a typo) is refused, naming the nearest "
+            "one it does, as are the names icesink writes itself."
+        ),
+    )
+    equality_fields: Sequence[str] | None = field(
+        default=None,
+        metadata=doc(
+            "the key of a change stream: every row replaces the table's row with the same key (upsert). Defaults "
+            "to the table's identifier fields; a new table gets them as identifier fields."
+        ),
+    )
+    op_column: str | None = field(
+        default=None,
+        metadata=doc(
+            "CDC: the column holding each row's operation; ``op_values`` maps its values to "
+            '``insert``/``update``/``delete`` (default ``{"I": "insert", "U": "update", "D": "delete"}``).'
+        ),
+    )
+    op_values: Mapping[str, str] | None = field(default=None, metadata=doc("see ``op_column``."))
+    sequence_by: str | None = field(
+        default=None, metadata=doc("orders the changes of one key within a micro-batch; the last one wins.")
+    )
+    writer: Writer = field(
+        default=Writer.AUTO,
+        metadata=doc(
+            'who writes the Parquet files. ``"auto"`` (default): Spark\'s own Parquet writer where it can do all '
+            "the table asks (appends to an unpartitioned table on a file system path), icesink's Arrow writer "
+            'elsewhere; ``"spark"``: Spark\'s writer or an error saying why not; ``"arrow"``: always icesink\'s '
+            "Arrow writer (partition transforms, object stores, change streams, per-row checks)."
+        ),
+    )
+    maintain: bool = field(
+        default=False,
+        metadata=doc(
+            "with the inline committer, run the table's due maintenance (equality deletes left in the table "
+            "become position deletes, small files are compacted) after commits, as ``icesink committer run "
+            "--maintain`` does; the next micro-batch waits at most ``icesink.maintain.max-seconds`` plus one "
+            "compaction group."
+        ),
+    )
+    evolve_schema: bool = field(
+        default=False,
+        metadata=doc(
+            "let the stream change the table's schema where the DataFrame no longer fits it and the change loses "
+            "nothing: DataFrame columns the table lacks are added as optional columns, a wider type widens the "
+            "column (int to long, float to double, a decimal's precision), a required column that receives nulls "
+            "becomes optional. Each change is a metadata commit of its own, made before the checkpoint that needs "
+            "it. Without it, each of these stops the stream with the column named. Renames, drops and narrowing "
+            "are never made."
+        ),
+    )
+
+    def table_options(self) -> TableOptions:
+        """These options alone (of a stream's options or a ``Target``)."""
+        return TableOptions(**self.as_dict())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in TABLE_OPTIONS}
+
+    def given(self) -> list[str]:
+        """The options set to something other than their default."""
+        return [f.name for f in fields(TableOptions) if not _is_default(getattr(self, f.name), f.default)]
+
+
+def _is_default(value: object, default: object) -> bool:
+    return value == default or (default == () and isinstance(value, list | tuple) and not value)
+
+
+# The options given per table (in a Target) when a stream writes several.
+TABLE_OPTIONS = tuple(option.name for option in fields(TableOptions))
