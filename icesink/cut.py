@@ -16,6 +16,7 @@ from icesink.committer.ledger import Ledger
 from icesink.errors import CheckpointNotCommittedError, ConfigError, SnapshotNotFoundError
 from icesink.iceberg.marker import CheckpointExpired, snapshot_at_checkpoint
 from icesink.reader import read_table
+from icesink.table_ref import TableRef
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -50,10 +51,10 @@ def read_tables(
     handle = open_catalog(config)
     if job_id is None or checkpoint_id is None:
         pointers = read_pointers(config, tables, pending=True)
-        loaded = {name: table_at(handle, name, location) for name, location in pointers.items()}
-        return {name: read_table(table) for name, table in loaded.items()}
-    loaded = _committed_tables(config, handle, tables, job_id, checkpoint_id)
-    return {name: _read_at(table, name, job_id, checkpoint_id) for name, table in loaded.items()}
+        now = {name: table_at(handle, name, location) for name, location in pointers.items()}
+        return {name: read_table(table) for name, table in now.items()}
+    committed = _committed_tables(config, handle, tables, job_id, checkpoint_id)
+    return {name: _read_at(table, ref, job_id, checkpoint_id) for name, (table, ref) in committed.items()}
 
 
 def changes_of_tables(
@@ -87,9 +88,9 @@ def changes_of_tables(
     handle = open_catalog(config)
     loaded = _committed_tables(config, handle, tables, job_id, to_checkpoint)
     found = {}
-    for name, table in loaded.items():
-        end = _at_checkpoint(table, name, job_id, to_checkpoint)
-        start = _at_checkpoint(table, name, job_id, from_checkpoint) if from_checkpoint is not None else None
+    for name, (table, ref) in loaded.items():
+        end = _at_checkpoint(table, ref, job_id, to_checkpoint)
+        start = _at_checkpoint(table, ref, job_id, from_checkpoint) if from_checkpoint is not None else None
         if end is None:  # the table had no snapshot yet at the end of the range
             found[name] = _no_changes(table, mode)
             continue
@@ -99,15 +100,21 @@ def changes_of_tables(
 
 def _committed_tables(
     config: CatalogConfig, handle: SqlCatalog, tables: list[str], job_id: str, checkpoint_id: int
-) -> dict[str, Table]:
-    """The tables, once the ledger says the checkpoint is committed in each: the pointers are read after that
-    check, so they cannot predate the commit (a commit updates the catalog before, or with, the ledger)."""
+) -> dict[str, tuple[Table, TableRef]]:
+    """The tables, once the ledger says the checkpoint is committed in each, with the branch the job commits
+    to in each: the pointers are read after that check, so they cannot predate the commit (a commit updates
+    the catalog before, or with, the ledger)."""
+    ledger = Ledger(config)
+    refs = {name: TableRef(name, ledger.branch_at(name, job_id, checkpoint_id)) for name in tables}
     pointers = read_pointers(config, tables, pending=True)
     _check_committed(
-        config, {name: table_at(handle, name, location) for name, location in pointers.items()}, job_id, checkpoint_id
+        config,
+        {name: (table_at(handle, name, location), refs[name]) for name, location in pointers.items()},
+        job_id,
+        checkpoint_id,
     )
     pointers = read_pointers(config, tables, pending=True)
-    return {name: table_at(handle, name, location) for name, location in pointers.items()}
+    return {name: (table_at(handle, name, location), refs[name]) for name, location in pointers.items()}
 
 
 def _no_changes(table: Table, mode: str) -> pa.Table:
@@ -126,32 +133,38 @@ def _names(tables: Sequence[str]) -> list[str]:
     return names
 
 
-def _read_at(table: Table, identifier: str, job_id: str, checkpoint_id: int) -> pa.Table:
+def _read_at(table: Table, ref: TableRef, job_id: str, checkpoint_id: int) -> pa.Table:
     from icesink.arrays import empty_table
 
-    snapshot_id = _at_checkpoint(table, identifier, job_id, checkpoint_id)
+    snapshot_id = _at_checkpoint(table, ref, job_id, checkpoint_id)
     if snapshot_id is None:  # before the table's first snapshot
         return empty_table(table.schema().as_arrow())
     return read_table(table, snapshot_id)
 
 
-def _at_checkpoint(table: Table, identifier: str, job_id: str, checkpoint_id: int) -> int | None:
+def _at_checkpoint(table: Table, ref: TableRef, job_id: str, checkpoint_id: int) -> int | None:
     try:
-        return snapshot_at_checkpoint(table.metadata, job_id, checkpoint_id)
+        return snapshot_at_checkpoint(table.metadata, job_id, checkpoint_id, ref.branch)
     except CheckpointExpired as e:
         raise SnapshotNotFoundError(
-            f"table {identifier}: the snapshots holding checkpoint {checkpoint_id} of job {job_id} were expired "
+            f"table {ref}: the snapshots holding checkpoint {checkpoint_id} of job {job_id} were expired "
             f"(history ends at snapshot {e.args[0]}); read a later checkpoint, or the tables as they are now"
         ) from e
 
 
-def _check_committed(config: CatalogConfig, tables: dict[str, Table], job_id: str, checkpoint_id: int) -> None:
+def _check_committed(
+    config: CatalogConfig, tables: dict[str, tuple[Table, TableRef]], job_id: str, checkpoint_id: int
+) -> None:
     """The job must have reached the checkpoint, and committed it everywhere: a cut that a later commit could
     still change, or that a staged checkpoint leaves torn, is refused naming why."""
     from icesink.iceberg.marker import committed_marker
 
     ledger = Ledger(config)
-    markers = [m.checkpoint_id for t in tables.values() if (m := committed_marker(t.metadata, job_id)) is not None]
+    markers = [
+        m.checkpoint_id
+        for table, ref in tables.values()
+        if (m := committed_marker(table.metadata, job_id, ref.branch)) is not None
+    ]
     last = ledger.last_checkpoint(job_id)  # staged, committed or discarded: the job got that far
     if last is None and not markers:
         raise ConfigError(

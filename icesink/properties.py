@@ -25,10 +25,28 @@ BASE_SNAPSHOT_PROPERTY = "icesink.maintenance.base-snapshot-id"
 # Shared by the snapshots one atomic commit made in several tables (one transaction of the catalog).
 COMMIT_ID_PROPERTY = "icesink.commit-id"
 
+# Written by the committer and by maintenance into every snapshot they make. A checkpoint's own summary values
+# never hold them: the marker, the maintenance a change reader skips, the atomic commit would lie.
+COMMITTER_SUMMARY_NAMES = frozenset(
+    {
+        JOB_ID_PROPERTY,
+        MAX_CHECKPOINT_PROPERTY,
+        STREAM_ID_PROPERTY,
+        CHECKPOINT_RANGE_PROPERTY,
+        CONVERTED_PROPERTY,
+        DISCARDED_PROPERTY,
+        MAINTENANCE_PROPERTY,
+        BASE_SNAPSHOT_PROPERTY,
+        COMMIT_ID_PROPERTY,
+    }
+)
+
 # --- table properties -----------------------------------------------------------------------------------------------
 # The marker again, per job, in the same atomic metadata commit (``<prefix><job id>``).
 TABLE_PROPERTY_PREFIX = "icesink.max-committed-checkpoint-id."
 STREAM_TABLE_PROPERTY_PREFIX = "icesink.stream-id."
+# The same two of a job committing to another branch than main: ``icesink.branch.<branch>.<name>.<job id>``.
+BRANCH_PROPERTY_PREFIX = "icesink.branch."
 # The source table a Debezium stream's table belongs to, for good: JSON of connector, database, schema and table.
 SOURCE_PROPERTY = "icesink.debezium.source"
 # How many files one write task keeps open at once (its other partitions wait in memory or are closed).
@@ -48,7 +66,7 @@ POLICY_PROPERTIES = {
 # The icesink table properties a user sets; any other name under icesink's prefix is a typo, or icesink's own.
 USER_PROPERTIES = (MAX_OPEN_FILES_PROPERTY, *POLICY_PROPERTIES.values())
 # What icesink writes into the table at every commit, per job (``<prefix><job id>``).
-WRITTEN_PREFIXES = (TABLE_PROPERTY_PREFIX, STREAM_TABLE_PROPERTY_PREFIX)
+WRITTEN_PREFIXES = (TABLE_PROPERTY_PREFIX, STREAM_TABLE_PROPERTY_PREFIX, BRANCH_PROPERTY_PREFIX)
 
 
 def check_user_properties(properties: Mapping[str, object] | None, where: str) -> None:
@@ -115,6 +133,8 @@ TABLE_PROPERTY_REFERENCE: dict[str, str] = {
     TABLE_PROPERTY_PREFIX + "<job id>": "the job's committed-checkpoint marker again, as a table property, in the "
     "same metadata commit: snapshot expiry cannot remove it.",
     STREAM_TABLE_PROPERTY_PREFIX + "<job id>": "the Spark query the job's checkpoints belong to.",
+    BRANCH_PROPERTY_PREFIX + "<branch>." + TABLE_PROPERTY_PREFIX + "<job id>": "the same two of a job committing "
+    "to a branch other than ``main`` (``...stream-id.<job id>`` likewise).",
     SOURCE_PROPERTY: "the source table a Debezium stream's table belongs to (JSON: ``connector``, ``database``, "
     "``schema``, ``table``), set when the stream creates the table or first writes it; a stream whose source table "
     "differs is refused before it writes.",

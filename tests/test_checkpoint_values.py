@@ -48,19 +48,28 @@ def test_a_checkpoints_values_reach_its_snapshot_and_cannot_override_icesinks_ma
 ) -> None:
     config = catalog_config
     create_orders_table(config, TABLE)
+    given = {"audit.outcome": "passed ✓", "watermark": "2026-11-26T10:00:00.000000+00:00"}
     hostile = {
-        "audit.outcome": "passed ✓",
-        "watermark": "2026-11-26T10:00:00.000000+00:00",
         MAX_CHECKPOINT_PROPERTY: "999",  # would make every later checkpoint look committed
         JOB_ID_PROPERTY: "another job",
+        "icesink.stream-id": "another stream",  # would make the job's next checkpoint look like another stream's
+        "icesink.maintenance": "compact",  # change readers skip maintenance snapshots: the rows would be lost
+        "icesink.commit-id": "forged",
     }
-    assert stage(config, 0, hostile)
-    assert Ledger(config).get(TABLE, "job", 0).snapshot_properties == tuple(sorted(hostile.items()))  # type: ignore[union-attr]
+    assert stage(config, 0, given)
+    # Refused at staging; and a ledger row holding them anyway (written by hand, or by a later release) cannot
+    # override what the committer writes.
+    table = sa.Table("icesink_checkpoints", sa.MetaData(), autoload_with=engine(config))
+    with engine(config).begin() as connection:
+        connection.execute(
+            table.update().values(snapshot_properties=json.dumps({"version": 1, "properties": {**given, **hostile}}))
+        )
     TableCommitter.of(config).commit_pending(TABLE)
     committed = summary(config)
     assert committed["audit.outcome"] == "passed ✓"
     assert committed["watermark"] == "2026-11-26T10:00:00.000000+00:00"
     assert committed[MAX_CHECKPOINT_PROPERTY] == "0" and committed[JOB_ID_PROPERTY] == "job"
+    assert not {"icesink.stream-id", "icesink.maintenance", "icesink.commit-id"} & set(committed)
     marker = committed_marker(open_catalog(config).load_table(TABLE).metadata, "job")
     assert marker is not None and marker.checkpoint_id == 0
     # So the next checkpoint still commits: the marker says 0, not 999.
@@ -103,6 +112,9 @@ def test_an_atomic_checkpoint_gives_every_table_its_own_values(catalog_config: C
         {"partitions.day=2026-11-26": "x"},
         {"watermark": 7},
         {"": "empty"},
+        {"icesink.max-committed-checkpoint-id": "999"},
+        {"icesink.maintenance": "compact"},
+        {"icesink.commit-id": "x"},
     ],
 )
 def test_a_value_iceberg_computes_or_no_summary_can_hold_is_refused_and_nothing_is_staged(
@@ -134,8 +146,8 @@ def test_values_of_a_later_encoding_make_the_row_unreadable_not_half_committed(s
     assert code == 0 and "unreadable" in output, output
 
 
-def test_a_downgrade_waits_for_staged_values_to_commit(catalog_config: CatalogConfig) -> None:
-    config = catalog_config
+def test_a_downgrade_waits_for_staged_values_to_commit(own_catalog: CatalogConfig) -> None:
+    config = own_catalog  # a database of its own: the schema goes back and forth
     create_orders_table(config, TABLE)
     assert stage(config, 0, {"watermark": "w"})
     code, output = invoke(config, "db", "downgrade", "0009")

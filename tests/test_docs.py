@@ -138,7 +138,8 @@ def _icesink_property_names() -> list[str]:
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
             value = node.value.value
             if value.startswith("icesink."):
-                names.append(value + "<job id>" if value.endswith(".") else value)
+                # A prefix is documented with what follows it: ``<job id>``, or ``<branch>``.
+                names.append(value + "<" if value.endswith(".") else value)
     assert len(names) >= 10, names
     return names
 

@@ -24,6 +24,7 @@ from icesink.committer.daemon import CommitterDaemon
 from icesink.committer.ledger import Ledger
 from icesink.committer.staging import stage_checkpoint
 from icesink.errors import JobIdConflictError
+from icesink.table_ref import TableRef
 from tests.helpers.outcomes import check_outcome
 from tests.helpers.streams import add_input_files, input_stream, run_available
 from tests.helpers.support import create_orders_table, orders, table_ids, wait_for, write_files
@@ -259,7 +260,7 @@ def test_the_protocol_answers_each_case_of_a_checkpoint_once(sqlite_catalog: Cat
 
     def decide(checkpoint: int, stream: StreamIdentity = STREAM_A, first: bool = False) -> Any:
         table = open_catalog(sqlite_catalog).load_table(TABLE)
-        return admit(ledger, table, TABLE, "orders", checkpoint, stream, first)
+        return admit(ledger, table, TableRef(TABLE), "orders", checkpoint, stream, first)
 
     assert decide(0, first=True).admission == Admission.WRITE
     stage(sqlite_catalog, 0, orders(0, 5), STREAM_A)

@@ -277,6 +277,18 @@ def test_every_numeric_maintenance_property_has_a_range() -> None:
                 MaintenancePolicy.of({PROPERTY_NAMES[f.name]: str(low - 1)}, TABLE)
 
 
+def test_partition_by_given_as_one_string_is_refused_naming_the_list_it_meant() -> None:
+    """A string is a sequence of its characters: ``partition_by="region"`` would partition by columns r, e, g…"""
+    from icesink.sink.options import StreamOptions
+
+    with pytest.raises(ConfigError) as refused:
+        StreamOptions(table=TABLE, partition_by="day(ts)")  # type: ignore[arg-type]
+    assert str(refused.value) == (
+        f"table {TABLE}: partition_by takes a list of partition fields, e.g. ['day(ts)'], not the string 'day(ts)'"
+    )
+    assert StreamOptions(table=TABLE, partition_by=["day(ts)"]).partition_by == ("day(ts)",)
+
+
 # --- 4b. icesink.* table property names ---------------------------------------------------------------------
 
 

@@ -28,7 +28,12 @@ from icesink.errors import (
 )
 from icesink.iceberg.describe import check_format_version
 from icesink.iceberg.marker import CommittedMarker, marker_properties, marker_table_properties
-from icesink.properties import CHECKPOINT_RANGE_PROPERTY, CONVERTED_PROPERTY, DISCARDED_PROPERTY
+from icesink.properties import (
+    CHECKPOINT_RANGE_PROPERTY,
+    COMMITTER_SUMMARY_NAMES,
+    CONVERTED_PROPERTY,
+    DISCARDED_PROPERTY,
+)
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -190,8 +195,9 @@ class SnapshotBuilder:
         files = [f for c in per_row for f in c.files]
         deletes = [f for c in per_row for f in c.deletes]
         last = group[-1]
+        branch = last.branch  # every checkpoint of one snapshot commits to the same branch (plan_snapshots)
         # The checkpoints' own values (a later checkpoint's replacing an earlier one's), then icesink's, which win.
-        own = {name: value for row in group for name, value in row.snapshot_properties}
+        own = {n: v for row in group for n, v in row.snapshot_properties if n not in COMMITTER_SUMMARY_NAMES}
         properties = {**own, **marker_properties(job_id, last.checkpoint_id, last.stream_id), **extra}
         properties[CHECKPOINT_RANGE_PROPERTY] = checkpoint_range(group)
         discarded = [
@@ -199,10 +205,8 @@ class SnapshotBuilder:
         ]
         if discarded:
             properties[DISCARDED_PROPERTY] = ",".join(str(r.checkpoint_id) for r in discarded)
-        marker = marker_table_properties(job_id, last.checkpoint_id, last.stream_id)
-        converted = (
-            self._conversions.convert(table, identifier, job_id, last.checkpoint_id, deletes) if deletes else None
-        )
+        marker = marker_table_properties(job_id, last.checkpoint_id, last.stream_id, branch)
+        converted = self._conversions.convert(table, last.ref, job_id, last.checkpoint_id, deletes) if deletes else None
         prepared = PreparedCommit(table, identifier, job_id, group, None, discarded=discarded)
         if converted is not None and not files and not converted.position_deletes:
             # Its deletes name no row of the table (keys never inserted): like an empty micro-batch, it needs no
@@ -220,6 +224,7 @@ class SnapshotBuilder:
                 files,
                 properties,
                 delete_files=converted.position_deletes if converted is not None else deletes,
+                branch=branch,
                 table_properties=marker,
                 expire_snapshots=self._expire_snapshots,
             )
@@ -239,13 +244,11 @@ class SnapshotBuilder:
     def committed(self, prepared: PreparedCommit, committed: Table) -> None:
         """After the swap (or, with nothing to swap, after the ledger marked the checkpoints committed): the
         staged equality deletes no snapshot names go, and the discards are recorded."""
-        from pyiceberg.table.refs import MAIN_BRANCH
-
         from icesink.iceberg.references import delete_quietly
 
         # Converted to position deletes, or naming no row: no snapshot names them.
         delete_quietly(committed.io, prepared.replaced_deletes)
-        head = committed.metadata.snapshot_by_name(MAIN_BRANCH)
+        head = committed.metadata.snapshot_by_name(prepared.rows[-1].branch) if prepared.rows else None
         if prepared.discarded and head is not None and prepared.snapshot is not None:
             with contextlib.suppress(IcesinkError):  # the summary is what counts; the ledger only points to it
                 self._ledger.mark_discards_recorded([r.id for r in prepared.discarded], head.snapshot_id)

@@ -9,6 +9,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from icesink.table_ref import MAIN_BRANCH, TableRef
+
 
 class CheckpointState(enum.StrEnum):
     """Where a checkpoint is. A staged checkpoint whose commit stopped on an error shows as ``failed``
@@ -203,6 +205,11 @@ class StagedCheckpoint:
     atomic: bool = False
     # Values the checkpoint carries into its snapshot's summary, under icesink's own markers (which win).
     snapshot_properties: tuple[tuple[str, str], ...] = ()
+    branch: str = MAIN_BRANCH  # of the table, that the commit moves
+
+    @property
+    def ref(self) -> TableRef:
+        return TableRef(self.identifier, self.branch)
 
     @property
     def manifest_paths(self) -> list[str]:

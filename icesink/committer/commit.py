@@ -18,8 +18,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pyiceberg.table.refs import MAIN_BRANCH
-
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
@@ -73,8 +71,8 @@ class TableCommitter:
         self._max_conflicts = max_conflicts
         self._before_commit = before_commit
         self._builder = SnapshotBuilder(catalog, config, ledger, expire_snapshots)
-        # (table uuid, job) -> marker as of this committer's last commit: later walks stop there.
-        self._markers: dict[tuple[str, str], KnownMarker] = {}
+        # (table uuid, job, branch) -> marker as of this committer's last commit: later walks stop there.
+        self._markers: dict[tuple[str, str, str], KnownMarker] = {}
         self._tables: dict[str, Table] = {}
         self._group = GroupCommitter(
             catalog, config, ledger, self._builder, self._tables, self._markers, max_conflicts, before_commit, scope
@@ -139,7 +137,8 @@ class TableCommitter:
         table = self._tables.pop(identifier, None) or load_table(self._catalog, self._config, identifier)
         # Manifests left by a committer that died between its ledger update and its cleanup.
         self._cleanup(table, self._ledger.uncleaned(identifier))
-        for job, job_rows in itertools.groupby(rows, key=lambda r: r.job_id):
+        # A job commits to one branch; one restarted onto another commits what it staged before to the first.
+        for (job, _), job_rows in itertools.groupby(rows, key=lambda r: (r.job_id, r.branch)):
             table = self._commit_job(table, identifier, job, list(job_rows), outcomes)
         self._tables[identifier] = table  # only after every job went through without an error
 
@@ -147,9 +146,10 @@ class TableCommitter:
         self, table: Table, identifier: str, job_id: str, rows: list[CheckpointRow], outcomes: list[CommitOutcome]
     ) -> Table:
         conflicts = 0
+        branch = rows[0].branch
         while rows:
-            cache_key = (str(table.metadata.table_uuid), job_id)
-            marker = committed_marker(table.metadata, job_id, known=self._markers.get(cache_key))
+            cache_key = (str(table.metadata.table_uuid), job_id, branch)
+            marker = committed_marker(table.metadata, job_id, branch, known=self._markers.get(cache_key))
             done = [r for r in rows if marker is not None and r.checkpoint_id <= marker.checkpoint_id]
             if marker is not None:
                 refuse_other_streams(self._ledger, identifier, job_id, marker, done)
@@ -176,7 +176,7 @@ class TableCommitter:
                 table = load_table(self._catalog, self._config, identifier)
                 continue
             conflicts = 0
-            snapshot = committed.metadata.snapshot_by_name(MAIN_BRANCH) if committed is not table else None
+            snapshot = committed.metadata.snapshot_by_name(branch) if committed is not table else None
             table = committed
             snapshot_id = snapshot.snapshot_id if snapshot else None  # None: nothing to commit
             if snapshot_id is not None:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from icesink.iceberg.scan import ManifestCache
     from icesink.maintenance.convert import CommitConversion
+    from icesink.table_ref import TableRef
 
 log = logging.getLogger(__name__)
 
@@ -31,20 +32,24 @@ class CommitConversions:
         self._manifests: dict[str, ManifestCache] = {}
 
     def convert(
-        self, table: Table, identifier: str, job_id: str, checkpoint_id: int, deletes: list[DataFile]
+        self, table: Table, ref: TableRef, job_id: str, checkpoint_id: int, deletes: list[DataFile]
     ) -> CommitConversion | None:
-        """The checkpoint's equality deletes as position deletes on this head, or None to commit them as they are.
+        """The checkpoint's equality deletes as position deletes on the head of ``ref``'s branch, or None to
+        commit them as they are.
 
         Raises when they must be converted (see the module) and cannot be: nothing is committed then, and
         the checkpoint stays staged.
         """
         from icesink.iceberg.scan import ManifestCache
+        from icesink.iceberg.snapshots import base_snapshot_id
         from icesink.maintenance.convert import convert_for_commit
         from icesink.maintenance.policy import COMMIT_SETTINGS, CONVERT_AT_COMMIT, MaintenancePolicy
 
+        identifier = ref.identifier
         policy = MaintenancePolicy.of(table.properties, identifier, only=COMMIT_SETTINGS)
-        where = f"table {identifier}, job {job_id}, checkpoint {checkpoint_id}"
-        reasons = _reasons_to_convert(table, deletes)
+        where = f"table {ref}, job {job_id}, checkpoint {checkpoint_id}"
+        head = base_snapshot_id(table.metadata, ref.branch)
+        reasons = _reasons_to_convert(table, deletes, head)
         if not policy.convert_at_commit:
             if reasons:
                 raise ConfigError(
@@ -57,7 +62,7 @@ class CommitConversions:
         try:
             cache = self._manifests.setdefault(identifier, ManifestCache())
             label = f"{job_id}-{checkpoint_id}"
-            return convert_for_commit(table, deletes, policy, label, cache, required=bool(reasons))
+            return convert_for_commit(table, deletes, policy, label, cache, required=bool(reasons), head=head)
         except (OSError, ValueError) as e:
             if reasons:
                 raise DeleteConversionError(
@@ -76,7 +81,7 @@ class CommitConversions:
             return None
 
 
-def _reasons_to_convert(table: Table, deletes: list[DataFile]) -> list[str]:
+def _reasons_to_convert(table: Table, deletes: list[DataFile], head: int | None) -> list[str]:
     """Why these deletes must not be committed as equality deletes (none: they may)."""
     from icesink.iceberg.deletes import data_in_other_specs, nested_key_fields
 
@@ -87,7 +92,7 @@ def _reasons_to_convert(table: Table, deletes: list[DataFile]) -> list[str]:
             f"they are keyed on fields inside structs ({', '.join(nested)}), which Iceberg Java 1.9 does not apply "
             "as equality deletes"
         )
-    other_specs = data_in_other_specs(table, deletes)
+    other_specs = data_in_other_specs(table, deletes, head)
     if other_specs:
         reasons.append(
             f"the table holds data files of another partition spec ({', '.join(map(str, other_specs))}) than its "

@@ -63,7 +63,7 @@ class GroupCommitter:
         ledger: Ledger,
         builder: SnapshotBuilder,
         tables: dict[str, Table],
-        markers: dict[tuple[str, str], KnownMarker],
+        markers: dict[tuple[str, str, str], KnownMarker],
         max_conflicts: int,
         before_commit: Callable[[], None] | None,
         scope: Sequence[str] = (),
@@ -132,9 +132,14 @@ class GroupCommitter:
         skipped = False
         for identifier, table_rows in by_table.items():
             table = tables[identifier]
-            known = self._markers.get((str(table.metadata.table_uuid), job_id))
-            marker = committed_marker(table.metadata, job_id, known=known)
-            done = [r for r in table_rows if marker is not None and r.checkpoint_id <= marker.checkpoint_id]
+            branch = table_rows[0].branch
+            known = self._markers.get((str(table.metadata.table_uuid), job_id, branch))
+            marker = committed_marker(table.metadata, job_id, branch, known=known)
+            done = [
+                r
+                for r in table_rows
+                if marker is not None and r.checkpoint_id <= marker.checkpoint_id and r.branch == branch
+            ]
             if not done or marker is None:
                 continue
             refuse_other_streams(self._ledger, identifier, job_id, marker, done)
@@ -248,7 +253,7 @@ class GroupCommitter:
             last = one.rows[-1]
             snapshot_id = one.snapshot.snapshot_id if one.snapshot else None
             if snapshot_id is not None:
-                self._markers[(str(table.metadata.table_uuid), job_id)] = KnownMarker(
+                self._markers[(str(table.metadata.table_uuid), job_id, last.branch)] = KnownMarker(
                     snapshot_id, CommittedMarker(last.checkpoint_id, last.stream_id)
                 )
         for one in prepared:

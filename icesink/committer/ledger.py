@@ -34,6 +34,7 @@ from icesink.committer.checkpoints import (
     encode_snapshot_properties,
 )
 from icesink.errors import LedgerFormatError
+from icesink.table_ref import MAIN_BRANCH
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -67,6 +68,7 @@ checkpoints = sa.Table(
     sa.Column("atomic", sa.Boolean(), nullable=False, server_default=sa.false()),
     sa.Column("commit_id", sa.String(64)),
     sa.Column("snapshot_properties", sa.Text()),  # encode_snapshot_properties: versioned JSON
+    sa.Column("branch", sa.String(255), nullable=False, server_default=MAIN_BRANCH),
 )
 
 
@@ -481,6 +483,20 @@ class Ledger:
             )
             if result.rowcount != 1:  # discarded (or committed) by someone else since: the whole commit is off
                 raise CommitFailedException(f"checkpoint row {row_id} is no longer staged")
+
+    def branch_at(self, identifier: str, job_id: str, checkpoint_id: int) -> str:
+        """The branch the job's checkpoints of the table commit to, as of ``checkpoint_id``: that of its latest
+        checkpoint up to it, else (older rows pruned: the newest is always kept) of its first one after it;
+        main when the ledger has none."""
+        c = checkpoints.c
+        mine = (c.catalog_name == self._config.name, c.table_identifier == identifier, c.job_id == job_id)
+        up_to = sa.select(c.branch).where(*mine, c.checkpoint_id <= checkpoint_id).order_by(c.checkpoint_id.desc())
+        after = sa.select(c.branch).where(*mine, c.checkpoint_id > checkpoint_id).order_by(c.checkpoint_id)
+        with database_errors(self._config), self._engine.connect() as connection:
+            found = connection.execute(up_to.limit(1)).scalar()
+            if found is None:
+                found = connection.execute(after.limit(1)).scalar()
+        return str(found) if found is not None else MAIN_BRANCH
 
     def last_checkpoint(self, job_id: str) -> int | None:
         """The job's highest checkpoint in the ledger, whatever its state (None: the ledger has none)."""

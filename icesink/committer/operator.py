@@ -88,7 +88,7 @@ def check_not_in_table(table: Table, choice: CheckpointChoice) -> None:
             f"table {row.identifier}: checkpoint {row.checkpoint_id} of job {row.job_id} was discarded by "
             f"{row.discarded_by} at {row.discarded_at}; it cannot come back (replay its data under a new job)"
         )
-    marker = committed_marker(table.metadata, row.job_id)
+    marker = committed_marker(table.metadata, row.job_id, row.branch)
     if marker is not None and row.checkpoint_id <= marker.checkpoint_id:
         raise ConfigError(
             f"table {row.identifier}: checkpoint {row.checkpoint_id} of job {row.job_id} is in the table "

@@ -26,6 +26,7 @@ from icesink.committer.checkpoints import CheckpointRow, CheckpointState, Stream
 from icesink.committer.ledger import Ledger
 from icesink.errors import CheckpointRewindError, IcesinkError, JobIdConflictError
 from icesink.iceberg.marker import committed_marker
+from icesink.table_ref import TableRef
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -58,7 +59,7 @@ class Decision:
 def admit(
     ledger: Ledger,
     table: Table,
-    identifier: str,
+    ref: TableRef,
     job_id: str,
     checkpoint_id: int,
     stream: StreamIdentity,
@@ -69,9 +70,11 @@ def admit(
 
     ``first``: the stream's first checkpoint in this run, when it also checks that the ledger holds no
     staged checkpoint of its job from another stream. ``known``: the ledger's rows of this checkpoint, by
-    table, read before for several tables at once (:meth:`Ledger.get_many`).
+    table, read before for several tables at once (:meth:`Ledger.get_many`). The marker is the one of
+    ``ref``'s branch, the branch the checkpoint commits to.
     """
-    marker = committed_marker(table.metadata, job_id)
+    identifier = ref.identifier
+    marker = committed_marker(table.metadata, job_id, ref.branch)
     if marker is not None and marker.written_by_another_stream(stream.stream_id):
         error = another_stream_error(identifier, job_id, stream, f"stream {marker.stream_id}", marker.checkpoint_id)
         return Decision(Admission.ANOTHER_STREAM, refusal=error)

@@ -19,7 +19,9 @@ from icesink.committer.checkpoints import (
 from icesink.committer.ledger import Ledger
 from icesink.errors import ConfigError, JobIdConflictError
 from icesink.failpoints import failpoint
+from icesink.properties import COMMITTER_SUMMARY_NAMES
 from icesink.results import WriteResult
+from icesink.table_ref import MAIN_BRANCH, TableRef
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -39,6 +41,11 @@ class TableResults:
     schema_id: int | None = None
     column_ids: Mapping[str, int] | None = None
     snapshot_properties: Mapping[str, str] | None = None
+    branch: str = MAIN_BRANCH  # of the table, that committing the checkpoint moves
+
+    @property
+    def ref(self) -> TableRef:
+        return TableRef(self.identifier, self.branch)
 
 
 def stage_checkpoint(
@@ -134,6 +141,7 @@ def _write_delta_manifests(
         column_ids=tuple(sorted(written.column_ids.items())) if written.column_ids is not None else None,
         atomic=atomic,
         snapshot_properties=_snapshot_properties(written, checkpoint_id),
+        branch=written.branch,
     )
     if not every_file:
         # Nothing to commit; remembered (as committed) so a retry does not rewrite it.
@@ -161,7 +169,7 @@ def _write_delta_manifests(
 
 def _snapshot_properties(written: TableResults, checkpoint_id: int) -> tuple[tuple[str, str], ...]:
     """The checkpoint's summary values, checked: a summary holds strings only."""
-    from icesink.iceberg.snapshots import computed_by_iceberg
+    from icesink.iceberg.summaries import computed_by_iceberg
 
     given = written.snapshot_properties or {}
     for name, value in given.items():
@@ -170,11 +178,15 @@ def _snapshot_properties(written: TableResults, checkpoint_id: int) -> tuple[tup
                 f"table {written.identifier}: checkpoint {checkpoint_id} carries snapshot property {name!r} = "
                 f"{value!r}; a snapshot summary holds non-empty string names and string values. Nothing was staged"
             )
-        if computed_by_iceberg(name):
+        if computed_by_iceberg(name) or name in COMMITTER_SUMMARY_NAMES:
+            whose = (
+                "Iceberg computes (counts, totals, the operation)"
+                if computed_by_iceberg(name)
+                else "icesink's committer writes"
+            )
             raise ConfigError(
                 f"table {written.identifier}: checkpoint {checkpoint_id} carries snapshot property {name!r}, a "
-                "field Iceberg computes for every snapshot (counts, totals, the operation); name it otherwise. "
-                "Nothing was staged"
+                f"field {whose} for every snapshot; name it otherwise. Nothing was staged"
             )
     return tuple(sorted(given.items()))
 

@@ -23,6 +23,18 @@ class Debezium:
     table_options: TableOptions = field(default_factory=lambda: TableOptions(evolve_schema=True))
     dead_letter: str | None = None  # the table of records that cannot be applied; None: they stop the stream
 
+    @property
+    def table_properties(self) -> Mapping[str, str] | None:
+        return self.table_options.table_properties
+
+    @property
+    def evolve_schema(self) -> bool:
+        return self.table_options.evolve_schema
+
+    @property
+    def maintain(self) -> bool:
+        return self.table_options.maintain
+
     def identifier(self, source: SourceTable) -> str:
         """The Iceberg table of a source table: a mapping's, else ``namespace.<table>`` (a table named with a
         dot, ``a.b``, goes to ``namespace.a.b``: table ``b`` of namespace ``namespace.a``)."""

@@ -14,7 +14,8 @@ what icesink needs, so these modules build on its internals, one concern each:
   the snapshot without re-checking icesink's committed-checkpoint marker);
 * :mod:`~icesink.iceberg.merging` and :mod:`~icesink.iceberg.expiry`: what keeps
   every commit as cheap as the first (manifest merging, snapshot expiry);
-* :mod:`~icesink.iceberg.marker`: which checkpoints a job has in the table;
+* :mod:`~icesink.iceberg.summaries`: snapshot summaries, Iceberg's counts beside icesink's properties;
+* :mod:`~icesink.iceberg.marker`: which checkpoints a job has in the table (on a branch);
 * :mod:`~icesink.iceberg.references`: what a table references and what its location holds;
 * :mod:`~icesink.iceberg.scan`: scan planning that keeps equality deletes, file reads;
 * :mod:`~icesink.iceberg.file_reads`: one data file read into a schema without losing a value

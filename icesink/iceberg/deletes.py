@@ -106,14 +106,16 @@ def partition_scope(table: Table, data_file: DataFile) -> PartitionKey:
     return GLOBAL if spec.is_unpartitioned() else (spec.spec_id, _values(data_file.partition))
 
 
-def data_in_other_specs(table: Table, deletes: Sequence[DataFile]) -> list[int]:
-    """The partition specs of live data files that some of these partitioned deletes were not written in: a
-    reader applies a delete to none of those files (the table's spec changed between the files and it)."""
+def data_in_other_specs(table: Table, deletes: Sequence[DataFile], snapshot_id: int | None = None) -> list[int]:
+    """The partition specs of live data files (of ``snapshot_id``, default the current snapshot) that some of
+    these partitioned deletes were not written in: a reader applies a delete to none of those files (the
+    table's spec changed between the files and it)."""
     from pyiceberg.manifest import ManifestContent
 
     specs = table.metadata.specs()
     partitioned = {d.spec_id for d in deletes if not specs[d.spec_id].is_unpartitioned()}
-    snapshot = table.metadata.current_snapshot()
+    metadata = table.metadata
+    snapshot = metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else metadata.current_snapshot()
     if not partitioned or snapshot is None:
         return []
     data_specs = {

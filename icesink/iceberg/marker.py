@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 from pyiceberg.table.refs import MAIN_BRANCH
 
 from icesink.properties import (
+    BRANCH_PROPERTY_PREFIX,
     JOB_ID_PROPERTY,
     MAX_CHECKPOINT_PROPERTY,
     STREAM_ID_PROPERTY,
@@ -27,12 +28,18 @@ from icesink.properties import (
 )
 
 
-def table_property(job_id: str) -> str:
-    return f"{TABLE_PROPERTY_PREFIX}{job_id}"
+def table_property(job_id: str, branch: str = MAIN_BRANCH) -> str:
+    """The table property holding the job's marker on ``branch`` (a job's marker on ``main`` keeps the name it
+    had before branches: tables written by earlier releases read on)."""
+    return f"{_branch_prefix(branch)}{TABLE_PROPERTY_PREFIX}{job_id}"
 
 
-def stream_table_property(job_id: str) -> str:
-    return f"{STREAM_TABLE_PROPERTY_PREFIX}{job_id}"
+def stream_table_property(job_id: str, branch: str = MAIN_BRANCH) -> str:
+    return f"{_branch_prefix(branch)}{STREAM_TABLE_PROPERTY_PREFIX}{job_id}"
+
+
+def _branch_prefix(branch: str) -> str:
+    return "" if branch == MAIN_BRANCH else f"{BRANCH_PROPERTY_PREFIX}{branch}."
 
 
 @dataclass(frozen=True)
@@ -87,10 +94,10 @@ def committed_marker(
             if value is not None:
                 return CommittedMarker(int(value), summary[STREAM_ID_PROPERTY])
         snapshot_id = snapshot.parent_snapshot_id
-    recorded = metadata.properties.get(table_property(job_id))
+    recorded = metadata.properties.get(table_property(job_id, branch))
     if recorded is None:
         return None
-    return CommittedMarker(int(recorded), metadata.properties.get(stream_table_property(job_id)))
+    return CommittedMarker(int(recorded), metadata.properties.get(stream_table_property(job_id, branch)))
 
 
 def marker_properties(job_id: str, checkpoint_id: int, stream_id: str | None) -> dict[str, str]:
@@ -101,11 +108,13 @@ def marker_properties(job_id: str, checkpoint_id: int, stream_id: str | None) ->
     return properties
 
 
-def marker_table_properties(job_id: str, checkpoint_id: int, stream_id: str | None) -> dict[str, str]:
+def marker_table_properties(
+    job_id: str, checkpoint_id: int, stream_id: str | None, branch: str = MAIN_BRANCH
+) -> dict[str, str]:
     """The table properties written in the same metadata commit, for when expiry removed the snapshots."""
-    properties = {table_property(job_id): str(checkpoint_id)}
+    properties = {table_property(job_id, branch): str(checkpoint_id)}
     if stream_id is not None:
-        properties[stream_table_property(job_id)] = stream_id
+        properties[stream_table_property(job_id, branch)] = stream_id
     return properties
 
 
@@ -113,14 +122,16 @@ class CheckpointExpired(Exception):
     """The snapshot that held a job's checkpoint is gone from the table's history (expired)."""
 
 
-def snapshot_at_checkpoint(metadata: TableMetadata, job_id: str, checkpoint_id: int) -> int | None:
-    """The newest snapshot of ``main`` holding the job's checkpoints up to ``checkpoint_id`` and none after it.
+def snapshot_at_checkpoint(
+    metadata: TableMetadata, job_id: str, checkpoint_id: int, branch: str = MAIN_BRANCH
+) -> int | None:
+    """The newest snapshot of ``branch`` holding the job's checkpoints up to ``checkpoint_id`` and none after it.
 
     None is the table's state before its first snapshot. Snapshots other writers (maintenance) made
     after one of the job's snapshots hold the same checkpoints, so the newest of them is returned.
     Raises :class:`CheckpointExpired` when expiry removed the snapshots that would answer.
     """
-    ref = metadata.refs.get(MAIN_BRANCH)
+    ref = metadata.refs.get(branch)
     newest = ref.snapshot_id if ref else None
     snapshot_id = newest
     seen_job = False  # passed a snapshot of the job holding later checkpoints
@@ -141,7 +152,7 @@ def snapshot_at_checkpoint(metadata: TableMetadata, job_id: str, checkpoint_id: 
     # The walk ended at a snapshot without a parent. A table's first snapshot has sequence number 1; a later
     # one without a parent had its history expired, and what was below it cannot be told apart any more.
     cut = last is not None and (last.sequence_number or 0) > 1
-    recorded = metadata.properties.get(table_property(job_id))
+    recorded = metadata.properties.get(table_property(job_id, branch))
     later = seen_job or (recorded is not None and int(recorded) > checkpoint_id)
     if cut and later:
         raise CheckpointExpired(last.snapshot_id if last is not None else None)

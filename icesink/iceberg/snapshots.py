@@ -13,15 +13,13 @@ from pyiceberg.manifest import (
     ManifestFile,
     write_manifest_list,
 )
-from pyiceberg.table import Table, TableProperties
+from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 from pyiceberg.table.snapshots import (
     Operation,
     Snapshot,
-    SnapshotSummaryCollector,
     Summary,
-    update_snapshot_summaries,
 )
 from pyiceberg.table.update import (
     AddSnapshotUpdate,
@@ -35,11 +33,13 @@ from pyiceberg.table.update import (
     TableUpdate,
 )
 
+from icesink.errors import ConfigError
 from icesink.iceberg.expiry import expired_snapshot_ids
 from icesink.iceberg.manifests import AddedFile, compression, manifest_writer, write_added
 from icesink.iceberg.merging import ManifestMergePolicy, merge_manifests
 from icesink.iceberg.metadata_cache import remember
 from icesink.iceberg.scan import ManifestCache
+from icesink.iceberg.summaries import snapshot_summary
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,24 @@ def row_delta_operation(has_data: bool, has_deletes: bool) -> Operation:
     if not has_deletes:
         return Operation.APPEND
     return Operation.OVERWRITE if has_data else Operation.DELETE
+
+
+def base_snapshot_id(metadata: TableMetadata, branch: str) -> int | None:
+    """The snapshot a commit to ``branch`` builds on: its head, or, for a branch that does not exist yet, the
+    head of main (a branch starts with main's rows, never empty)."""
+    return head_snapshot_id(metadata, branch if branch in metadata.refs else MAIN_BRANCH)
+
+
+def _branch_head(table: Table, branch: str) -> int | None:
+    """The head of ``branch`` (None: the branch does not exist yet); a tag of that name is refused, since a
+    commit would turn it into a branch."""
+    ref = table.metadata.refs.get(branch)
+    if ref is not None and ref.snapshot_ref_type != SnapshotRefType.BRANCH:
+        raise ConfigError(
+            f"table {'.'.join(table.name())}: {branch!r} is a {ref.snapshot_ref_type.value}, not a branch; icesink "
+            "commits to branches only. Name another branch, or remove the tag"
+        )
+    return ref.snapshot_id if ref is not None else None
 
 
 def prepare_snapshot(
@@ -144,7 +162,8 @@ def prepare_change(
     """
     metadata = table.metadata
     snapshot_id = metadata.new_snapshot_id()
-    parent_id = head_snapshot_id(metadata, branch)
+    head_id = _branch_head(table, branch)
+    parent_id = base_snapshot_id(metadata, branch)
     commit_uuid = uuid.uuid4()
     locations = table.location_provider()
     written: list[str] = []
@@ -166,7 +185,7 @@ def prepare_change(
     existing, merged_paths = merge_manifests(table, existing, new_manifests, snapshot_id, merge, commit_uuid)
     written.extend(merged_paths)
 
-    summary = _summary(
+    summary = snapshot_summary(
         metadata, parent_id, change.operation, [a.file for a in change.added], removed_files, change.properties
     )
     sequence_number = metadata.next_sequence_number()
@@ -175,7 +194,7 @@ def prepare_change(
     _write_manifest_list(table, list_path, snapshot_id, parent_id, sequence_number, new_manifests + existing)
     snapshot = _new_snapshot(metadata, snapshot_id, parent_id, list_path, sequence_number, summary)
     updates = _updates(metadata, snapshot, branch, change, expire_snapshots)
-    return PreparedSnapshot(snapshot_id, parent_id, updates, _requirements(metadata, parent_id, branch), tuple(written))
+    return PreparedSnapshot(snapshot_id, parent_id, updates, _requirements(metadata, head_id, branch), tuple(written))
 
 
 def _new_snapshot(
@@ -310,58 +329,52 @@ def _remove_files(
     return kept, rewritten, removed_files
 
 
-# The summary fields Iceberg computes for a snapshot (its counts and totals, the operation).
-_COMPUTED_PREFIXES = ("added-", "deleted-", "removed-", "total-", "partitions.")
-_COMPUTED = frozenset({"operation", "changed-partition-count", "partition-summaries-included"})
+class AssertSchemaAndSequence(AssertCurrentSchemaId):
+    """The table's current schema and its last sequence number are those the snapshot was built on. A commit on
+    any branch (or maintenance) in between takes the sequence number this snapshot would take, which the
+    catalog would refuse as an error (an older sequence number); this makes it a conflict, built again."""
 
+    next_sequence_number: int  # format 1 has none: always 0
 
-def computed_by_iceberg(name: str) -> bool:
-    """Whether Iceberg's writers compute a snapshot summary field of this name (``added-records``,
-    ``total-data-files``, ``partitions.<path>``, ``operation``, …): a value given for it would contradict them."""
-    return name in _COMPUTED or name.startswith(_COMPUTED_PREFIXES)
+    def validate(self, base_metadata: TableMetadata | None) -> None:  # type: ignore[override]  # as pyiceberg's
+        from pyiceberg.exceptions import CommitFailedException
 
-
-def _summary(
-    metadata: TableMetadata,
-    parent_id: int | None,
-    operation: Operation,
-    added: list[DataFile],
-    removed: list[DataFile],
-    properties: Mapping[str, str],
-) -> Summary:
-    collector = SnapshotSummaryCollector(
-        partition_summary_limit=int(
-            metadata.properties.get(
-                TableProperties.WRITE_PARTITION_SUMMARY_LIMIT, TableProperties.WRITE_PARTITION_SUMMARY_LIMIT_DEFAULT
+        super().validate(base_metadata)
+        assert base_metadata is not None
+        if base_metadata.next_sequence_number() != self.next_sequence_number:
+            raise CommitFailedException(
+                f"Requirement failed: the table's sequence number has changed: expected next "
+                f"{self.next_sequence_number}, found {base_metadata.next_sequence_number()}"
             )
-        )
-    )
-    specs = metadata.specs()
-    schema = metadata.schema()
-    for data_file in added:
-        collector.add_file(data_file, schema=schema, partition_spec=specs[data_file.spec_id])
-    for data_file in removed:
-        collector.remove_file(data_file, schema=schema, partition_spec=specs[data_file.spec_id])
-    parent = metadata.snapshot_by_id(parent_id) if parent_id is not None else None
-    # pyiceberg computes totals for append/overwrite/delete only; a replace changes totals the same way.
-    computed = Operation.OVERWRITE if operation == Operation.REPLACE else operation
-    # What Iceberg computes (file and record counts, totals) is never taken from the properties given.
-    given = {name: value for name, value in properties.items() if not computed_by_iceberg(name)}
-    summary = update_snapshot_summaries(
-        Summary(operation=computed, **{**given, **collector.build()}),
-        previous_summary=parent.summary if parent else None,
-    )
-    if operation == Operation.REPLACE:
-        summary = Summary(operation=operation, **summary.additional_properties)
-    return summary
 
 
-def _requirements(metadata: TableMetadata, parent_id: int | None, branch: str) -> tuple[TableRequirement, ...]:
+class AssertBranchAbsent(AssertRefSnapshotId):
+    """The branch does not exist yet (a commit creates it). pyiceberg's own check refuses every branch but main of
+    a table without snapshots, although Iceberg allows one (its first commit is the table's first snapshot);
+    this one refuses only a branch that exists, created concurrently."""
+
+    def validate(self, base_metadata: TableMetadata | None) -> None:  # type: ignore[override]  # as pyiceberg's
+        from pyiceberg.exceptions import CommitFailedException
+
+        if base_metadata is None:
+            raise CommitFailedException("Requirement failed: current table metadata is missing")
+        if self.ref in base_metadata.refs:
+            raise CommitFailedException(f"Requirement failed: branch {self.ref} was created concurrently")
+
+
+def _requirements(metadata: TableMetadata, head_id: int | None, branch: str) -> tuple[TableRequirement, ...]:
+    on_head = (
+        AssertBranchAbsent(ref=branch)
+        if head_id is None and branch != MAIN_BRANCH
+        else AssertRefSnapshotId(snapshot_id=head_id, ref=branch)
+    )
     return (
         AssertTableUUID(uuid=metadata.table_uuid),
-        AssertRefSnapshotId(snapshot_id=parent_id, ref=branch),
+        on_head,
         # A schema change since the table was read also sends the committer back to read it again.
-        AssertCurrentSchemaId(current_schema_id=metadata.current_schema_id),
+        AssertSchemaAndSequence(
+            current_schema_id=metadata.current_schema_id, next_sequence_number=metadata.next_sequence_number()
+        ),
     )
 
 

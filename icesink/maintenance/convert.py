@@ -91,8 +91,10 @@ def convert_for_commit(
     cache: ManifestCache | None = None,
     *,
     required: bool = False,
+    head: int | None = None,
 ) -> CommitConversion | None:
-    """Position deletes for ``staged`` equality deletes on the table's head; None when over ``convert_max_rows``.
+    """Position deletes for ``staged`` equality deletes on snapshot ``head`` (default: the table's current one,
+    the head of main), the one the commit builds on; None when over ``convert_max_rows``.
 
     Every live data file has a lower sequence number than the commit that
     will carry the deletes, so every data file in their scope is a candidate.
@@ -105,11 +107,11 @@ def convert_for_commit(
 
     sequence = table.metadata.next_sequence_number()
     schema = with_dropped_keys(table, table.schema(), (i for f in staged for i in f.equality_ids or ()))
-    everywhere = bool(data_in_other_specs(table, staged))
+    everywhere = bool(data_in_other_specs(table, staged, head))
     deletes = EqualityDeletes(table, schema, [LiveFile(f, sequence) for f in staged], everywhere=everywhere)
     required = required or everywhere
     pruning = KeyPruning(table, schema, deletes)
-    live = live_files(table, cache=cache, reading=pruning.reads)
+    live = live_files(table, head, cache=cache, reading=pruning.reads)
     reads = plan_key_reads(table, pruning.files(live.data), pruning)
     counts = pruning.counts
     if not _within_limit(table, reads, counts, policy, required):

@@ -161,7 +161,7 @@ class BatchWriter:
         """
         known = self._ledger.get_many([s.table for s in sinks], job_id, checkpoint_id, unreadable_too=True)
         decisions = [
-            admit(self._ledger, table, sink.table, job_id, checkpoint_id, stream, not self._claimed, known)
+            admit(self._ledger, table, sink.ref, job_id, checkpoint_id, stream, not self._claimed, known)
             for table, sink in zip(tables, sinks, strict=True)
         ]
         for decision in decisions:

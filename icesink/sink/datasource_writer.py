@@ -145,12 +145,13 @@ class IcesinkStreamWriter(DataSourceStreamArrowWriter):
         from icesink.committer.protocol import Admission, admit
         from icesink.committer.staging import stage_checkpoint
         from icesink.results import decode_write_result
+        from icesink.table_ref import TableRef
 
         catalog = open_catalog(self._config, pending_tables=True)
         table = load_table(catalog, self._config, self._table)
         ledger = Ledger(self._config)
         # This sink does not know its stream's identity (Spark hands the data source no checkpoint location).
-        decision = admit(ledger, table, self._table, self._job_id, batchId, StreamIdentity())
+        decision = admit(ledger, table, TableRef(self._table), self._job_id, batchId, StreamIdentity())
         if decision.refusal is not None:
             raise decision.refusal
         if decision.admission != Admission.WRITE:

@@ -123,7 +123,7 @@ class StreamOptions(TableOptions, StreamWideOptions):
         object.__setattr__(self, "writer", _member(Writer, self.writer, table, "writer"))
         object.__setattr__(self, "partition_by", tuple(self.partition_by))
         check_user_properties(self.table_properties, f"table {table}")
-        for option in (f.name for f in fields(self) if f.type == "bool"):
+        for option in (f.name for f in fields(self) if isinstance(f.default, bool)):
             if not isinstance(getattr(self, option), bool):
                 raise ConfigError(f"table {table}: {option} must be True or False, not {getattr(self, option)!r}")
         for option, flag in (("maintain", self.maintain), ("expire_snapshots", self.expire_snapshots)):
@@ -132,12 +132,6 @@ class StreamOptions(TableOptions, StreamWideOptions):
                     f"table {table}: {option} applies to the inline committer; with committer='daemon' "
                     f"pass --{option.replace('_', '-')} to icesink committer run"
                 )
-
-    @classmethod
-    def default_of(cls, name: str) -> Any:
-        """The default of one option."""
-        (option,) = (f for f in fields(cls) if f.name == name)
-        return option.default
 
     @classmethod
     def reference(cls) -> list[tuple[str, str, str]]:

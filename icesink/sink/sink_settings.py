@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from icesink.catalog.config import CatalogConfig
 from icesink.sink.options import Committer, StreamOptions
 from icesink.table_options import Writer
+from icesink.table_ref import MAIN_BRANCH, TableRef
 
 if TYPE_CHECKING:
     from icesink.writer.spec import ChangeSpec
@@ -29,6 +30,12 @@ class SinkSettings:
     checkpoint_location: str | None = None
     maintain: bool = False
     evolve_schema: bool = False
+    # The branch its checkpoints commit to (no option sets another yet: the stream writes main).
+    branch: str = MAIN_BRANCH
+
+    @property
+    def ref(self) -> TableRef:
+        return TableRef(self.table, self.branch)
 
     @classmethod
     def of(cls, options: StreamOptions, config: CatalogConfig, **planned: Any) -> SinkSettings:

@@ -41,6 +41,7 @@ class TableSink:
     def __init__(self, settings: SinkSettings, catalog: SqlCatalog, ledger: Ledger) -> None:
         self._settings = settings
         self.table = settings.table
+        self.ref = settings.ref
         # The next micro-batch waits for the driver: maintenance stops after icesink.maintain.max-seconds.
         self._maintainer = (
             Maintainer(catalog, settings.catalog, waiting=lambda table: True) if settings.maintain else None
@@ -75,7 +76,12 @@ class TableSink:
         if optional:
             table = self._schema.make_optional(table, optional, prepared.spec.checkpoint_id)
         staged = TableResults(
-            table, self._settings.table, results, prepared.spec.schema_id, prepared.projection.field_ids
+            table,
+            self._settings.table,
+            results,
+            prepared.spec.schema_id,
+            prepared.projection.field_ids,
+            branch=self._settings.branch,
         )
         return Written(staged, prepared.projection)
 
