@@ -56,6 +56,23 @@ DELTA_MANIFESTS_VERSION = 1
 _CONTENTS = (("data", False), ("deletes", True))
 
 
+def versioned_body(text: str, what: str, latest: int) -> dict[str, Any]:
+    """The JSON object of a versioned ledger value (``{"version": n, ...}``), its version read: a
+    :class:`ValueError` for anything else, or for a version a later release wrote."""
+    try:
+        body = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"a value nested too deeply to be a {what} value: {text[:200]!r}") from None
+    version = body.get("version") if isinstance(body, dict) else None
+    if not isinstance(body, dict) or not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(f"not a {what} value: {text[:200]!r}")
+    if version > latest:
+        raise ValueError(
+            f"{what} encoding version {version}, written by a later icesink release (this one reads up to {latest})"
+        )
+    return body
+
+
 @dataclass(frozen=True)
 class DeltaManifests:
     """What one checkpoint staged for one table: a manifest of its data files and one of its delete files
@@ -101,18 +118,7 @@ class DeltaManifests:
     def decode(text: str) -> DeltaManifests:
         """Read what :meth:`encode` wrote, in any version up to this release's; :class:`ValueError` for anything
         else, down to a key it does not know (a value it half understood would commit half a checkpoint)."""
-        try:
-            body = json.loads(text)
-        except RecursionError:
-            raise ValueError(f"a value nested too deeply to be a delta-manifests value: {text[:200]!r}") from None
-        version = body.get("version") if isinstance(body, dict) else None
-        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            raise ValueError(f"not a delta-manifests value: {text[:200]!r}")
-        if version > DELTA_MANIFESTS_VERSION:
-            raise ValueError(
-                f"delta-manifests encoding version {version}, written by a later icesink release (this one reads "
-                f"up to {DELTA_MANIFESTS_VERSION})"
-            )
+        body = versioned_body(text, "delta-manifests", DELTA_MANIFESTS_VERSION)
         if set(body) != {"version", "manifests"} or not isinstance(body["manifests"], list):
             raise ValueError(f"a delta-manifests value of version 1 with keys {sorted(body)}: {text[:200]!r}")
         found: dict[str, StagedManifest] = {}
@@ -161,18 +167,7 @@ def decode_snapshot_properties(text: str | None) -> tuple[tuple[str, str], ...]:
     """Read what :func:`encode_snapshot_properties` wrote; :class:`ValueError` for anything else."""
     if text is None:
         return ()
-    try:
-        body = json.loads(text)
-    except (RecursionError, ValueError):
-        raise ValueError(f"not a snapshot-properties value: {text[:200]!r}") from None
-    version = body.get("version") if isinstance(body, dict) else None
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-        raise ValueError(f"not a snapshot-properties value: {text[:200]!r}")
-    if version > SNAPSHOT_PROPERTIES_VERSION:
-        raise ValueError(
-            f"snapshot-properties encoding version {version}, written by a later icesink release (this one reads "
-            f"up to {SNAPSHOT_PROPERTIES_VERSION})"
-        )
+    body = versioned_body(text, "snapshot-properties", SNAPSHOT_PROPERTIES_VERSION)
     properties = body.get("properties")
     if set(body) != {"version", "properties"} or not isinstance(properties, dict):
         raise ValueError(f"a snapshot-properties value of version 1 with keys {sorted(body)}: {text[:200]!r}")
