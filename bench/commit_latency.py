@@ -36,9 +36,9 @@ from figures import record_values
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import upgrade
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
-from icesink.committer.ledger import Ledger
 from icesink.committer.staging import stage_checkpoint
 from icesink.iceberg.describe import writer_spec
 from icesink.iceberg.manifests import to_data_file

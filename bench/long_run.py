@@ -181,7 +181,7 @@ def main() -> None:
 
 def wait_for_commits(config: Any, batches: int, seconds: float = 300) -> None:
     """Until the daemon has committed every staged checkpoint."""
-    from icesink.committer.ledger import Ledger
+    from icesink.catalog.ledger import Ledger
 
     deadline = time.monotonic() + seconds
     while Ledger(config).tables_with_pending():
@@ -198,7 +198,7 @@ def wait_for_maintenance(config: Any, seconds: float = 300) -> None:
     import sqlalchemy as sa
 
     from icesink.catalog.database import as_utc, engine
-    from icesink.committer.lease import leases, maintenance_scope
+    from icesink.catalog.lease import leases, maintenance_scope
 
     query = sa.select(leases.c.expires_at).where(
         leases.c.catalog_name == config.name, leases.c.scope == maintenance_scope(TABLE)

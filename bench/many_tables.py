@@ -41,9 +41,9 @@ import pyarrow as pa
 from bench.figures import record_values
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import engine, upgrade
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
-from icesink.committer.ledger import Ledger
 from icesink.committer.staging import TableResults, stage_tables
 from icesink.iceberg.describe import writer_spec
 from icesink.paths import file_uri

@@ -100,9 +100,9 @@ def changes(total: int, pattern: str, number: int) -> Any:
 
 def build(config: Any, name: str, total: int, unordered: bool = False) -> Any:
     """``total`` rows in row order, written by icesink's writer and committed by its committer."""
+    from icesink.catalog.ledger import Ledger
     from icesink.catalog.loader import open_catalog
     from icesink.committer.commit import TableCommitter
-    from icesink.committer.ledger import Ledger
     from icesink.committer.staging import stage_checkpoint
     from icesink.iceberg.describe import writer_spec
     from icesink.writer.task import TaskWriter

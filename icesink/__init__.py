@@ -38,8 +38,9 @@ from icesink.errors import (
 
 if TYPE_CHECKING:
     from icesink.catalog.config import CatalogConfig
-    from icesink.changelog.api import changes, read_stream, register
+    from icesink.changelog.api import changes
     from icesink.cut import changes_of_tables, read_tables
+    from icesink.datasource import read_stream, register
     from icesink.debezium_events.stream_spec import debezium
     from icesink.reader import read
     from icesink.sink.options import Target
@@ -95,10 +96,14 @@ def __getattr__(name: str) -> Any:
         from icesink.reader import read
 
         return read
-    if name in ("changes", "read_stream", "register"):
-        from icesink.changelog import api
+    if name == "changes":
+        from icesink.changelog.api import changes
 
-        return getattr(api, name)
+        return changes
+    if name in ("read_stream", "register"):
+        from icesink import datasource
+
+        return getattr(datasource, name)
     if name == "debezium":
         from icesink.debezium_events.stream_spec import debezium
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from icesink.arrays import empty_table
 from icesink.catalog.config import CatalogConfig, resolve_catalog
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog, table_at
 from icesink.catalog.pointers import read_pointers
-from icesink.committer.ledger import Ledger
+from icesink.changelog.api import changes
+from icesink.changelog.compute import empty_changelog
 from icesink.errors import CheckpointNotCommittedError, ConfigError, SnapshotNotFoundError
-from icesink.iceberg.marker import CheckpointExpired, snapshot_at_checkpoint
+from icesink.iceberg.marker import CheckpointExpired, committed_marker, snapshot_at_checkpoint
 from icesink.reader import read_table
 from icesink.table_ref import TableRef
 
@@ -74,7 +77,6 @@ def changes_of_tables(
     Returns:
         ``{table: changes}``, in the order given.
     """
-    from icesink.changelog.api import changes
 
     tables = _names(tables)
     for name, value in (("to_checkpoint", to_checkpoint), ("from_checkpoint", from_checkpoint)):
@@ -118,8 +120,6 @@ def _committed_tables(
 
 
 def _no_changes(table: Table, mode: str) -> pa.Table:
-    from icesink.arrays import empty_table
-    from icesink.changelog.compute import empty_changelog
 
     return empty_changelog(table.schema()) if mode == "changelog" else empty_table(table.schema().as_arrow())
 
@@ -134,7 +134,6 @@ def _names(tables: Sequence[str]) -> list[str]:
 
 
 def _read_at(table: Table, ref: TableRef, job_id: str, checkpoint_id: int) -> pa.Table:
-    from icesink.arrays import empty_table
 
     snapshot_id = _at_checkpoint(table, ref, job_id, checkpoint_id)
     if snapshot_id is None:  # before the table's first snapshot
@@ -157,7 +156,6 @@ def _check_committed(
 ) -> None:
     """The job must have reached the checkpoint, and committed it everywhere: a cut that a later commit could
     still change, or that a staged checkpoint leaves torn, is refused naming why."""
-    from icesink.iceberg.marker import committed_marker
 
     ledger = Ledger(config)
     markers = [

@@ -9,11 +9,50 @@ kind and stops a table's queue on the second.
 
 from __future__ import annotations
 
+from typing import Any, Self
+
 
 class IcesinkError(Exception):
-    """Raised when icesink cannot do what was asked; the message says what to do."""
+    """Raised when icesink cannot do what was asked; the message says what to do.
+
+    ``table``, ``checkpoint_id`` and ``job_id`` say where, as fields (the message says it in words), so that
+    the committer's health report, ``--json`` output and callers can name the table and checkpoint that failed
+    without reading the text. They are None where nothing as narrow is to blame, or not known yet: the code
+    that knows (the committer, a stream's micro-batch) fills in what is missing with :meth:`located`.
+    """
 
     transient: bool = False
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        table: str | None = None,
+        checkpoint_id: int | None = None,
+        job_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.table = table
+        self.checkpoint_id = checkpoint_id
+        self.job_id = job_id
+
+    def located(self, table: str | None = None, checkpoint_id: int | None = None, job_id: str | None = None) -> Self:
+        """The same error, with the fields it did not have yet filled in (one it has is kept)."""
+        self.table = self.table if self.table is not None else table
+        self.checkpoint_id = self.checkpoint_id if self.checkpoint_id is not None else checkpoint_id
+        self.job_id = self.job_id if self.job_id is not None else job_id
+        return self
+
+    def fields(self) -> dict[str, object]:
+        """The error as plain values: its kind, where it happened, whether retrying can help, and its message."""
+        return {
+            "error": type(self).__name__,
+            "table": self.table,
+            "checkpoint_id": self.checkpoint_id,
+            "job_id": self.job_id,
+            "transient": self.transient,
+            "message": str(self),
+        }
 
 
 class TransientError(IcesinkError):
@@ -48,8 +87,8 @@ class SchemaMismatchError(TerminalError):
     ``column`` is the path of the column (or nested field) whose type does not fit, where one is to blame, and
     ``table_type`` its type in the table: what a stream explaining the refusal in its own words needs."""
 
-    def __init__(self, message: str, *, column: str | None = None, table_type: str | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, column: str | None = None, table_type: str | None = None, **where: Any) -> None:
+        super().__init__(message, **where)
         self.column = column
         self.table_type = table_type
 

@@ -14,20 +14,64 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from icesink.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DaemonSetting:
+    """One setting of ``icesink committer run``: its option, its default, and what it means. The command's
+    options and help, and this setting's entry in the reference, are all made from it."""
+
+    option: str
+    default: float | int | str | bool | None  # None: off unless given; a bool: a flag
+    meaning: str
+    default_note: str = ""  # said after the default in the reference
+
+    def described(self) -> str:
+        """As the settings reference says it: the meaning, then the default."""
+        if isinstance(self.default, bool):
+            return f"true: {self.meaning}"
+        shown = (
+            "off when unset"
+            if self.default is None
+            else f"{self.default:g}"
+            if isinstance(self.default, float)
+            else str(self.default)
+        )
+        return f"{self.meaning} ({shown}{self.default_note})"
+
+
+DAEMON_SETTINGS: dict[str, DaemonSetting] = {
+    "ICESINK_POLL_INTERVAL": DaemonSetting("--poll-interval", 0.5, "seconds between ledger polls"),
+    "ICESINK_LEASE_TTL": DaemonSetting(
+        "--lease-ttl", 10.0, "seconds without renewal after which a standby committer takes over"
+    ),
+    "ICESINK_METRICS_PORT": DaemonSetting("--metrics-port", None, "port for /metrics (Prometheus) and /healthz"),
+    "ICESINK_METRICS_HOST": DaemonSetting(
+        "--metrics-host", "127.0.0.1", "address for the metrics port", "; 0.0.0.0 in a container"
+    ),
+    "ICESINK_MAX_FAILURES": DaemonSetting(
+        "--max-failures", 5, "failures in a row after which a table makes /healthz answer 503"
+    ),
+    "ICESINK_EXPIRE_SNAPSHOTS": DaemonSetting(
+        "--expire-snapshots",
+        False,
+        "drop snapshots past each table's history.expire.* retention in every commit (keeps commit cost flat)",
+    ),
+    "ICESINK_MAINTAIN": DaemonSetting(
+        "--maintain",
+        False,
+        "between commits, convert leftover equality deletes and compact small files when due (icesink.maintain.*)",
+    ),
+}
 
 SETTINGS: dict[str, str] = {
     # Catalog selection
     "ICESINK_CATALOG": "catalog name whose ``PYICEBERG_CATALOG__<NAME>__*`` settings are used (default: default)",
     # Committer daemon (`icesink committer run`)
-    "ICESINK_POLL_INTERVAL": "seconds between ledger polls (0.5)",
-    "ICESINK_LEASE_TTL": "seconds without renewal after which a standby committer takes over (10)",
-    "ICESINK_METRICS_PORT": "port for /metrics and /healthz (off when unset)",
-    "ICESINK_METRICS_HOST": "address for the metrics port (127.0.0.1; 0.0.0.0 in a container)",
-    "ICESINK_MAX_FAILURES": "failures in a row after which a table makes /healthz answer 503 (5)",
-    "ICESINK_EXPIRE_SNAPSHOTS": "true: drop snapshots past each table's history.expire.* retention in every commit",
-    "ICESINK_MAINTAIN": "true: convert leftover equality deletes and compact small files between commits",
+    **{name: setting.described() for name, setting in DAEMON_SETTINGS.items()},
     # The example streaming job (examples/stream_job.py)
     "ICESINK_SOURCE_DIR": "directory of newline-delimited JSON order files the example job streams from",
     "ICESINK_TABLE": "table the example job writes (namespace.table)",
@@ -50,15 +94,7 @@ SETTINGS: dict[str, str] = {
 # The settings by who reads them, for the documentation's reference (every setting is in one group).
 SETTING_GROUPS: dict[str, tuple[str, ...]] = {
     "Catalog": ("ICESINK_CATALOG",),
-    "The committer daemon (`icesink committer run`)": (
-        "ICESINK_POLL_INTERVAL",
-        "ICESINK_LEASE_TTL",
-        "ICESINK_METRICS_PORT",
-        "ICESINK_METRICS_HOST",
-        "ICESINK_MAX_FAILURES",
-        "ICESINK_EXPIRE_SNAPSHOTS",
-        "ICESINK_MAINTAIN",
-    ),
+    "The committer daemon (`icesink committer run`)": tuple(DAEMON_SETTINGS),
     "Only the example job (`examples/stream_job.py`; `icesink.stream` itself reads none of these)": (
         "ICESINK_SOURCE_DIR",
         "ICESINK_TABLE",

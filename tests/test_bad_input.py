@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.cli import main
-from icesink.committer.ledger import Ledger
 from icesink.errors import ConfigError, UnsupportedTableError
 from tests.helpers.support import create_orders_table, orders, stage_rows, table_ids
 

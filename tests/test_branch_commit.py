@@ -10,12 +10,12 @@ import sqlalchemy as sa
 
 import icesink
 from icesink import migrations
+from icesink.catalog.checkpoints import CheckpointState
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import engine
+from icesink.catalog.ledger import Ledger, checkpoints
 from icesink.catalog.loader import open_catalog
-from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.commit import TableCommitter
-from icesink.committer.ledger import Ledger, checkpoints
 from icesink.committer.protocol import Admission, admit
 from icesink.committer.staging import TableResults, stage_tables
 from icesink.errors import ConfigError

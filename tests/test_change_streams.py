@@ -23,6 +23,7 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.committer.maintainer import Maintainer
 from icesink.maintenance.policy import MaintenancePolicy
+from icesink.maintenance.run import MaintenanceRequest
 from tests.helpers.outcomes import check_outcome, iceberg_rust_sql
 from tests.test_changelog import replay
 from tests.test_maintenance import TABLE, Model, commit_changes, create, random_changes
@@ -73,7 +74,9 @@ def test_the_change_stream_delivers_every_change_once_across_restarts_and_limits
     # More commits, a maintenance run and a restart: only what came since is delivered.
     fill(sqlite_catalog, 3, seed=2, start=4, model=model)
     table = open_catalog(sqlite_catalog).load_table(TABLE)
-    Maintainer(open_catalog(sqlite_catalog), sqlite_catalog).run(table, TABLE, MaintenancePolicy(), everything=True)
+    Maintainer(open_catalog(sqlite_catalog), sqlite_catalog).run(
+        table, TABLE, MaintenanceRequest(MaintenancePolicy(), everything=True)
+    )
     second, _ = collect(spark, sqlite_catalog, tmp_path / "ckpt")
     assert replay(replay({}, first), second) == model.rows == state_of(sqlite_catalog)
     maintenance = {s.snapshot_id for s in table.refresh().metadata.snapshots if s.summary["icesink.maintenance"]}

@@ -22,6 +22,7 @@ from icesink.catalog.loader import open_catalog
 from icesink.committer.maintainer import Maintainer
 from icesink.errors import ConfigError, SnapshotNotFoundError, StartingSnapshotExpiredError
 from icesink.maintenance.policy import MaintenancePolicy
+from icesink.maintenance.run import MaintenanceRequest
 from tests.test_maintenance import KEEP, TABLE, Model, commit_changes, create, random_changes
 
 State = dict[int, str]
@@ -119,7 +120,9 @@ def test_maintenance_snapshots_change_no_rows(sqlite_catalog: CatalogConfig) -> 
     states = history(sqlite_catalog, 4, seed=5, properties=KEEP)
     before = snapshots(sqlite_catalog)[-1].snapshot_id
     table = open_catalog(sqlite_catalog).load_table(TABLE)
-    Maintainer(open_catalog(sqlite_catalog), sqlite_catalog).run(table, TABLE, MaintenancePolicy(), everything=True)
+    Maintainer(open_catalog(sqlite_catalog), sqlite_catalog).run(
+        table, TABLE, MaintenanceRequest(MaintenancePolicy(), everything=True)
+    )
     after = snapshots(sqlite_catalog)
     assert {s.summary["icesink.maintenance"] for s in after[-2:]} == {"convert-equality-deletes", "compact"}
     assert icesink.changes(TABLE, before, catalog=sqlite_catalog).num_rows == 0

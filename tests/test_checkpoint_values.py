@@ -11,9 +11,9 @@ import sqlalchemy as sa
 from icesink import migrations
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import engine
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
-from icesink.committer.ledger import Ledger
 from icesink.committer.staging import TableResults, stage_tables
 from icesink.errors import ConfigError, LedgerFormatError
 from icesink.iceberg.marker import committed_marker

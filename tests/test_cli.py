@@ -78,7 +78,7 @@ def test_tables_and_checkpoints_list(catalog_config: CatalogConfig) -> None:
 def test_checkpoints_list_shows_the_lag_of_waiting_and_failed_checkpoints(catalog_config: CatalogConfig) -> None:
     import time
 
-    from icesink.committer.ledger import Ledger
+    from icesink.catalog.ledger import Ledger
 
     committed_table(catalog_config)
     stage_rows(catalog_config, TABLE, "job-a", 2, orders(15, 5))

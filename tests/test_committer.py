@@ -6,11 +6,11 @@ import json
 
 import pytest
 
+from icesink.catalog.checkpoints import CheckpointState
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
-from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.commit import TableCommitter
-from icesink.committer.ledger import Ledger
 from icesink.errors import ManifestError
 from icesink.iceberg.manifests import to_data_file
 from icesink.iceberg.marker import committed_marker
@@ -75,7 +75,7 @@ def test_checkpoint_already_in_the_table_is_not_committed_again(catalog_config: 
     import sqlalchemy as sa
 
     from icesink.catalog.database import engine
-    from icesink.committer.ledger import checkpoints
+    from icesink.catalog.ledger import checkpoints
 
     create_orders_table(catalog_config)
     stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
@@ -140,7 +140,7 @@ def test_stale_committer_rechecks_the_marker_after_losing_the_swap(catalog_confi
     import sqlalchemy as sa
 
     from icesink.catalog.database import engine
-    from icesink.committer.ledger import checkpoints
+    from icesink.catalog.ledger import checkpoints
 
     with engine(catalog_config).begin() as connection:
         connection.execute(sa.update(checkpoints).values(state="staged"))
@@ -190,7 +190,7 @@ def test_marker_survives_expiry_of_its_snapshot_under_another_writers_snapshot(c
     import sqlalchemy as sa
 
     from icesink.catalog.database import engine
-    from icesink.committer.ledger import checkpoints
+    from icesink.catalog.ledger import checkpoints
 
     create_orders_table(catalog_config)
     stage_rows(catalog_config, TABLE, "job-a", 4, orders(0, 10))
@@ -360,7 +360,7 @@ def test_a_committer_that_remembers_the_table_takes_files_of_a_partition_spec_an
 
 
 def test_delta_manifests_are_one_versioned_value_in_the_ledger() -> None:
-    from icesink.committer.checkpoints import DELTA_MANIFESTS_VERSION, DeltaManifests, StagedManifest
+    from icesink.catalog.checkpoints import DELTA_MANIFESTS_VERSION, DeltaManifests, StagedManifest
 
     both = DeltaManifests(StagedManifest("s3://b/d ü.avro", 10, 2, 7), StagedManifest("/x/del%.avro", 5, 1, 3))
     assert DeltaManifests.decode(both.encode()) == both

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from icesink.catalog.checkpoints import CheckpointState
 from icesink.catalog.config import CatalogConfig
-from icesink.committer.checkpoints import CheckpointState
+from icesink.catalog.lease import Lease, LeaseHolder
+from icesink.catalog.ledger import Ledger
 from icesink.committer.daemon import CommitterDaemon
-from icesink.committer.lease import Lease, LeaseHolder
-from icesink.committer.ledger import Ledger
 from icesink.committer.observability import StatusServer
 from tests.helpers.support import create_orders_table, orders, stage_rows, table_ids, wait_for
 

@@ -356,7 +356,7 @@ def test_what_would_mix_rows_stops_the_stream_and_stages_nothing(
     write_batches(tmp_path / "in", batches)
     with pytest.raises(Exception, match=message):
         run_stream(spark, sqlite_catalog, tmp_path, icesink.debezium("app"))
-    from icesink.committer.ledger import Ledger
+    from icesink.catalog.ledger import Ledger
 
     staged = [r.checkpoint_id for r in Ledger(sqlite_catalog).for_table("app.users")]
     assert staged == ([] if case == "two sources, one table" else [0])

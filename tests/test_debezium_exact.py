@@ -15,8 +15,8 @@ import pytest
 
 import icesink
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
-from icesink.committer.ledger import Ledger
 from tests.helpers.debezium_fixture import record, run_stream, write_batches
 from tests.helpers.outcomes import read_many_with_iceberg_java, read_with_duckdb, read_with_iceberg_rust
 

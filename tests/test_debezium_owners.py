@@ -11,8 +11,8 @@ import pytest
 
 import icesink
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
-from icesink.committer.ledger import Ledger
 from icesink.errors import ConfigError
 from icesink.properties import SOURCE_PROPERTY
 from tests.helpers.debezium_fixture import KAFKA_SCHEMA, record, write_batches

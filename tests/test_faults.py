@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
+from icesink.catalog.checkpoints import CheckpointState
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
-from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.gc import collect_garbage
-from icesink.committer.ledger import Ledger
 from tests.helpers.changes import ChangeModel, random_checkpoint, sorted_rows, write_checkpoint_file
 from tests.helpers.outcomes import check_outcome
 from tests.helpers.streams import add_input_files
@@ -334,7 +334,7 @@ def lease_holder(config: CatalogConfig) -> tuple[int, int] | None:
     import sqlalchemy as sa
 
     from icesink.catalog.database import engine
-    from icesink.committer.lease import leases
+    from icesink.catalog.lease import leases
 
     with engine(config).connect() as connection:
         query = sa.select(leases.c.owner, leases.c.epoch).where(

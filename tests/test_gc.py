@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
 from icesink.committer.gc import collect_garbage, parse_age
-from icesink.committer.ledger import Ledger
 from icesink.errors import ManifestError
 from tests.helpers.support import age_everything, create_orders_table, orders, stage_rows, table_ids, write_files
 

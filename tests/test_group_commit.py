@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from icesink.catalog.checkpoints import CheckpointState
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
-from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.commit import TableCommitter
-from icesink.committer.ledger import Ledger
 from icesink.errors import ManifestError
 from icesink.iceberg.marker import committed_marker
 from icesink.properties import COMMIT_ID_PROPERTY

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from icesink.catalog.checkpoints import CheckpointState
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
-from icesink.committer.checkpoints import CheckpointState
-from icesink.committer.ledger import Ledger
 from icesink.properties import TABLE_PROPERTY_PREFIX
 from tests.helpers.support import create_orders_table, orders, stage_group, table_ids
 from tests.test_faults import ROOT, _env, run_committer

@@ -20,11 +20,11 @@ import pyarrow as pa
 import pytest
 
 import icesink
+from icesink.catalog.checkpoints import CheckpointState
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
-from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.commit import TableCommitter
-from icesink.committer.ledger import Ledger
 from tests.helpers.support import EPOCH, ORDERS_SCHEMA, create_orders_table
 from tests.test_group_commit import _stage_changes
 

@@ -16,12 +16,12 @@ import pyarrow as pa
 import pytest
 
 import icesink
+from icesink.catalog.checkpoints import CheckpointState, StreamIdentity
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
-from icesink.committer.checkpoints import CheckpointState, StreamIdentity
 from icesink.committer.commit import TableCommitter
 from icesink.committer.daemon import CommitterDaemon
-from icesink.committer.ledger import Ledger
 from icesink.committer.staging import stage_checkpoint
 from icesink.errors import JobIdConflictError
 from icesink.table_ref import TableRef

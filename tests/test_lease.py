@@ -8,14 +8,14 @@ from collections.abc import Callable
 import pytest
 
 from icesink.catalog.config import CatalogConfig
-from icesink.committer.lease import Lease, LeaseLostError
+from icesink.catalog.lease import Lease, LeaseLostError
 
 
 @pytest.fixture
 def advance(monkeypatch: pytest.MonkeyPatch) -> Callable[[float], None]:
     """Moves the leases' clock: a lifetime ends when the test says, however busy the machine (the database's
     own round trips take no lease time)."""
-    from icesink.committer import lease
+    from icesink.catalog import lease
 
     now = [lease._now()]
     monkeypatch.setattr(lease, "_now", lambda: now[0])

@@ -25,10 +25,10 @@ import pytest
 
 import icesink
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
 from icesink.committer.gc import collect_garbage
-from icesink.committer.ledger import Ledger
 from icesink.committer.maintainer import Maintainer
 from icesink.committer.staging import stage_checkpoint
 from icesink.iceberg.describe import writer_spec
@@ -38,6 +38,7 @@ from icesink.maintenance.committing import MaintenanceTarget
 from icesink.maintenance.compact import compact, plan_compaction
 from icesink.maintenance.convert import convert_equality_deletes
 from icesink.maintenance.policy import MaintenancePolicy
+from icesink.maintenance.run import MaintenanceRequest
 from icesink.writer.spec import ChangeSpec
 from icesink.writer.task import TaskWriter
 from tests.helpers.outcomes import check_outcome, iceberg_rust_sql
@@ -313,7 +314,7 @@ def test_maintenance_commits_never_move_a_jobs_marker_and_streams_go_on(catalog_
     model = fill(catalog_config, 3, properties=KEEP)
     maintainer = Maintainer(open_catalog(catalog_config), catalog_config)
     table = open_catalog(catalog_config).load_table(TABLE)
-    maintainer.run(table, TABLE, MaintenancePolicy(), everything=True)
+    maintainer.run(table, TABLE, MaintenanceRequest(MaintenancePolicy(), everything=True))
     rng = random.Random(9)
     for checkpoint in range(3, 6):  # the job continues after two maintenance commits
         changes = random_changes(rng, checkpoint)
@@ -328,7 +329,7 @@ def test_maintenance_commits_never_move_a_jobs_marker_and_streams_go_on(catalog_
 
 
 def test_between_commits_only_what_is_due_runs_and_a_second_maintainer_waits(sqlite_catalog: CatalogConfig) -> None:
-    from icesink.committer.lease import Lease, maintenance_scope
+    from icesink.catalog.lease import Lease, maintenance_scope
     from icesink.errors import MaintenanceBusyError
 
     fill(sqlite_catalog, 3, properties={"icesink.maintain.min-commits": "100"})
@@ -338,9 +339,9 @@ def test_between_commits_only_what_is_due_runs_and_a_second_maintainer_waits(sql
     other = Lease(sqlite_catalog, maintenance_scope(TABLE), "someone-else", ttl=60)
     assert other.acquire()
     with pytest.raises(MaintenanceBusyError, match="another maintainer"):
-        maintainer.run(table, TABLE, MaintenancePolicy(), everything=True)
+        maintainer.run(table, TABLE, MaintenanceRequest(MaintenancePolicy(), everything=True))
     other.release()
-    report = maintainer.run(table, TABLE, MaintenancePolicy(), everything=True)
+    report = maintainer.run(table, TABLE, MaintenanceRequest(MaintenancePolicy(), everything=True))
     assert report.compaction is not None and report.compaction.groups_committed == 1
 
 
@@ -455,7 +456,9 @@ def test_an_equality_delete_of_a_null_key_removes_the_rows_whose_key_is_null(sql
     expected = [(1, "b")]
     for rows in rows_by_every_reader(sqlite_catalog):
         assert rows == expected
-    Maintainer(catalog, sqlite_catalog).run(catalog.load_table(TABLE), TABLE, MaintenancePolicy(), everything=True)
+    Maintainer(catalog, sqlite_catalog).run(
+        catalog.load_table(TABLE), TABLE, MaintenanceRequest(MaintenancePolicy(), everything=True)
+    )
     assert live_files(catalog.load_table(TABLE)).equality_deletes == []
     for rows in rows_by_every_reader(sqlite_catalog):
         assert rows == expected

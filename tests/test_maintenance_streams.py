@@ -24,12 +24,12 @@ import pytest
 from click.testing import CliRunner
 
 import icesink
+from icesink.catalog.checkpoints import CheckpointState
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.cli import main
-from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.daemon import CommitterDaemon
-from icesink.committer.ledger import Ledger
 from icesink.iceberg.scan import live_files
 from tests.helpers.changes import ChangeModel, random_checkpoint, sorted_rows, write_checkpoint_file
 from tests.helpers.outcomes import check_outcome, iceberg_rust_sql, read_many_with_iceberg_java

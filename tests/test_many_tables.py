@@ -11,8 +11,8 @@ import pytest
 
 import icesink
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
-from icesink.committer.ledger import Ledger
 from icesink.errors import ConfigError
 from icesink.iceberg.marker import committed_marker
 from icesink.properties import COMMIT_ID_PROPERTY

@@ -12,10 +12,10 @@ import pytest
 import sqlalchemy as sa
 
 from icesink import migrations
+from icesink.catalog.checkpoints import DeltaManifests, StagedCheckpoint, StagedManifest
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import engine
-from icesink.committer.checkpoints import DeltaManifests, StagedCheckpoint, StagedManifest
-from icesink.committer.ledger import Ledger
+from icesink.catalog.ledger import Ledger
 from icesink.errors import LedgerFormatError
 from icesink.paths import file_uri
 from tests.test_cli import invoke
@@ -169,7 +169,7 @@ def test_a_downgrade_that_would_lose_a_row_or_names_no_revision_is_refused(own_c
 def test_a_downgrade_goes_only_where_every_row_and_every_process_can_follow(
     own_catalog: CatalogConfig, tmp_path: Path
 ) -> None:
-    from icesink.committer.lease import Lease
+    from icesink.catalog.lease import Lease
 
     code, output = invoke(own_catalog, "db", "downgrade", "0005")  # would drop which checkpoints commit together
     assert code == 2 and "goes back to 0006 at the oldest" in output, output

@@ -14,9 +14,9 @@ import pytest
 
 import icesink
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
-from icesink.committer.ledger import Ledger
 from icesink.errors import BadRowError
 from tests.helpers.outcomes import iceberg_rust_sql, read_many_with_iceberg_java, read_with_duckdb
 from tests.helpers.support import add_input_file, stage_rows, write_files

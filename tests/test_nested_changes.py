@@ -11,9 +11,9 @@ import pytest
 
 import icesink
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
-from icesink.committer.ledger import Ledger
 from tests.helpers.changes import write_checkpoint_file
 from tests.helpers.outcomes import iceberg_rust_sql, read_many_with_iceberg_java, read_with_duckdb
 
@@ -177,10 +177,10 @@ def test_a_nested_cdc_stream_that_evolves_partway_equals_the_model_for_every_rea
     # them in the current schema; every reader reads the compacted table.
     from icesink.maintenance.committing import MaintenanceTarget
     from icesink.maintenance.policy import MaintenancePolicy
-    from icesink.maintenance.run import maintain_table
+    from icesink.maintenance.run import MaintenanceRequest, maintain_table
 
     target = MaintenanceTarget(open_catalog(sqlite_catalog), sqlite_catalog, CDC)
-    compacted, report = maintain_table(target, table, MaintenancePolicy(), everything=True)
+    compacted, report = maintain_table(target, table, MaintenanceRequest(MaintenancePolicy(), everything=True))
     assert report.compaction is not None and report.compaction.groups_committed == 1
     assert _table_rows(icesink.read(compacted).to_pylist()) == expected
     assert _table_rows(iceberg_rust_sql(compacted, "SELECT * FROM t").to_pylist()) == expected
@@ -377,7 +377,7 @@ def test_equality_deletes_keyed_inside_a_struct_are_applied_by_icesink(sqlite_ca
     from icesink.iceberg.snapshots import commit_prepared, prepare_snapshot
     from icesink.maintenance.committing import MaintenanceTarget
     from icesink.maintenance.policy import MaintenancePolicy
-    from icesink.maintenance.run import maintain_table
+    from icesink.maintenance.run import MaintenanceRequest, maintain_table
 
     catalog = open_catalog(sqlite_catalog)
     _create_keyed_inside_a_struct(sqlite_catalog)
@@ -394,7 +394,9 @@ def test_equality_deletes_keyed_inside_a_struct_are_applied_by_icesink(sqlite_ca
     table = catalog.load_table(KEYED)
     assert int(table.current_snapshot().summary["total-equality-deletes"]) == 6
     assert _by_key(icesink.read(table)) == _NESTED_KEY_ROWS
-    converted, report = maintain_table(MaintenanceTarget(catalog, sqlite_catalog, KEYED), table, MaintenancePolicy())
+    converted, report = maintain_table(
+        MaintenanceTarget(catalog, sqlite_catalog, KEYED), table, MaintenanceRequest(MaintenancePolicy())
+    )
     assert report.conversion is not None
     assert int(converted.current_snapshot().summary["total-equality-deletes"]) == 0
     assert _by_key(converted.scan().to_arrow()) == _NESTED_KEY_ROWS
@@ -465,7 +467,7 @@ def test_a_key_field_renamed_inside_its_struct_by_another_tool_still_converts_an
     never by the struct's shape (before, conversion failed with "struct fields don't match")."""
     from icesink.maintenance.committing import MaintenanceTarget
     from icesink.maintenance.policy import MaintenancePolicy
-    from icesink.maintenance.run import maintain_table
+    from icesink.maintenance.run import MaintenanceRequest, maintain_table
 
     catalog = open_catalog(sqlite_catalog)
     _create_keyed_inside_a_struct(sqlite_catalog)
@@ -490,7 +492,9 @@ def test_a_key_field_renamed_inside_its_struct_by_another_tool_still_converts_an
     assert table.current_snapshot().summary["total-equality-deletes"] == "0"  # converted at commit
     assert sorted(iceberg_rust_sql(table, "SELECT * FROM t").to_pylist(), key=lambda r: r["key"]["ident"]) == expected
     compacted, report = maintain_table(
-        MaintenanceTarget(catalog, sqlite_catalog, KEYED), table, MaintenancePolicy(), everything=True
+        MaintenanceTarget(catalog, sqlite_catalog, KEYED),
+        table,
+        MaintenanceRequest(MaintenancePolicy(), everything=True),
     )
     assert report.compaction is not None and report.compaction.files_rewritten >= 2
     assert sorted(compacted.scan().to_arrow().to_pylist(), key=lambda r: r["key"]["ident"]) == expected

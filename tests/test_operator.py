@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from icesink.catalog.checkpoints import CheckpointState
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.cli import main
-from icesink.committer.checkpoints import CheckpointState
-from icesink.committer.ledger import Ledger
 from tests.helpers.support import create_orders_table, orders, stage_rows, table_ids, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -197,7 +197,7 @@ def test_an_unreadable_ledger_row_is_listed_holds_its_table_and_can_be_discarded
     import sqlalchemy as sa
 
     from icesink.catalog.database import engine
-    from icesink.committer.ledger import checkpoints
+    from icesink.catalog.ledger import checkpoints
 
     create_orders_table(catalog_config, BROKEN)
     create_orders_table(catalog_config, FINE)
@@ -240,7 +240,7 @@ def _damage(config: CatalogConfig, table: str, checkpoint: int, value: str) -> N
     import sqlalchemy as sa
 
     from icesink.catalog.database import engine
-    from icesink.committer.ledger import checkpoints
+    from icesink.catalog.ledger import checkpoints
 
     with engine(config).begin() as connection:
         connection.execute(

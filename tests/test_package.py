@@ -45,7 +45,7 @@ def test_layers_import_only_downwards_and_pyiceberg_internals_stay_in_one_packag
     # Layer -> what it must never import: the front door and the committer sit above the catalog,
     # the pyiceberg boundary and the executor code.
     forbidden = {
-        "catalog": ("icesink.committer", "icesink.sink", "icesink.reader"),
+        "catalog": ("icesink.committer", "icesink.sink", "icesink.reader", "icesink.maintenance", "icesink.changelog"),
         "iceberg": ("icesink.committer", "icesink.sink", "icesink.catalog", "icesink.reader"),
         "writer": ("icesink.committer", "icesink.sink", "icesink.catalog", "icesink.iceberg"),
         "committer": ("icesink.sink", "icesink.reader"),
@@ -192,3 +192,30 @@ def test_modules_and_functions_stay_short_or_say_why() -> None:
                 if length > 60 and not any("# Over 60 lines:" in line for line in head):
                     problems.append(f"{path.relative_to(root)}: {node.name} is {length} lines")
     assert problems == []
+
+
+# Driver code imports at the top, where a reader looks. Lazy imports stay at the front door (icesink/__init__.py,
+# the CLI), at the executor boundary (writer/, debezium_events/, the data source and its writer, whose modules
+# Spark loads on executors) and in the read side (changelog/, reader.py), where Spark must not be imported early.
+DRIVER_CODE = ("committer", "catalog", "sink", "maintenance", "cut.py")
+EXECUTOR_BOUNDARY = {"sink/datasource_writer.py"}
+
+
+def test_driver_modules_import_at_the_top() -> None:
+    import ast
+
+    root = Path(__file__).parent.parent / "icesink"
+    local = []
+    for part in DRIVER_CODE:
+        for path in [root / part] if part.endswith(".py") else sorted((root / part).rglob("*.py")):
+            relative = str(path.relative_to(root))
+            if relative in EXECUTOR_BOUNDARY:
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    local += [
+                        f"{relative}:{inner.lineno}"
+                        for inner in ast.walk(node)
+                        if isinstance(inner, ast.Import | ast.ImportFrom)
+                    ]
+    assert local == []

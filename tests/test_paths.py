@@ -22,10 +22,10 @@ import icesink
 from icesink import paths
 from icesink.catalog import database
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
 from icesink.committer.gc import collect_garbage
-from icesink.committer.ledger import Ledger
 from icesink.committer.staging import stage_checkpoint
 from icesink.errors import ConfigError
 from tests.helpers.outcomes import iceberg_rust_sql

@@ -14,13 +14,13 @@ import sqlalchemy as sa
 from pyiceberg.exceptions import NoSuchTableError
 
 from icesink import migrations, paths
+from icesink.catalog.checkpoints import CheckpointState
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import engine
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
-from icesink.committer.checkpoints import CheckpointState
 from icesink.committer.commit import TableCommitter
 from icesink.committer.gc import collect_garbage
-from icesink.committer.ledger import Ledger
 from icesink.errors import ConfigError, TableCreatedElsewhereError
 from icesink.iceberg.pending_tables import pending_tables
 from icesink.properties import COMMIT_ID_PROPERTY

@@ -508,7 +508,7 @@ def test_keys_updated_after_the_partition_spec_changed_leave_no_row_of_the_earli
     spec changed are reached by converting the deletes at commit, whatever the row limit says."""
     from pyiceberg.transforms import BucketTransform
 
-    from icesink.committer.ledger import Ledger
+    from icesink.catalog.ledger import Ledger
     from icesink.errors import ConfigError
     from tests.test_maintenance import KEEP, Model, commit_changes, create, rows_by_every_reader
     from tests.test_maintenance import TABLE as KV
@@ -546,8 +546,8 @@ def test_keys_updated_after_the_partition_spec_changed_leave_no_row_of_the_earli
 def commit_keyed(config: CatalogConfig, identifier: str, checkpoint: int, changes: pa.Table) -> None:
     """Write, stage and commit one checkpoint of changes (an ``op`` column beside the table's columns) to a
     table keyed on its identifier fields, as a stream's task and inline committer do."""
+    from icesink.catalog.ledger import Ledger
     from icesink.committer.commit import TableCommitter
-    from icesink.committer.ledger import Ledger
     from icesink.committer.staging import stage_checkpoint
     from icesink.writer.spec import ChangeSpec
     from icesink.writer.task import TaskWriter
@@ -603,8 +603,8 @@ def test_files_without_field_ids_are_read_by_the_name_mapping_after_the_key_was_
 ) -> None:
     """A file added by ``add_files`` (no field ids) holds the key under its name then; readers find it through
     the table's name mapping, and so does the conversion."""
+    from icesink.catalog.ledger import Ledger
     from icesink.committer.commit import TableCommitter
-    from icesink.committer.ledger import Ledger
     from icesink.committer.staging import stage_checkpoint
     from icesink.writer.spec import ChangeSpec
     from icesink.writer.task import TaskWriter

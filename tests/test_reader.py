@@ -6,9 +6,9 @@ import pytest
 
 import icesink
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
-from icesink.committer.ledger import Ledger
 from icesink.committer.staging import stage_checkpoint
 from icesink.errors import BadFilterError, ConfigError, SnapshotNotFoundError, TableNotFoundError
 from icesink.iceberg.describe import writer_spec

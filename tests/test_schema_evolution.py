@@ -10,9 +10,9 @@ import pytest
 
 import icesink
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
-from icesink.committer.ledger import Ledger
 from icesink.errors import SchemaMismatchError
 from icesink.iceberg.schemas import AddColumn, WidenColumn, written_schema_problem
 from icesink.sink.projection import plan_projection, plan_schema

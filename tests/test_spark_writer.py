@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
-from icesink.committer.ledger import Ledger
 from icesink.errors import ConfigError
 from tests.helpers.outcomes import iceberg_rust_sql, read_with_iceberg_java
 from tests.helpers.streams import add_input_files, expected_rows, input_stream, order_for_file_source, run_available

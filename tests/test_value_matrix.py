@@ -25,10 +25,10 @@ from click.testing import CliRunner
 
 import icesink
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.cli import main
 from icesink.committer.commit import TableCommitter
-from icesink.committer.ledger import Ledger
 from icesink.committer.staging import stage_checkpoint
 from icesink.iceberg.describe import writer_spec
 from icesink.writer.spec import ChangeSpec
@@ -333,8 +333,11 @@ def test_a_rewrite_that_would_change_a_value_is_refused_and_leaves_the_table_as_
     with pytest.raises(RewriteCheckError, match=r"table shop.every value ü %/x: reading .* changed values \(field id"):
         from icesink.committer.maintainer import Maintainer
         from icesink.maintenance.policy import MaintenancePolicy
+        from icesink.maintenance.run import MaintenanceRequest
 
-        Maintainer(open_catalog(sqlite_catalog), sqlite_catalog).run(table, TABLE, MaintenancePolicy(), everything=True)
+        Maintainer(open_catalog(sqlite_catalog), sqlite_catalog).run(
+            table, TABLE, MaintenanceRequest(MaintenancePolicy(), everything=True)
+        )
     monkeypatch.undo()
     table = open_catalog(sqlite_catalog).load_table(TABLE)
     assert table.current_snapshot().snapshot_id == head

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, overload
 
+from sqlalchemy import create_engine, event, exc
+
+from icesink import migrations
 from icesink.catalog.config import CatalogConfig, redact_uri, sqlite_path
 from icesink.errors import CatalogNotMigratedError, CatalogReplacedError, CatalogUnavailableError, ConfigError
 
@@ -25,7 +29,6 @@ _lock = threading.Lock()
 @contextlib.contextmanager
 def database_errors(config: CatalogConfig) -> Iterator[None]:
     """Translate driver errors: lost connections are transient, the rest pass through."""
-    from sqlalchemy import exc
 
     try:
         yield
@@ -74,7 +77,6 @@ def _first_line(error: BaseException) -> str:
 
 def engine(config: CatalogConfig) -> Engine:
     """One pooled engine per database URL and process."""
-    from sqlalchemy import create_engine
 
     with _lock:
         existing = _engines.get(config.uri)
@@ -112,7 +114,6 @@ def _watch_database_file(created: Engine, config: CatalogConfig, path: Path) -> 
     before a file was deleted or replaced go on writing into the old one: both
     would commit where no one else looks.
     """
-    from sqlalchemy import event
 
     _paths[config.uri] = path
 
@@ -170,11 +171,9 @@ def _use_write_ahead_log(created: Engine) -> None:
     mode is stored in the database file; a database that cannot switch (in
     memory, busy) stays as it is.
     """
-    from sqlalchemy import event
 
     @event.listens_for(created, "connect")
     def _journal_mode(connection, _record) -> None:  # type: ignore[no-untyped-def]
-        import sqlite3
 
         with contextlib.suppress(sqlite3.OperationalError):
             connection.execute("PRAGMA journal_mode=WAL").fetchall()
@@ -200,7 +199,6 @@ def dispose_engines() -> None:
 
 def upgrade(config: CatalogConfig) -> None:
     """Apply icesink's migrations (``icesink db upgrade``)."""
-    from icesink import migrations
 
     database_file = sqlite_path(config.uri)
     if database_file is not None:  # creating the catalog is this command's job, its directory included
@@ -211,7 +209,6 @@ def upgrade(config: CatalogConfig) -> None:
 
 def ensure_migrated(config: CatalogConfig) -> None:
     """Fail with instructions unless the database is at icesink's latest migration."""
-    from icesink import migrations
 
     refuse_missing_file(config)
     with database_errors(config):

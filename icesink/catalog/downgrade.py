@@ -10,7 +10,9 @@ from __future__ import annotations
 import datetime
 
 import sqlalchemy as sa
+from alembic.util import CommandError
 
+from icesink import migrations
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import as_utc, database_errors, engine, refuse_missing_file
 from icesink.errors import ConfigError, LedgerFormatError
@@ -29,9 +31,6 @@ _leases = sa.table(
 
 def downgrade(config: CatalogConfig, revision: str) -> None:
     """Take the schema back to ``revision``; a :class:`ConfigError` saying why not where it cannot."""
-    from alembic.util import CommandError
-
-    from icesink import migrations
 
     known = migrations.revisions()
     if revision not in known:

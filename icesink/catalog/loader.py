@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal, overload
 
+import sqlalchemy as sa
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import NoSuchTableError, ValidationError
+from pyiceberg.io import load_file_io
+from pyiceberg.serializers import FromInputFile
+from pyiceberg.table import Table
+
 from icesink.catalog import database
 from icesink.catalog.config import CatalogConfig
 from icesink.errors import ConfigError, TableMetadataError, TableNotFoundError
+from icesink.iceberg.pending_tables import PendingAwareCatalog, pending_location
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -28,9 +36,6 @@ def open_catalog(config: CatalogConfig, pending_tables: bool = False) -> SqlCata
     and commits the tables streams created that wait for their first commit
     (:mod:`icesink.iceberg.pending_tables`); readers never see those.
     """
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    from icesink.iceberg.pending_tables import PendingAwareCatalog
 
     if config.embedded:
         database.upgrade(config)
@@ -70,9 +75,6 @@ def load_table(catalog: SqlCatalog, config: CatalogConfig, identifier: str, own:
     ``own`` (with a catalog opened with ``pending_tables``): the table streams of that name write, its pending
     table even where another tool created one of the name meanwhile (for the operator's commands).
     """
-    from pyiceberg.exceptions import NoSuchTableError, ValidationError
-
-    from icesink.iceberg.pending_tables import PendingAwareCatalog
 
     check_identifier(identifier)
     with database.database_errors(config):
@@ -92,7 +94,6 @@ def load_table(catalog: SqlCatalog, config: CatalogConfig, identifier: str, own:
 
 
 def _not_found(catalog: SqlCatalog, config: CatalogConfig, identifier: str) -> TableNotFoundError:
-    from icesink.iceberg.pending_tables import pending_location
 
     if pending_location(catalog.engine, config.name, identifier) is not None:
         return TableNotFoundError(
@@ -107,9 +108,6 @@ def _not_found(catalog: SqlCatalog, config: CatalogConfig, identifier: str) -> T
 
 def table_at(catalog: SqlCatalog, identifier: str, metadata_location: str) -> Table:
     """The table as one of its metadata files describes it (a pointer read earlier), not as it is now."""
-    from pyiceberg.io import load_file_io
-    from pyiceberg.serializers import FromInputFile
-    from pyiceberg.table import Table
 
     io = load_file_io(properties=catalog.properties, location=metadata_location)
     metadata = FromInputFile.table_metadata(io.new_input(metadata_location))
@@ -125,7 +123,6 @@ def table_at(catalog: SqlCatalog, identifier: str, metadata_location: str) -> Ta
 
 def _metadata_location(config: CatalogConfig, identifier: str) -> str:
     """Where the catalog says the table's metadata is (for errors about that file)."""
-    import sqlalchemy as sa
 
     namespace, name = identifier.rsplit(".", 1)
     query = sa.text(

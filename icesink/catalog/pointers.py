@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import sqlalchemy as sa
+from pyiceberg.catalog.sql import IcebergTables
+
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors, engine
 from icesink.catalog.loader import check_identifier
 from icesink.errors import TableNotFoundError
+from icesink.iceberg.pending_tables import PENDING_TABLES
 
 
 def read_pointers(config: CatalogConfig, identifiers: Sequence[str], pending: bool = False) -> dict[str, str]:
@@ -21,10 +25,6 @@ def read_pointers(config: CatalogConfig, identifiers: Sequence[str], pending: bo
     (no snapshot: empty), read in the same statement: a cut taken between two of a job's checkpoints shows it
     empty exactly when its first commit is still to come.
     """
-    import sqlalchemy as sa
-    from pyiceberg.catalog.sql import IcebergTables
-
-    from icesink.iceberg.pending_tables import PENDING_TABLES
 
     for identifier in identifiers:
         check_identifier(identifier)
@@ -52,10 +52,6 @@ def read_pointers(config: CatalogConfig, identifiers: Sequence[str], pending: bo
 
 def every_pointer(config: CatalogConfig) -> dict[str, str]:
     """Every table's metadata location in the catalog, pending tables included (one statement)."""
-    import sqlalchemy as sa
-    from pyiceberg.catalog.sql import IcebergTables
-
-    from icesink.iceberg.pending_tables import PENDING_TABLES
 
     t, p = IcebergTables, PENDING_TABLES.c
     query = sa.union_all(

@@ -6,6 +6,7 @@ import datetime
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from icesink.iceberg.pending_tables import pending_tables
 from icesink.properties import COMMIT_ID_PROPERTY, JOB_ID_PROPERTY, MAX_CHECKPOINT_PROPERTY
 
 if TYPE_CHECKING:
@@ -17,7 +18,6 @@ if TYPE_CHECKING:
 def table_names(catalog: SqlCatalog, pending: bool = False) -> list[str]:
     """Every table of the catalog, in namespaces at any depth; with ``pending``, also the tables streams
     created that wait for their first commit."""
-    from icesink.iceberg.pending_tables import pending_tables
 
     names: list[str] = []
     todo = list(catalog.list_namespaces())

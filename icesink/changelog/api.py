@@ -1,18 +1,16 @@
-"""``icesink.changes`` (batch), ``icesink.read_stream`` and ``icesink.register`` (Spark)."""
+"""``icesink.changes``: the changes between two snapshots of a table, as one Arrow table."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from icesink.arrays import empty_table
 from icesink.changelog.modes import check_mode
-from icesink.errors import ConfigError
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.table import Table
-    from pyspark.sql import DataFrame, SparkSession
 
     from icesink.catalog.config import CatalogConfig
 
@@ -77,65 +75,3 @@ def changes(
     changed = compute_changes(table, schema, parts, mode, net_changes)
     report(len(snapshots) + 1, len(snapshots) + 1)
     return changed
-
-
-def register(spark: SparkSession) -> None:
-    """Make ``spark.readStream.format("icesink")`` (and ``writeStream.format("icesink")``) available."""
-    from icesink.datasource import IcesinkDataSource
-
-    spark.dataSource.register(IcesinkDataSource)
-
-
-def read_stream(
-    spark: SparkSession,
-    table: str | None = None,
-    *,
-    tables: Sequence[str] | None = None,
-    catalog: str | CatalogConfig | Mapping[str, str] | None = None,
-    **options: Any,
-) -> DataFrame:
-    """The table's changes as a streaming DataFrame (``spark.readStream.format("icesink")``, docs/reading/changes.md).
-
-    Options: ``mode`` (``changelog``/``append``), ``starting`` (``earliest``, ``latest``, a snapshot id (an int,
-    or a string of digits), an ISO 8601 timestamp (UTC unless it has a zone) or a ``datetime`` (naive: UTC)),
-    ``max-files-per-trigger``, ``max-rows-per-trigger``, ``net-changes``; ``catalog`` is a catalog name, a
-    ``CatalogConfig`` or pyiceberg properties as for :func:`icesink.stream`. Any other option is refused.
-
-    ``tables=[...]`` instead of ``table``: the changes of several tables in one stream, every micro-batch
-    ending at one consistent cut of the catalog (``_table`` names a row's table, a struct column per table
-    holds its columns; ``starting`` is ``earliest`` or ``latest``; no per-trigger limits).
-    """
-    import json
-
-    from icesink.catalog.config import CatalogConfig
-
-    if (table is None) == (tables is None):
-        raise ConfigError("read_stream: name the table to read (table=...) or several (tables=[...]), not both")
-    register(spark)
-    reader = spark.readStream.format("icesink")
-    if tables is not None:
-        if isinstance(tables, str) or not all(isinstance(t, str) for t in tables):
-            raise ConfigError(f"read_stream: tables= is a list of table names, not {tables!r}")
-        reader = reader.option("tables", json.dumps(list(tables), ensure_ascii=False))
-    else:
-        reader = reader.option("table", table)
-    if isinstance(catalog, CatalogConfig):
-        catalog = {**catalog.properties, "name": catalog.name, "uri": catalog.uri, "warehouse": catalog.warehouse}
-    if isinstance(catalog, str):
-        reader = reader.option("catalog", catalog)
-    elif catalog is not None:
-        for key, value in catalog.items():
-            reader = reader.option(f"catalog.{key}", str(value))
-    for key, value in options.items():
-        reader = reader.option(key.replace("_", "-"), _option_text(value))
-    return reader.load()
-
-
-def _option_text(value: Any) -> str:
-    import datetime
-
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, datetime.datetime):
-        return value.isoformat()  # naive stays naive, which the source reads as UTC
-    return str(value)

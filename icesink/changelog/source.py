@@ -168,7 +168,7 @@ class ChangeTask:
     net_changes: bool
 
 
-class ChangeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets are snapshots of ``main``; partitions are the planned changes between two of them."""
 
     def __init__(self, options: ReadOptions, schema: StructType) -> None:

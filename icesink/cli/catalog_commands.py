@@ -113,8 +113,8 @@ def tables_drop_pending(obj: CliContext, table: str, yes: bool) -> None:
     """Give up TABLE, which a stream created and which waits for its first commit (pending): its files go and
     its name is free again. Refused while the ledger holds a checkpoint of it not yet committed or discarded."""
     from icesink.catalog.database import database_errors
+    from icesink.catalog.ledger import Ledger
     from icesink.catalog.loader import open_catalog
-    from icesink.committer.ledger import Ledger
     from icesink.errors import ConfigError, TableNotFoundError
     from icesink.iceberg.pending_tables import pending_location
 

@@ -24,7 +24,7 @@ LAG_COLUMNS: list[Column[Any]] = [
 
 
 def _snapshot_of(row: Any) -> Any:
-    from icesink.committer.checkpoints import CheckpointState
+    from icesink.catalog.checkpoints import CheckpointState
 
     return row.snapshot_id if row.state == CheckpointState.COMMITTED else None  # a discard's is where it is named
 
@@ -60,7 +60,7 @@ def checkpoint_json(row: Any) -> dict[str, Any]:
     """A ledger row as flat JSON: its manifests as flat fields, and its status."""
     from dataclasses import fields
 
-    from icesink.committer.ledger import LEDGER_COLUMN
+    from icesink.catalog.ledger import LEDGER_COLUMN
 
     # Named as the ledger's columns are (``table_identifier``), which scripts read.
     plain = {LEDGER_COLUMN.get(f.name, f.name): getattr(row, f.name) for f in fields(row) if f.name != "manifests"}
@@ -91,7 +91,7 @@ def checkpoints_list(obj: CliContext, table: str, limit: int, as_json: bool) -> 
     """
     from dataclasses import asdict
 
-    from icesink.committer.ledger import Ledger
+    from icesink.catalog.ledger import Ledger
     from icesink.errors import TableNotFoundError
 
     ledger = Ledger(obj.config)
@@ -112,7 +112,7 @@ def checkpoints_list(obj: CliContext, table: str, limit: int, as_json: bool) -> 
 
 def _attention(ledger: Any, table: str, rows: Sequence[Any]) -> list[str]:
     """The sections about checkpoints someone should look at: failed, discarded, held back by another table."""
-    from icesink.committer.checkpoints import CheckpointState
+    from icesink.catalog.checkpoints import CheckpointState
 
     sections = []
     errors = [
@@ -163,7 +163,7 @@ def _held_back(ledger: Any, table: str, rows: Sequence[Any]) -> list[str]:
 
 
 def _operator_choice(obj: CliContext, table: str, checkpoint: int, job: str | None) -> tuple[Any, Any, Any]:
-    from icesink.committer.ledger import Ledger
+    from icesink.catalog.ledger import Ledger
     from icesink.committer.operator import choose_checkpoint
 
     iceberg_table = obj.table(table, pending_tables=True)
@@ -237,7 +237,7 @@ def jobs_list(obj: CliContext, as_json: bool) -> None:
     """Every job with its tables: a stream into many tables is one job; atomic ones commit them together."""
     from dataclasses import asdict
 
-    from icesink.committer.ledger import Ledger
+    from icesink.catalog.ledger import Ledger
 
     obj.catalog(pending_tables=True)  # checks (or, for the embedded default, applies) the migrations
     found = Ledger(obj.config).jobs()

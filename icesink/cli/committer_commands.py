@@ -5,13 +5,15 @@ from __future__ import annotations
 import datetime
 import logging
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
 from icesink.cli.context import CliContext
 from icesink.cli.output import Column, progress, step_progress, text_table
 from icesink.errors import IcesinkError
+from icesink.settings import DAEMON_SETTINGS
 
 
 class _Seconds(click.FloatRange):
@@ -28,12 +30,32 @@ class _Seconds(click.FloatRange):
         return seconds
 
 
+FC = TypeVar("FC", bound=Callable[..., Any])  # a command function, as click's decorators take it
 POSITIVE_SECONDS = _Seconds(min=0, min_open=True)
 SECONDS = _Seconds(min=0)
 # `committer run --once` found another committer holding its lease and did not (or no longer) wait for it: not a
 # failure of any table (2), and a script may well treat it as "someone else is on it".
 LEASE_HELD = 3
 MIN_GC_AGE = datetime.timedelta(minutes=1)
+
+
+def daemon_option(envvar: str, **typed: Any) -> Callable[[FC], FC]:
+    """An option of ``committer run`` as ``icesink.settings.DAEMON_SETTINGS`` describes it (its flag, default,
+    environment variable and help), with its ``type``."""
+    setting = DAEMON_SETTINGS[envvar]
+    help_text = setting.meaning[0].upper() + setting.meaning[1:] + "."
+    if isinstance(setting.default, bool):
+        return click.option(setting.option, is_flag=True, envvar=envvar, show_envvar=True, help=help_text)
+    shown = setting.default is not None
+    return click.option(
+        setting.option,
+        default=setting.default,
+        show_default=shown,
+        envvar=envvar,
+        show_envvar=True,
+        help=help_text,
+        **typed,
+    )
 
 
 @click.group()
@@ -55,62 +77,13 @@ def committer() -> None:
     help="With --once: stand by up to SECONDS for a lease another committer holds, as a standby does, "
     "before exiting 3.",
 )
-@click.option(
-    "--poll-interval",
-    type=POSITIVE_SECONDS,
-    default=0.5,
-    show_default=True,
-    envvar="ICESINK_POLL_INTERVAL",
-    show_envvar=True,
-    help="Seconds between ledger polls.",
-)
-@click.option(
-    "--lease-ttl",
-    type=POSITIVE_SECONDS,
-    default=10.0,
-    show_default=True,
-    envvar="ICESINK_LEASE_TTL",
-    show_envvar=True,
-    help="Seconds without renewal after which a standby takes over.",
-)
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    envvar="ICESINK_METRICS_PORT",
-    show_envvar=True,
-    help="Serve /metrics (Prometheus) and /healthz here.",
-)
-@click.option(
-    "--metrics-host",
-    default="127.0.0.1",
-    show_default=True,
-    envvar="ICESINK_METRICS_HOST",
-    show_envvar=True,
-    help="Metrics address.",
-)
-@click.option(
-    "--max-failures",
-    type=click.IntRange(min=1),
-    default=5,
-    show_default=True,
-    envvar="ICESINK_MAX_FAILURES",
-    show_envvar=True,
-    help="Failures in a row after which a table makes /healthz 503.",
-)
-@click.option(
-    "--expire-snapshots",
-    is_flag=True,
-    envvar="ICESINK_EXPIRE_SNAPSHOTS",
-    show_envvar=True,
-    help="Drop snapshots past each table's history.expire.* retention in every commit (keeps commit cost flat).",
-)
-@click.option(
-    "--maintain",
-    is_flag=True,
-    envvar="ICESINK_MAINTAIN",
-    show_envvar=True,
-    help="Between commits, convert leftover equality deletes and compact small files when due (icesink.maintain.*).",
-)
+@daemon_option("ICESINK_POLL_INTERVAL", type=POSITIVE_SECONDS)
+@daemon_option("ICESINK_LEASE_TTL", type=POSITIVE_SECONDS)
+@daemon_option("ICESINK_METRICS_PORT", type=click.IntRange(0, 65535))
+@daemon_option("ICESINK_METRICS_HOST")
+@daemon_option("ICESINK_MAX_FAILURES", type=click.IntRange(min=1))
+@daemon_option("ICESINK_EXPIRE_SNAPSHOTS")
+@daemon_option("ICESINK_MAINTAIN")
 @click.pass_obj
 def committer_run(
     obj: CliContext,
@@ -154,7 +127,7 @@ def committer_run(
     if metrics_port is not None:
         from icesink.committer.observability import StatusServer
 
-        server = StatusServer(metrics_host, metrics_port, daemon.metrics, daemon.problems, daemon.jobs)
+        server = StatusServer(metrics_host, metrics_port, daemon.metrics, daemon.problems, daemon.jobs, daemon.failures)
         server.start()
         logging.getLogger("icesink.committer").info("metrics and health on http://%s:%d", metrics_host, server.port)
     try:
@@ -166,7 +139,7 @@ def committer_run(
         if server is not None:
             server.stop()
     if once and report.failed:
-        for line in _failures(report.failed):
+        for line in _failures(report.errors):
             click.echo(f"error: {line}", err=True)
         sys.exit(2)
 
@@ -194,16 +167,16 @@ def _check_committer_options(
             logging.getLogger("icesink.committer").warning("table %s does not exist (yet); waiting for it", table)
 
 
-def _failures(failed: dict[str, str]) -> list[str]:
+def _failures(errors: dict[str, dict[str, object]]) -> list[str]:
     """Each error once: tables committed together fail together, with one error and the tables it holds back."""
     by_error: dict[str, list[str]] = {}
-    for table, error in failed.items():
-        by_error.setdefault(error, []).append(table)
+    for table, fields in errors.items():
+        by_error.setdefault(str(fields["message"]), []).append(table)
     lines = []
     for error, tables in by_error.items():
-        named = [t for t in tables if t in error]
-        held = [t for t in tables if t not in error]
-        if not named:  # an error that does not name its table: the first one is said to be it
+        own = errors[tables[0]].get("table")  # the table the error is about, as the error says
+        held = [t for t in tables if t != own]
+        if own not in tables:  # about no table of these: the first one is said to be it
             error, held = f"table {tables[0]}: {error}", tables[1:]
         lines.append(f"{error} (it also holds back {', '.join(held)}, committed with it)" if held else error)
     return lines
@@ -298,6 +271,7 @@ def maintain(obj: CliContext, table: str, everything: bool, dry_run: bool, as_js
 
     from icesink.committer.maintainer import Maintainer, describe
     from icesink.maintenance.policy import MaintenancePolicy
+    from icesink.maintenance.run import MaintenanceRequest
 
     iceberg_table = obj.table(table, pending_tables=True)
     policy = MaintenancePolicy.of(iceberg_table.properties, table)
@@ -312,8 +286,9 @@ def maintain(obj: CliContext, table: str, everything: bool, dry_run: bool, as_js
                 f"{group.bytes / 2**20:.1f} MiB; {result.files_written} file(s) written so far, {result.seconds:.1f}s",
             )
 
+        request = MaintenanceRequest(policy, everything=everything, dry_run=dry_run, progress=report_group)
         report = Maintainer(obj.catalog(pending_tables=True), obj.config, lease_ttl=lease_ttl).run(
-            iceberg_table, table, policy, everything=everything, dry_run=dry_run, progress=report_group
+            iceberg_table, table, request
         )
     if dry_run:
         text = (

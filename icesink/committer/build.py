@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from icesink.catalog.checkpoints import CheckpointRow
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import load_table
-from icesink.committer.checkpoints import CheckpointRow
 from icesink.committer.conversion import CommitConversions
-from icesink.committer.ledger import Ledger
 from icesink.errors import (
     IcesinkError,
     JobIdConflictError,
@@ -27,7 +27,11 @@ from icesink.errors import (
     UnexpectedCommitError,
 )
 from icesink.iceberg.describe import check_format_version
+from icesink.iceberg.manifests import DeltaManifest, read_delta_manifest
 from icesink.iceberg.marker import CommittedMarker, marker_properties, marker_table_properties
+from icesink.iceberg.references import delete_quietly
+from icesink.iceberg.schemas import schema_by_id, schema_in_files, written_schema_problem
+from icesink.iceberg.snapshots import prepare_snapshot
 from icesink.properties import (
     CHECKPOINT_RANGE_PROPERTY,
     COMMITTER_SUMMARY_NAMES,
@@ -50,7 +54,8 @@ class CheckpointFailed(Exception):
 
     def __init__(self, error: IcesinkError, rows: Sequence[CheckpointRow]) -> None:
         super().__init__(str(error))
-        self.error = error
+        first = rows[0] if rows else None
+        self.error = error.located(first.identifier, first.checkpoint_id, first.job_id) if first else error
         self.rows = list(rows)
 
 
@@ -189,7 +194,6 @@ class SnapshotBuilder:
         per_row: Sequence[CheckpointFiles],
         extra: Mapping[str, str],
     ) -> PreparedCommit:
-        from icesink.iceberg.snapshots import prepare_snapshot
 
         group = [c.row for c in per_row]
         files = [f for c in per_row for f in c.files]
@@ -237,14 +241,12 @@ class SnapshotBuilder:
     @staticmethod
     def abandon(prepared: PreparedCommit) -> None:
         """The snapshot will never be committed: nothing references what was written for it."""
-        from icesink.iceberg.references import delete_quietly
 
         delete_quietly(prepared.table.io, prepared.written)
 
     def committed(self, prepared: PreparedCommit, committed: Table) -> None:
         """After the swap (or, with nothing to swap, after the ledger marked the checkpoints committed): the
         staged equality deletes no snapshot names go, and the discards are recorded."""
-        from icesink.iceberg.references import delete_quietly
 
         # Converted to position deletes, or naming no row: no snapshot names them.
         delete_quietly(committed.io, prepared.replaced_deletes)
@@ -257,7 +259,6 @@ class SnapshotBuilder:
         self, table: Table, identifier: str, row: CheckpointRow, files: list[DataFile], deletes: list[DataFile]
     ) -> None:
         """Files written against an older schema are committed only if the table still reads them correctly."""
-        from icesink.iceberg.schemas import schema_by_id, schema_in_files, written_schema_problem
 
         current = table.schema()
         if row.schema_id is None:
@@ -294,7 +295,6 @@ class SnapshotBuilder:
         )
 
     def _read_files(self, table: Table, identifier: str, row: CheckpointRow, deletes: bool) -> list[DataFile]:
-        from icesink.iceberg.manifests import DeltaManifest, read_delta_manifest
 
         staged = row.manifests.deletes if deletes else row.manifests.data
         if staged is None:
@@ -326,7 +326,7 @@ def refuse_other_streams(
         "committed and it stays staged; restart the stream that staged it with a job_id of its own"
     )
     ledger.mark_failed([r.id for r in strangers], str(error))
-    raise error
+    raise error.located(identifier, strangers[0].checkpoint_id, job_id)
 
 
 def commit_failure(error: Exception, identifier: str, job_id: str, rows: Sequence[CheckpointRow]) -> CheckpointFailed:

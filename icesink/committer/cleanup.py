@@ -6,8 +6,10 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from icesink.committer.checkpoints import CheckpointRow
-from icesink.committer.ledger import Ledger
+from icesink.catalog.checkpoints import CheckpointRow
+from icesink.catalog.ledger import Ledger
+from icesink.failpoints import failpoint
+from icesink.iceberg.references import delete_quietly
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -22,8 +24,6 @@ def clean_staged(ledger: Ledger, table: Table, rows: Sequence[CheckpointRow]) ->
 
 def clean_staged_of(ledger: Ledger, committed: Sequence[tuple[Table, Sequence[CheckpointRow]]]) -> None:
     """:func:`clean_staged` for several tables, with one ledger update for all of them."""
-    from icesink.failpoints import failpoint
-    from icesink.iceberg.references import delete_quietly
 
     cleaned = []
     for table, rows in committed:

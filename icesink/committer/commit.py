@@ -18,9 +18,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pyiceberg.exceptions import CommitFailedException
+
+from icesink.catalog.checkpoints import CheckpointRow
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
-from icesink.catalog.loader import load_table
+from icesink.catalog.ledger import Ledger
+from icesink.catalog.loader import load_table, open_catalog
 from icesink.committer.build import (
     CheckpointFailed,
     CommitOutcome,
@@ -30,14 +34,13 @@ from icesink.committer.build import (
     commit_failure,
     refuse_other_streams,
 )
-from icesink.committer.checkpoints import CheckpointRow
 from icesink.committer.cleanup import clean_staged
 from icesink.committer.commit_policy import plan_snapshots
 from icesink.committer.group import GroupCommitter
-from icesink.committer.ledger import Ledger
 from icesink.errors import CommitConflictError, IcesinkError
 from icesink.failpoints import failpoint
 from icesink.iceberg.marker import CommittedMarker, KnownMarker, committed_marker
+from icesink.iceberg.snapshots import commit_prepared
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -85,7 +88,6 @@ class TableCommitter:
     @classmethod
     def of(cls, config: CatalogConfig, **options: Any) -> TableCommitter:
         """A committer of ``config``'s catalog, with a catalog handle and a ledger of its own."""
-        from icesink.catalog.loader import open_catalog
 
         return cls(open_catalog(config, pending_tables=True), config, Ledger(config), **options)
 
@@ -171,7 +173,10 @@ class TableCommitter:
                     raise CommitConflictError(
                         f"table {identifier}: {conflicts} commit conflicts in a row while committing checkpoints "
                         f"{checkpoint_range(group or rows)} of job {job_id}; another writer commits too often, "
-                        "retry later"
+                        "retry later",
+                        table=identifier,
+                        checkpoint_id=(group or rows)[0].checkpoint_id,
+                        job_id=job_id,
                     )
                 table = load_table(self._catalog, self._config, identifier)
                 continue
@@ -246,9 +251,6 @@ class TableCommitter:
         Returns the new table (the same one when there was nothing to commit), the checkpoints it holds, and
         what was prepared (to finish once the ledger has the checkpoints as committed).
         """
-        from pyiceberg.exceptions import CommitFailedException
-
-        from icesink.iceberg.snapshots import commit_prepared
 
         prepared = self._builder.try_prepare(table, identifier, job_id, group)
         if prepared is None:

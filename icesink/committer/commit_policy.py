@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from icesink.committer.checkpoints import CheckpointRow
+from icesink.catalog.checkpoints import CheckpointRow
 
 
 def plan_snapshots(rows: Sequence[CheckpointRow]) -> list[list[CheckpointRow]]:

@@ -13,6 +13,11 @@ import logging
 from typing import TYPE_CHECKING
 
 from icesink.errors import ConfigError, DeleteConversionError
+from icesink.iceberg.deletes import data_in_other_specs, nested_key_fields
+from icesink.iceberg.scan import ManifestCache
+from icesink.iceberg.snapshots import base_snapshot_id
+from icesink.maintenance.convert import convert_for_commit
+from icesink.maintenance.policy import COMMIT_SETTINGS, CONVERT_AT_COMMIT, MaintenancePolicy
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -40,10 +45,6 @@ class CommitConversions:
         Raises when they must be converted (see the module) and cannot be: nothing is committed then, and
         the checkpoint stays staged.
         """
-        from icesink.iceberg.scan import ManifestCache
-        from icesink.iceberg.snapshots import base_snapshot_id
-        from icesink.maintenance.convert import convert_for_commit
-        from icesink.maintenance.policy import COMMIT_SETTINGS, CONVERT_AT_COMMIT, MaintenancePolicy
 
         identifier = ref.identifier
         policy = MaintenancePolicy.of(table.properties, identifier, only=COMMIT_SETTINGS)
@@ -83,7 +84,6 @@ class CommitConversions:
 
 def _reasons_to_convert(table: Table, deletes: list[DataFile], head: int | None) -> list[str]:
     """Why these deletes must not be committed as equality deletes (none: they may)."""
-    from icesink.iceberg.deletes import data_in_other_specs, nested_key_fields
 
     reasons = []
     nested = sorted({n for d in deletes for n in nested_key_fields(table.schema(), d.equality_ids or ())})

@@ -7,14 +7,14 @@ import signal
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.lease import Lease, LeaseHolder, LeaseKeeper, LeaseLostError, default_owner
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.committer.build import CommitOutcome
 from icesink.committer.commit import TableCommitter
-from icesink.committer.lease import Lease, LeaseHolder, LeaseKeeper, LeaseLostError, default_owner
-from icesink.committer.ledger import Ledger
 from icesink.committer.maintainer import Maintainer
 from icesink.committer.observability import CommitterMetrics
 from icesink.errors import CatalogReplacedError, IcesinkError, LeaseHeldError
@@ -32,7 +32,9 @@ class DaemonReport:
 
     snapshots: int = 0
     checkpoints: int = 0
-    failed: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)  # table -> the error's message
+    # table -> the error as fields (IcesinkError.fields): which table, checkpoint and job it names
+    errors: dict[str, dict[str, object]] = field(default_factory=dict)
 
 
 class CommitterDaemon:
@@ -85,7 +87,7 @@ class CommitterDaemon:
         self._failures: dict[str, int] = {}
         self._pending_reported: set[str] = set()  # tables the pending gauge has a value for
         self._terminal: set[str] = set()  # tables whose last failure is recorded on a checkpoint, for someone to act
-        self._last_errors: dict[str, str] = {}
+        self._last_errors: dict[str, dict[str, object]] = {}  # table -> its last error's fields
         self._max_failures = max_failures
         self.metrics = CommitterMetrics()
 
@@ -166,9 +168,14 @@ class CommitterDaemon:
         failures = self._failures.get(table, 0) + 1
         self._failures[table] = failures
         self.metrics.failures.labels(table).set(failures)
-        message = str(error) if isinstance(error, IcesinkError) else f"table {table}: {type(error).__name__}: {error}"
-        report.failed[table] = message
-        self._last_errors[table] = message
+        if isinstance(error, IcesinkError):
+            details = error.located(table).fields()
+        else:
+            message = f"table {table}: {type(error).__name__}: {error}"
+            details = {"error": type(error).__name__, "table": table, "transient": False, "message": message}
+        report.failed[table] = str(details["message"])
+        report.errors[table] = details
+        self._last_errors[table] = details
         transient = isinstance(error, IcesinkError) and error.transient
         if not transient and table in self._ledger.tables_with_failures():
             self._terminal.add(table)  # recorded on its checkpoint: clearing that is the operator's signal
@@ -182,7 +189,7 @@ class CommitterDaemon:
             log.exception("table=%s commit failed unexpectedly (retry in %.1fs)", table, delay)
 
     def _forget_failure(self, table: str, report: DaemonReport) -> None:
-        for known in (self._failures, self._last_errors, self._retry_at, report.failed):
+        for known in (self._failures, self._last_errors, self._retry_at, report.failed, report.errors):
             known.pop(table, None)
         self._terminal.discard(table)
 
@@ -214,16 +221,24 @@ class CommitterDaemon:
 
     def jobs(self) -> list[dict[str, object]]:
         """Each job of the catalog with its tables (a stream into many tables is one job), for /healthz."""
-        from dataclasses import asdict
 
         return [asdict(j) for j in self._ledger.jobs()]
 
     def problems(self) -> list[str]:
         """Why the daemon is unhealthy; empty while it is healthy."""
         return [
-            f"table {t} failed {n} time(s) in a row: {self._last_errors.get(t, '')}"
+            f"table {t} failed {n} time(s) in a row: {self._last_errors.get(t, {}).get('message', '')}"
             for t, n in sorted(self._failures.items())
             if n >= self._max_failures or t in self._terminal
+        ]
+
+    def failures(self) -> list[dict[str, object]]:
+        """Each table whose last commit failed, how many times in a row, and the error as fields (its own
+        ``table`` is another one when that table's checkpoint holds back a group committed together), for
+        /healthz."""
+        return [
+            {"table": t, "failures_in_a_row": n, "error": self._last_errors.get(t)}
+            for t, n in sorted(self._failures.items())
         ]
 
     def run(self, once: bool = False, wait: float | None = None) -> DaemonReport:

@@ -26,12 +26,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from icesink import paths
+from icesink.catalog.checkpoints import CheckpointState
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import load_table
-from icesink.committer.checkpoints import CheckpointState
-from icesink.committer.ledger import Ledger
+from icesink.catalog.pointers import every_pointer
 from icesink.errors import LedgerFormatError, ManifestError
+from icesink.iceberg.manifests import DeltaManifest, read_delta_manifest
+from icesink.iceberg.references import list_files, referenced_paths
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -58,7 +61,6 @@ def collect_garbage(
     older_than: datetime.timedelta,
     dry_run: bool = False,
 ) -> GcReport:
-    from icesink.iceberg.references import referenced_paths
 
     ledger = Ledger(config)
     report = GcReport(table=identifier, dry_run=dry_run)
@@ -90,7 +92,6 @@ def collect_garbage(
 
 def _staged_files(ledger: Ledger, table: Table, identifier: str) -> set[str]:
     """What the ledger still needs: staged manifests, and the files of checkpoints not committed yet."""
-    from icesink.iceberg.manifests import DeltaManifest, read_delta_manifest
 
     keep: set[str] = set()
     for row in ledger.for_table(identifier, unreadable_too=True):
@@ -123,7 +124,6 @@ def _staged_files(ledger: Ledger, table: Table, identifier: str) -> set[str]:
 def _others(config: CatalogConfig, identifier: str) -> tuple[str, ...]:
     """The directories of the catalog's other tables (where their metadata files are, a ``metadata`` directory's
     parent in the usual layout), each ending in "/"; those inside this table's locations are left alone."""
-    from icesink.catalog.pointers import every_pointer
 
     directories = {
         paths.normal_form(location.rsplit("/", 1)[0]).removesuffix("/metadata") + "/"
@@ -138,7 +138,6 @@ def _sort_stored_files(
 ) -> None:
     """Every file under the table's locations: referenced, too young to judge, or garbage (``report.deleted``);
     files under ``others`` (other tables' directories inside this table's) are not this table's to judge."""
-    from icesink.iceberg.references import list_files
 
     locations = {table.location().rstrip("/")}
     for configured in ("write.data.path", "write.metadata.path"):

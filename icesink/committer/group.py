@@ -23,8 +23,12 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from pyiceberg.exceptions import CommitFailedException
+
+from icesink.catalog.checkpoints import CheckpointRow
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import load_table
 from icesink.committer.build import (
     CheckpointFailed,
@@ -34,11 +38,10 @@ from icesink.committer.build import (
     commit_failure,
     refuse_other_streams,
 )
-from icesink.committer.checkpoints import CheckpointRow
 from icesink.committer.cleanup import clean_staged, clean_staged_of
 from icesink.committer.commit_policy import plan_snapshots
-from icesink.committer.ledger import Ledger
 from icesink.errors import CommitConflictError, ConfigError, IcesinkError
+from icesink.iceberg.catalog_commit import TableSwap, commit_tables
 from icesink.iceberg.marker import CommittedMarker, KnownMarker, committed_marker
 from icesink.properties import COMMIT_ID_PROPERTY
 
@@ -219,9 +222,6 @@ class GroupCommitter:
         self, job_id: str, prepared: list[PreparedCommit], commit_id: str, outcomes: list[CommitOutcome], started: float
     ) -> bool:
         """One transaction: every table's pointer and the ledger rows; False if a table's head moved."""
-        from pyiceberg.exceptions import CommitFailedException
-
-        from icesink.iceberg.catalog_commit import TableSwap, commit_tables
 
         swapping = [p for p in prepared if p.snapshot is not None]
         snapshots = {r.id: (p.snapshot.snapshot_id if p.snapshot else None) for p in prepared for r in p.rows}

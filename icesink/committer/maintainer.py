@@ -22,17 +22,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from icesink.catalog.config import CatalogConfig
-from icesink.committer.lease import Lease, LeaseKeeper, default_owner, maintenance_scope
+from icesink.catalog.lease import Lease, LeaseKeeper, default_owner, maintenance_scope
 from icesink.errors import CatalogReplacedError, ConfigError, MaintenanceBusyError
 from icesink.maintenance.committing import MaintenanceTarget
 from icesink.maintenance.policy import MaintenancePolicy
-from icesink.maintenance.run import MaintenanceReport, due, maintain_table
+from icesink.maintenance.run import MaintenanceReport, MaintenanceRequest, due, maintain_table
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.table import Table
 
-    from icesink.maintenance.compact import CompactionResult, FileGroup
 
 log = logging.getLogger("icesink.maintenance")
 
@@ -77,7 +76,9 @@ class Maintainer:
             # With checkpoints waiting, bulk conversion (one pass, it cannot stop halfway) runs only as far as
             # a commit would convert: up to convert-max-rows rows to read.
             limit = policy.convert_max_rows if self._waiting(identifier) else None
-            return self.run(table, identifier, policy, keep_going=keep_going, convert_max_rows=limit)
+            return self.run(
+                table, identifier, MaintenanceRequest(policy, keep_going=keep_going, convert_max_rows=limit)
+            )
         except MaintenanceBusyError as e:
             log.info("table=%s: %s", identifier, e)
         except CatalogReplacedError:
@@ -86,22 +87,8 @@ class Maintainer:
             log.exception("table=%s: maintenance failed; commits go on", identifier)
         return None
 
-    def run(
-        self,
-        table: Table,
-        identifier: str,
-        policy: MaintenancePolicy,
-        *,
-        everything: bool = False,
-        dry_run: bool = False,
-        keep_going: Callable[[], bool] = lambda: True,
-        progress: Callable[[int, FileGroup, CompactionResult], None] | None = None,
-        convert_max_rows: int | None = None,
-    ) -> MaintenanceReport:
-        """One maintenance run under the table's maintenance lease.
-
-        A conversion that would read more than ``convert_max_rows`` rows is left to a later run.
-        """
+    def run(self, table: Table, identifier: str, request: MaintenanceRequest) -> MaintenanceReport:
+        """One maintenance run under the table's maintenance lease."""
         lease = Lease(self._config, maintenance_scope(identifier), self._owner, ttl=self._lease_ttl)
         if not lease.acquire():
             raise MaintenanceBusyError(
@@ -117,16 +104,7 @@ class Maintainer:
         target = MaintenanceTarget(self._catalog, self._config, identifier, before_commit)
         try:
             with LeaseKeeper(lease):
-                _, report = maintain_table(
-                    target,
-                    table,
-                    policy,
-                    everything=everything,
-                    dry_run=dry_run,
-                    keep_going=keep_going,
-                    progress=progress,
-                    convert_max_rows=convert_max_rows,
-                )
+                _, report = maintain_table(target, table, request)
         finally:
             lease.release()
         self.reports.append(report)

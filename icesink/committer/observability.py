@@ -91,8 +91,10 @@ class StatusServer:
         metrics: CommitterMetrics,
         health: Callable[[], list[str]],
         jobs: Callable[[], list[dict[str, object]]] = list,
+        failures: Callable[[], list[dict[str, object]]] = list,
     ) -> None:
-        """``health`` gives the reasons the daemon is unhealthy; ``jobs`` each job with its tables."""
+        """``health`` gives the reasons the daemon is unhealthy; ``jobs`` each job with its tables; ``failures``
+        each table whose last commit failed, with the error's table, checkpoint and job as fields."""
         registry = metrics.registry
 
         class Handler(BaseHTTPRequestHandler):
@@ -105,7 +107,7 @@ class StatusServer:
                         streams = jobs()
                     except Exception as e:  # the ledger unreachable: health still answers, saying so
                         streams = [{"error": str(e)}]
-                    report = {"healthy": not problems, "problems": problems, "jobs": streams}
+                    report = {"healthy": not problems, "problems": problems, "failures": failures(), "jobs": streams}
                     body = json.dumps(report, default=str).encode()
                     status, kind = (503 if problems else 200), "application/json"
                 else:

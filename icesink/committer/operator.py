@@ -14,9 +14,10 @@ import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from icesink.committer.checkpoints import CheckpointRow, CheckpointState
-from icesink.committer.ledger import Ledger
+from icesink.catalog.checkpoints import CheckpointRow, CheckpointState
+from icesink.catalog.ledger import Ledger
 from icesink.errors import ConfigError
+from icesink.iceberg.marker import committed_marker
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -75,7 +76,6 @@ def choose_checkpoint(ledger: Ledger, identifier: str, checkpoint_id: int, job_i
 
 def check_not_in_table(table: Table, choice: CheckpointChoice) -> None:
     """Refuse a checkpoint the table already holds (its job's marker reached it), whatever the ledger says."""
-    from icesink.iceberg.marker import committed_marker
 
     row = choice.row
     if row.state == CheckpointState.COMMITTED:

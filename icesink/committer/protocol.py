@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from icesink.committer.checkpoints import CheckpointRow, CheckpointState, StreamIdentity
-from icesink.committer.ledger import Ledger
+from icesink.catalog.checkpoints import CheckpointRow, CheckpointState, StreamIdentity
+from icesink.catalog.ledger import Ledger
 from icesink.errors import CheckpointRewindError, IcesinkError, JobIdConflictError
 from icesink.iceberg.marker import committed_marker
 from icesink.table_ref import TableRef

@@ -9,16 +9,19 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from icesink import paths
-from icesink.committer.checkpoints import (
+from icesink.catalog.checkpoints import (
     CheckpointState,
     DeltaManifests,
     StagedCheckpoint,
     StagedManifest,
     StreamIdentity,
 )
-from icesink.committer.ledger import Ledger
+from icesink.catalog.ledger import Ledger
 from icesink.errors import ConfigError, JobIdConflictError
 from icesink.failpoints import failpoint
+from icesink.iceberg.manifests import to_data_file, write_delta_manifest
+from icesink.iceberg.references import delete_quietly
+from icesink.iceberg.summaries import computed_by_iceberg
 from icesink.properties import COMMITTER_SUMMARY_NAMES
 from icesink.results import WriteResult
 from icesink.table_ref import MAIN_BRANCH, TableRef
@@ -121,8 +124,6 @@ def _write_delta_manifests(
     written: TableResults, job_id: str, checkpoint_id: int, stream: StreamIdentity, atomic: bool
 ) -> StagedCheckpoint:
     """The table's checkpoint with its delta manifests written (none when it wrote no file)."""
-    from icesink.iceberg.manifests import to_data_file, write_delta_manifest
-    from icesink.iceberg.references import delete_quietly
 
     table = written.table
     records = [f for r in written.results for f in r.data_files]
@@ -169,7 +170,6 @@ def _write_delta_manifests(
 
 def _snapshot_properties(written: TableResults, checkpoint_id: int) -> tuple[tuple[str, str], ...]:
     """The checkpoint's summary values, checked: a summary holds strings only."""
-    from icesink.iceberg.summaries import computed_by_iceberg
 
     given = written.snapshot_properties or {}
     for name, value in given.items():
@@ -192,7 +192,6 @@ def _snapshot_properties(written: TableResults, checkpoint_id: int) -> tuple[tup
 
 
 def _drop_manifests(written: Sequence[TableResults], staged: Sequence[StagedCheckpoint]) -> None:
-    from icesink.iceberg.references import delete_quietly
 
     for one, checkpoint in zip(written, staged, strict=False):
         delete_quietly(one.table.io, checkpoint.manifest_paths)

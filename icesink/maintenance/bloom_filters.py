@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import BinaryIO
 
 import numpy as np
+import xxhash
 
 _SALT = np.array(
     [0x47B6137B, 0x44974D91, 0x8824AD5B, 0xA2B7289D, 0x705495C7, 0x2DF1424B, 0x9EFC4947, 0x5C6BFB31], dtype=np.uint32
@@ -23,7 +24,6 @@ _MAX_BYTES = 128 * 1024 * 1024  # the spec's limit; a larger size means a header
 
 def hashes(encoded: list[bytes]) -> np.ndarray:
     """xxHash64 (seed 0) of each value's plain encoding."""
-    import xxhash
 
     return np.fromiter((xxhash.xxh64_intdigest(b) for b in encoded), dtype=np.uint64, count=len(encoded))
 

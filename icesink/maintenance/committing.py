@@ -14,11 +14,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pyiceberg.exceptions import CommitFailedException
+
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
 from icesink.errors import CommitConflictError
 from icesink.failpoints import failpoint
+from icesink.iceberg.history import HistoryLostError, changes_since
+from icesink.iceberg.references import delete_quietly
+from icesink.iceberg.scan import ManifestCache
+from icesink.iceberg.snapshots import RemovedFileMissingError, commit_prepared, prepare_change
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -56,8 +62,6 @@ def _prepare_on_head(
     cache: ManifestCache,
 ) -> PreparedSnapshot:
     """The change built and written on the table's head; a :class:`ConflictError` when it no longer applies."""
-    from icesink.iceberg.history import HistoryLostError, changes_since
-    from icesink.iceberg.snapshots import RemovedFileMissingError, prepare_change
 
     try:
         since = changes_since(table, base_snapshot_id)
@@ -87,11 +91,6 @@ def commit_change(
     failed with an unknown outcome (the table may name them; gc removes them
     if it does not).
     """
-    from pyiceberg.exceptions import CommitFailedException
-
-    from icesink.iceberg.references import delete_quietly
-    from icesink.iceberg.scan import ManifestCache
-    from icesink.iceberg.snapshots import commit_prepared
 
     cache = ManifestCache()
     outcome_unknown = False

@@ -34,13 +34,26 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.manifest import DataFileContent
+from pyiceberg.table.snapshots import Operation
 
 from icesink.arrays import repeated
 from icesink.failpoints import failpoint
 from icesink.iceberg.deletes import GLOBAL, EqualityDeletes, PartitionKey, partition_scope
+from icesink.iceberg.describe import target_file_size, writer_spec
+from icesink.iceberg.manifests import AddedFile, to_data_file
+from icesink.iceberg.scan import live_files, plan_scan, position_deletes_by_file, read_files
 from icesink.iceberg.schemas import with_dropped_keys
+from icesink.iceberg.snapshots import SnapshotChange
 from icesink.maintenance.committing import COMPACT, ConflictError, MaintenanceTarget, commit_change
+from icesink.maintenance.verify import check_read, check_written
 from icesink.properties import BASE_SNAPSHOT_PROPERTY, MAINTENANCE_PROPERTY
+from icesink.writer.conform import conform
+from icesink.writer.files import FileNamer, RollingFileWriter
+from icesink.writer.partitioning import partition_path
+from icesink.writer.position_deletes import FILE_PATH_ID
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -91,10 +104,6 @@ def plan_compaction(table: Table, policy: MaintenancePolicy, everything: bool = 
     A partition is rewritten when it has ``min_input_files`` candidates, or a
     candidate with deletes (or, with ``everything``, two candidates).
     """
-    from pyiceberg.expressions import AlwaysTrue
-
-    from icesink.iceberg.describe import target_file_size
-    from icesink.iceberg.scan import plan_scan
 
     snapshot = table.current_snapshot()
     planned = plan_scan(table, None, AlwaysTrue())
@@ -208,12 +217,6 @@ def _rewrite(
     deletes: EqualityDeletes,
 ) -> list[FileRecord]:
     """Read the group's rows with the deletes of the base applied and write them as new files."""
-    from icesink.iceberg.describe import writer_spec
-    from icesink.iceberg.scan import position_deletes_by_file, read_files
-    from icesink.maintenance.verify import check_read, check_written
-    from icesink.writer.conform import conform
-    from icesink.writer.files import FileNamer, RollingFileWriter
-    from icesink.writer.partitioning import partition_path
 
     schema = deletes.schema  # the table's, plus key columns dropped since that deletes still need
     spec = writer_spec(table, target.identifier, "maintenance").for_checkpoint(plan.base_sequence_number)
@@ -262,10 +265,6 @@ def _rewrite(
 def _commit_group(
     target: MaintenanceTarget, table: Table, plan: CompactionPlan, group: FileGroup, records: list[FileRecord]
 ) -> tuple[Table, int]:
-    from pyiceberg.table.snapshots import Operation
-
-    from icesink.iceberg.manifests import AddedFile, to_data_file
-    from icesink.iceberg.snapshots import SnapshotChange
 
     version = table.metadata.format_version
     added = tuple(AddedFile(to_data_file(r, version), plan.base_sequence_number) for r in records)
@@ -289,7 +288,6 @@ def _commit_group(
 
 def _check_no_new_position_deletes(head: Table, since: ChangesSince, group: FileGroup, base_sequence: int) -> None:
     """Iceberg's ``validateNoNewDeletesForDataFiles``: a newer position delete on a replaced file fails the group."""
-    from pyiceberg.manifest import DataFileContent
 
     replaced = {str(f.file.file_path) for f in group.files}
     for new in since.added:
@@ -304,7 +302,6 @@ def _check_no_new_position_deletes(head: Table, since: ChangesSince, group: File
 
 def _may_reference(delete: DataFile, locations: set[str]) -> bool:
     """Whether a position delete file's ``file_path`` bounds admit one of ``locations``."""
-    from icesink.writer.position_deletes import FILE_PATH_ID
 
     lower = (delete.lower_bounds or {}).get(FILE_PATH_ID)
     upper = (delete.upper_bounds or {}).get(FILE_PATH_ID)
@@ -317,7 +314,6 @@ def _obsolete_deletes(
     head: Table, replaced: frozenset[str], output_sequence: int, scope: PartitionKey
 ) -> frozenset[str]:
     """Delete files reaching ``scope`` with nothing left to do once ``replaced`` are gone (judged on the head)."""
-    from icesink.iceberg.scan import live_files
 
     live = live_files(head)
     remaining = [d for d in live.data if d.path not in replaced]
@@ -339,9 +335,6 @@ def _obsolete_deletes(
 
 def _referenced_paths(table: Table, delete: LiveFile) -> frozenset[str]:
     """The data files a position delete file names: its bounds when they name one, else its ``file_path`` column."""
-    import pyarrow.parquet as pq
-
-    from icesink.writer.position_deletes import FILE_PATH_ID
 
     lower = (delete.file.lower_bounds or {}).get(FILE_PATH_ID)
     upper = (delete.file.upper_bounds or {}).get(FILE_PATH_ID)

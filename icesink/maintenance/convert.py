@@ -28,16 +28,24 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pyiceberg.manifest import DataFileContent
+from pyiceberg.table.snapshots import Operation
+
 from icesink import paths
 from icesink.failpoints import failpoint
 from icesink.iceberg.deletes import GLOBAL, EqualityDeletes, PartitionKey, data_in_other_specs, partition_scope
 from icesink.iceberg.describe import parquet_compression
+from icesink.iceberg.manifests import AddedFile, to_data_file
+from icesink.iceberg.scan import LiveFile, live_files
 from icesink.iceberg.schemas import with_dropped_keys
+from icesink.iceberg.snapshots import SnapshotChange
 from icesink.maintenance.committing import CONVERT, ConflictError, MaintenanceTarget, commit_change
 from icesink.maintenance.positions import DeletedRows, KeyRead, deleted_rows, plan_key_reads
 from icesink.maintenance.pruning import KeyPruning, PruningCounts
 from icesink.properties import BASE_SNAPSHOT_PROPERTY, MAINTENANCE_PROPERTY, POLICY_PROPERTIES
 from icesink.results import FileRecord
+from icesink.writer.position_deletes import write_position_deletes
+from icesink.writer.storage import storage_options
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -55,8 +63,6 @@ CONVERT_MAX_ROWS = POLICY_PROPERTIES["convert_max_rows"]
 
 def write_position_delete_files(table: Table, rows: list[DeletedRows], label: str) -> list[FileRecord]:
     """One position delete file per partition, next to the data files it deletes from."""
-    from icesink.writer.position_deletes import write_position_deletes
-    from icesink.writer.storage import storage_options
 
     by_partition: dict[tuple[int, PartitionKey], list[DeletedRows]] = defaultdict(list)
     for found in rows:
@@ -102,8 +108,6 @@ def convert_for_commit(
     that holds data files of another partition spec: the deletes then reach every file, which a reader
     would not apply them to (see :func:`data_in_other_specs`).
     """
-    from icesink.iceberg.manifests import to_data_file
-    from icesink.iceberg.scan import LiveFile, live_files
 
     sequence = table.metadata.next_sequence_number()
     schema = with_dropped_keys(table, table.schema(), (i for f in staged for i in f.equality_ids or ()))
@@ -194,8 +198,6 @@ def convert_equality_deletes(
 
     With ``max_rows``, a conversion that would read the keys of more rows is left for later.
     """
-    from icesink.iceberg.manifests import AddedFile, to_data_file
-    from icesink.iceberg.scan import live_files
 
     started = time.monotonic()
     live = live_files(table)
@@ -255,10 +257,6 @@ def _conversion_change(
     base_snapshot_id: int | None,
 ) -> SnapshotChange:
     """The conversion's snapshot on ``head``, unless a commit since took away what it depends on."""
-    from pyiceberg.manifest import DataFileContent
-    from pyiceberg.table.snapshots import Operation
-
-    from icesink.iceberg.snapshots import SnapshotChange
 
     gone = (removed | referenced) & since.removed
     if gone:

@@ -12,6 +12,9 @@ import struct
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+from pyiceberg import types as t
+
+from icesink.writer.metrics import unscaled
 
 if TYPE_CHECKING:
     from pyiceberg.types import IcebergType
@@ -23,7 +26,6 @@ INTEGERS, BYTES = "integers", "bytes"
 
 
 def order_of(kind: IcebergType) -> str | None:
-    from pyiceberg import types as t
 
     integers = (t.IntegerType, t.LongType, t.DateType, t.TimeType, t.TimestampType, t.TimestamptzType)
     if isinstance(kind, (*integers, t.DecimalType, t.BooleanType)):
@@ -35,11 +37,8 @@ def order_of(kind: IcebergType) -> str | None:
 
 def bound_form(kind: IcebergType, values: pa.Array) -> list[Any]:
     """Values as the bounds of their type decode: integers, or bytes."""
-    from pyiceberg import types as t
 
     if isinstance(kind, t.DecimalType):
-        from icesink.writer.metrics import unscaled
-
         return [unscaled(v, kind.scale) for v in values.to_pylist()]
     if isinstance(kind, t.BooleanType):
         return [int(v) for v in values.to_pylist()]
@@ -56,7 +55,6 @@ def bound_form(kind: IcebergType, values: pa.Array) -> list[Any]:
 
 def decode_bound(kind: IcebergType, raw: bytes | None) -> Any:
     """An Iceberg single-value bound in the form of :func:`_bound_form` (None: none, or not one to trust)."""
-    from pyiceberg import types as t
 
     if raw is None:
         return None
@@ -77,7 +75,6 @@ def decode_bound(kind: IcebergType, raw: bytes | None) -> Any:
 
 def plain_encodings(kind: IcebergType, values: pa.Array, column: Any) -> list[bytes] | None:
     """Each value as Parquet's plain encoding of the column writes it (bloom filters hash that)."""
-    from pyiceberg import types as t
 
     physical, width = column.physical_type, column.length or 0
     if isinstance(kind, (t.IntegerType, t.DateType)) and physical == "INT32":

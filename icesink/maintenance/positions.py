@@ -17,12 +17,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.schema import Schema as IcebergSchema
 
-from icesink.arrays import FIELD_ID, repeated
+from icesink.arrays import FIELD_ID, nested_column, repeated
 from icesink.iceberg.deletes import EqualityDeletes, PartitionKey, partition_scope
+from icesink.iceberg.schemas import field_path
 from icesink.maintenance.pruning import KeyPruning, PruningCounts
 
 if TYPE_CHECKING:
@@ -101,8 +105,6 @@ def read_key_columns(
     written without field ids is read by the table's name mapping, or the schema's names. Flat columns keep files
     written before and after a rename inside a struct apart from their struct's shape, so they concatenate.
     """
-    from icesink.arrays import nested_column
-    from icesink.iceberg.schemas import field_path
 
     paths = {i: field_path(schema, i) for i in sorted(field_ids)}
     top_ids = sorted({path[0][0] for path in paths.values()})
@@ -135,7 +137,6 @@ def read_key_columns(
 
 def _row_group_positions(metadata: pq.FileMetaData, groups: Sequence[int]) -> pa.Array:
     """The file positions of the rows of these row groups, in order."""
-    import numpy as np
 
     starts = np.cumsum([0] + [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)])
     if not groups:
@@ -144,8 +145,6 @@ def _row_group_positions(metadata: pq.FileMetaData, groups: Sequence[int]) -> pa
 
 
 def _arrow_type(schema: Schema, field_id: int) -> pa.DataType:
-    from pyiceberg.io.pyarrow import schema_to_pyarrow
-    from pyiceberg.schema import Schema as IcebergSchema
 
     return schema_to_pyarrow(IcebergSchema(schema.find_field(field_id)), include_field_ids=False).field(0).type
 

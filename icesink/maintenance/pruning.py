@@ -32,9 +32,14 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyiceberg import types as t
+from pyiceberg.conversions import from_bytes
+from pyiceberg.manifest import ManifestContent
+from pyiceberg.types import PrimitiveType
 
 from icesink.arrays import FIELD_ID
-from icesink.iceberg.deletes import GLOBAL, EqualityDeletes, PartitionKey, partition_scope
+from icesink.iceberg.deletes import GLOBAL, NULL_FLAG, EqualityDeletes, PartitionKey, partition_scope
+from icesink.maintenance.bloom_filters import hashes, may_hold_any, read_bitset
 from icesink.maintenance.key_values import INTEGERS, bound_form, decode_bound, order_of, plain_encodings
 
 if TYPE_CHECKING:
@@ -93,8 +98,6 @@ class FieldValues:
         """xxHash64 of the values in the plain encoding of a Parquet column (None: no encoding known)."""
         shape = (column.physical_type, column.length or 0, column.logical_type.to_json())
         if shape not in self._hashes:
-            from icesink.maintenance.bloom_filters import hashes
-
             encoded = plain_encodings(self.iceberg_type, self.arrow_values, column)
             self._hashes[shape] = None if encoded is None else hashes(encoded)
         return self._hashes[shape]
@@ -127,7 +130,6 @@ class KeyPruning:
 
     def reads(self, manifest: ManifestFile) -> bool:
         """Whether a manifest may list a data file some delete reaches, by its partition summaries (counted)."""
-        from pyiceberg.manifest import ManifestContent
 
         if manifest.content == ManifestContent.DELETES:
             return False  # conversion looks at data files only
@@ -192,8 +194,6 @@ def _partitions_may_hold(
     partition_type: StructType | None, summaries: list[PartitionFieldSummary] | None, values: tuple[Any, ...]
 ) -> bool:
     """Whether a manifest with these partition summaries may list a file of the partition ``values``."""
-    from pyiceberg.conversions import from_bytes
-    from pyiceberg.types import PrimitiveType
 
     if partition_type is None or summaries is None or not len(summaries) == len(values) == len(partition_type.fields):
         return True
@@ -216,7 +216,6 @@ def _partitions_may_hold(
 
 
 def _field_values(schema: Schema, field_id: int, keys: pa.Table, name: str) -> FieldValues:
-    from icesink.iceberg.deletes import NULL_FLAG
 
     kind = schema.find_field(field_id).field_type
     column = keys.column(name).combine_chunks()
@@ -301,7 +300,6 @@ def _row_group_may_hold(row_group: Any, parquet: pq.ParquetFile, leaves: dict[in
 
 def _statistic(values: FieldValues, column: Any, raw: Any) -> Any:
     """A Parquet min or max in bound form, or None where the column's encoding is not the one expected."""
-    from pyiceberg import types as t
 
     kind = values.iceberg_type
     physical = column.physical_type
@@ -322,7 +320,6 @@ def _statistic(values: FieldValues, column: Any, raw: Any) -> Any:
 def _bloom_may_hold(
     row_group: Any, parquet: pq.ParquetFile, stream: Any, leaves: dict[int, int], group: KeyGroup
 ) -> bool:
-    from icesink.maintenance.bloom_filters import may_hold_any, read_bitset
 
     for values in group.fields:
         column = leaves.get(values.field_id)

@@ -8,7 +8,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from icesink.catalog.loader import load_table
+from icesink.iceberg.describe import check_format_version, writer_spec
+from icesink.iceberg.scan import live_files
 from icesink.maintenance.committing import COMPACT, MaintenanceTarget
+from icesink.maintenance.compact import compact, plan_compaction
+from icesink.maintenance.convert import convert_equality_deletes
 from icesink.maintenance.policy import MaintenancePolicy
 from icesink.properties import MAINTENANCE_PROPERTY
 
@@ -34,7 +39,6 @@ class TableStats:
 
     @classmethod
     def of(cls, table: Table) -> TableStats:
-        from icesink.iceberg.scan import live_files
 
         live = live_files(table)
         deletes = live.position_deletes + live.equality_deletes
@@ -83,7 +87,6 @@ def due(table: Table, policy: MaintenancePolicy) -> Due:
 
     Only a threshold above one equality delete file makes the question read manifests (to count them).
     """
-    from icesink.iceberg.scan import live_files
 
     metadata = table.metadata
     convert = equality_deletes_in(metadata)
@@ -115,27 +118,30 @@ class MaintenanceReport:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class MaintenanceRequest:
+    """What one maintenance run is asked to do, and how far it may go: the one value both entry points take
+    (``icesink maintain`` and the committer between commits, through :class:`~icesink.committer.maintainer.Maintainer`).
+    """
+
+    policy: MaintenancePolicy
+    everything: bool = False  # convert and compact whatever is there, due or not
+    dry_run: bool = False  # plan and report; change nothing
+    keep_going: Callable[[], bool] = lambda: True  # asked between compaction groups: False stops the run there
+    progress: Callable[[int, FileGroup, CompactionResult], None] | None = None  # after each compaction group
+    convert_max_rows: int | None = None  # a conversion that would read more rows is left to a later run
+
+
 def maintain_table(
-    target: MaintenanceTarget,
-    table: Table,
-    policy: MaintenancePolicy,
-    *,
-    everything: bool = False,
-    dry_run: bool = False,
-    keep_going: Callable[[], bool] = lambda: True,
-    progress: Callable[[int, FileGroup, CompactionResult], None] | None = None,
-    convert_max_rows: int | None = None,
+    target: MaintenanceTarget, table: Table, request: MaintenanceRequest
 ) -> tuple[Table, MaintenanceReport]:
-    """Convert equality deletes and compact what is due (everything with ``everything``)."""
-    from icesink.catalog.loader import load_table
-    from icesink.iceberg.describe import check_format_version, writer_spec
-    from icesink.maintenance.compact import compact, plan_compaction
-    from icesink.maintenance.convert import convert_equality_deletes
+    """Convert equality deletes and compact what is due (everything with ``request.everything``)."""
 
     started = time.monotonic()
     check_format_version(table, target.identifier)
     # What the rewrite will refuse (a codec no writer honours, say), a dry run refuses too.
     writer_spec(table, target.identifier, "maintenance")
+    policy, everything, dry_run = request.policy, request.everything, request.dry_run
     report = MaintenanceReport(table=target.identifier, dry_run=dry_run, before=TableStats.of(table))
     if table.current_snapshot() is None:
         report.notes.append("the table has no snapshot yet")
@@ -143,7 +149,7 @@ def maintain_table(
     todo = Due(convert=True, compact=True) if everything else due(table, policy)
     todo = Due(convert=todo.convert and report.before.equality_delete_files > 0, compact=todo.compact)
     if todo.convert and not dry_run:
-        report.conversion = convert_equality_deletes(target, table, max_rows=convert_max_rows)
+        report.conversion = convert_equality_deletes(target, table, max_rows=request.convert_max_rows)
         if report.conversion.skipped:
             report.notes.append(report.conversion.skipped)
         table = load_table(target.catalog, target.config, target.identifier)
@@ -154,7 +160,7 @@ def maintain_table(
         if plan.older_spec_files:
             report.notes.append(f"{plan.older_spec_files} data file(s) of older partition specs are left as they are")
         if plan.groups and not dry_run:
-            table, report.compaction = compact(target, table, plan, keep_going, progress)
+            table, report.compaction = compact(target, table, plan, request.keep_going, request.progress)
     if dry_run and report.before.equality_delete_files:
         report.notes.append(f"would convert {report.before.equality_delete_files} equality delete file(s)")
     report.after = TableStats.of(table) if not dry_run else None

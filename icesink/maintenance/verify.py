@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from icesink.arrays import FIELD_ID
 from icesink.errors import TerminalError
@@ -148,7 +149,6 @@ def check_written(io: FileIO, identifier: str, rows: pa.Table, records: Sequence
 
 
 def _raw(io: FileIO, path: str) -> pa.Table:
-    import pyarrow.parquet as pq
 
     with io.new_input(path).open() as stream:
         return pq.read_table(stream)

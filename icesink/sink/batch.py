@@ -22,10 +22,10 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from icesink.catalog.checkpoints import StreamIdentity
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import load_table, open_catalog
-from icesink.committer.checkpoints import StreamIdentity
 from icesink.committer.commit import TableCommitter
-from icesink.committer.ledger import Ledger
 from icesink.committer.protocol import Admission, admit
 from icesink.committer.staging import stage_tables
 from icesink.errors import ConfigError, IcesinkError, SchemaMismatchError
@@ -33,7 +33,7 @@ from icesink.failpoints import failpoint
 from icesink.retry import Backoff
 from icesink.sink.executor_errors import executor_errors
 from icesink.sink.phases import Phases
-from icesink.sink.routing import Routed, RoutedTarget, Router
+from icesink.sink.routing import Routed, RoutedTarget, Router, StaticRouter
 from icesink.sink.sink_settings import SinkSettings
 from icesink.sink.table_sink import PreparedWrite, TableSink, Written
 
@@ -50,7 +50,7 @@ COMMIT_BACKOFF = Backoff(first=0.2, cap=10.0)
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 
-class BatchWriter:
+class MicroBatchHandler:
     """The ``foreachBatch`` callable of one stream, into one table or several.
 
     Every micro-batch is one checkpoint of the stream's job in every table it routes rows to: admitted
@@ -64,6 +64,8 @@ class BatchWriter:
     ) -> None:
         self._stream = stream  # the stream's own settings (job, catalog, committer); its table names it in logs
         self._router = router
+        # Named in the errors of its micro-batches when the stream writes one table.
+        self._single_table = router.only_table if isinstance(router, StaticRouter) else None
         self._atomic = atomic
         # stream() hands over the catalog it opened (and checked the migrations of) already.
         self._catalog = catalog or open_catalog(stream.catalog, pending_tables=True)
@@ -95,10 +97,17 @@ class BatchWriter:
         return sink
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
-        phases = Phases()
         job_id = self.job_id(batch_df)
+        try:
+            self._handle(batch_df, job_id, int(batch_id))
+        except IcesinkError as e:
+            # Where it happened, as fields: the checkpoint and job always; the table when the stream has one.
+            e.located(self._single_table, int(batch_id), job_id)
+            raise
+
+    def _handle(self, batch_df: DataFrame, job_id: str, checkpoint_id: int) -> None:
+        phases = Phases()
         stream = self.stream_identity(batch_df)
-        checkpoint_id = int(batch_id)
         with executor_errors():
             routed = self._router.route(batch_df, job_id)
             try:

@@ -5,8 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from pyiceberg import types as iceberg_types
+from pyspark.sql.types import ArrayType, DoubleType, FloatType, MapType, StructType
+
 from icesink.errors import ConfigError
+from icesink.iceberg.deletes import nested_key_fields
+from icesink.iceberg.schemas import field_path
 from icesink.maintenance.policy import CONVERT_AT_COMMIT, MaintenancePolicy
+from icesink.sink.projection import PATH_SEPARATOR, path_key
 from icesink.writer.collapse import DELETE, INSERT, SKIP, UPDATE
 from icesink.writer.spec import ChangeSpec
 
@@ -42,7 +48,6 @@ def resolve_equality_fields(
     (``known``, keyed as :func:`~icesink.sink.projection.path_key`) means that field, under whatever name the
     table gives it now: another tool may have renamed the key.
     """
-    from icesink.sink.projection import path_key
 
     schema = table.schema()
     if not equality_fields:
@@ -60,7 +65,6 @@ def dataframe_key_names(
     table: Table, identifier: str, keys: Sequence[str], known: Mapping[str, int] | None = None
 ) -> list[str]:
     """The DataFrame's names of the table's key fields ``keys``: those the job wrote them from, else the same."""
-    from icesink.sink.projection import PATH_SEPARATOR
 
     schema = table.schema()
     by_id = {field_id: ".".join(column.split(PATH_SEPARATOR)) for column, field_id in (known or {}).items()}
@@ -77,7 +81,6 @@ def _floating_key(identifier: str, name: str, type_name: str) -> ConfigError:
 def dataframe_key_path(df_schema: StructType, name: str) -> tuple[str, ...] | None:
     """Where an equality field is in the DataFrame: a column of that exact name, else a dotted path through
     structs (``customer.id``); None when neither exists."""
-    from pyspark.sql.types import StructType
 
     if name in df_schema.fieldNames():
         return (name,)
@@ -92,7 +95,6 @@ def dataframe_key_path(df_schema: StructType, name: str) -> tuple[str, ...] | No
 
 def check_key_columns(identifier: str, df_schema: StructType, equality_fields: Sequence[str]) -> None:
     """Refuse an unusable key before anything (a new table, say) is created from the DataFrame."""
-    from pyspark.sql.types import ArrayType, DoubleType, FloatType, MapType, StructType
 
     for name in equality_fields:
         path = dataframe_key_path(df_schema, name)
@@ -115,10 +117,6 @@ def check_key_columns(identifier: str, df_schema: StructType, equality_fields: S
 
 def _table_key_field(schema: Schema, identifier: str, name: str) -> NestedField:
     """An equality field of the table: a top-level column of that exact name, else a field inside structs."""
-    from pyiceberg.types import StructType
-
-    from icesink.iceberg.schemas import field_path
-
     # Top-level columns by their exact name first: find_field reads a dot as a path into a struct.
     field = next((f for f in schema.fields if f.name == name), None)
     if field is not None:
@@ -131,7 +129,7 @@ def _table_key_field(schema: Schema, identifier: str, name: str) -> NestedField:
             f"of its structs (columns: {', '.join(f.name for f in schema.fields)})"
         ) from None
     for parent, _ in field_path(schema, field.field_id)[:-1]:
-        if not isinstance(schema.find_field(parent).field_type, StructType):
+        if not isinstance(schema.find_field(parent).field_type, iceberg_types.StructType):
             raise ConfigError(
                 f"table {identifier}: equality field {name!r} is inside a list or a map; a key is a primitive "
                 "column, or a primitive field inside structs"
@@ -151,17 +149,13 @@ def change_spec(
     sequence_by: str | None,
 ) -> ChangeSpec:
     """Validate a change stream against the table and the DataFrame; raise naming what is wrong."""
-    from pyiceberg.types import DoubleType, FloatType
-
-    from icesink.iceberg.deletes import nested_key_fields
-
     schema = table.schema()
     if table.metadata.format_version < 2:
         raise ConfigError(f"table {identifier} is Iceberg format version 1, which has no delete files; upgrade it to 2")
     ids = []
     for name in equality_fields:
         field = _table_key_field(schema, identifier, name)
-        if isinstance(field.field_type, FloatType | DoubleType):
+        if isinstance(field.field_type, iceberg_types.FloatType | iceberg_types.DoubleType):
             raise _floating_key(identifier, name, str(field.field_type))
         ids.append(field.field_id)
     nested = nested_key_fields(schema, ids)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pyspark.sql import functions as F
+
 if TYPE_CHECKING:
     from pyspark.sql import Column
 
@@ -20,7 +22,6 @@ def quoted(name: str) -> str:
 
 def column(name: str) -> Column:
     """The DataFrame column called ``name`` (dots, backticks, spaces and all)."""
-    from pyspark.sql import functions as F
 
     return F.col(quoted(name))
 

@@ -138,10 +138,10 @@ class IcesinkStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         from dataclasses import replace
 
+        from icesink.catalog.checkpoints import StreamIdentity
+        from icesink.catalog.ledger import Ledger
         from icesink.catalog.loader import load_table, open_catalog
-        from icesink.committer.checkpoints import StreamIdentity
         from icesink.committer.commit import TableCommitter
-        from icesink.committer.ledger import Ledger
         from icesink.committer.protocol import Admission, admit
         from icesink.committer.staging import stage_checkpoint
         from icesink.results import decode_write_result

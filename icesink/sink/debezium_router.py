@@ -8,6 +8,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
 from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
 from icesink.debezium_events.decode_task import REJECTED
@@ -24,12 +28,16 @@ from icesink.debezium_events.sources import SourceTable
 from icesink.debezium_events.stream_spec import Debezium
 from icesink.errors import ConfigError, SchemaMismatchError, TableNotFoundError
 from icesink.properties import SOURCE_PROPERTY
+from icesink.results import decode_write_result
 from icesink.sink.json_names import json_names
 from icesink.sink.mapping_watch import MappingWatch
 from icesink.sink.options import StreamWideOptions
 from icesink.sink.phases import Phases
+from icesink.sink.preflight import preflight
 from icesink.sink.routing import Routed, RoutedTarget
 from icesink.sink.table_sink import PreparedWrite
+from icesink.sink.tables import resolve_table
+from icesink.spark_types import spark_type_of
 from icesink.table_options import Writer
 from icesink.writer.json_tables import OUTPUT_DDL, JsonTable, json_tables_task
 
@@ -106,7 +114,6 @@ class DebeziumRouter:
     ) -> list[list[WriteResult]]:
         """Every table's rows in one Spark job: distributed by table and key, each task writing its tables one
         after another (:mod:`icesink.writer.json_tables`)."""
-        from icesink.results import decode_write_result
 
         json_tables = [
             JsonTable(
@@ -149,8 +156,6 @@ class DebeziumRouter:
 
     def _settings_of(self, table: RoutedTable) -> SinkSettings:
         """The table's settings, from a preflight the first time it is seen (creating it if need be)."""
-        from icesink.sink.preflight import preflight
-        from icesink.sink.tables import resolve_table
 
         known = self._settings.get(table.identifier)
         if known is not None:
@@ -224,9 +229,6 @@ class DebeziumRouter:
 
     def _known(self, identifier: str) -> StructType | None:
         """An existing table's columns as Spark types (to type events that carry no schema)."""
-        from pyspark.sql import types as T
-
-        from icesink.spark_types import spark_type_of
 
         try:
             table = load_table(self._catalog, self._config, identifier)
@@ -268,7 +270,6 @@ def _distributed(parsed: DataFrame, tables: Sequence[RoutedTable], dead_letter: 
     one task each, so that a small table gets one data file (and one delete file) per micro-batch, not one per
     task.
     """
-    from pyspark.sql import functions as F
 
     parallelism = parsed.sparkSession.sparkContext.defaultParallelism
     numbers = {t.source.key: i for i, t in enumerate(tables) if t.source is not None}
@@ -297,7 +298,6 @@ def _distributed(parsed: DataFrame, tables: Sequence[RoutedTable], dead_letter: 
 
 def _empty(schema: StructType) -> DataFrame:
     """A DataFrame of the schema and no rows (what preflight checks a stream's fit with)."""
-    from pyspark.sql import SparkSession
 
     session = SparkSession.getActiveSession()
     assert session is not None
@@ -307,8 +307,6 @@ def _empty(schema: StructType) -> DataFrame:
 def _inferred(parsed: DataFrame, source: SourceTable) -> StructType:
     """The types of the columns of a source's records without schemas, read from their values as Spark reads
     JSON (a column only ever null has no type yet: it is left out until a value shows)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
     rows = parsed.where((F.col("source") == source.key) & (F.col("schema_id") == ""))
     inferred = parsed.sparkSession.read.json(rows.select("row").rdd.map(lambda r: r[0]))

@@ -16,6 +16,8 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from pyiceberg.exceptions import CommitFailedException
+
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
@@ -28,7 +30,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql.types import StructType
 
-    from icesink.committer.ledger import Ledger
+    from icesink.catalog.ledger import Ledger
     from icesink.results import WriteResult
     from icesink.writer.spec import WriterSpec
 
@@ -117,7 +119,6 @@ class SchemaTracker:
 
     def _apply(self, table: Table, changes: Sequence[SchemaChange], checkpoint_id: int) -> Table:
         """One schema commit; the table as it is afterwards (re-read when someone else moved it first)."""
-        from pyiceberg.exceptions import CommitFailedException
 
         before = table.metadata.current_schema_id
         try:

@@ -8,6 +8,7 @@ left out.
 from __future__ import annotations
 
 import enum
+import textwrap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
@@ -167,7 +168,6 @@ def _member(kind: type[enum.StrEnum], value: object, table: str, option: str) ->
 
 def args_doc() -> str:
     """The ``Args:`` section of ``icesink.stream``'s docstring, from the options' own descriptions."""
-    import textwrap
 
     lines = ["    Args:", "        df: a streaming DataFrame whose columns fit the table."]
     for name, _, meaning in StreamOptions.reference():

@@ -14,9 +14,18 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from pyiceberg import types as it
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.table import TableProperties
+
+from icesink.catalog.checkpoints import CheckpointState
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
-from icesink.errors import ConfigError
+from icesink.catalog.ledger import Ledger
+from icesink.errors import CommitConflictError, ConfigError
+from icesink.iceberg.pending_tables import PendingAwareCatalog
+from icesink.properties import USER_PROPERTIES, unknown_property
+from icesink.sink.projection import PATH_SEPARATOR, path_key
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -24,7 +33,7 @@ if TYPE_CHECKING:
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
 
-    from icesink.committer.checkpoints import CheckpointRow
+    from icesink.catalog.checkpoints import CheckpointRow
 
 log = logging.getLogger("icesink.stream")
 
@@ -53,11 +62,6 @@ def kept_pending(
     other options: the table holds no rows, so it takes them. Once a checkpoint of it is staged, its files
     were written for the options it has: a stream asking another spec, key or properties is refused.
     """
-    from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
-
-    from icesink.committer.ledger import Ledger
-    from icesink.errors import CommitConflictError
-    from icesink.iceberg.pending_tables import PendingAwareCatalog
 
     differences = _differences(table, schema, spec, properties)
     if not differences:
@@ -97,7 +101,6 @@ Difference = tuple[str, str, str]
 
 def _differences(table: Table, schema: Schema, spec: PartitionSpec, properties: dict[str, str]) -> list[Difference]:
     """What the pending table was created with that the stream asks otherwise."""
-    from pyiceberg.table import TableProperties
 
     found: list[Difference] = []
     current = table.schema()
@@ -121,7 +124,6 @@ def _differences(table: Table, schema: Schema, spec: PartitionSpec, properties: 
 def _given(properties: Mapping[str, str]) -> dict[str, str]:
     """The properties a stream gives a table, without the ``icesink.*`` ones icesink sets itself (a Debezium
     table's source table, the markers), which a pending table may have gained since it was created."""
-    from icesink.properties import USER_PROPERTIES, unknown_property
 
     def own(name: str) -> bool:
         return name.startswith("icesink.") and name not in USER_PROPERTIES and unknown_property(name) is None
@@ -155,7 +157,6 @@ def _described(differences: list[Difference]) -> str:
 
 def _staged(recorded: Sequence[CheckpointRow]) -> dict[str, list[int]]:
     """The checkpoints of the table staged in the ledger, by job."""
-    from icesink.committer.checkpoints import CheckpointState
 
     staged: dict[str, list[int]] = {}
     for row in recorded:
@@ -171,7 +172,6 @@ def _moved_columns(recorded: Sequence[CheckpointRow], current: Schema, schema: S
     A stream finds the columns it wrote before by those ids (a rename elsewhere must not move them), so
     its rows would go to other columns. Checkpoints that wrote no file, and discarded ones, record them too.
     """
-    from icesink.sink.projection import PATH_SEPARATOR
 
     new = _ids_by_path(schema)
     moved: dict[str, tuple[int, int]] = {}
@@ -186,9 +186,6 @@ def _moved_columns(recorded: Sequence[CheckpointRow], current: Schema, schema: S
 
 def _ids_by_path(schema: Schema) -> dict[str, int]:
     """Every field of a schema made from a DataFrame, by its path as the ledger records it (``path_key``)."""
-    from pyiceberg import types as it
-
-    from icesink.sink.projection import path_key
 
     ids: dict[str, int] = {}
 

@@ -3,13 +3,36 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from icesink import paths
 from icesink.catalog.config import CatalogConfig, resolve_catalog
-from icesink.errors import ConfigError
+from icesink.catalog.ledger import Ledger
+from icesink.catalog.loader import open_catalog
+from icesink.errors import ConfigError, SchemaMismatchError
+from icesink.iceberg.describe import writer_spec
+from icesink.iceberg.pending_tables import PendingTable
+from icesink.iceberg.schemas import AddColumn
+from icesink.properties import unknown_property
+from icesink.settings import check_environment
+from icesink.sink.change_stream import (
+    change_spec,
+    check_key_columns,
+    dataframe_key_names,
+    extra_columns,
+    resolve_equality_fields,
+)
+from icesink.sink.evolution import known_field_ids
 from icesink.sink.options import StreamOptions
+from icesink.sink.pending_options import pending_note
+from icesink.sink.projection import plan_schema, schema_refusal
+from icesink.sink.sink_settings import SinkSettings
+from icesink.sink.spark_writer import spark_writer_refusal
+from icesink.sink.tables import resolve_table, table_exists
 from icesink.table_options import Writer
 
 if TYPE_CHECKING:
@@ -28,10 +51,6 @@ def preflight(df: DataFrame, options: StreamOptions, deferred: bool = False) -> 
     created), its key, the DataFrame's fit; returns the settings of the stream's micro-batches.
 
     A table created ``deferred`` enters the catalog with its first commit (a stream into several tables)."""
-    from icesink.catalog.loader import open_catalog
-    from icesink.settings import check_environment
-    from icesink.sink.sink_settings import SinkSettings
-    from icesink.sink.tables import resolve_table, table_exists
 
     table = options.table
     if not options.checkpoint_location:
@@ -44,8 +63,6 @@ def preflight(df: DataFrame, options: StreamOptions, deferred: bool = False) -> 
     config = resolve_catalog(options.catalog)
     catalog_handle = open_catalog(config, pending_tables=True)
     if options.equality_fields and not table_exists(catalog_handle, config, table):
-        from icesink.sink.change_stream import check_key_columns
-
         check_key_columns(table, df.schema, options.equality_fields)  # a new table takes its key from the DataFrame
     iceberg_table = resolve_table(
         catalog_handle,
@@ -69,9 +86,6 @@ def _plan_pending_aware(
     df: DataFrame, options: StreamOptions, iceberg_table: Table, config: CatalogConfig
 ) -> tuple[ChangeSpec | None, list[str]]:
     """:func:`_plan_changes`; a refusal concerning a pending table also says how its options can still change."""
-    from icesink.errors import SchemaMismatchError
-    from icesink.iceberg.pending_tables import PendingTable
-    from icesink.sink.pending_options import pending_note
 
     try:
         return _plan_changes(df, options, iceberg_table, config)
@@ -84,7 +98,6 @@ def _plan_pending_aware(
 def _warn_unknown_properties(iceberg_table: Table, table: str) -> None:
     """``icesink.*`` properties of the table that icesink does not read, set by another tool: warned about, not
     refused, since the stream may write a table whose properties are not its own to change."""
-    from icesink.properties import unknown_property
 
     for name in sorted(iceberg_table.properties):
         unknown = unknown_property(name)
@@ -103,21 +116,6 @@ def _plan_changes(
 ) -> tuple[ChangeSpec | None, list[str]]:
     """The stream's key and change columns as the table names them now, and the DataFrame's fit to the
     table's schema: refused here, before the query starts, where it cannot fit."""
-    from icesink import paths
-    from icesink.committer.ledger import Ledger
-    from icesink.errors import SchemaMismatchError
-    from icesink.iceberg.describe import writer_spec
-    from icesink.iceberg.schemas import AddColumn
-    from icesink.sink.change_stream import (
-        change_spec,
-        check_key_columns,
-        dataframe_key_names,
-        extra_columns,
-        resolve_equality_fields,
-    )
-    from icesink.sink.evolution import known_field_ids
-    from icesink.sink.projection import plan_schema, schema_refusal
-    from icesink.sink.spark_writer import spark_writer_refusal
 
     table, checkpoint_location = options.table, options.checkpoint_location
     assert checkpoint_location is not None
@@ -155,10 +153,6 @@ def _plan_changes(
 
 def query_id_of(checkpoint_location: str) -> str | None:
     """The id Spark keeps in a local checkpoint location's ``metadata`` file (the default job id)."""
-    import json
-    from pathlib import Path
-
-    from icesink import paths
 
     try:
         location = paths.parse(checkpoint_location)

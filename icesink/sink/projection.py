@@ -11,6 +11,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pyiceberg import types as it
+from pyspark.sql import functions as F
+from pyspark.sql import types as st
+
 from icesink.errors import SchemaMismatchError
 from icesink.iceberg.schemas import AddColumn, SchemaChange, WidenColumn, can_promote
 from icesink.sink.columns import column
@@ -36,7 +40,6 @@ def path_key(path: Sequence[str]) -> str:
 
 def _accepts(target: IcebergType, source: IcebergType) -> bool:
     """Can a value of ``source`` be stored in a column of ``target`` without loss?"""
-    from pyiceberg import types as it
 
     if target == source:
         return True
@@ -68,7 +71,6 @@ class ValuePlan:
 
     def build(self, value: Column) -> Column:
         """The Spark expression that turns ``value`` into the table's shape."""
-        from pyspark.sql import functions as F
 
         if self.kind == "same":
             return value
@@ -120,7 +122,6 @@ class Projection:
     nested_ids: tuple[tuple[str, int], ...] = ()  # nested DataFrame fields (as path_key) → field ids
 
     def apply(self, df: DataFrame, table_schema: Schema) -> DataFrame:
-        from pyspark.sql import functions as F
 
         selected: list[Column] = []
         for source, field in zip(self.columns, table_schema.fields, strict=True):
@@ -222,8 +223,6 @@ class _Fitter:
         field_id: int,
         source: tuple[str, ...],
     ) -> ValuePlan:
-        from pyiceberg import types as it
-        from pyspark.sql import types as st
 
         dotted = ".".join(path)
         if isinstance(target, it.StructType):

@@ -68,6 +68,11 @@ class StaticRouter:
     def __init__(self, targets: Sequence[TargetSettings]) -> None:
         self._targets = list(targets)
 
+    @property
+    def only_table(self) -> str | None:
+        """The one table of a stream into one table (None for several)."""
+        return self._targets[0].settings.table if len(self._targets) == 1 else None
+
     def route(self, batch_df: DataFrame, job_id: str) -> Routed:
         if len(self._targets) == 1:
             target = self._targets[0]

@@ -5,13 +5,25 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pyspark.sql import DataFrame as SparkDataFrame
+
+from icesink import paths
 from icesink.catalog.config import CatalogConfig, resolve_catalog
+from icesink.catalog.loader import open_catalog
+from icesink.debezium_events.decode_task import INPUT_COLUMNS
 from icesink.debezium_events.stream_spec import Debezium
 from icesink.errors import ConfigError, NotStreamingError
+from icesink.paths import segment
+from icesink.settings import check_environment
+from icesink.sink.batch import MicroBatchHandler
+from icesink.sink.debezium_router import DebeziumRouter
 from icesink.sink.options import Committer, StreamOptions, StreamWideOptions, Target, args_doc
 from icesink.sink.preflight import preflight
+from icesink.sink.routing import StaticRouter, TargetSettings
+from icesink.sink.sink_settings import SinkSettings
 from icesink.table_options import TableOptions
 
 if TYPE_CHECKING:
@@ -96,7 +108,6 @@ def _stream(
     _check_streaming(df, table)
     location = _checkpoint_location(df, own.checkpoint_location, own.query_name, table)
     options = own.joined(table, per_table, checkpoint_location=location)
-    from icesink.sink.routing import TargetSettings
 
     settings, catalog_handle = preflight(df, options)
     return start(df, options, [TargetSettings(settings)], catalog_handle)
@@ -106,7 +117,6 @@ def _stream_tables(
     df: DataFrame, tables: Mapping[str, Target] | Debezium, own: StreamWideOptions, per_table: TableOptions
 ) -> StreamingQuery:
     """One stream into several tables: each target checked as a stream of its own, then one query."""
-    from icesink.sink.routing import TargetSettings
 
     named = _named(tables)
     given = per_table.given()
@@ -149,7 +159,6 @@ def _target_options(
     df: DataFrame, identifier: str, target: object, own: StreamWideOptions
 ) -> tuple[StreamOptions, DataFrame, Target]:
     """One target's options and DataFrame, checked: what its preflight takes."""
-    from pyspark.sql import DataFrame as SparkDataFrame
 
     if not isinstance(target, Target):
         raise ConfigError(f"table {identifier}: tables= maps each table to an icesink.Target, not {target!r}")
@@ -174,12 +183,6 @@ def _named(tables: object) -> str:
 
 def _stream_debezium(df: DataFrame, spec: Debezium, own: StreamWideOptions) -> StreamingQuery:
     """One stream of Debezium events into one table per source table, found and created as they come."""
-    from icesink.catalog.loader import open_catalog
-    from icesink.debezium_events.decode_task import INPUT_COLUMNS
-    from icesink.settings import check_environment
-    from icesink.sink.batch import BatchWriter
-    from icesink.sink.debezium_router import DebeziumRouter
-    from icesink.sink.sink_settings import SinkSettings
 
     name = _named(spec)
     missing = [c for c in INPUT_COLUMNS if c not in df.columns]
@@ -201,7 +204,7 @@ def _stream_debezium(df: DataFrame, spec: Debezium, own: StreamWideOptions) -> S
     catalog = open_catalog(config, pending_tables=True)
     stream_settings = SinkSettings.of(options, config)
     router = DebeziumRouter(spec, own, catalog, config)
-    return _start_query(df, options, BatchWriter(stream_settings, router, catalog, atomic=options.atomic))
+    return _start_query(df, options, MicroBatchHandler(stream_settings, router, catalog, atomic=options.atomic))
 
 
 def _checkpoint_location(df: DataFrame, given: str | None, query_name: str | None, written: str) -> str | None:
@@ -215,13 +218,11 @@ def _checkpoint_location(df: DataFrame, given: str | None, query_name: str | Non
     default = df.sparkSession.conf.get("spark.sql.streaming.checkpointLocation", None)
     if not default:
         return None
-    from icesink.paths import segment
 
     return f"{default.rstrip('/')}/{segment(query_name or written)}"
 
 
 def _check_streaming(df: DataFrame, table: str) -> None:
-    from pyspark.sql import DataFrame as SparkDataFrame
 
     if not isinstance(df, SparkDataFrame):
         raise NotStreamingError(f"table {table}: icesink.stream needs a Spark DataFrame, got {type(df).__name__}")
@@ -236,11 +237,9 @@ def start(
     df: DataFrame, options: StreamOptions, targets: Sequence[TargetSettings], catalog: SqlCatalog
 ) -> StreamingQuery:
     """The streaming query, writing every micro-batch through icesink into its tables."""
-    from icesink.sink.batch import BatchWriter
-    from icesink.sink.routing import StaticRouter
 
     atomic = options.atomic and len(targets) > 1
-    return _start_query(df, options, BatchWriter(targets[0].settings, StaticRouter(targets), catalog, atomic))
+    return _start_query(df, options, MicroBatchHandler(targets[0].settings, StaticRouter(targets), catalog, atomic))
 
 
 def _start_query(df: DataFrame, options: StreamOptions, handler: Any) -> StreamingQuery:
@@ -258,9 +257,6 @@ def _clear_unfinished_first_offset(location: str | None) -> None:
     micro-batch, and a stream killed while writing its very first offset leaves just that: the unfinished
     temporary file (and its checksum). It names no batch Spark ever ran, so nothing was written or staged for
     it; it goes, and the stream starts. Local locations only (object stores write offsets without one)."""
-    from pathlib import Path
-
-    from icesink import paths
 
     parsed = paths.parse(location or "")
     offsets = Path(parsed.path) / "offsets"

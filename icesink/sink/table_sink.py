@@ -6,8 +6,11 @@ import logging
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
+
+from icesink.catalog.ledger import Ledger
 from icesink.committer.commit import TableCommitter
-from icesink.committer.ledger import Ledger
 from icesink.committer.maintainer import Maintainer
 from icesink.committer.staging import TableResults
 from icesink.errors import ConfigError
@@ -95,7 +98,6 @@ class TableSink:
 
     def write(self, batch_df: DataFrame | None, prepared: PreparedWrite, phases: Phases) -> list[WriteResult]:
         """The one action on the batch: files are written, their results come back to the driver."""
-        from pyspark.sql import functions as F
 
         assert batch_df is not None
         table, spec, projection = prepared.table, prepared.spec, prepared.projection
@@ -159,8 +161,6 @@ def _distribution_key(df: DataFrame, leaf: Leaf) -> Column:
     must reach the same task (the tasks refuse any text that is not 8-4-4-4-12 hex digits, so
     lower case is the whole of the difference). Binary uuids are already one spelling.
     """
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType
 
     key = nested(leaf.path)
     as_text = leaf.column.iceberg_type == "uuid" and isinstance(df.select(key).schema[0].dataType, StringType)

@@ -6,12 +6,22 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from pyiceberg.exceptions import TableAlreadyExistsError
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema, assign_fresh_schema_ids
+from pyiceberg.transforms import parse_transform
+from pyiceberg.types import NestedField
+from pyiceberg.types import StructType as IcebergStructType
+
 from icesink import paths
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
 from icesink.catalog.loader import check_identifier, load_table
 from icesink.errors import ConfigError, TableNotFoundError
-from icesink.iceberg.describe import check_write_properties
+from icesink.iceberg.describe import check_format_version, check_write_properties
+from icesink.iceberg.pending_tables import PendingAwareCatalog, PendingTable
+from icesink.sink.change_stream import dataframe_key_path
+from icesink.sink.pending_options import kept_pending, pending_note
 from icesink.spark_types import FieldIds, iceberg_type_of
 
 if TYPE_CHECKING:
@@ -41,8 +51,6 @@ def parse_partition_by(table: str, schema: Schema, partition_by: Sequence[str]) 
     (spaces, dots and all); backticks quote a name that would read as a
     transform, with a backtick inside written twice.
     """
-    from pyiceberg.partitioning import PartitionField, PartitionSpec
-    from pyiceberg.transforms import parse_transform
 
     fields = []
     for number, text in enumerate(partition_by):
@@ -107,9 +115,6 @@ def resolve_table(
     Another stream or tool creating the same table (or namespace) at the same
     moment is not an error: the loser uses what the winner created, if it fits.
     """
-    from pyiceberg.exceptions import TableAlreadyExistsError
-
-    from icesink.iceberg.pending_tables import PendingTable
 
     check_identifier(identifier)
     found = _found(catalog, config, identifier, create)
@@ -121,8 +126,6 @@ def resolve_table(
     schema = schema_from_spark(spark_schema, identifier, identifier_fields, skip_columns)
     spec = parse_partition_by(identifier, schema, partition_by)
     if found is not None:
-        from icesink.sink.pending_options import kept_pending
-
         kept = kept_pending(catalog, config, found, identifier, schema, spec, dict(properties or {}))
         if kept is not None:
             return _existing(kept, identifier, partition_by)
@@ -131,8 +134,6 @@ def resolve_table(
         _create_namespace(catalog, namespace)
         location = new_table_location(catalog, config, namespace, name)
         if deferred:
-            from icesink.iceberg.pending_tables import PendingAwareCatalog
-
             assert isinstance(catalog, PendingAwareCatalog), "open the catalog with pending_tables=True"
             created = catalog.create_pending_table(identifier, schema, spec, location, dict(properties or {}))
             return _existing(created, identifier, partition_by)
@@ -156,9 +157,6 @@ def _found(catalog: SqlCatalog, config: CatalogConfig, identifier: str, create: 
 
 
 def _existing(table: Table, identifier: str, partition_by: Sequence[str]) -> Table:
-    from icesink.iceberg.describe import check_format_version
-    from icesink.iceberg.pending_tables import PendingTable
-    from icesink.sink.pending_options import pending_note
 
     check_format_version(table, identifier)
     if partition_by and not _same_partitioning(table, partition_by):
@@ -207,10 +205,6 @@ def schema_from_spark(
     Identifier fields (the key of a change stream) are required, as Iceberg demands;
     ``skip`` names DataFrame columns that are not table data (a change stream's operation).
     """
-    from pyiceberg.schema import Schema, assign_fresh_schema_ids
-    from pyiceberg.types import NestedField
-
-    from icesink.sink.change_stream import dataframe_key_path
 
     columns = [f for f in spark_schema.fields if f.name not in skip]
     nested_ids = FieldIds(len(columns) + 1)
@@ -237,8 +231,6 @@ def schema_from_spark(
 
 def _required_along(fields: list[NestedField], path: tuple[str, ...]) -> tuple[list[NestedField], int]:
     """``fields`` with the field at ``path`` and the structs above it required, and that field's id."""
-    from pyiceberg.types import NestedField, StructType
-
     out = []
     found = -1
     for field in fields:
@@ -247,8 +239,8 @@ def _required_along(fields: list[NestedField], path: tuple[str, ...]) -> tuple[l
             continue
         field_type = field.field_type
         found = field.field_id
-        if len(path) > 1 and isinstance(field_type, StructType):
+        if len(path) > 1 and isinstance(field_type, IcebergStructType):
             children, found = _required_along(list(field_type.fields), path[1:])
-            field_type = StructType(*children)
+            field_type = IcebergStructType(*children)
         out.append(NestedField(field.field_id, field.name, field_type, required=True, doc=field.doc))
     return out, found

@@ -88,7 +88,7 @@ def check_outcome(
     id_column: str = "id",
 ) -> Outcome:
     """Read the table with iceberg-rust, record the outcome, and fail the test unless it is exact."""
-    from icesink.committer.ledger import Ledger
+    from icesink.catalog.ledger import Ledger
 
     if expected_rows is None:
         quoted = '"' + id_column.replace('"', '""') + '"'

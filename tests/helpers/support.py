@@ -11,8 +11,8 @@ from typing import Any
 import pyarrow as pa
 
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
-from icesink.committer.ledger import Ledger
 from icesink.committer.staging import TableResults, stage_checkpoint, stage_tables
 from icesink.iceberg.describe import writer_spec
 from icesink.results import WriteResult

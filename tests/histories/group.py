@@ -77,9 +77,9 @@ class Companion:
         """Both pointers read in one transaction: the companion, which moves with every checkpoint, may be
         ahead of the history's table only by checkpoints whose part there was discarded or changed nothing
         (deletes of keys it never held: no snapshot); never behind it."""
+        from icesink.catalog.checkpoints import CheckpointState
+        from icesink.catalog.ledger import Ledger
         from icesink.catalog.loader import open_catalog, table_at
-        from icesink.committer.checkpoints import CheckpointState
-        from icesink.committer.ledger import Ledger
         from icesink.iceberg.marker import committed_marker
         from tests.helpers.support import pointers
         from tests.histories.world import Mismatch

@@ -22,9 +22,9 @@ from typing import Any
 import pyarrow as pa
 
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
-from icesink.committer.ledger import Ledger
 from tests.histories.canon import by_id, by_name, canon, drop_id, widen_id
 from tests.histories.grammar import TableShape, input_type, random_primitive, random_value
 from tests.histories.group import COMPANION
@@ -401,7 +401,7 @@ class World:
 
     def referenced_files(self, identifier: str = IDENTIFIER) -> set[str]:
         """Every file a snapshot (current or not), the metadata log or a staged checkpoint still names."""
-        from icesink.committer.checkpoints import CheckpointState
+        from icesink.catalog.checkpoints import CheckpointState
 
         table = self.catalog.load_table(identifier)
         needed = {table.metadata_location, *(entry.metadata_file for entry in table.metadata.metadata_log)}

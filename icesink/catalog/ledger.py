@@ -7,7 +7,7 @@ table is decided by the table's marker (see :mod:`icesink.iceberg.marker`).
 """
 
 # Over 400 lines: every statement on the one ledger table, writes and operators' views alike, in one class
-# that owns its columns; its values are in committer/checkpoints.py.
+# that owns its columns; its values are in catalog/checkpoints.py.
 
 from __future__ import annotations
 
@@ -19,10 +19,9 @@ from dataclasses import fields
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
+from pyiceberg.exceptions import CommitFailedException
 
-from icesink.catalog.config import CatalogConfig
-from icesink.catalog.database import as_utc, database_errors, engine
-from icesink.committer.checkpoints import (
+from icesink.catalog.checkpoints import (
     CheckpointRow,
     CheckpointState,
     DeltaManifests,
@@ -33,6 +32,8 @@ from icesink.committer.checkpoints import (
     decode_snapshot_properties,
     encode_snapshot_properties,
 )
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.database import as_utc, database_errors, engine
 from icesink.errors import LedgerFormatError
 from icesink.table_ref import MAIN_BRANCH
 
@@ -465,7 +466,6 @@ class Ledger:
 
         A row no longer staged (an operator discarded it meanwhile) fails the whole transaction, as a moved
         table does: the group is rebuilt from what is still staged."""
-        from pyiceberg.exceptions import CommitFailedException
 
         now = _now()
         for row_id, snapshot_id in snapshots.items():

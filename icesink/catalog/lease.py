@@ -10,9 +10,11 @@ Expiry uses the committers' clocks: keep them synchronised.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import socket
+import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -241,14 +243,12 @@ class LeaseKeeper:
     """
 
     def __init__(self, lease: Lease) -> None:
-        import threading
 
         self._lease = lease
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renew, name=f"lease {lease.scope}", daemon=True)
 
     def _renew(self) -> None:
-        import contextlib
 
         while not self._stop.wait(self._lease.ttl / 3):
             with contextlib.suppress(Exception):  # reported by the check before the next commit

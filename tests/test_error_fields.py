@@ -1,0 +1,95 @@
+"""Errors carry the table, checkpoint and job they are about as fields, for the committer's health report, its
+command-line output and callers (driven without Spark)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
+from icesink.committer.commit import TableCommitter
+from icesink.committer.daemon import CommitterDaemon
+from icesink.committer.observability import StatusServer
+from icesink.errors import ConfigError, ManifestError, SchemaMismatchError
+from tests.helpers.support import create_orders_table, orders, stage_group, stage_rows
+from tests.test_cli import invoke
+
+TABLE = "shop.orders ü"
+LINES = "shop.order lines"
+
+
+def break_manifest(config: CatalogConfig, identifier: str, checkpoint_id: int) -> str:
+    row = next(r for r in Ledger(config).pending(identifier) if r.checkpoint_id == checkpoint_id)
+    assert row.manifests.data is not None
+    path = row.manifests.data.path
+    Path(path.removeprefix("file://")).unlink()
+    return path
+
+
+def test_a_committers_error_names_its_table_checkpoint_and_job_as_fields(catalog_config: CatalogConfig) -> None:
+    config = catalog_config
+    create_orders_table(config, TABLE)
+    assert stage_rows(config, TABLE, "job ü", 0, orders(0, 1))
+    assert stage_rows(config, TABLE, "job ü", 1, orders(1, 1))
+    break_manifest(config, TABLE, 1)
+    with pytest.raises(ManifestError) as raised:
+        TableCommitter.of(config).commit_pending(TABLE)
+    error = raised.value
+    assert (error.table, error.checkpoint_id, error.job_id) == (TABLE, 1, "job ü")
+    assert error.fields() == {
+        "error": "ManifestError",
+        "table": TABLE,
+        "checkpoint_id": 1,
+        "job_id": "job ü",
+        "transient": False,
+        "message": str(error),
+    }
+
+
+def test_a_group_blocked_by_one_table_names_that_table_for_every_table_it_holds_back(
+    catalog_config: CatalogConfig,
+) -> None:
+    config = catalog_config
+    for identifier in (TABLE, LINES):
+        create_orders_table(config, identifier)
+    stage_group(config, "job", 0, {TABLE: orders(0, 1), LINES: orders(1, 1)})
+    break_manifest(config, LINES, 0)
+    daemon = CommitterDaemon(config, poll_interval=0.05, lease_ttl=5)
+    report = daemon.run(once=True)
+    assert set(report.errors) == {TABLE, LINES}
+    for fields in report.errors.values():  # the error is the blocked table's, whichever table reported it
+        assert (fields["table"], fields["checkpoint_id"], fields["job_id"]) == (LINES, 0, "job")
+        assert fields["error"] == "ManifestError" and fields["transient"] is False
+    # /healthz says the same as fields, beside the counts.
+    server = StatusServer("127.0.0.1", 0, daemon.metrics, daemon.problems, daemon.jobs, daemon.failures)
+    server.start()
+    try:
+        with pytest.raises(urllib.request.HTTPError) as unhealthy:  # a terminal error: 503 at once
+            urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz", timeout=10)
+        health = json.loads(unhealthy.value.read())
+    finally:
+        server.stop()
+    failures = {f["table"]: f for f in health["failures"]}
+    assert set(failures) == {TABLE, LINES}
+    assert failures[TABLE]["error"]["table"] == LINES and failures[TABLE]["failures_in_a_row"] == 1
+    assert failures[LINES]["error"]["checkpoint_id"] == 0
+    # And the command line names the blocked table once, with the one it holds back.
+    code, output = invoke(config, "committer", "run", "--once")
+    assert code == 2, output
+    lines = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and lines[0].startswith(f"error: table {LINES}, job job, checkpoint 0"), output
+    assert lines[0].endswith(f"(it also holds back {TABLE}, committed with it)")
+
+
+def test_an_error_keeps_the_fields_it_was_raised_with_and_survives_pickling() -> None:
+    error = ConfigError("table a.b: no", table="a.b")
+    assert error.located("c.d", 3, "job").fields()["table"] == "a.b"  # its own table is kept
+    assert (error.checkpoint_id, error.job_id) == (3, "job")  # what it lacked is filled in
+    # Executors send errors to the driver pickled: a subclass with fields of its own comes back whole enough.
+    mismatch = pickle.loads(pickle.dumps(SchemaMismatchError("table a.b: column x", column="x", table="a.b")))
+    assert isinstance(mismatch, SchemaMismatchError) and str(mismatch) == "table a.b: column x"
