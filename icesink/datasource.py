@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import DataSource
+from pyspark.sql.datasource import CaseInsensitiveDict, DataSource
 
 from icesink.errors import ConfigError
 
@@ -91,24 +91,25 @@ def read_stream(
 
     if (table is None) == (tables is None):
         raise ConfigError("read_stream: name the table to read (table=...) or several (tables=[...]), not both")
-    register(spark)
-    reader = spark.readStream.format("icesink")
+    given: dict[str, str] = {}
     if tables is not None:
         if isinstance(tables, str) or not all(isinstance(t, str) for t in tables):
             raise ConfigError(f"read_stream: tables= is a list of table names, not {tables!r}")
-        reader = reader.option("tables", json.dumps(list(tables), ensure_ascii=False))
+        given["tables"] = json.dumps(list(tables), ensure_ascii=False)
     else:
-        reader = reader.option("table", table)
+        given["table"] = str(table)
     if isinstance(catalog, CatalogConfig):
         catalog = {**catalog.properties, "name": catalog.name, "uri": catalog.uri, "warehouse": catalog.warehouse}
     if isinstance(catalog, str):
-        reader = reader.option("catalog", catalog)
+        given["catalog"] = catalog
     elif catalog is not None:
-        for key, value in catalog.items():
-            reader = reader.option(f"catalog.{key}", str(value))
-    for key, value in options.items():
-        reader = reader.option(key.replace("_", "-"), _option_text(value))
-    return reader.load()
+        given.update({f"catalog.{key}": str(value) for key, value in catalog.items()})
+    given.update({key.replace("_", "-"): _option_text(value) for key, value in options.items()})
+    # Checked here first, as the query's source will check them: an unknown table or option is refused as
+    # icesink's own error, not inside Spark's wrapping of a data source's failure.
+    IcesinkDataSource(CaseInsensitiveDict(given)).schema()
+    register(spark)
+    return spark.readStream.format("icesink").options(**given).load()
 
 
 def _option_text(value: Any) -> str:

@@ -46,7 +46,7 @@ class DaemonSetting:
 DAEMON_SETTINGS: dict[str, DaemonSetting] = {
     "ICESINK_POLL_INTERVAL": DaemonSetting("--poll-interval", 0.5, "seconds between ledger polls"),
     "ICESINK_LEASE_TTL": DaemonSetting(
-        "--lease-ttl", 10.0, "seconds without renewal after which a standby committer takes over"
+        "--lease-ttl", 10, "seconds without renewal after which a standby committer takes over"
     ),
     "ICESINK_METRICS_PORT": DaemonSetting("--metrics-port", None, "port for /metrics (Prometheus) and /healthz"),
     "ICESINK_METRICS_HOST": DaemonSetting(

@@ -4,7 +4,7 @@ those ``icesink.debezium`` gives the tables it creates."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -104,8 +104,60 @@ class TableOptions:
 
 
 def _is_default(value: object, default: object) -> bool:
-    return value == default or (default == () and isinstance(value, list | tuple) and not value)
+    """The default, or an empty list or dict where the default is none."""
+    empty = isinstance(value, list | tuple | Mapping) and not value
+    return value == default or (empty and default in ((), None))
 
 
 # The options given per table (in a Target) when a stream writes several.
 TABLE_OPTIONS = tuple(option.name for option in fields(TableOptions))
+
+
+# What each kind of option takes, by its annotation: (check, said as, example).
+_KINDS: dict[str, tuple[Callable[[object], bool], str, str]] = {
+    "str": (lambda v: isinstance(v, str), "a string", "'name'"),
+    "str | None": (lambda v: v is None or isinstance(v, str), "a string", "'name'"),
+    "Sequence[str]": (
+        lambda v: isinstance(v, list | tuple) and all(isinstance(x, str) for x in v),
+        "a list of strings",
+        "['name']",
+    ),
+    "Sequence[str] | None": (
+        lambda v: v is None or (isinstance(v, list | tuple) and all(isinstance(x, str) for x in v)),
+        "a list of strings",
+        "['name']",
+    ),
+    "Mapping[str, str] | None": (
+        lambda v: (
+            v is None
+            or (
+                isinstance(v, Mapping)
+                and all(isinstance(k, str) and isinstance(x, str | int | float) for k, x in v.items())
+            )
+        ),
+        "a dict of names to values",
+        "{'name': 'value'}",
+    ),
+    "Mapping[str, Any] | None": (
+        lambda v: v is None or (isinstance(v, Mapping) and all(isinstance(k, str) for k in v)),
+        "a dict",
+        "{'processingTime': '10 seconds'}",
+    ),
+}
+
+
+def refuse_wrong_types(options: object, where: str) -> None:
+    """A :class:`ConfigError` naming ``where`` and the option whose value is not of the kind it takes (a string
+    where a list is taken would be read as its characters; a list where a name is taken fails deep inside)."""
+    from icesink.errors import ConfigError
+
+    for option in fields(options):  # type: ignore[arg-type]
+        kind = _KINDS.get(str(option.type))
+        value = getattr(options, option.name)
+        if kind is None or kind[0](value):
+            continue
+        _, said, example = kind
+        given = f"the string {value!r}" if isinstance(value, str) else repr(value)
+        if isinstance(value, str) and "list" in said:
+            example = f"[{value!r}]"
+        raise ConfigError(f"{where}: {option.name} takes {said}, e.g. {example}, not {given}")

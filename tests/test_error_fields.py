@@ -7,6 +7,7 @@ import json
 import pickle
 import urllib.request
 from pathlib import Path
+from shlex import quote
 
 import pytest
 
@@ -84,6 +85,9 @@ def test_a_group_blocked_by_one_table_names_that_table_for_every_table_it_holds_
     lines = [line for line in output.splitlines() if line.startswith("error: ")]
     assert len(lines) == 1 and lines[0].startswith(f"error: table {LINES}, job job, checkpoint 0"), output
     assert lines[0].endswith(f"(it also holds back {TABLE}, committed with it)")
+    # What to run, as a shell takes it: the table's name quoted, the job named (checkpoint numbers repeat).
+    assert f"`icesink checkpoints discard {quote(LINES)} 0 --job job`" in lines[0]
+    assert all("T" in str(job["oldest_pending_at"]) for job in health["jobs"])  # ISO 8601, as the CLI says it
 
 
 def test_an_error_keeps_the_fields_it_was_raised_with_and_survives_pickling() -> None:

@@ -187,6 +187,30 @@ def test_mistakes_in_tables_are_refused_before_the_stream_starts(
     assert not open_catalog(sqlite_catalog).table_exists("shop.a")
 
 
+def test_a_target_refused_after_another_was_created_leaves_no_pending_table_behind(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    """The second table exists and does not fit the micro-batch; the first, created for the stream a moment
+    before, holds no rows and goes again. The error names the table that does not fit, as a field too."""
+    from icesink.catalog.database import engine
+    from icesink.errors import SchemaMismatchError
+    from icesink.iceberg.pending_tables import pending_tables
+    from tests.helpers.support import create_orders_table
+
+    create_orders_table(sqlite_catalog, AUDIT)  # its columns are not the events'
+    df = spark.readStream.schema(EVENTS_SCHEMA).json(str(tmp_path))
+    with pytest.raises(SchemaMismatchError) as refused:
+        icesink.stream(
+            df,
+            tables={LINES: icesink.Target(create_table=True), AUDIT: icesink.Target()},
+            checkpoint_location=str(tmp_path / "ckpt"),
+            catalog=sqlite_catalog,
+        )
+    assert refused.value.table == AUDIT and f"table {AUDIT}" in str(refused.value)
+    assert pending_tables(engine(sqlite_catalog), sqlite_catalog.name) == []
+    assert not open_catalog(sqlite_catalog, pending_tables=True).table_exists(LINES)
+
+
 def test_a_table_refused_at_its_first_start_takes_the_options_of_the_next_start(
     spark: Any, catalog_config: CatalogConfig, tmp_path: Path
 ) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 from pathlib import Path
+from shlex import quote
 from typing import Any
 
 import pyarrow as pa
@@ -321,7 +322,9 @@ def test_a_pending_table_with_a_staged_checkpoint_is_kept_and_a_stream_asking_ot
         assert message.startswith(f"table {NEW} is pending (a stream created it; it enters the catalog with its first")
         assert differs in message, message
         assert "checkpoint 0 of job job is staged" in message
-        assert f"`icesink checkpoints discard {NEW} 0`" in message and f"`icesink tables drop-pending {NEW}`" in message
+        # Commands as a shell takes them: the name quoted, since it holds spaces.
+        assert f"`icesink checkpoints discard {quote(NEW)} 0`" in message
+        assert f"`icesink tables drop-pending {quote(NEW)}`" in message
     # Columns are the stream's fit to check, as for any table: the DataFrame may lack one the table has.
     assert _resolve(config, columns=("id", "name"), partition_by=("name",)).metadata_location == first.metadata_location
     # What the message says works: the checkpoint given up, the table takes the new options.
@@ -347,7 +350,7 @@ def test_a_pending_table_is_not_created_anew_where_its_recorded_columns_would_la
     assert "partition_by: [name] when it was created, [] now" in message
     assert "'amount' (field id 3, now 2), 'name' (field id 2, now 3)" in message
     assert "Start the stream with the columns as they were" in message
-    assert f"`icesink tables drop-pending {NEW}`" in message
+    assert f"`icesink tables drop-pending {quote(NEW)}`" in message
     # The columns as they were: the other options still change.
     assert _resolve(config).spec().fields == ()
     assert _resolve(config, columns=("id", "name")).schema().find_field("name").field_id == 2

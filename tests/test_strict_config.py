@@ -277,6 +277,47 @@ def test_every_numeric_maintenance_property_has_a_range() -> None:
                 MaintenancePolicy.of({PROPERTY_NAMES[f.name]: str(low - 1)}, TABLE)
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        ("table_properties", ["a=b"], "a dict of names to values"),
+        ("op_values", "IUD", "a dict of names to values"),
+        ("sequence_by", ["ts"], "a string"),
+        ("trigger", "availableNow", "a dict"),
+        ("query_name", 7, "a string"),
+        ("checkpoint_location", 42, "a string"),
+        ("job_id", 123, "a string"),
+        ("partition_by", [1], "a list of strings"),
+        ("equality_fields", "id", "a list of strings, e.g. ['id']"),
+        ("catalog", 5, "a catalog name, a CatalogConfig or a dict of properties"),
+    ],
+)
+def test_an_option_of_the_wrong_kind_is_refused_naming_the_table_and_the_option(
+    option: str, value: object, said: str
+) -> None:
+    """Not a Python error from deep inside (an unhashable list, a string split into letters, an int quoted)."""
+    from icesink.sink.options import StreamOptions
+
+    with pytest.raises(ConfigError) as refused:
+        StreamOptions(table=TABLE, **{option: value})
+    assert str(refused.value).startswith(f"table {TABLE}: {option} takes {said}")
+    assert refused.value.table == TABLE
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"partition_by": "day(ts)"}, "partition_by takes a dict by source table (or table)"),
+        ({"tables": ["a"]}, "tables takes a dict by source table (or table)"),
+        ({"table_properties": ["a"]}, "table_properties takes a dict of names to values"),
+    ],
+)
+def test_icesink_debezium_refuses_an_option_of_the_wrong_kind(arguments: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(f"icesink.debezium: {message}")):
+        icesink.debezium("inventory", **arguments)  # type: ignore[arg-type]
+    assert icesink.debezium("inventory", tables={"a.b": "x.y"}).tables == {"a.b": "x.y"}
+
+
 def test_partition_by_given_as_one_string_is_refused_naming_the_list_it_meant() -> None:
     """A string is a sequence of its characters: ``partition_by="region"`` would partition by columns r, e, g…"""
     from icesink.sink.options import StreamOptions
@@ -284,8 +325,9 @@ def test_partition_by_given_as_one_string_is_refused_naming_the_list_it_meant() 
     with pytest.raises(ConfigError) as refused:
         StreamOptions(table=TABLE, partition_by="day(ts)")  # type: ignore[arg-type]
     assert str(refused.value) == (
-        f"table {TABLE}: partition_by takes a list of partition fields, e.g. ['day(ts)'], not the string 'day(ts)'"
+        f"table {TABLE}: partition_by takes a list of strings, e.g. ['day(ts)'], not the string 'day(ts)'"
     )
+    assert refused.value.table == TABLE
     assert StreamOptions(table=TABLE, partition_by=["day(ts)"]).partition_by == ("day(ts)",)
 
 

@@ -64,7 +64,7 @@ def test_stream_and_read_stream_with_an_undefined_catalog_name_create_nothing(
             checkpoint_location=str(work / "ckpt"),
             catalog="prdo",
         )
-    with pytest.raises(Exception, match="catalog 'prdo' is not defined"):
+    with pytest.raises(ConfigError, match="catalog 'prdo' is not defined"):  # icesink's own, not Spark's wrapping
         icesink.read_stream(spark, "shop.orders", catalog="prdo")
     assert files_under(work) == [] and not (tmp_path / "prod.db").exists()
 
@@ -124,7 +124,7 @@ def test_an_unreadable_starting_is_refused_when_the_stream_is_defined(
     spark: Any, sqlite_catalog: CatalogConfig
 ) -> None:
     create(sqlite_catalog)
-    with pytest.raises(Exception) as raised:
+    with pytest.raises(ConfigError) as raised:  # icesink's own error, not Spark's wrapping of it
         icesink.read_stream(spark, TABLE, catalog=catalog_of(sqlite_catalog), starting="yesterday")
     message = str(raised.value)
     assert "starting='yesterday' is not one of earliest, latest, a snapshot id" in message and "ISO 8601" in message

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from shlex import quote
 from typing import TYPE_CHECKING, Literal, overload
 
 import sqlalchemy as sa
@@ -98,7 +99,7 @@ def _not_found(catalog: SqlCatalog, config: CatalogConfig, identifier: str) -> T
     if pending_location(catalog.engine, config.name, identifier) is not None:
         return TableNotFoundError(
             f"table {identifier!r} is not in {config.describe()} yet: a stream created it, and it appears with the "
-            f"first commit that brings it rows (`icesink checkpoints list {identifier}` shows what is staged)"
+            f"first commit that brings it rows (`icesink checkpoints list {quote(identifier)}` shows what is staged)"
         )
     return TableNotFoundError(
         f"table {identifier!r} does not exist in {config.describe()}; create it first (icesink.stream(..., "

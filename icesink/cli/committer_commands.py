@@ -153,8 +153,8 @@ def _check_committer_options(
     if poll_interval >= lease_ttl:
         # The lease is renewed once per poll: it would lapse between polls and standbys would take over.
         raise click.BadParameter(
-            f"{poll_interval:g}s is not below --lease-ttl ({lease_ttl:g}s): the lease is renewed once per poll, so "
-            "it would lapse between polls; poll more often or raise --lease-ttl",
+            f"{poll_interval:g}s is not below --lease-ttl ({lease_ttl:g}s; ICESINK_LEASE_TTL): the lease is renewed "
+            "once per poll, so it would lapse between polls; poll more often or raise --lease-ttl",
             param_hint="--poll-interval",
         )
     for table in tables:

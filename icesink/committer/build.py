@@ -12,6 +12,7 @@ import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from shlex import quote
 from typing import TYPE_CHECKING
 
 from icesink.catalog.checkpoints import CheckpointRow
@@ -300,6 +301,7 @@ class SnapshotBuilder:
         if staged is None:
             return []
         path = staged.path
+        which = f"{quote(identifier)} {row.checkpoint_id} --job {quote(row.job_id)}"  # as a shell takes them
         manifest = DeltaManifest(path, row.spec_id, staged.length, deletes=deletes)
         try:
             return read_delta_manifest(table.io, manifest)
@@ -307,8 +309,8 @@ class SnapshotBuilder:
             raise ManifestError(
                 f"table {identifier}, job {row.job_id}, checkpoint {row.checkpoint_id}: staged manifest "
                 f"{path} cannot be read ({type(e).__name__}: {e}); the checkpoint stays staged. Restore the file "
-                f"and run `icesink checkpoints retry {identifier} {row.checkpoint_id}`, or give the checkpoint up "
-                f"with `icesink checkpoints discard {identifier} {row.checkpoint_id}` (its rows are then lost)"
+                f"and run `icesink checkpoints retry {which}`, or give the checkpoint up with "
+                f"`icesink checkpoints discard {which}` (its rows are then lost)"
             ) from e
 
 

@@ -108,7 +108,7 @@ class StatusServer:
                     except Exception as e:  # the ledger unreachable: health still answers, saying so
                         streams = [{"error": str(e)}]
                     report = {"healthy": not problems, "problems": problems, "failures": failures(), "jobs": streams}
-                    body = json.dumps(report, default=str).encode()
+                    body = json.dumps(report, default=_json_value).encode()
                     status, kind = (503 if problems else 200), "application/json"
                 else:
                     body, status, kind = b"not found\n", 404, "text/plain"
@@ -131,3 +131,9 @@ class StatusServer:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def _json_value(value: object) -> str:
+    """Moments as ISO 8601 (as the CLI's JSON gives them), anything else as its text."""
+    isoformat = getattr(value, "isoformat", None)
+    return str(isoformat()) if callable(isoformat) else str(value)

@@ -24,6 +24,11 @@ class Debezium:
     dead_letter: str | None = None  # the table of records that cannot be applied; None: they stop the stream
 
     @property
+    def tables(self) -> Mapping[str, str]:
+        """The ``tables=`` mappings given (source table -> table)."""
+        return self.names
+
+    @property
     def table_properties(self) -> Mapping[str, str] | None:
         return self.table_options.table_properties
 
@@ -78,6 +83,11 @@ def debezium(
     committed with the micro-batch's other tables, and the stream goes on without the change it held.
     """
     names, partitions = _checked(namespace, tables, partition_by, evolve_schema, maintain, dead_letter)
+    if table_properties is not None and not isinstance(table_properties, Mapping):
+        raise ConfigError(
+            "icesink.debezium: table_properties takes a dict of names to values, e.g. "
+            f"{{'write.target-file-size-bytes': '134217728'}}, not {table_properties!r}"
+        )
     check_user_properties(table_properties, "icesink.debezium")
     per_table = TableOptions(table_properties=table_properties, evolve_schema=evolve_schema, maintain=maintain)
     return Debezium(namespace, names, partitions, per_table, dead_letter)
@@ -96,6 +106,17 @@ def _checked(
         raise ConfigError(
             f"icesink.debezium: namespace must be a namespace name such as 'inventory', not {namespace!r}"
         )
+    for option, mapping in (("tables", tables), ("partition_by", partition_by)):
+        if mapping is not None and not isinstance(mapping, Mapping):
+            raise ConfigError(
+                f"icesink.debezium: {option} takes a dict by source table (or table), e.g. "
+                + (
+                    "{'inventory.public.orders': 'shop.orders'}"
+                    if option == "tables"
+                    else "{'shop.orders': ['bucket(8, id)']}"
+                )
+                + f", not {mapping!r}"
+            )
     names = dict(tables or {})
     for source, target in names.items():
         if not _is_table_name(target):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import uuid
+from shlex import quote
 from typing import Any
 
 import sqlalchemy as sa
@@ -268,8 +269,8 @@ def _created_elsewhere(table: Table, pending: str) -> TableCreatedElsewhereError
         f"but another tool created a table of that name in the catalog meanwhile (metadata "
         f"{table.metadata_location}). The stream's files were written for its own table and are not committed "
         "into the other one; they stay staged. Drop or rename the other table (then they commit), or discard "
-        f"them (`icesink checkpoints discard {identifier} N`) and give the name up (`icesink tables drop-pending "
-        f"{identifier}`), mapping the stream's source table to another name"
+        f"them (`icesink checkpoints discard {quote(identifier)} N`) and give the name up (`icesink tables "
+        f"drop-pending {quote(identifier)}`), mapping the stream's source table to another name"
     )
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from icesink.errors import ConfigError
 from icesink.properties import check_user_properties
-from icesink.table_options import TABLE_OPTIONS, TableOptions, Writer, doc
+from icesink.table_options import TABLE_OPTIONS, TableOptions, Writer, doc, refuse_wrong_types
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -115,10 +115,20 @@ class StreamOptions(TableOptions, StreamWideOptions):
 
     def __post_init__(self) -> None:
         table = self.table
-        if isinstance(self.partition_by, str):
+        if not isinstance(table, str):
+            raise ConfigError(f"icesink.stream: table takes a table name 'namespace.table', not {table!r}")
+        try:
+            refuse_wrong_types(self, f"table {table}")
+            self._check(table)
+        except ConfigError as e:
+            e.located(table)
+            raise
+
+    def _check(self, table: str) -> None:
+        if not (self.catalog is None or isinstance(self.catalog, str | Mapping) or hasattr(self.catalog, "uri")):
             raise ConfigError(
-                f"table {table}: partition_by takes a list of partition fields, e.g. [{self.partition_by!r}], "
-                f"not the string {self.partition_by!r}"
+                f"table {table}: catalog takes a catalog name, a CatalogConfig or a dict of properties, "
+                f"not {self.catalog!r}"
             )
         object.__setattr__(self, "committer", _member(Committer, self.committer, table, "committer"))
         object.__setattr__(self, "writer", _member(Writer, self.writer, table, "writer"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping, Sequence
+from shlex import quote
 from typing import TYPE_CHECKING
 
 from pyiceberg import types as it
@@ -43,7 +44,8 @@ def pending_note(identifier: str) -> str:
     return (
         f"Table {identifier} is pending (a stream created it, and nothing of it is committed yet): a stream that "
         "creates it (create_table=True, or icesink.debezium) and is started again with other options creates it "
-        f"anew with them while nothing of it is staged, and `icesink tables drop-pending {identifier}` gives it up"
+        f"anew with them while nothing of it is staged, and `icesink tables drop-pending {quote(identifier)}` "
+        "gives it up"
     )
 
 
@@ -212,7 +214,7 @@ def _moved_refusal(identifier: str, differences: list[Difference], moved: dict[s
         "ledger (committed without files, or discarded) recorded which field each DataFrame column went to, and the "
         f"table created anew would give these columns other fields: {shown}; the stream would write their values "
         "into other columns. Start the stream with the columns as they were (its other options can change), or "
-        f"write the table under another name (`icesink tables drop-pending {identifier}` gives this one up)"
+        f"write the table under another name (`icesink tables drop-pending {quote(identifier)}` gives this one up)"
     )
 
 
@@ -227,7 +229,7 @@ def _staged_refusal(identifier: str, differences: list[Difference], staged: dict
         f"table {identifier} is pending (a stream created it; it enters the catalog with its first commit), and this "
         f"stream asks other options of it: {_described(differences)}. {named} {'is' if count == 1 else 'are'} "
         "staged, written for the options it was created with, so it is not created anew. Let them commit (the table "
-        f"keeps its options), or give them up (`icesink checkpoints discard {identifier} {only}`) and then start "
-        f"the stream again (the table is created anew with its options) or give the table up (`icesink tables "
-        f"drop-pending {identifier}`)"
+        f"keeps its options), or give them up (`icesink checkpoints discard {quote(identifier)} {only}`) and then "
+        f"start the stream again (the table is created anew with its options) or give the table up (`icesink "
+        f"tables drop-pending {quote(identifier)}`)"
     )

@@ -15,7 +15,8 @@ from icesink.catalog.config import CatalogConfig, resolve_catalog
 from icesink.catalog.loader import open_catalog
 from icesink.debezium_events.decode_task import INPUT_COLUMNS
 from icesink.debezium_events.stream_spec import Debezium
-from icesink.errors import ConfigError, NotStreamingError
+from icesink.errors import ConfigError, IcesinkError, NotStreamingError
+from icesink.iceberg.pending_tables import PendingAwareCatalog
 from icesink.paths import segment
 from icesink.settings import check_environment
 from icesink.sink.batch import MicroBatchHandler
@@ -24,6 +25,7 @@ from icesink.sink.options import Committer, StreamOptions, StreamWideOptions, Ta
 from icesink.sink.preflight import preflight
 from icesink.sink.routing import StaticRouter, TargetSettings
 from icesink.sink.sink_settings import SinkSettings
+from icesink.sink.tables import table_exists
 from icesink.table_options import TableOptions
 
 if TYPE_CHECKING:
@@ -105,11 +107,16 @@ def _stream(
         return _stream_tables(df, tables, own, per_table)
     if table is None:
         raise ConfigError("icesink.stream needs table='namespace.table' (or tables={...} for several tables)")
+    if not isinstance(table, str):
+        raise ConfigError(f"icesink.stream: table takes a table name 'namespace.table', not {table!r}")
     _check_streaming(df, table)
     location = _checkpoint_location(df, own.checkpoint_location, own.query_name, table)
     options = own.joined(table, per_table, checkpoint_location=location)
-
-    settings, catalog_handle = preflight(df, options)
+    try:
+        settings, catalog_handle = preflight(df, options)
+    except IcesinkError as e:
+        e.located(table)
+        raise
     return start(df, options, [TargetSettings(settings)], catalog_handle)
 
 
@@ -146,13 +153,42 @@ def _stream_tables(
     # Every target's options are checked before any table is created: a mistake in the last one's options leaves
     # no pending table of the first one behind.
     planned = [_target_options(df, identifier, target, own) for identifier, target in tables.items()]
+    config = resolve_catalog(own.catalog)
+    existing = _existing_tables(config, [options.table for options, _, _ in planned])
     targets: list[TargetSettings] = []
     catalog_handle = None
     for options, selected, target in planned:
-        settings, catalog_handle = preflight(selected, options, deferred=True)
+        try:
+            settings, catalog_handle = preflight(selected, options, deferred=True)
+        except IcesinkError as e:
+            # A target refused after others were created leaves none of them behind: they hold no rows yet.
+            _drop_created(config, [t.settings.table for t in targets if t.settings.table not in existing])
+            e.located(options.table)
+            raise
         targets.append(TargetSettings(settings, target.select))
     assert catalog_handle is not None
     return start(df, planned[-1][0], targets, catalog_handle)
+
+
+def _existing_tables(config: CatalogConfig, identifiers: list[str]) -> set[str]:
+    """The tables among these that exist (or are pending) before the stream starts."""
+    catalog = open_catalog(config, pending_tables=True)
+    return {identifier for identifier in identifiers if table_exists(catalog, config, identifier)}
+
+
+def _drop_created(config: CatalogConfig, identifiers: list[str]) -> None:
+    catalog = open_catalog(config, pending_tables=True)
+    assert isinstance(catalog, PendingAwareCatalog)
+    for identifier in identifiers:
+        try:
+            catalog.drop_pending_table(identifier)
+        except Exception as e:  # the refusal is what the user needs to see; this only tidies up
+            log.warning(
+                "table %s: the pending table this stream created is left (%s); `icesink tables drop-pending` "
+                "removes it",
+                identifier,
+                e,
+            )
 
 
 def _target_options(
