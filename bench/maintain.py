@@ -94,6 +94,7 @@ def main() -> None:
     from icesink.committer.maintainer import Maintainer
     from icesink.iceberg.scan import live_files
     from icesink.maintenance.policy import MaintenancePolicy
+    from icesink.maintenance.run import MaintenanceRequest
     from icesink.paths import file_uri
 
     work = Path(tempfile.mkdtemp(prefix="icesink-bench-maintain-"))
@@ -146,7 +147,9 @@ def main() -> None:
                         continue
                     registered = catalog.register_table(f"bench.{copy}", state.metadata_location)
                     began = time.perf_counter()
-                    Maintainer(catalog, config).run(registered, f"bench.{copy}", MaintenancePolicy(), everything=True)
+                    Maintainer(catalog, config).run(
+                        registered, f"bench.{copy}", MaintenanceRequest(MaintenancePolicy(), everything=True)
+                    )
                     ours.append(time.perf_counter() - began)
                     maintained = f"bench.{copy}"
             assert maintained is not None

@@ -3,6 +3,7 @@ command-line output and callers (driven without Spark)."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import pickle
 import urllib.request
@@ -21,7 +22,8 @@ from tests.helpers.support import create_orders_table, orders, stage_group, stag
 from tests.test_cli import invoke
 
 TABLE = "shop.orders ü"
-LINES = "shop.order lines"
+# Its name holds TABLE's: a message naming it names TABLE too, so only the error's field tells them apart.
+LINES = "shop.orders ü archive"
 
 
 def break_manifest(config: CatalogConfig, identifier: str, checkpoint_id: int) -> str:
@@ -87,7 +89,9 @@ def test_a_group_blocked_by_one_table_names_that_table_for_every_table_it_holds_
     assert lines[0].endswith(f"(it also holds back {TABLE}, committed with it)")
     # What to run, as a shell takes it: the table's name quoted, the job named (checkpoint numbers repeat).
     assert f"`icesink checkpoints discard {quote(LINES)} 0 --job job`" in lines[0]
-    assert all("T" in str(job["oldest_pending_at"]) for job in health["jobs"])  # ISO 8601, as the CLI says it
+    moments = [job["oldest_pending_at"] for job in health["jobs"]]
+    assert moments and all(datetime.datetime.fromisoformat(m).tzinfo is not None for m in moments), moments
+    assert all("T" in m for m in moments)  # ISO 8601 as the CLI's JSON says it, not Python's str()
 
 
 def test_an_error_keeps_the_fields_it_was_raised_with_and_survives_pickling() -> None:
@@ -97,3 +101,12 @@ def test_an_error_keeps_the_fields_it_was_raised_with_and_survives_pickling() ->
     # Executors send errors to the driver pickled: a subclass with fields of its own comes back whole enough.
     mismatch = pickle.loads(pickle.dumps(SchemaMismatchError("table a.b: column x", column="x", table="a.b")))
     assert isinstance(mismatch, SchemaMismatchError) and str(mismatch) == "table a.b: column x"
+
+
+def test_tables_failing_each_on_its_own_with_the_same_message_are_not_said_to_hold_each_other_back() -> None:
+    from icesink.cli.committer_commands import _failures
+    from icesink.errors import CatalogUnavailableError
+
+    down = "the catalog database cannot be reached"
+    errors = {t: CatalogUnavailableError(down).located(t).fields() for t in (TABLE, LINES)}
+    assert _failures(errors) == [f"table {TABLE}: {down}", f"table {LINES}: {down}"]

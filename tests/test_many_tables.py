@@ -187,15 +187,32 @@ def test_mistakes_in_tables_are_refused_before_the_stream_starts(
     assert not open_catalog(sqlite_catalog).table_exists("shop.a")
 
 
+@pytest.mark.parametrize("query_name", [7, ["q"]])
+def test_a_query_name_of_the_wrong_kind_is_refused_before_it_names_the_checkpoint_location(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, query_name: object
+) -> None:
+    """Without a checkpoint location the query name names its directory: checked before it is used."""
+    df = spark.readStream.schema(EVENTS_SCHEMA).json(str(tmp_path))
+    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "default"))
+    try:
+        for where in ({"table": ORDERS}, {"tables": {ORDERS: icesink.Target()}}):
+            with pytest.raises(ConfigError, match=r"query_name takes a string"):
+                icesink.stream(df, catalog=sqlite_catalog, query_name=query_name, **where)  # type: ignore[arg-type]
+    finally:
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
+    assert not (tmp_path / "default").exists()
+
+
 def test_a_target_refused_after_another_was_created_leaves_no_pending_table_behind(
     spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
 ) -> None:
     """The second table exists and does not fit the micro-batch; the first, created for the stream a moment
     before, holds no rows and goes again. The error names the table that does not fit, as a field too."""
     from icesink.catalog.database import engine
+    from icesink.catalog.ledger import Ledger
     from icesink.errors import SchemaMismatchError
     from icesink.iceberg.pending_tables import pending_tables
-    from tests.helpers.support import create_orders_table
+    from tests.helpers.support import create_orders_table, orders, stage_rows
 
     create_orders_table(sqlite_catalog, AUDIT)  # its columns are not the events'
     df = spark.readStream.schema(EVENTS_SCHEMA).json(str(tmp_path))
@@ -209,6 +226,18 @@ def test_a_target_refused_after_another_was_created_leaves_no_pending_table_behi
     assert refused.value.table == AUDIT and f"table {AUDIT}" in str(refused.value)
     assert pending_tables(engine(sqlite_catalog), sqlite_catalog.name) == []
     assert not open_catalog(sqlite_catalog, pending_tables=True).table_exists(LINES)
+    # A table that was there before (pending, with a checkpoint staged by another stream) is never given up.
+    create_orders_table(sqlite_catalog, ORDERS, pending=True)
+    assert stage_rows(sqlite_catalog, ORDERS, "other", 0, orders(0, 2))
+    with pytest.raises(SchemaMismatchError):
+        icesink.stream(
+            df,
+            tables={ORDERS: icesink.Target(), LINES: icesink.Target(create_table=True), AUDIT: icesink.Target()},
+            checkpoint_location=str(tmp_path / "ckpt"),
+            catalog=sqlite_catalog,
+        )
+    assert [name for name, _, _ in pending_tables(engine(sqlite_catalog), sqlite_catalog.name)] == [ORDERS]
+    assert [r.checkpoint_id for r in Ledger(sqlite_catalog).pending(ORDERS)] == [0]
 
 
 def test_a_table_refused_at_its_first_start_takes_the_options_of_the_next_start(

@@ -10,17 +10,10 @@ error, unless its uri is given too (then the name is only a label).
 
 from __future__ import annotations
 
-import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import unquote
-
-import pyiceberg.io
-from pyiceberg.utils.config import Config
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
 from icesink import paths
 from icesink.errors import ConfigError
@@ -41,6 +34,10 @@ def sqlite_path(uri: str) -> Path | None:
     None for other databases and for in-memory SQLite. SQLite's own URI
     filenames (``sqlite:///file:/abs/db?uri=true``) are understood too.
     """
+    from urllib.parse import unquote
+
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
 
     try:
         url = make_url(uri)
@@ -64,6 +61,8 @@ def sqlite_path(uri: str) -> Path | None:
 def redact_uri(uri: str) -> str:
     """The URI with any password hidden, safe for logs and error messages."""
     try:
+        from sqlalchemy.engine import make_url
+
         return make_url(uri).render_as_string(hide_password=True)
     except Exception:  # an unparsable URI has no password we can find
         return uri.split("@")[-1] if "@" in uri else uri
@@ -104,6 +103,7 @@ class CatalogConfig:
         properties: Mapping[str, str] | None = None,
     ) -> CatalogConfig:
         """Merge arguments with the pyiceberg configuration of catalog ``name``."""
+        from pyiceberg.utils.config import Config
 
         pyiceberg_config = Config()
         from_environment = os.environ.get(CATALOG_NAME_ENV)
@@ -180,6 +180,8 @@ def _undefined_catalog(name: str, known: list[str]) -> ConfigError:
 
 
 def _validate_uri(name: str, uri: str) -> None:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
 
     try:
         make_url(uri)
@@ -191,6 +193,7 @@ def _validate_uri(name: str, uri: str) -> None:
 
 
 def _known_s3_properties() -> set[str]:
+    import pyiceberg.io
 
     known = {v for k, v in vars(pyiceberg.io).items() if k.startswith("S3_") and isinstance(v, str) and "/" not in v}
     return known | {"s3.path-style-access"}  # iceberg-rust's name, for catalogs shared with its readers
@@ -198,6 +201,7 @@ def _known_s3_properties() -> set[str]:
 
 def _validate_properties(name: str, properties: Mapping[str, str]) -> None:
     """A misspelt object-store setting would otherwise surface as an access error deep inside a Spark task."""
+    import difflib
 
     known = _known_s3_properties()
     for key in sorted(properties):
@@ -261,6 +265,7 @@ def check_data_source_options(what: str, options: Mapping[str, str], known: tupl
     ``catalog.<key>``; an unknown one is a :class:`ConfigError` naming the
     closest known option. ``path`` (``load("ns.t")``, ``start("ns.t")``) names the table too.
     """
+    import difflib
 
     own = ("table", "catalog", *known)
     for key in sorted(options):

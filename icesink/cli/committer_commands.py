@@ -169,15 +169,18 @@ def _check_committer_options(
 
 def _failures(errors: dict[str, dict[str, object]]) -> list[str]:
     """Each error once: tables committed together fail together, with one error and the tables it holds back."""
-    by_error: dict[str, list[str]] = {}
+    by_error: dict[tuple[object, ...], list[str]] = {}
     for table, fields in errors.items():
-        by_error.setdefault(str(fields["message"]), []).append(table)
+        where = (fields["message"], fields.get("table"), fields.get("checkpoint_id"), fields.get("job_id"))
+        by_error.setdefault(where, []).append(table)
     lines = []
-    for error, tables in by_error.items():
-        own = errors[tables[0]].get("table")  # the table the error is about, as the error says
+    for (message, own, _, _), tables in by_error.items():  # own: the table the error is about, as it says
+        error = str(message)
         held = [t for t in tables if t != own]
         if own not in tables:  # about no table of these: the first one is said to be it
-            error, held = f"table {tables[0]}: {error}", tables[1:]
+            own, held = tables[0], tables[1:]
+        if not error.startswith(f"table {own}"):  # a message that does not say which table (a lost database)
+            error = f"table {own}: {error}"
         lines.append(f"{error} (it also holds back {', '.join(held)}, committed with it)" if held else error)
     return lines
 

@@ -172,7 +172,14 @@ class CommitterDaemon:
             details = error.located(table).fields()
         else:
             message = f"table {table}: {type(error).__name__}: {error}"
-            details = {"error": type(error).__name__, "table": table, "transient": False, "message": message}
+            details = {
+                "error": type(error).__name__,
+                "table": table,
+                "checkpoint_id": None,
+                "job_id": None,
+                "transient": False,
+                "message": message,
+            }
         report.failed[table] = str(details["message"])
         report.errors[table] = details
         self._last_errors[table] = details

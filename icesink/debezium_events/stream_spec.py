@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from icesink.debezium_events.sources import SourceTable
 from icesink.errors import ConfigError
 from icesink.properties import check_user_properties
-from icesink.table_options import TableOptions
+from icesink.table_options import TableOptions, refuse_wrong_types
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,7 @@ def debezium(
         )
     check_user_properties(table_properties, "icesink.debezium")
     per_table = TableOptions(table_properties=table_properties, evolve_schema=evolve_schema, maintain=maintain)
+    refuse_wrong_types(per_table, "icesink.debezium")
     return Debezium(namespace, names, partitions, per_table, dead_letter)
 
 

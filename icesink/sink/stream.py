@@ -12,6 +12,7 @@ from pyspark.sql import DataFrame as SparkDataFrame
 
 from icesink import paths
 from icesink.catalog.config import CatalogConfig, resolve_catalog
+from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.debezium_events.decode_task import INPUT_COLUMNS
 from icesink.debezium_events.stream_spec import Debezium
@@ -26,7 +27,7 @@ from icesink.sink.preflight import preflight
 from icesink.sink.routing import StaticRouter, TargetSettings
 from icesink.sink.sink_settings import SinkSettings
 from icesink.sink.tables import table_exists
-from icesink.table_options import TableOptions
+from icesink.table_options import TableOptions, refuse_wrong_types
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -109,10 +110,11 @@ def _stream(
         raise ConfigError("icesink.stream needs table='namespace.table' (or tables={...} for several tables)")
     if not isinstance(table, str):
         raise ConfigError(f"icesink.stream: table takes a table name 'namespace.table', not {table!r}")
+    refuse_wrong_types(own, f"table {table}")  # before its query name or location is used
     _check_streaming(df, table)
     location = _checkpoint_location(df, own.checkpoint_location, own.query_name, table)
-    options = own.joined(table, per_table, checkpoint_location=location)
     try:
+        options = own.joined(table, per_table, checkpoint_location=location)
         settings, catalog_handle = preflight(df, options)
     except IcesinkError as e:
         e.located(table)
@@ -126,6 +128,7 @@ def _stream_tables(
     """One stream into several tables: each target checked as a stream of its own, then one query."""
 
     named = _named(tables)
+    refuse_wrong_types(own, f"tables {named}")  # before its query name or location is used
     given = per_table.given()
     if given:
         where = (
@@ -153,15 +156,20 @@ def _stream_tables(
     # Every target's options are checked before any table is created: a mistake in the last one's options leaves
     # no pending table of the first one behind.
     planned = [_target_options(df, identifier, target, own) for identifier, target in tables.items()]
+    check_environment()
     config = resolve_catalog(own.catalog)
-    existing = _existing_tables(config, [options.table for options, _, _ in planned])
+    # Without a location the first preflight refuses the stream before it creates anything.
+    existing = (
+        _existing_tables(config, [options.table for options, _, _ in planned]) if own.checkpoint_location else set()
+    )
     targets: list[TargetSettings] = []
     catalog_handle = None
     for options, selected, target in planned:
         try:
             settings, catalog_handle = preflight(selected, options, deferred=True)
         except IcesinkError as e:
-            # A target refused after others were created leaves none of them behind: they hold no rows yet.
+            # The tables this start created for the targets before it go again: they hold no rows yet. (The refused
+            # target's own stays pending, so that starting again with other options creates it anew.)
             _drop_created(config, [t.settings.table for t in targets if t.settings.table not in existing])
             e.located(options.table)
             raise
@@ -177,9 +185,14 @@ def _existing_tables(config: CatalogConfig, identifiers: list[str]) -> set[str]:
 
 
 def _drop_created(config: CatalogConfig, identifiers: list[str]) -> None:
+    """Pending tables this start created, given up again; one some stream staged a checkpoint for meanwhile (another
+    stream created the same table at the same moment) is left alone."""
     catalog = open_catalog(config, pending_tables=True)
     assert isinstance(catalog, PendingAwareCatalog)
+    ledger = Ledger(config)
     for identifier in identifiers:
+        if ledger.for_table(identifier):
+            continue
         try:
             catalog.drop_pending_table(identifier)
         except Exception as e:  # the refusal is what the user needs to see; this only tidies up
@@ -208,7 +221,11 @@ def _target_options(
         raise ConfigError(
             f"table {identifier}: its Target's select returned {type(selected).__name__}, not a DataFrame"
         )
-    return own.joined(identifier, target.table_options()), selected, target
+    try:
+        return own.joined(identifier, target.table_options()), selected, target
+    except IcesinkError as e:
+        e.located(identifier)
+        raise
 
 
 def _named(tables: object) -> str:
@@ -227,7 +244,11 @@ def _stream_debezium(df: DataFrame, spec: Debezium, own: StreamWideOptions) -> S
             f"tables {name}: the stream has no column {missing[0]!r}; icesink.debezium reads key and value as "
             f"Spark's Kafka source gives them (its columns: {', '.join(df.columns)})"
         )
-    options = own.joined(name, TableOptions())
+    try:
+        options = own.joined(name, TableOptions())
+    except ConfigError as e:
+        e.table = None  # the stream's name, not a table: its tables are found as events come
+        raise
     if spec.table_options.maintain and options.committer != Committer.INLINE:
         raise ConfigError(
             f"tables {name}: icesink.debezium(maintain=True) applies to the inline committer; with "
