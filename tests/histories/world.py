@@ -318,7 +318,7 @@ class World:
     def maintain(self, mode: str) -> None:
         from icesink.maintenance.committing import MaintenanceTarget
         from icesink.maintenance.policy import MaintenancePolicy
-        from icesink.maintenance.run import maintain_table
+        from icesink.maintenance.run import MaintenanceRequest, maintain_table
 
         target = MaintenanceTarget(self.catalog, self.config, IDENTIFIER)
         policy = MaintenancePolicy.of(self.table().properties, IDENTIFIER)
@@ -327,7 +327,7 @@ class World:
 
             convert_equality_deletes(target, self.table())
         else:
-            maintain_table(target, self.table(), policy, everything=mode == "all")
+            maintain_table(target, self.table(), MaintenanceRequest(policy, everything=mode == "all"))
         self.committer.forget(IDENTIFIER)
 
     # --- the oracle ----------------------------------------------------------------------------------------------
