@@ -120,7 +120,6 @@ def _committed_tables(
 
 
 def _no_changes(table: Table, mode: str) -> pa.Table:
-
     return empty_changelog(table.schema()) if mode == "changelog" else empty_table(table.schema().as_arrow())
 
 
@@ -134,7 +133,6 @@ def _names(tables: Sequence[str]) -> list[str]:
 
 
 def _read_at(table: Table, ref: TableRef, job_id: str, checkpoint_id: int) -> pa.Table:
-
     snapshot_id = _at_checkpoint(table, ref, job_id, checkpoint_id)
     if snapshot_id is None:  # before the table's first snapshot
         return empty_table(table.schema().as_arrow())

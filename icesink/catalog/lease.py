@@ -243,13 +243,11 @@ class LeaseKeeper:
     """
 
     def __init__(self, lease: Lease) -> None:
-
         self._lease = lease
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renew, name=f"lease {lease.scope}", daemon=True)
 
     def _renew(self) -> None:
-
         while not self._stop.wait(self._lease.ttl / 3):
             with contextlib.suppress(Exception):  # reported by the check before the next commit
                 if not self._lease.acquire():

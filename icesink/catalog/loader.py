@@ -95,7 +95,6 @@ def load_table(catalog: SqlCatalog, config: CatalogConfig, identifier: str, own:
 
 
 def _not_found(catalog: SqlCatalog, config: CatalogConfig, identifier: str) -> TableNotFoundError:
-
     if pending_location(catalog.engine, config.name, identifier) is not None:
         return TableNotFoundError(
             f"table {identifier!r} is not in {config.describe()} yet: a stream created it, and it appears with the "

@@ -195,7 +195,6 @@ class SnapshotBuilder:
         per_row: Sequence[CheckpointFiles],
         extra: Mapping[str, str],
     ) -> PreparedCommit:
-
         group = [c.row for c in per_row]
         files = [f for c in per_row for f in c.files]
         deletes = [f for c in per_row for f in c.deletes]
@@ -296,7 +295,6 @@ class SnapshotBuilder:
         )
 
     def _read_files(self, table: Table, identifier: str, row: CheckpointRow, deletes: bool) -> list[DataFile]:
-
         staged = row.manifests.deletes if deletes else row.manifests.data
         if staged is None:
             return []

@@ -61,7 +61,6 @@ def collect_garbage(
     older_than: datetime.timedelta,
     dry_run: bool = False,
 ) -> GcReport:
-
     ledger = Ledger(config)
     report = GcReport(table=identifier, dry_run=dry_run)
     cutoff_ms = int((time.time() - older_than.total_seconds()) * 1000)

@@ -192,7 +192,6 @@ def _snapshot_properties(written: TableResults, checkpoint_id: int) -> tuple[tup
 
 
 def _drop_manifests(written: Sequence[TableResults], staged: Sequence[StagedCheckpoint]) -> None:
-
     for one, checkpoint in zip(written, staged, strict=False):
         delete_quietly(one.table.io, checkpoint.manifest_paths)
 

@@ -265,7 +265,6 @@ def _rewrite(
 def _commit_group(
     target: MaintenanceTarget, table: Table, plan: CompactionPlan, group: FileGroup, records: list[FileRecord]
 ) -> tuple[Table, int]:
-
     version = table.metadata.format_version
     added = tuple(AddedFile(to_data_file(r, version), plan.base_sequence_number) for r in records)
     replaced = frozenset(str(f.file.file_path) for f in group.files)

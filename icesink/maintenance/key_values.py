@@ -26,7 +26,6 @@ INTEGERS, BYTES = "integers", "bytes"
 
 
 def order_of(kind: IcebergType) -> str | None:
-
     integers = (t.IntegerType, t.LongType, t.DateType, t.TimeType, t.TimestampType, t.TimestamptzType)
     if isinstance(kind, (*integers, t.DecimalType, t.BooleanType)):
         return INTEGERS

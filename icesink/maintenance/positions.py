@@ -145,7 +145,6 @@ def _row_group_positions(metadata: pq.FileMetaData, groups: Sequence[int]) -> pa
 
 
 def _arrow_type(schema: Schema, field_id: int) -> pa.DataType:
-
     return schema_to_pyarrow(IcebergSchema(schema.find_field(field_id)), include_field_ids=False).field(0).type
 
 

@@ -216,7 +216,6 @@ def _partitions_may_hold(
 
 
 def _field_values(schema: Schema, field_id: int, keys: pa.Table, name: str) -> FieldValues:
-
     kind = schema.find_field(field_id).field_type
     column = keys.column(name).combine_chunks()
     nulls = keys.column(f"{NULL_FLAG}{name}").combine_chunks()
@@ -320,7 +319,6 @@ def _statistic(values: FieldValues, column: Any, raw: Any) -> Any:
 def _bloom_may_hold(
     row_group: Any, parquet: pq.ParquetFile, stream: Any, leaves: dict[int, int], group: KeyGroup
 ) -> bool:
-
     for values in group.fields:
         column = leaves.get(values.field_id)
         if column is None:

@@ -39,7 +39,6 @@ class TableStats:
 
     @classmethod
     def of(cls, table: Table) -> TableStats:
-
         live = live_files(table)
         deletes = live.position_deletes + live.equality_deletes
         return cls(

@@ -149,6 +149,5 @@ def check_written(io: FileIO, identifier: str, rows: pa.Table, records: Sequence
 
 
 def _raw(io: FileIO, path: str) -> pa.Table:
-
     with io.new_input(path).open() as stream:
         return pq.read_table(stream)

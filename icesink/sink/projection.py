@@ -122,7 +122,6 @@ class Projection:
     nested_ids: tuple[tuple[str, int], ...] = ()  # nested DataFrame fields (as path_key) → field ids
 
     def apply(self, df: DataFrame, table_schema: Schema) -> DataFrame:
-
         selected: list[Column] = []
         for source, field in zip(self.columns, table_schema.fields, strict=True):
             if source.source is None:
@@ -223,7 +222,6 @@ class _Fitter:
         field_id: int,
         source: tuple[str, ...],
     ) -> ValuePlan:
-
         dotted = ".".join(path)
         if isinstance(target, it.StructType):
             if not isinstance(spark_type, st.StructType):

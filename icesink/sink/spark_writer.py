@@ -143,7 +143,6 @@ class SparkParquetWriter:
     def write(
         self, projected: DataFrame, spec: WriterSpec, table_row_bytes: float | None, phases: Phases | None = None
     ) -> list[WriteResult]:
-
         filesystem, data_path = split_location(spec.data_location, spec.storage_options)
         token = uuid.uuid4().hex
         scratch_name = f".icesink-scratch-{paths.segment(spec.job_id, 64)}-{spec.checkpoint_id:010d}-{token}"

@@ -280,7 +280,6 @@ def _checkpoint_location(df: DataFrame, given: str | None, query_name: str | Non
 
 
 def _check_streaming(df: DataFrame, table: str) -> None:
-
     if not isinstance(df, SparkDataFrame):
         raise NotStreamingError(f"table {table}: icesink.stream needs a Spark DataFrame, got {type(df).__name__}")
     if not df.isStreaming:

@@ -157,7 +157,6 @@ def _found(catalog: SqlCatalog, config: CatalogConfig, identifier: str, create: 
 
 
 def _existing(table: Table, identifier: str, partition_by: Sequence[str]) -> Table:
-
     check_format_version(table, identifier)
     if partition_by and not _same_partitioning(table, partition_by):
         note = f". {pending_note(identifier)}" if isinstance(table, PendingTable) else ""
