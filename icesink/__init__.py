@@ -39,6 +39,7 @@ from icesink.errors import (
 if TYPE_CHECKING:
     from icesink.catalog.config import CatalogConfig
     from icesink.changelog.api import changes
+    from icesink.completeness.table_watermark import watermark
     from icesink.cut import changes_of_tables, read_tables
     from icesink.datasource import read_stream, register
     from icesink.debezium_events.stream_spec import debezium
@@ -84,6 +85,7 @@ __all__ = [
     "read_tables",
     "register",
     "stream",
+    "watermark",
 ]
 
 
@@ -116,6 +118,10 @@ def __getattr__(name: str) -> Any:
         from icesink.sink.options import Target
 
         return Target
+    if name == "watermark":
+        from icesink.completeness.table_watermark import watermark
+
+        return watermark
     if name == "CatalogConfig":
         from icesink.catalog.config import CatalogConfig
 

@@ -24,6 +24,11 @@ MAINTENANCE_PROPERTY = "icesink.maintenance"  # which maintenance made the snaps
 BASE_SNAPSHOT_PROPERTY = "icesink.maintenance.base-snapshot-id"
 # Shared by the snapshots one atomic commit made in several tables (one transaction of the catalog).
 COMMIT_ID_PROPERTY = "icesink.commit-id"
+# A stream with event_time: its watermark (ISO 8601, microseconds, zone) in every snapshot icesink makes, and the
+# rows of the checkpoints that arrived late (below the watermark the micro-batch started with) or without one.
+WATERMARK_PROPERTY = "icesink.watermark"
+LATE_ROWS_PROPERTY = "icesink.late-rows"
+UNTIMED_ROWS_PROPERTY = "icesink.rows-without-event-time"
 
 # Written by the committer and by maintenance into every snapshot they make. A checkpoint's own summary values
 # never hold them: the marker, the maintenance a change reader skips, the atomic commit would lie.
@@ -45,6 +50,8 @@ COMMITTER_SUMMARY_NAMES = frozenset(
 # The marker again, per job, in the same atomic metadata commit (``<prefix><job id>``).
 TABLE_PROPERTY_PREFIX = "icesink.max-committed-checkpoint-id."
 STREAM_TABLE_PROPERTY_PREFIX = "icesink.stream-id."
+# A job's watermark splits (JSON: split → [mark, last seen]), in the same commit as the snapshot holding its watermark.
+WATERMARK_SPLITS_PREFIX = "icesink.watermark-splits."
 # The same two of a job committing to another branch than main: ``icesink.branch.<branch>.<name>.<job id>``.
 BRANCH_PROPERTY_PREFIX = "icesink.branch."
 # The source table a Debezium stream's table belongs to, for good: JSON of connector, database, schema and table.
@@ -66,7 +73,12 @@ POLICY_PROPERTIES = {
 # The icesink table properties a user sets; any other name under icesink's prefix is a typo, or icesink's own.
 USER_PROPERTIES = (MAX_OPEN_FILES_PROPERTY, *POLICY_PROPERTIES.values())
 # What icesink writes into the table at every commit, per job (``<prefix><job id>``).
-WRITTEN_PREFIXES = (TABLE_PROPERTY_PREFIX, STREAM_TABLE_PROPERTY_PREFIX, BRANCH_PROPERTY_PREFIX)
+WRITTEN_PREFIXES = (
+    TABLE_PROPERTY_PREFIX,
+    STREAM_TABLE_PROPERTY_PREFIX,
+    BRANCH_PROPERTY_PREFIX,
+    WATERMARK_SPLITS_PREFIX,
+)
 
 
 def check_user_properties(properties: Mapping[str, object] | None, where: str) -> None:
@@ -128,6 +140,13 @@ SNAPSHOT_SUMMARY_REFERENCE: dict[str, str] = {
     BASE_SNAPSHOT_PROPERTY: "the snapshot maintenance read; a stream commit made since then is checked against it.",
     COMMIT_ID_PROPERTY: "shared by the snapshots one atomic commit made in several tables, in one transaction of the "
     "catalog database.",
+    WATERMARK_PROPERTY: "the event-time watermark of the stream (``event_time``) as of this snapshot, ISO 8601 with "
+    "microseconds and zone: every row whose event time is below it has arrived, give or take the declared "
+    "lateness. Never lower than an earlier snapshot's; maintenance snapshots carry it forward.",
+    LATE_ROWS_PROPERTY: "rows of the snapshot's checkpoints whose event time was below the watermark their "
+    "micro-batch started with (written all the same).",
+    UNTIMED_ROWS_PROPERTY: "rows of the snapshot's checkpoints whose event time was null (they do not move the "
+    "watermark).",
 }
 TABLE_PROPERTY_REFERENCE: dict[str, str] = {
     TABLE_PROPERTY_PREFIX + "<job id>": "the job's committed-checkpoint marker again, as a table property, in the "
@@ -135,6 +154,9 @@ TABLE_PROPERTY_REFERENCE: dict[str, str] = {
     STREAM_TABLE_PROPERTY_PREFIX + "<job id>": "the Spark query the job's checkpoints belong to.",
     BRANCH_PROPERTY_PREFIX + "<branch>." + TABLE_PROPERTY_PREFIX + "<job id>": "the same two of a job committing "
     "to a branch other than ``main`` (``...stream-id.<job id>`` likewise).",
+    WATERMARK_SPLITS_PREFIX + "<job id>": "the job's watermark per split of its input (JSON: split values → "
+    "``[mark in microseconds, last seen in milliseconds]``), from which a restarted stream goes on (branch-prefixed "
+    "as the marker is).",
     SOURCE_PROPERTY: "the source table a Debezium stream's table belongs to (JSON: ``connector``, ``database``, "
     "``schema``, ``table``), set when the stream creates the table or first writes it; a stream whose source table "
     "differs is refused before it writes.",

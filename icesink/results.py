@@ -56,6 +56,23 @@ class FileRecord:
 
 
 @dataclass(frozen=True)
+class SplitTimes:
+    """What a task saw of the event times in one split of its rows (a stream with ``event_time``).
+
+    ``split`` is the JSON list of the split's values (``'["orders", 3]'``; ``'[]'`` when the stream has one
+    split); ``latest`` the largest event time in microseconds (None: every row's event time was null);
+    ``late_rows`` the rows whose event time was below the watermark the micro-batch started with;
+    ``untimed_rows`` those whose event time was null.
+    """
+
+    split: str
+    latest: int | None
+    rows: int
+    late_rows: int = 0
+    untimed_rows: int = 0
+
+
+@dataclass(frozen=True)
 class WriteResult:
     """Everything one task attempt wrote for one checkpoint."""
 
@@ -64,6 +81,7 @@ class WriteResult:
     attempt: int
     data_files: tuple[FileRecord, ...] = ()
     delete_files: tuple[FileRecord, ...] = ()
+    event_times: tuple[SplitTimes, ...] = ()
 
     @property
     def record_count(self) -> int:
@@ -152,6 +170,8 @@ def encode_write_result(result: WriteResult) -> bytes:
         "data_files": [_file_to_json(f) for f in result.data_files],
         "delete_files": [_file_to_json(f) for f in result.delete_files],
     }
+    if result.event_times:  # an optional key: results of streams without event_time encode as before
+        body["event_times"] = [[t.split, t.latest, t.rows, t.late_rows, t.untimed_rows] for t in result.event_times]
     return bytes([FORMAT_VERSION]) + json.dumps(body, separators=(",", ":")).encode("utf-8")
 
 
@@ -175,4 +195,5 @@ def decode_write_result(data: bytes) -> WriteResult:
         attempt=body["attempt"],
         data_files=tuple(_file_from_json_v1(f) for f in body["data_files"]),
         delete_files=tuple(_file_from_json_v1(f) for f in body["delete_files"]),
+        event_times=tuple(SplitTimes(*t) for t in body.get("event_times", ())),
     )

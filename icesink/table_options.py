@@ -3,6 +3,7 @@ those ``icesink.debezium`` gives the tables it creates."""
 
 from __future__ import annotations
 
+import datetime
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -91,6 +92,22 @@ class TableOptions:
         ),
     )
 
+    event_time: str | None = field(
+        default=None,
+        metadata=doc(
+            "the column holding each row's event time (a timestamp or date; a column the table does not have is "
+            "read and not written): the stream keeps a watermark, recorded in every snapshot as "
+            "``icesink.watermark``, below which every row has arrived (see docs/completeness.md)."
+        ),
+    )
+    lateness: str | datetime.timedelta | None = field(
+        default=None,
+        metadata=doc(
+            'with ``event_time``: how late a row may arrive, e.g. ``"15 minutes"``; the watermark trails the '
+            "latest event time by it. Default: none."
+        ),
+    )
+
     def table_options(self) -> TableOptions:
         """These options alone (of a stream's options or a ``Target``)."""
         return TableOptions(**self.as_dict())
@@ -138,6 +155,12 @@ _KINDS: dict[str, tuple[Callable[[object], bool], str, str]] = {
         "a dict of names to values",
         "{'name': 'value'}",
     ),
+    "str | datetime.timedelta | None": (
+        lambda v: v is None or isinstance(v, str | datetime.timedelta),
+        "a duration",
+        "'15 minutes'",
+    ),
+    "str | datetime.timedelta": (lambda v: isinstance(v, str | datetime.timedelta), "a duration", "'15 minutes'"),
     "Mapping[str, Any] | None": (
         lambda v: v is None or (isinstance(v, Mapping) and all(isinstance(k, str) for k in v)),
         "a dict",

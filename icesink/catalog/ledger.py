@@ -256,6 +256,32 @@ class Ledger:
         schema_id, column_ids = found
         return schema_id, ({str(k): int(v) for k, v in json.loads(column_ids).items()} if column_ids else None)
 
+    def last_properties(self, job_id: str, name: str, before: int) -> tuple[int, dict[str, str]] | None:
+        """The checkpoint properties of the job's latest checkpoint below ``before`` (in any of its tables) that
+        carries ``name``, with that checkpoint's id; None when none does."""
+        c = checkpoints.c
+        query = (
+            sa.select(c.checkpoint_id, c.snapshot_properties)
+            .where(
+                c.catalog_name == self._config.name,
+                c.job_id == job_id,
+                c.checkpoint_id < before,
+                c.snapshot_properties.contains(json.dumps(name)),  # a cheap filter; decoding decides
+            )
+            .order_by(c.checkpoint_id.desc())
+            .limit(8)
+        )
+        with database_errors(self._config), self._engine.connect() as connection:
+            found = connection.execute(query).all()
+        for checkpoint_id, encoded in found:
+            try:
+                properties = dict(decode_snapshot_properties(encoded))
+            except ValueError:
+                continue  # an unreadable row says nothing; an older one may
+            if name in properties:
+                return int(checkpoint_id), properties
+        return None
+
     def pending(self, identifier: str | None = None, job_id: str | None = None) -> list[CheckpointRow]:
         """Staged, not yet committed checkpoints, ordered by table, job and checkpoint."""
         where = [checkpoints.c.state == CheckpointState.STAGED.value]

@@ -31,14 +31,14 @@ from icesink.properties import (
 def table_property(job_id: str, branch: str = MAIN_BRANCH) -> str:
     """The table property holding the job's marker on ``branch`` (a job's marker on ``main`` keeps the name it
     had before branches: tables written by earlier releases read on)."""
-    return f"{_branch_prefix(branch)}{TABLE_PROPERTY_PREFIX}{job_id}"
+    return f"{branch_prefix(branch)}{TABLE_PROPERTY_PREFIX}{job_id}"
 
 
 def stream_table_property(job_id: str, branch: str = MAIN_BRANCH) -> str:
-    return f"{_branch_prefix(branch)}{STREAM_TABLE_PROPERTY_PREFIX}{job_id}"
+    return f"{branch_prefix(branch)}{STREAM_TABLE_PROPERTY_PREFIX}{job_id}"
 
 
-def _branch_prefix(branch: str) -> str:
+def branch_prefix(branch: str) -> str:
     return "" if branch == MAIN_BRANCH else f"{BRANCH_PROPERTY_PREFIX}{branch}."
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table.refs import MAIN_BRANCH
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
@@ -25,6 +26,8 @@ from icesink.iceberg.history import HistoryLostError, changes_since
 from icesink.iceberg.references import delete_quietly
 from icesink.iceberg.scan import ManifestCache
 from icesink.iceberg.snapshots import RemovedFileMissingError, commit_prepared, prepare_change
+from icesink.iceberg.watermarks import watermark_carried
+from icesink.properties import WATERMARK_PROPERTY
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -68,6 +71,10 @@ def _prepare_on_head(
     except HistoryLostError as e:
         raise ConflictError(str(e)) from e
     change = build(table, since)
+    # A reader of the head's summary keeps seeing the watermark (maintenance works on main).
+    watermark = watermark_carried(table.metadata, MAIN_BRANCH, None)
+    if watermark is not None:
+        change = replace(change, properties={**change.properties, WATERMARK_PROPERTY: watermark})
     try:
         return prepare_change(table, change, cache=cache)
     except RemovedFileMissingError as e:

@@ -35,12 +35,15 @@ from icesink.sink.executor_errors import executor_errors
 from icesink.sink.phases import Phases
 from icesink.sink.routing import Routed, RoutedTarget, Router, StaticRouter
 from icesink.sink.sink_settings import SinkSettings
+from icesink.sink.stream_watermark import StreamWatermark, TableTimes
 from icesink.sink.table_sink import PreparedWrite, TableSink, Written
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame
+
+    from icesink.completeness.watermark import WatermarkState
 
 
 log = logging.getLogger("icesink.stream")
@@ -74,6 +77,7 @@ class MicroBatchHandler:
             self._catalog, stream.catalog, self._ledger, expire_snapshots=stream.expire_snapshots
         )
         self._sinks: dict[str, TableSink] = {}
+        self._watermark = StreamWatermark(self._ledger, stream.idle_timeout)
         self._claimed = False  # this run checked that no other stream uses its job id
         self.last_phases: dict[str, float] = {}  # of the last micro-batch written, for profiles
 
@@ -111,13 +115,16 @@ class MicroBatchHandler:
         with executor_errors():
             routed = self._router.route(batch_df, job_id)
             try:
-                written = self._write(routed, job_id, checkpoint_id, stream, phases)
+                outcome = self._write(routed, job_id, checkpoint_id, stream, phases)
             finally:
                 routed.release()
-        if written is None:
+        if outcome is None:
             return
         failpoint("driver.after-write")
+        written, watermark = outcome
         stage_tables(self._ledger, job_id, checkpoint_id, [w.results for w in written], stream, atomic=self._atomic)
+        if watermark is not None:
+            self._watermark.staged(checkpoint_id, watermark)
         for one in written:
             self._sinks[one.results.identifier].staged(one)
         phases.done("stage")
@@ -131,8 +138,9 @@ class MicroBatchHandler:
 
     def _write(
         self, routed: Routed, job_id: str, checkpoint_id: int, stream: StreamIdentity, phases: Phases
-    ) -> list[Written] | None:
-        """The checkpoint's files in each of its tables (None: nothing to write, or written before)."""
+    ) -> tuple[list[Written], WatermarkState | None] | None:
+        """The checkpoint's files in each of its tables and the stream's watermark after it (None: nothing to
+        write, or written before)."""
         if not routed.targets:
             return None  # nothing for any table (a micro-batch of tombstones, say)
         targets = routed.targets
@@ -140,8 +148,14 @@ class MicroBatchHandler:
         tables = [load_table(self._catalog, t.settings.catalog, t.settings.table) for t in targets]
         if not self._admitted(sinks, tables, job_id, checkpoint_id, stream):
             return None
+        timed = any(t.settings.event_time is not None for t in targets)
+        late_before = (
+            self._watermark.start(job_id, checkpoint_id, [(t, s.ref) for t, s in zip(tables, sinks, strict=True)])
+            if timed
+            else None
+        )
         prepared = [
-            _prepare(sink, target, table, job_id, checkpoint_id)
+            _prepare(sink, target, table, job_id, checkpoint_id, late_before)
             for sink, target, table in zip(sinks, targets, tables, strict=True)
         ]
         phases.done("check")
@@ -149,11 +163,19 @@ class MicroBatchHandler:
             results = routed.write_all(prepared, phases)
         else:
             results = [sink.write(t.rows, p, phases) for sink, t, p in zip(sinks, targets, prepared, strict=True)]
-        return [
-            sink.finish(one, result)
+        watermark: WatermarkState | None = None
+        properties: dict[str, str] = {}
+        if timed:
+            times = [
+                TableTimes(t.settings.table, t.settings.event_time, r) for t, r in zip(targets, results, strict=True)
+            ]
+            watermark, properties = self._watermark.fold(times)
+        written = [
+            sink.finish(one, result, properties)
             for sink, target, one, result in zip(sinks, targets, prepared, results, strict=True)
             if not target.optional or any(r.data_files or r.delete_files for r in result)
         ]
+        return written, watermark
 
     def _admitted(
         self,
@@ -210,9 +232,11 @@ class MicroBatchHandler:
                 time.sleep(COMMIT_BACKOFF.delay(attempt))
 
 
-def _prepare(sink: TableSink, target: RoutedTarget, table: Table, job_id: str, checkpoint_id: int) -> PreparedWrite:
+def _prepare(
+    sink: TableSink, target: RoutedTarget, table: Table, job_id: str, checkpoint_id: int, late_before: int | None
+) -> PreparedWrite:
     try:
-        return sink.prepare(target.schema, table, job_id, checkpoint_id)
+        return sink.prepare(target.schema, table, job_id, checkpoint_id, late_before)
     except SchemaMismatchError as e:
         if target.explain is None:
             raise

@@ -7,12 +7,14 @@ left out.
 
 from __future__ import annotations
 
+import datetime
 import enum
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from icesink.completeness.durations import DurationError, duration_micros
 from icesink.errors import ConfigError
 from icesink.properties import check_user_properties
 from icesink.table_options import TABLE_OPTIONS, TableOptions, Writer, doc, refuse_wrong_types
@@ -86,6 +88,22 @@ class StreamWideOptions:
         ),
     )
 
+    split_by: Sequence[str] | None = field(
+        default=None,
+        metadata=doc(
+            "with ``event_time``: the columns whose values are the splits of the input, each with its own "
+            "watermark (the stream's is the lowest of the splits that are not idle). Default: ``topic`` and "
+            "``partition`` when the DataFrame has both (Spark's Kafka source), else one split; ``[]``: one split."
+        ),
+    )
+    idle_timeout: str | datetime.timedelta = field(
+        default="5 minutes",
+        metadata=doc(
+            "with ``event_time``: a split without rows for this long (by the driver's clock) stops holding the "
+            "watermark back until it has rows again."
+        ),
+    )
+
     def joined(self, table: str, per_table: TableOptions, **changed: Any) -> StreamOptions:
         """The options of a stream into ``table`` with these and ``per_table`` (``changed`` replacing some)."""
         wide = {f.name: getattr(self, f.name) for f in fields(StreamWideOptions)}
@@ -137,12 +155,29 @@ class StreamOptions(TableOptions, StreamWideOptions):
         for option in (f.name for f in fields(self) if isinstance(f.default, bool)):
             if not isinstance(getattr(self, option), bool):
                 raise ConfigError(f"table {table}: {option} must be True or False, not {getattr(self, option)!r}")
+        self._check_event_time(table)
         for option, flag in (("maintain", self.maintain), ("expire_snapshots", self.expire_snapshots)):
             if flag and self.committer != Committer.INLINE:
                 raise ConfigError(
                     f"table {table}: {option} applies to the inline committer; with committer='daemon' "
                     f"pass --{option.replace('_', '-')} to icesink committer run"
                 )
+
+    def _check_event_time(self, table: str) -> None:
+        for option in ("lateness", "idle_timeout"):
+            value = getattr(self, option)
+            if value is None:
+                continue
+            try:
+                duration_micros(value)
+            except DurationError as e:
+                raise ConfigError(f"table {table}: {option}: {e}") from None
+        if self.event_time is None and self.lateness is not None:
+            raise ConfigError(
+                f"table {table}: lateness applies to a stream with event_time; name the event-time column too"
+            )
+        if self.event_time is not None and not self.event_time.strip():
+            raise ConfigError(f"table {table}: event_time names a column; it is empty")
 
     @classmethod
     def reference(cls) -> list[tuple[str, str, str]]:

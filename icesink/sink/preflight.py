@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,7 @@ from icesink.sink.change_stream import (
     extra_columns,
     resolve_equality_fields,
 )
+from icesink.sink.event_time import EventTimeSettings, resolve_event_time
 from icesink.sink.evolution import known_field_ids
 from icesink.sink.options import StreamOptions
 from icesink.sink.pending_options import pending_note
@@ -77,14 +79,14 @@ def preflight(df: DataFrame, options: StreamOptions, deferred: bool = False) -> 
         deferred=deferred,
     )
     _warn_unknown_properties(iceberg_table, table)
-    changes, passthrough = _plan_pending_aware(df, options, iceberg_table, config)
-    settings = SinkSettings.of(options, config, changes=changes, passthrough=tuple(passthrough))
+    changes, passthrough, event_time = _plan_pending_aware(df, options, iceberg_table, config)
+    settings = SinkSettings.of(options, config, changes=changes, passthrough=tuple(passthrough), event_time=event_time)
     return settings, catalog_handle
 
 
 def _plan_pending_aware(
     df: DataFrame, options: StreamOptions, iceberg_table: Table, config: CatalogConfig
-) -> tuple[ChangeSpec | None, list[str]]:
+) -> tuple[ChangeSpec | None, list[str], EventTimeSettings | None]:
     """:func:`_plan_changes`; a refusal concerning a pending table also says how its options can still change."""
 
     try:
@@ -113,9 +115,9 @@ def _warn_unknown_properties(iceberg_table: Table, table: str) -> None:
 
 def _plan_changes(
     df: DataFrame, options: StreamOptions, iceberg_table: Table, config: CatalogConfig
-) -> tuple[ChangeSpec | None, list[str]]:
-    """The stream's key and change columns as the table names them now, and the DataFrame's fit to the
-    table's schema: refused here, before the query starts, where it cannot fit."""
+) -> tuple[ChangeSpec | None, list[str], EventTimeSettings | None]:
+    """The stream's key and change columns as the table names them now, its event time, and the DataFrame's
+    fit to the table's schema: refused here, before the query starts, where it cannot fit."""
 
     table, checkpoint_location = options.table, options.checkpoint_location
     assert checkpoint_location is not None
@@ -136,6 +138,8 @@ def _plan_changes(
             iceberg_table, table, df.schema, keys, options.op_column, options.op_values, options.sequence_by
         )
         passthrough = extra_columns(changes, iceberg_table)
+    event_time, read_only = resolve_event_time(options, df.schema, iceberg_table)
+    passthrough += [c for c in read_only if c not in passthrough]
     plan = plan_schema(df.schema, iceberg_table.schema(), table, passthrough, known)
     # A column renamed in the table looks new to a stream whose job (Spark's query id, kept in a checkpoint
     # location this process cannot read) is unknown here: the first micro-batch knows it and decides.
@@ -145,10 +149,12 @@ def _plan_changes(
         raise SchemaMismatchError(schema_refusal(table, plan.changes[0]))
     if options.writer == Writer.SPARK and plan.projection is not None:
         spec = writer_spec(iceberg_table, table, options.job_id or "check", changes)
+        if event_time is not None:
+            spec = replace(spec, event_time=event_time.spec(plan.projection, None))
         refusal = spark_writer_refusal(spec, plan.projection.apply(df, iceberg_table.schema()))
         if refusal:
             raise ConfigError(f"table {table}: writer='spark' cannot write this stream: {refusal}")
-    return changes, passthrough
+    return changes, passthrough, event_time
 
 
 def query_id_of(checkpoint_location: str) -> str | None:

@@ -6,11 +6,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from icesink.catalog.config import CatalogConfig
+from icesink.completeness.durations import duration_micros
 from icesink.sink.options import Committer, StreamOptions
 from icesink.table_options import Writer
 from icesink.table_ref import MAIN_BRANCH, TableRef
 
 if TYPE_CHECKING:
+    from icesink.sink.event_time import EventTimeSettings
     from icesink.writer.spec import ChangeSpec
 
 
@@ -32,6 +34,8 @@ class SinkSettings:
     evolve_schema: bool = False
     # The branch its checkpoints commit to (no option sets another yet: the stream writes main).
     branch: str = MAIN_BRANCH
+    event_time: EventTimeSettings | None = None
+    idle_timeout: int = 300_000_000  # microseconds (the stream's option, resolved)
 
     @property
     def ref(self) -> TableRef:
@@ -51,5 +55,6 @@ class SinkSettings:
             checkpoint_location=options.checkpoint_location,
             maintain=options.maintain,
             evolve_schema=options.evolve_schema,
+            idle_timeout=duration_micros(options.idle_timeout),
             **planned,
         )

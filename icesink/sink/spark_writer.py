@@ -79,6 +79,8 @@ def spark_writer_refusal(spec: WriterSpec, projected: DataFrame) -> str | None:
     """Why Spark's Parquet writer cannot write this checkpoint, or None when it can."""
     if spec.changes is not None:
         return "a change stream's rows are collapsed per key before writing, which the Arrow writer does"
+    if spec.event_time is not None:
+        return "the stream's event times are observed by the Arrow writer's tasks as they write"
     if spec.partition_fields:
         # Spark could write identity and time partitions with partitionBy, but it sorts each task's rows
         # by partition first, or keeps a writer open per partition; either measured slower than the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("icesink.stream")
 
 
-def stream(
+def stream(  # Over 60 lines: one keyword argument per option, spelled out as users call it.
     df: DataFrame,
     table: str | None = None,
     checkpoint_location: str | None = None,
@@ -62,6 +63,10 @@ def stream(
     writer: str = "auto",
     maintain: bool = False,
     evolve_schema: bool = False,
+    event_time: str | None = None,
+    lateness: str | datetime.timedelta | None = None,
+    split_by: Sequence[str] | None = None,
+    idle_timeout: str | datetime.timedelta = "5 minutes",
 ) -> StreamingQuery:
     """Start writing a streaming DataFrame into an Iceberg table, exactly once per micro-batch.
 
@@ -81,6 +86,8 @@ def stream(
         writer=writer,  # type: ignore[arg-type]  # a string: StreamOptions makes it a Writer, or refuses it
         maintain=maintain,
         evolve_schema=evolve_schema,
+        event_time=event_time,
+        lateness=lateness,
     )
     own = StreamWideOptions(
         checkpoint_location=checkpoint_location,
@@ -91,6 +98,8 @@ def stream(
         query_name=query_name,
         expire_snapshots=expire_snapshots,
         atomic=atomic,
+        split_by=split_by,
+        idle_timeout=idle_timeout,
     )
     return _stream(df, table, tables, own, per_table)
 
@@ -110,7 +119,12 @@ def _stream(
         raise ConfigError("icesink.stream needs table='namespace.table' (or tables={...} for several tables)")
     if not isinstance(table, str):
         raise ConfigError(f"icesink.stream: table takes a table name 'namespace.table', not {table!r}")
-    refuse_wrong_types(own, f"table {table}")  # before its query name or location is used
+    try:
+        refuse_wrong_types(own, f"table {table}")  # before its query name or location is used
+        _refuse_split_by_alone(own, [per_table], f"table {table}")
+    except ConfigError as e:
+        e.located(table)
+        raise
     _check_streaming(df, table)
     location = _checkpoint_location(df, own.checkpoint_location, own.query_name, table)
     try:
@@ -142,6 +156,7 @@ def _stream_tables(
             f"{', '.join(StreamWideOptions.names())})"
         )
     if isinstance(tables, Debezium):
+        _refuse_split_by_alone(own, [], f"tables {named}")
         _check_streaming(df, named)
         location = _checkpoint_location(df, own.checkpoint_location, own.query_name, f"debezium-{tables.namespace}")
         return _stream_debezium(df, tables, replace(own, checkpoint_location=location))
@@ -150,6 +165,7 @@ def _stream_tables(
             f'tables= needs at least one table ({{"ns.table": icesink.Target(...), ...}}) or icesink.debezium(...), '
             f"not {named}"
         )
+    _refuse_split_by_alone(own, [t for t in tables.values() if isinstance(t, TableOptions)], f"tables {named}")
     _check_streaming(df, named)
     location = _checkpoint_location(df, own.checkpoint_location, own.query_name, ",".join(sorted(tables)))
     own = replace(own, checkpoint_location=location)
@@ -176,6 +192,22 @@ def _stream_tables(
         targets.append(TargetSettings(settings, target.select))
     assert catalog_handle is not None
     return start(df, planned[-1][0], targets, catalog_handle)
+
+
+def _refuse_split_by_alone(own: StreamWideOptions, per_table: Sequence[TableOptions], where: str) -> None:
+    """split_by and idle_timeout say how a watermark is kept: given without any event_time, they would do nothing."""
+    timed = any(options.event_time is not None for options in per_table)
+    given = [name for name in ("split_by",) if getattr(own, name) is not None]
+    if own.idle_timeout != StreamWideOptions.idle_timeout:
+        given.append("idle_timeout")
+    if given and not timed:
+        hint = (
+            "icesink.debezium streams do not keep a watermark yet"
+            if not per_table
+            else "name the event-time column with event_time (in each icesink.Target that has one)"
+        )
+        verb = "apply" if len(given) > 1 else "applies"
+        raise ConfigError(f"{where}: {' and '.join(given)} {verb} to a stream with event_time; {hint}")
 
 
 def _existing_tables(config: CatalogConfig, identifiers: list[str]) -> set[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -58,8 +59,11 @@ class TableSink:
         self._spark_writer = SparkParquetWriter()
         self._writer_in_use: Writer | None = None
 
-    def prepare(self, spark_schema: StructType, table: Table, job_id: str, checkpoint_id: int) -> PreparedWrite:
-        """The table fitted to this checkpoint's rows (evolved where allowed) and what its writers need."""
+    def prepare(
+        self, spark_schema: StructType, table: Table, job_id: str, checkpoint_id: int, late_before: int | None = None
+    ) -> PreparedWrite:
+        """The table fitted to this checkpoint's rows (evolved where allowed) and what its writers need;
+        ``late_before``: the stream's watermark as the micro-batch starts (rows below it are late)."""
         identifier = self._settings.table
         table, projection = self._schema.fit(spark_schema, table, job_id, checkpoint_id)
         if self._settings.changes is not None:
@@ -70,10 +74,16 @@ class TableSink:
             writer_spec(table, identifier, job_id, self._settings.changes).for_checkpoint(checkpoint_id),
             nulls_in_required=self._settings.evolve_schema,
         )
+        event_time = self._settings.event_time
+        if event_time is not None:
+            spec = replace(spec, event_time=event_time.spec(projection, late_before))
         return PreparedWrite(table, spec, projection)
 
-    def finish(self, prepared: PreparedWrite, results: list[WriteResult]) -> Written:
-        """The checkpoint's files in this table, ready to stage (required columns that got nulls made optional)."""
+    def finish(
+        self, prepared: PreparedWrite, results: list[WriteResult], snapshot_properties: Mapping[str, str]
+    ) -> Written:
+        """The checkpoint's files in this table, ready to stage (required columns that got nulls made optional),
+        with the values its snapshot's summary records besides icesink's markers."""
         table = prepared.table
         optional = self._schema.required_nulls(prepared.spec, results)
         if optional:
@@ -84,6 +94,7 @@ class TableSink:
             results,
             prepared.spec.schema_id,
             prepared.projection.field_ids,
+            snapshot_properties=snapshot_properties,
             branch=self._settings.branch,
         )
         return Written(staged, prepared.projection)

@@ -106,6 +106,16 @@ class ChangeSpec:
     order_column: str = "__icesink_order"
 
 
+@dataclass(frozen=True)
+class EventTimeSpec:
+    """Which columns of a task's rows hold the event time and the split (a stream with ``event_time``), and
+    where late begins: ``late_before`` is the watermark the micro-batch started with, in microseconds."""
+
+    column: str
+    split_columns: tuple[str, ...] = ()
+    late_before: int | None = None
+
+
 # With no level set, Iceberg Java's writer (parquet-mr) compresses zstd at 3 and gzip at zlib's 6; pyarrow's
 # own defaults are 1 and 9. Both of icesink's writers use parquet-mr's, so that a table's files do not
 # depend on which writer wrote them.
@@ -161,6 +171,8 @@ class WriterSpec:
     nulls_in_required: bool = False
     # Parquet bloom filters of data files: (column path, false-positive probability) per column.
     bloom_filters: tuple[tuple[str, float], ...] = ()
+    # A stream with event_time: its tasks report what they saw of the event times (icesink.writer.event_times).
+    event_time: EventTimeSpec | None = None
 
     def bloom_filter_options(self) -> dict[str, dict[str, float]] | None:
         """pyarrow's ``bloom_filter_options`` for a data file (it sizes each filter by its row group's values)."""

@@ -15,6 +15,7 @@ import pyarrow as pa
 from icesink.results import FileContent, FileRecord, PartitionValue, WriteResult, encode_write_result
 from icesink.writer.collapse import check_keys, collapse
 from icesink.writer.conform import conform
+from icesink.writer.event_times import EventTimes
 from icesink.writer.files import FileNamer, RollingFileWriter, delete_files
 from icesink.writer.partitioning import partition_path, split_by_partition
 from icesink.writer.spec import WriterSpec
@@ -56,13 +57,19 @@ class TaskWriter:
         self._open: OrderedDict[Slot, RollingFileWriter] = OrderedDict()  # least recently written first
         self._finished: list[FileRecord] = []
         self._changes: list[pa.Table] = []
+        self._event_times = EventTimes(spec.event_time, spec.table_name) if spec.event_time is not None else None
 
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+        if self._event_times is not None:
+            self._event_times.observe(batch)
         if self._spec.changes is not None:
             check_keys(self._spec, batch, self._task_id)
             self._changes.append(conform(self._spec, batch, self._task_id))
             return
-        self._buffer_rows(FileContent.DATA, conform(self._spec, batch, self._task_id))
+        rows = conform(self._spec, batch, self._task_id)
+        if rows.num_columns > len(self._spec.columns):  # columns read, not written (an event time, a split)
+            rows = rows.select(range(len(self._spec.columns)))
+        self._buffer_rows(FileContent.DATA, rows)
 
     def _buffer_rows(self, content: FileContent, table: pa.Table) -> None:
         if table.num_rows == 0:  # a delete-only checkpoint has no data file, not an empty one
@@ -141,7 +148,12 @@ class TaskWriter:
         data = tuple(r for r in self._finished if r.content == FileContent.DATA)
         deletes = tuple(r for r in self._finished if r.content != FileContent.DATA)
         return WriteResult(
-            self._spec.checkpoint_id, self._task_id, self._attempt, data_files=data, delete_files=deletes
+            self._spec.checkpoint_id,
+            self._task_id,
+            self._attempt,
+            data_files=data,
+            delete_files=deletes,
+            event_times=self._event_times.results() if self._event_times is not None else (),
         )
 
     def abort(self) -> None:

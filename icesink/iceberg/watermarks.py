@@ -1,0 +1,63 @@
+"""A table's recorded event-time watermark: the newest ``icesink.watermark`` along a branch's ancestry.
+
+Snapshots of other tools in between hold none and are walked past; icesink's maintenance snapshots carry the
+watermark forward, so the walk normally stops at the head.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyiceberg.table.refs import MAIN_BRANCH
+
+from icesink.completeness.watermark import format_watermark, parse_watermark
+from icesink.iceberg.marker import branch_prefix
+from icesink.properties import WATERMARK_PROPERTY, WATERMARK_SPLITS_PREFIX
+
+if TYPE_CHECKING:
+    from pyiceberg.table.metadata import TableMetadata
+
+
+def splits_table_property(job_id: str, branch: str = MAIN_BRANCH) -> str:
+    """The table property holding a job's watermark splits on ``branch``."""
+    return f"{branch_prefix(branch)}{WATERMARK_SPLITS_PREFIX}{job_id}"
+
+
+def ever_had_watermark(metadata: TableMetadata) -> bool:
+    """Whether any stream with event_time committed to the table (its split state is a table property): a table
+    that never had a watermark is not walked at every commit."""
+    return any(WATERMARK_SPLITS_PREFIX in name for name in metadata.properties)
+
+
+def recorded_watermark(metadata: TableMetadata, branch: str = MAIN_BRANCH) -> int | None:
+    """The newest watermark (microseconds) on ``branch``'s ancestry, or None when none is recorded.
+
+    A value that is not a watermark (written by hand or by another tool) is passed over as if absent.
+    """
+    ref = metadata.refs.get(branch)
+    snapshot_id = ref.snapshot_id if ref else None
+    snapshots = {s.snapshot_id: s for s in metadata.snapshots}
+    while snapshot_id is not None:
+        snapshot = snapshots.get(snapshot_id)
+        if snapshot is None:  # history expired below this point
+            return None
+        text = snapshot.summary[WATERMARK_PROPERTY] if snapshot.summary is not None else None
+        if text is not None:
+            try:
+                return parse_watermark(text)
+            except ValueError:
+                pass
+        snapshot_id = snapshot.parent_snapshot_id
+    return None
+
+
+def watermark_carried(metadata: TableMetadata, branch: str, given: str | None) -> str | None:
+    """The watermark a new icesink snapshot on ``branch`` records: the one it was given, never lower than the
+    branch's (None when neither has one)."""
+    recorded = recorded_watermark(metadata, branch) if ever_had_watermark(metadata) else None
+    if given is None or recorded is None:
+        return given if recorded is None else format_watermark(recorded)
+    try:
+        return given if parse_watermark(given) >= recorded else format_watermark(recorded)
+    except ValueError:
+        return format_watermark(recorded)

@@ -1,0 +1,85 @@
+"""A stream's ``event_time``, ``lateness`` and ``split_by`` resolved against its DataFrame and table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pyspark.sql.types import DateType, StructType, TimestampNTZType, TimestampType
+
+from icesink.completeness.durations import duration_micros
+from icesink.errors import ConfigError
+from icesink.writer.spec import EventTimeSpec
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from icesink.sink.options import StreamOptions
+    from icesink.sink.projection import Projection
+
+# Spark's Kafka source names a record's split so; a DataFrame holding both is split by them unless told otherwise.
+KAFKA_SPLIT_COLUMNS = ("topic", "partition")
+
+
+@dataclass(frozen=True)
+class EventTimeSettings:
+    """Where a table's rows hold their event time and split (the DataFrame's column names), and the lateness
+    allowed them, in microseconds."""
+
+    column: str
+    lateness: int
+    split_columns: tuple[str, ...]
+
+    def spec(self, projection: Projection, late_before: int | None) -> EventTimeSpec:
+        """What the write tasks observe, named as the projected rows name the columns (a table column under
+        the table's name, which another tool may have changed; any other column under the DataFrame's)."""
+        named = {c.source: c.name for c in projection.columns if c.source is not None}
+        return EventTimeSpec(
+            named.get(self.column, self.column),
+            tuple(named.get(c, c) for c in self.split_columns),
+            late_before,
+        )
+
+
+def resolve_event_time(
+    options: StreamOptions, schema: StructType, table: Table
+) -> tuple[EventTimeSettings | None, list[str]]:
+    """The stream's event-time settings, and the columns among them the table does not have (read by the
+    write tasks, not written); a :class:`ConfigError` naming the column where they do not fit."""
+    if options.event_time is None:
+        return None, []
+    identifier = options.table
+    column = _column(schema, options.event_time, identifier, "event_time")
+    kind = schema[column].dataType
+    if not isinstance(kind, TimestampType | TimestampNTZType | DateType):
+        raise ConfigError(
+            f"table {identifier}: event_time column {column!r} is {kind.simpleString()}, not a timestamp or a date; "
+            "convert it in the DataFrame (F.timestamp_millis for epoch milliseconds, F.to_timestamp for text)"
+        )
+    splits = _split_columns(options.split_by, schema, identifier)
+    lateness = duration_micros(options.lateness) if options.lateness is not None else 0
+    table_names = {f.name.lower() for f in table.schema().fields}
+    read_only = [c for c in (column, *splits) if c.lower() not in table_names]
+    return EventTimeSettings(column, lateness, splits), list(dict.fromkeys(read_only))
+
+
+def _split_columns(given: Sequence[str] | None, schema: StructType, identifier: str) -> tuple[str, ...]:
+    if given is None:
+        names = set(schema.names)
+        return KAFKA_SPLIT_COLUMNS if all(c in names for c in KAFKA_SPLIT_COLUMNS) else ()
+    return tuple(dict.fromkeys(_column(schema, c, identifier, "split_by") for c in given))
+
+
+def _column(schema: StructType, name: str, identifier: str, option: str) -> str:
+    """The DataFrame's column of this name: exactly, else the one column matching it in another case."""
+    if name in schema.names:
+        return name
+    folded = [c for c in schema.names if c.lower() == name.lower()]
+    if len(folded) == 1:
+        return folded[0]
+    raise ConfigError(
+        f"table {identifier}: {option} names column {name!r}, which the DataFrame "
+        + ("holds in several cases" if folded else "does not have")
+        + f" (its columns: {', '.join(schema.names)}); name a top-level column of the stream's DataFrame"
+    )

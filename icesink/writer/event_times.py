@@ -1,0 +1,109 @@
+"""What a write task sees of a stream's event times: per split, the latest event time and the late rows.
+
+It runs on the rows as they reach the task (before they are fitted to the table), so a stream's watermark
+costs no pass of its own over the data: one grouped aggregate per Arrow batch.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from icesink.errors import BadRowError
+from icesink.results import SplitTimes
+from icesink.writer.spec import EventTimeSpec
+
+_MICROS_PER_DAY = 86_400_000_000
+
+
+def event_micros(array: pa.Array | pa.ChunkedArray, table: str, column: str) -> pa.ChunkedArray:
+    """A timestamp or date column as int64 microseconds since the epoch (a zone-less timestamp read as UTC)."""
+    kind = array.type
+    if pa.types.is_timestamp(kind):
+        as_micros = pc.cast(array, pa.timestamp("us", tz=kind.tz), safe=False)  # nanoseconds truncate
+        return pc.cast(as_micros, pa.int64())
+    if pa.types.is_date(kind):
+        days = pc.cast(pc.cast(array, pa.date32()), pa.int32())
+        return pc.multiply(pc.cast(days, pa.int64()), pa.scalar(_MICROS_PER_DAY, pa.int64()))
+    raise BadRowError(
+        f"table {table}: event_time column {column!r} holds {kind}, not a timestamp or a date; convert it in the "
+        "DataFrame (e.g. F.timestamp_millis for epoch milliseconds)"
+    )
+
+
+class EventTimes:
+    """The event times one task has seen so far, per split."""
+
+    def __init__(self, spec: EventTimeSpec, table: str) -> None:
+        self._spec = spec
+        self._table = table
+        self._splits: dict[str, list[int | None]] = {}  # split → [latest, rows, late, untimed]
+
+    def observe(self, batch: pa.RecordBatch | pa.Table) -> None:
+        if batch.num_rows == 0:
+            return
+        spec = self._spec
+        rows = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+        micros = event_micros(rows.column(spec.column), self._table, spec.column)
+        late_before = spec.late_before
+        if late_before is None:
+            late = pa.repeat(pa.scalar(0, pa.int64()), rows.num_rows)
+        else:
+            late = pc.cast(pc.fill_null(pc.less(micros, pa.scalar(late_before, pa.int64())), False), pa.int64())
+        if not spec.split_columns:
+            self._add("[]", pc.max(micros).as_py(), rows.num_rows, int(pc.sum(late).as_py() or 0), micros.null_count)
+            return
+        keys = [f"k{i}" for i in range(len(spec.split_columns))]
+        frame = pa.table(
+            {
+                **{key: rows.column(name) for key, name in zip(keys, spec.split_columns, strict=True)},
+                "t": micros,
+                "late": late,
+            }
+        )
+        grouped = frame.group_by(keys, use_threads=False).aggregate(
+            [("t", "max"), ("t", "count"), ([], "count_all"), ("late", "sum")]
+        )
+        for row in grouped.to_pylist():
+            split = json.dumps([row[key] for key in keys], default=str, ensure_ascii=False, separators=(",", ":"))
+            total = row["count_all"]
+            self._add(split, row["t_max"], total, row["late_sum"] or 0, total - row["t_count"])
+
+    def _add(self, split: str, latest: int | None, rows: int, late: int, untimed: int) -> None:
+        known = self._splits.get(split)
+        if known is None:
+            self._splits[split] = [latest, rows, late, untimed]
+            return
+        if latest is not None and (known[0] is None or latest > known[0]):
+            known[0] = latest
+        known[1] = (known[1] or 0) + rows
+        known[2] = (known[2] or 0) + late
+        known[3] = (known[3] or 0) + untimed
+
+    def results(self) -> tuple[SplitTimes, ...]:
+        return tuple(
+            SplitTimes(split, latest, rows or 0, late or 0, untimed or 0)
+            for split, (latest, rows, late, untimed) in sorted(self._splits.items())
+        )
+
+
+def merged(results: Iterable[SplitTimes]) -> dict[str, SplitTimes]:
+    """Several tasks' times of the same splits, as one per split."""
+    out: dict[str, SplitTimes] = {}
+    for times in results:
+        known = out.get(times.split)
+        if known is None:
+            out[times.split] = times
+            continue
+        latest = max((t for t in (known.latest, times.latest) if t is not None), default=None)
+        out[times.split] = SplitTimes(
+            times.split,
+            latest,
+            known.rows + times.rows,
+            known.late_rows + times.late_rows,
+            known.untimed_rows + times.untimed_rows,
+        )
+    return out
