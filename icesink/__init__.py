@@ -39,11 +39,11 @@ from icesink.errors import (
 if TYPE_CHECKING:
     from icesink.catalog.config import CatalogConfig
     from icesink.changelog.api import changes
-    from icesink.completeness.table_watermark import watermark
     from icesink.cut import changes_of_tables, read_tables
     from icesink.datasource import read_stream, register
     from icesink.debezium_events.stream_spec import debezium
     from icesink.reader import read
+    from icesink.readiness import wait_for_partition, watermark
     from icesink.sink.options import Target
     from icesink.sink.stream import stream
 
@@ -85,6 +85,7 @@ __all__ = [
     "read_tables",
     "register",
     "stream",
+    "wait_for_partition",
     "watermark",
 ]
 
@@ -118,10 +119,10 @@ def __getattr__(name: str) -> Any:
         from icesink.sink.options import Target
 
         return Target
-    if name == "watermark":
-        from icesink.completeness.table_watermark import watermark
+    if name in ("watermark", "wait_for_partition"):
+        from icesink import readiness
 
-        return watermark
+        return getattr(readiness, name)
     if name == "CatalogConfig":
         from icesink.catalog.config import CatalogConfig
 

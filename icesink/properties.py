@@ -29,6 +29,8 @@ COMMIT_ID_PROPERTY = "icesink.commit-id"
 WATERMARK_PROPERTY = "icesink.watermark"
 LATE_ROWS_PROPERTY = "icesink.late-rows"
 UNTIMED_ROWS_PROPERTY = "icesink.rows-without-event-time"
+# The time partitions the snapshot's watermark made done (JSON list of partition paths, ``ts_day=2026-11-25``).
+PARTITIONS_DONE_PROPERTY = "icesink.partitions-done"
 
 # Written by the committer and by maintenance into every snapshot they make. A checkpoint's own summary values
 # never hold them: the marker, the maintenance a change reader skips, the atomic commit would lie.
@@ -147,6 +149,9 @@ SNAPSHOT_SUMMARY_REFERENCE: dict[str, str] = {
     "micro-batch started with (written all the same).",
     UNTIMED_ROWS_PROPERTY: "rows of the snapshot's checkpoints whose event time was null (they do not move the "
     "watermark).",
+    PARTITIONS_DONE_PROPERTY: "the time partitions this snapshot's watermark made done (its end reached), as a JSON "
+    'list of partition paths (``["ts_day=2026-11-25"]``); a partition first written at or below the watermark is '
+    "done in the snapshot that adds it.",
 }
 TABLE_PROPERTY_REFERENCE: dict[str, str] = {
     TABLE_PROPERTY_PREFIX + "<job id>": "the job's committed-checkpoint marker again, as a table property, in the "

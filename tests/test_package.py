@@ -55,6 +55,15 @@ def test_layers_import_only_downwards_and_pyiceberg_internals_stay_in_one_packag
         "maintenance": ("icesink.committer", "icesink.sink"),
         "changelog": ("icesink.committer", "icesink.maintenance"),
         "reader.py": ("icesink.sink", "icesink.committer"),
+        # A stream's watermark and its partitions' spans as plain values, below everything that uses them.
+        "completeness": (
+            "icesink.committer",
+            "icesink.sink",
+            "icesink.catalog",
+            "icesink.iceberg",
+            "icesink.reader",
+            "icesink.maintenance",
+        ),
         # Decoding change events runs on executors and types values: nothing of the catalog or the commit.
         "debezium_events": (
             "icesink.committer",

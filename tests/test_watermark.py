@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime
 import json
 import random
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -22,12 +21,9 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import engine
 from icesink.catalog.ledger import Ledger, checkpoints
 from icesink.catalog.loader import open_catalog
-from icesink.committer.commit import TableCommitter
-from icesink.committer.staging import TableResults, stage_tables
 from icesink.completeness.durations import DurationError, duration_micros
-from icesink.completeness.watermark import WatermarkState, datetime_to_micros, format_watermark, parse_watermark
+from icesink.completeness.watermark import WatermarkState, format_watermark, parse_watermark
 from icesink.errors import BadRowError
-from icesink.iceberg.describe import writer_spec
 from icesink.maintenance.committing import MaintenanceTarget
 from icesink.maintenance.compact import compact, plan_compaction
 from icesink.maintenance.policy import MaintenancePolicy
@@ -35,24 +31,10 @@ from icesink.paths import file_uri
 from icesink.results import SplitTimes, WriteResult, decode_write_result, encode_write_result
 from icesink.sink.event_time import EventTimeSettings
 from icesink.sink.stream_watermark import StreamWatermark, TableTimes
-from icesink.table_ref import TableRef
 from icesink.writer.event_times import EventTimes
 from icesink.writer.spec import EventTimeSpec
-from icesink.writer.task import TaskWriter
+from tests.helpers.event_streams import MINUTE, TABLE, Stream, at, micros, summaries
 from tests.helpers.support import create_orders_table
-
-TABLE = "shop.events ü"
-START = datetime.datetime(2026, 11, 25, 0, 0, tzinfo=datetime.UTC)
-MINUTE = 60_000_000
-
-
-def at(minutes: float) -> datetime.datetime:
-    return START + datetime.timedelta(minutes=minutes)
-
-
-def micros(minutes: float) -> int:
-    return datetime_to_micros(at(minutes))
-
 
 # --- durations and values -------------------------------------------------------------------------------------------
 
@@ -177,65 +159,6 @@ def test_the_lowest_active_split_decides_an_idle_one_stops_holding_back_and_a_ne
 # --- driven through tasks, the driver's fold and the committer -------------------------------------------------------
 
 
-@dataclass
-class Stream:
-    """One stream's job as the driver runs it, without Spark: tasks observe, the driver folds, the committer commits."""
-
-    config: CatalogConfig
-    lateness: int = 0
-    idle_ms: int = 60_000
-    clock_ms: int = 0
-    job: str = "job"
-    checkpoint: int = 0
-    watermark: StreamWatermark = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.restart()
-
-    def restart(self) -> None:
-        self.watermark = StreamWatermark(Ledger(self.config), self.idle_ms * 1000, clock=lambda: self.clock_ms / 1000)
-
-    def batch(self, rows: list[tuple[int, str, float | None]]) -> dict[str, str]:
-        """One micro-batch of (id, split, event minute) rows: written, staged and committed."""
-        catalog = open_catalog(self.config)
-        table = catalog.load_table(TABLE)
-        late_before = self.watermark.start(self.job, self.checkpoint, [(table, TableRef(TABLE))])
-        spec = writer_spec(table, TABLE, self.job).for_checkpoint(self.checkpoint)
-        settings = EventTimeSettings("ts", self.lateness, ("split",))
-        spec = replace(spec, event_time=EventTimeSpec("ts", ("split",), late_before))
-        writer = TaskWriter(spec, 0, 0)
-        writer.write(
-            pa.table(
-                {
-                    "id": pa.array([r[0] for r in rows], pa.int64()),
-                    "name": [f"n{r[0]}" for r in rows],
-                    "amount": pa.array([1.0] * len(rows)),
-                    "ts": pa.array([at(r[2]) if r[2] is not None else None for r in rows], pa.timestamp("us", "UTC")),
-                    "split": [r[1] for r in rows],
-                }
-            )
-        )
-        result = writer.complete()
-        state, properties = self.watermark.fold([TableTimes(TABLE, settings, [result])])
-        staged = TableResults(table, TABLE, [result], snapshot_properties=properties)
-        assert stage_tables(Ledger(self.config), self.job, self.checkpoint, [staged])
-        self.watermark.staged(self.checkpoint, state)
-        TableCommitter(catalog, self.config, Ledger(self.config)).commit_pending(TABLE, self.job)
-        self.checkpoint += 1
-        return properties
-
-
-def summaries(config: CatalogConfig) -> list[dict[str, str]]:
-    table = open_catalog(config).load_table(TABLE)
-    by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
-    chain = []
-    snapshot = table.current_snapshot()
-    while snapshot is not None:
-        chain.append(dict(snapshot.summary.additional_properties))
-        snapshot = by_id.get(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id is not None else None
-    return chain[::-1]
-
-
 def test_the_watermark_is_committed_with_the_data_and_read_back_by_pyiceberg(catalog_config: CatalogConfig) -> None:
     create_orders_table(catalog_config, TABLE)
     stream = Stream(catalog_config, lateness=10 * MINUTE)
@@ -297,17 +220,20 @@ def test_random_histories_never_lower_the_watermark_and_count_late_rows_exactly(
     tmp_path_factory: pytest.TempPathFactory, seed: int
 ) -> None:
     """Event times out of order by at most the lateness, over three splits (one falls idle for a while), restarts
-    at random micro-batches, maintenance and another tool's commits in between: the recorded watermark never
-    decreases, a row is late exactly when it is below the watermark its micro-batch started with (a model
-    says which), and a row of a split that was never idle and is within the lateness of its split's latest
-    time is never late."""
+    at random micro-batches, maintenance and another tool's commits in between, into a table partitioned by
+    hour: the recorded watermark never decreases; a row is late exactly when it is below the watermark its
+    micro-batch started with (a model says which); a row of a split that was never idle and is within the
+    lateness of its split's latest time is never late; every hour with rows whose end the watermark passed is
+    marked done in the commit that passes it, none before, and no on-time row ever lands in a done hour."""
     rng = random.Random(seed)
     warehouse = tmp_path_factory.mktemp("history")
     config = CatalogConfig("history", f"sqlite:///{warehouse / 'catalog.db'}", file_uri(warehouse))
     database.upgrade(config)
-    create_orders_table(config, TABLE)
+    create_orders_table(config, TABLE, partition_by=("hour(ts)",))
     lateness = 10 * MINUTE
     stream = Stream(config, lateness=lateness, idle_ms=60_000)
+    written_hours: set[int] = set()  # hours since START with rows
+    done_hours: set[int] = set()
     model = WatermarkState()
     latest = {"a": 0.0, "b": 0.0, "c": 0.0}
     idle_until = rng.randrange(2, 6)
@@ -322,7 +248,7 @@ def test_random_histories_never_lower_the_watermark_and_count_late_rows_exactly(
             if split == "c" and 1 <= batch < idle_until:
                 continue  # c falls silent for a while
             for _ in range(rng.randrange(0, 4)):
-                latest[split] += rng.uniform(0, 5)
+                latest[split] += rng.uniform(0, 15)
                 minute = latest[split] - rng.uniform(0, 10)  # out of order by at most the lateness
                 rows.append((next_id, split, round(minute, 3)))
                 next_id += 1
@@ -344,6 +270,14 @@ def test_random_histories_never_lower_the_watermark_and_count_late_rows_exactly(
         properties = stream.batch(rows)
         assert int(properties["icesink.late-rows"]) == expected_late, (seed, batch)
         assert properties["icesink.watermark"] == format_watermark(model.watermark)  # type: ignore[arg-type]
+        hours = {int(minute // 60) for _, _, minute in rows}
+        on_time = {int(minute // 60) for _, _, minute in rows if start is None or micros(minute) >= start}
+        assert not on_time & done_hours, (seed, batch)  # an on-time row never lands in a done hour
+        written_hours |= hours
+        reached = {h for h in written_hours if micros((h + 1) * 60) <= model.watermark}  # type: ignore[operator]
+        made_done = json.loads(summaries(config)[-1].get("icesink.partitions-done", "[]"))
+        assert made_done == sorted(f"ts_hour={at(h * 60):%Y-%m-%d-%H}" for h in reached - done_hours), (seed, batch)
+        done_hours |= reached
         if rng.random() < 0.3:
             stream.restart()
         if rng.random() < 0.15:  # maintenance between commits: its snapshot carries the watermark
@@ -358,3 +292,96 @@ def test_random_histories_never_lower_the_watermark_and_count_late_rows_exactly(
             table.append(other)  # another tool's commit: it records no watermark
     recorded = [parse_watermark(s["icesink.watermark"]) for s in summaries(config) if "icesink.watermark" in s]
     assert recorded == sorted(recorded) and recorded
+
+
+# --- after a review --------------------------------------------------------------------------------------------------
+
+
+def test_in_a_stream_of_several_tables_each_keeps_its_lateness_and_its_own_counts(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    tracker = StreamWatermark(Ledger(sqlite_catalog), 60_000_000, per_table=True, clock=lambda: 0.0)
+    tracker.start("job", 0, [])
+    hour = 60 * MINUTE
+    relaxed = EventTimeSettings("ts", hour, ())
+    strict = EventTimeSettings("ts", 0, ())
+    same_split = SplitTimes('["orders",0]', micros(600), 3, late_rows=0, untimed_rows=1)
+    state, shared, counts = tracker.fold(
+        [
+            TableTimes("a", relaxed, [WriteResult(0, 0, 0, event_times=(same_split,))]),
+            TableTimes("b", strict, [WriteResult(0, 0, 0, event_times=(same_split,))]),
+            TableTimes("c", None, [WriteResult(0, 0, 0)]),
+        ]
+    )
+    # The same split of both tables: a's mark allows its hour, so the stream's watermark is a's.
+    assert state.watermark == micros(600) - hour and shared["icesink.watermark"] == format_watermark(micros(540))
+    assert set(state.splits) == {'["a","orders",0]', '["b","orders",0]'}
+    assert counts == {
+        "a": {"icesink.late-rows": "0", "icesink.rows-without-event-time": "1"},
+        "b": {"icesink.late-rows": "0", "icesink.rows-without-event-time": "1"},
+    }  # per table; a table without event_time counts nothing
+
+
+def test_a_restarted_job_goes_on_from_its_own_watermark_not_another_jobs(catalog_config: CatalogConfig) -> None:
+    create_orders_table(catalog_config, TABLE)
+    slow = Stream(catalog_config, job="slow")
+    slow.batch([(1, "a", 10)])
+    Stream(catalog_config, job="fast").batch([(2, "a", 500)])  # the table's watermark moves to 08:20
+    with engine(catalog_config).begin() as connection:
+        connection.execute(sa.delete(checkpoints).where(checkpoints.c.catalog_name == catalog_config.name))
+    slow.restart()
+    properties = slow.batch([(3, "a", 20)])  # on time for the slow job, whose watermark is 00:10
+    assert properties["icesink.late-rows"] == "0" and properties["icesink.watermark"] == format_watermark(micros(20))
+
+
+def test_a_split_silent_for_a_day_is_forgotten_and_starts_at_the_watermark_again() -> None:
+    day_ms = 24 * 3600 * 1000
+    state = WatermarkState().fold({"a": micros(10), "b": micros(20)}, now_ms=0, idle_ms=60_000)
+    state = state.fold({"b": micros(30)}, now_ms=day_ms + 1, idle_ms=60_000)
+    assert set(state.splits) == {"b"} and state.watermark == micros(30)
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        pa.array([213_503_982], pa.date32()),  # its microseconds overflow 64 bits
+        pa.array([-62_135_596_800_000_001], pa.timestamp("us")),  # just before year 1
+    ],
+)
+def test_an_event_time_no_watermark_can_be_is_refused_where_it_is_observed(array: pa.Array) -> None:
+    times = EventTimes(EventTimeSpec("t"), TABLE)
+    with pytest.raises(BadRowError, match="outside the years 1 to 9999"):
+        times.observe(pa.table({"t": array}))
+
+
+def test_a_split_column_that_holds_no_plain_value_is_refused() -> None:
+    from pyspark.sql.types import IntegerType, StructField, StructType, TimestampType
+
+    from icesink.errors import ConfigError
+    from icesink.sink.event_time import resolve_event_time
+    from icesink.sink.options import StreamOptions
+
+    schema = StructType(
+        [
+            StructField("ts", TimestampType()),
+            StructField("source", StructType([StructField("partition", IntegerType())])),
+        ]
+    )
+    options = StreamOptions(table=TABLE, event_time="ts", split_by=["source"])
+    with pytest.raises(ConfigError, match=r"split_by column 'source' is struct<partition:int>"):
+        resolve_event_time(options, schema)
+
+
+@pytest.mark.parametrize(
+    ("options", "refusal"),
+    [
+        ({"event_time": "ts_ms"}, r"event_time takes 'source.ts_ms'"),
+        ({"lateness": "1 minute"}, r"lateness applies with event_time='source.ts_ms'"),
+        ({"event_time": "source.ts_ms", "lateness": "a while"}, r"lateness: 'a while' is not a duration"),
+    ],
+)
+def test_debezium_event_time_options_are_checked_when_given(options: dict[str, Any], refusal: str) -> None:
+    from icesink.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"icesink.debezium: {refusal}"):
+        icesink.debezium("inventory", **options)

@@ -11,6 +11,7 @@ import click
 from icesink.cli.catalog_commands import changes, db, scan, snapshots, tables
 from icesink.cli.checkpoint_commands import checkpoints, jobs
 from icesink.cli.committer_commands import committer, maintain
+from icesink.cli.completeness_commands import partitions, wait
 from icesink.cli.context import CliContext
 from icesink.cli.output import JSON, TEXT
 from icesink.errors import IcesinkError
@@ -59,5 +60,5 @@ def main(
     ctx.obj = CliContext(name, uri, warehouse, output)
 
 
-for command in (db, tables, snapshots, scan, changes, checkpoints, jobs, committer, maintain):
+for command in (db, tables, snapshots, scan, changes, checkpoints, jobs, committer, maintain, partitions, wait):
     main.add_command(command)

@@ -19,8 +19,8 @@ from icesink.catalog.checkpoints import CheckpointRow
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import load_table
+from icesink.committer.completeness import CommitCompleteness
 from icesink.committer.conversion import CommitConversions
-from icesink.completeness.watermark import SPLITS_CHECKPOINT_VALUE
 from icesink.errors import (
     IcesinkError,
     JobIdConflictError,
@@ -34,15 +34,12 @@ from icesink.iceberg.marker import CommittedMarker, marker_properties, marker_ta
 from icesink.iceberg.references import delete_quietly
 from icesink.iceberg.schemas import schema_by_id, schema_in_files, written_schema_problem
 from icesink.iceberg.snapshots import prepare_snapshot
-from icesink.iceberg.watermarks import splits_table_property, watermark_carried
+from icesink.iceberg.watermarks import splits_table_property
 from icesink.properties import (
     CHECKPOINT_RANGE_PROPERTY,
     COMMITTER_SUMMARY_NAMES,
     CONVERTED_PROPERTY,
     DISCARDED_PROPERTY,
-    LATE_ROWS_PROPERTY,
-    UNTIMED_ROWS_PROPERTY,
-    WATERMARK_PROPERTY,
 )
 
 if TYPE_CHECKING:
@@ -140,6 +137,7 @@ class SnapshotBuilder:
         self._ledger = ledger
         self._expire_snapshots = expire_snapshots
         self._conversions = CommitConversions()
+        self._completeness = CommitCompleteness(config)
 
     def try_prepare(
         self,
@@ -207,14 +205,7 @@ class SnapshotBuilder:
         branch = last.branch  # every checkpoint of one snapshot commits to the same branch (plan_snapshots)
         # The checkpoints' own values (a later checkpoint's replacing an earlier one's), then icesink's, which win.
         own = {n: v for row in group for n, v in row.snapshot_properties if n not in COMMITTER_SUMMARY_NAMES}
-        for counted in (LATE_ROWS_PROPERTY, UNTIMED_ROWS_PROPERTY):  # of every checkpoint in the snapshot
-            counts = [int(v) for row in group for n, v in row.snapshot_properties if n == counted and v.isdigit()]
-            if counts:
-                own[counted] = str(sum(counts))
-        splits = own.pop(SPLITS_CHECKPOINT_VALUE, None)  # the stream's state: a table property, not a summary
-        watermark = watermark_carried(table.metadata, branch, own.get(WATERMARK_PROPERTY))
-        if watermark is not None:
-            own[WATERMARK_PROPERTY] = watermark
+        splits = self._completeness.record(table, identifier, branch, per_row, own)
         properties = {**own, **marker_properties(job_id, last.checkpoint_id, last.stream_id), **extra}
         properties[CHECKPOINT_RANGE_PROPERTY] = checkpoint_range(group)
         discarded = [

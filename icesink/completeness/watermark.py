@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 # the table property icesink.watermark-splits.<job id>, one copy rather than one per snapshot).
 SPLITS_CHECKPOINT_VALUE = "icesink.watermark.splits"
 
+# How long an idle split's mark is kept (or the idle timeout, if longer).
+FORGET_AFTER_MS = 24 * 3600 * 1000
+
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 # What a summary value can say (datetime's range): event times beyond it are refused where they are observed.
 MIN_MICROS = -62_135_596_800_000_000  # 0001-01-01T00:00:00Z
@@ -77,6 +80,10 @@ class WatermarkState:
             known = splits.get(split)
             marks = [mark] + ([known.mark] if known is not None else []) + ([floor] if floor is not None else [])
             splits[split] = SplitMark(max(marks), now_ms)
+        # A split silent for long is forgotten, so that the state does not grow with every split ever seen; if it
+        # comes back it starts at the watermark, as after any idleness.
+        forget_ms = max(idle_ms, FORGET_AFTER_MS)
+        splits = {k: s for k, s in splits.items() if now_ms - s.seen_ms <= forget_ms}
         active = [s.mark for s in splits.values() if now_ms - s.seen_ms <= idle_ms]
         if not active:
             return WatermarkState(self.watermark, splits)  # every split idle: nothing says how far the input is

@@ -85,6 +85,7 @@ class Change(NamedTuple):
     row_schema: dict[str, Any] | None  # the Connect schema of ``after``, None without schemas
     schema_id: str = ""  # names ``row_schema`` (a digest of it); empty without schemas
     row_text: str | None = None  # without schemas: the row's exact JSON text, every digit as written
+    source_ms: int | None = None  # source.ts_ms: when the change was made in the source database
 
     @property
     def source_table(self) -> str:
@@ -162,6 +163,7 @@ class Decoder:
             row_schema.schema if row_schema else None,
             row_schema.schema_id if row_schema else "",
             row_text,
+            _milliseconds(source_block.get("ts_ms")) if isinstance(source_block, dict) else None,
         )
 
     def _upserted(
@@ -313,6 +315,11 @@ def _deleted_key(
 
 
 _BINLOG_NUMBER = re.compile(r"(\d+)$")
+
+
+def _milliseconds(value: Any) -> int | None:
+    """A ``ts_ms`` as Debezium writes it (a JSON number), or None for anything else."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _position(source: dict[str, Any], partition: int | None, offset: int | None) -> str:

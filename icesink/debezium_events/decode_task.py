@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 # the write may still refuse it (a rejected record, or one without schemas, typed by the table as it is written).
 PARSED_DDL = (
     "source string, op string, keys string, schema_id string, row_schema string, row string, key string, "
-    "position string, topic string, partition int, offset long, raw_key binary, raw_value binary, shape string"
+    "position string, topic string, partition int, offset long, raw_key binary, raw_value binary, shape string, "
+    "source_ms long"
 )
 
 
@@ -93,7 +94,7 @@ class _Rows:
                         raise DecodeError(f"{e}. {STOPPED}") from None
                     raise
                 error = str(e) if isinstance(e, DecodeError) else f"{type(e).__name__}: {e}"
-                _append(out, REJECTED, "", "[]", "", "", error, "", "", topic, partition, offset, key, value, "")
+                _append(out, REJECTED, "", "[]", "", "", error, "", "", topic, partition, offset, key, value, "", None)
                 continue
             if change is not None:
                 self._add(out, change, topic, partition, offset, key, value)
@@ -126,6 +127,7 @@ class _Rows:
             key if exact else None,  # a record without schemas may still be refused by the write: keep its bytes
             value if exact else None,
             json.dumps(list(change.row)) if exact else "",
+            change.source_ms,
         )
 
 
@@ -144,6 +146,7 @@ _PARSED_TYPES = (
     ("raw_key", pa.binary()),
     ("raw_value", pa.binary()),
     ("shape", pa.string()),
+    ("source_ms", pa.int64()),
 )
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from icesink.completeness.durations import DurationError, duration_micros
 from icesink.debezium_events.sources import SourceTable
 from icesink.errors import ConfigError
 from icesink.properties import check_user_properties
@@ -53,6 +55,10 @@ class Debezium:
         return next((name for name in source.names if name in self.names), None)
 
 
+# The one event time a Debezium stream takes: the source database's commit time of each change.
+SOURCE_TIME = "source.ts_ms"
+
+
 def debezium(
     namespace: str,
     *,
@@ -62,6 +68,8 @@ def debezium(
     evolve_schema: bool = True,
     maintain: bool = False,
     dead_letter: str | None = None,
+    event_time: str | None = None,
+    lateness: str | datetime.timedelta | None = None,
 ) -> Debezium:
     """Route Debezium change events to one table each: ``icesink.stream(df, tables=icesink.debezium("inventory"))``.
 
@@ -81,6 +89,10 @@ def debezium(
     naming it; with ``dead_letter="namespace.table"`` it goes to that table instead (created if missing,
     appends: ``topic``, ``partition``, ``offset``, ``key`` and ``value`` as the bytes Kafka held, ``error``),
     committed with the micro-batch's other tables, and the stream goes on without the change it held.
+
+    ``event_time="source.ts_ms"`` keeps the stream's watermark by the time each change was made in the source
+    database, per Kafka topic and partition, with ``lateness`` allowed (see docs/completeness.md); every table
+    an atomic commit moves records the same ``icesink.watermark``.
     """
     names, partitions = _checked(namespace, tables, partition_by, evolve_schema, maintain, dead_letter)
     if table_properties is not None and not isinstance(table_properties, Mapping):
@@ -89,9 +101,32 @@ def debezium(
             f"{{'write.target-file-size-bytes': '134217728'}}, not {table_properties!r}"
         )
     check_user_properties(table_properties, "icesink.debezium")
-    per_table = TableOptions(table_properties=table_properties, evolve_schema=evolve_schema, maintain=maintain)
+    _check_event_time(event_time, lateness)
+    per_table = TableOptions(
+        table_properties=table_properties,
+        evolve_schema=evolve_schema,
+        maintain=maintain,
+        event_time=event_time,
+        lateness=lateness,
+    )
     refuse_wrong_types(per_table, "icesink.debezium")
     return Debezium(namespace, names, partitions, per_table, dead_letter)
+
+
+def _check_event_time(event_time: object, lateness: object) -> None:
+    if event_time is not None and event_time != SOURCE_TIME:
+        raise ConfigError(
+            f"icesink.debezium: event_time takes {SOURCE_TIME!r} (when each change was made in the source database), "
+            f"not {event_time!r}"
+        )
+    if lateness is None:
+        return
+    if event_time is None:
+        raise ConfigError(f"icesink.debezium: lateness applies with event_time={SOURCE_TIME!r}")
+    try:
+        duration_micros(lateness)
+    except DurationError as e:
+        raise ConfigError(f"icesink.debezium: lateness: {e}") from None
 
 
 def _checked(

@@ -12,7 +12,7 @@ from pyiceberg.table.refs import MAIN_BRANCH
 
 from icesink.completeness.watermark import format_watermark, parse_watermark
 from icesink.iceberg.marker import branch_prefix
-from icesink.properties import WATERMARK_PROPERTY, WATERMARK_SPLITS_PREFIX
+from icesink.properties import JOB_ID_PROPERTY, WATERMARK_PROPERTY, WATERMARK_SPLITS_PREFIX
 
 if TYPE_CHECKING:
     from pyiceberg.table.metadata import TableMetadata
@@ -29,8 +29,9 @@ def ever_had_watermark(metadata: TableMetadata) -> bool:
     return any(WATERMARK_SPLITS_PREFIX in name for name in metadata.properties)
 
 
-def recorded_watermark(metadata: TableMetadata, branch: str = MAIN_BRANCH) -> int | None:
-    """The newest watermark (microseconds) on ``branch``'s ancestry, or None when none is recorded.
+def recorded_watermark(metadata: TableMetadata, branch: str = MAIN_BRANCH, job_id: str | None = None) -> int | None:
+    """The newest watermark (microseconds) on ``branch``'s ancestry (of ``job_id``'s snapshots only, when given),
+    or None when none is recorded.
 
     A value that is not a watermark (written by hand or by another tool) is passed over as if absent.
     """
@@ -41,8 +42,9 @@ def recorded_watermark(metadata: TableMetadata, branch: str = MAIN_BRANCH) -> in
         snapshot = snapshots.get(snapshot_id)
         if snapshot is None:  # history expired below this point
             return None
-        text = snapshot.summary[WATERMARK_PROPERTY] if snapshot.summary is not None else None
-        if text is not None:
+        summary = snapshot.summary
+        text = summary[WATERMARK_PROPERTY] if summary is not None else None
+        if text is not None and (job_id is None or (summary is not None and summary[JOB_ID_PROPERTY] == job_id)):
             try:
                 return parse_watermark(text)
             except ValueError:

@@ -77,7 +77,8 @@ class MicroBatchHandler:
             self._catalog, stream.catalog, self._ledger, expire_snapshots=stream.expire_snapshots
         )
         self._sinks: dict[str, TableSink] = {}
-        self._watermark = StreamWatermark(self._ledger, stream.idle_timeout)
+        # A stream of several tables keeps a mark per table and split (each table its own lateness).
+        self._watermark = StreamWatermark(self._ledger, stream.idle_timeout, per_table=self._single_table is None)
         self._claimed = False  # this run checked that no other stream uses its job id
         self.last_phases: dict[str, float] = {}  # of the last micro-batch written, for profiles
 
@@ -164,14 +165,15 @@ class MicroBatchHandler:
         else:
             results = [sink.write(t.rows, p, phases) for sink, t, p in zip(sinks, targets, prepared, strict=True)]
         watermark: WatermarkState | None = None
-        properties: dict[str, str] = {}
+        shared: dict[str, str] = {}
+        counts: dict[str, dict[str, str]] = {}
         if timed:
             times = [
                 TableTimes(t.settings.table, t.settings.event_time, r) for t, r in zip(targets, results, strict=True)
             ]
-            watermark, properties = self._watermark.fold(times)
+            watermark, shared, counts = self._watermark.fold(times)
         written = [
-            sink.finish(one, result, properties)
+            sink.finish(one, result, {**shared, **counts.get(sink.table, {})})
             for sink, target, one, result in zip(sinks, targets, prepared, results, strict=True)
             if not target.optional or any(r.data_files or r.delete_files for r in result)
         ]

@@ -14,6 +14,7 @@ from pyspark.sql import types as T
 
 from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
+from icesink.completeness.durations import duration_micros
 from icesink.debezium_events.decode_task import REJECTED
 from icesink.debezium_events.route import (
     OP_COLUMN,
@@ -29,6 +30,7 @@ from icesink.debezium_events.stream_spec import Debezium
 from icesink.errors import ConfigError, SchemaMismatchError, TableNotFoundError
 from icesink.properties import SOURCE_PROPERTY
 from icesink.results import decode_write_result
+from icesink.sink.event_time import EventTimeSettings
 from icesink.sink.json_names import json_names
 from icesink.sink.mapping_watch import MappingWatch
 from icesink.sink.options import StreamWideOptions
@@ -39,7 +41,7 @@ from icesink.sink.table_sink import PreparedWrite
 from icesink.sink.tables import resolve_table
 from icesink.spark_types import spark_type_of
 from icesink.table_options import Writer
-from icesink.writer.json_tables import OUTPUT_DDL, JsonTable, json_tables_task
+from icesink.writer.json_tables import EVENT_TIME_COLUMN, OUTPUT_DDL, SPLIT_COLUMNS, JsonTable, json_tables_task
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -166,7 +168,14 @@ class DebeziumRouter:
         # dead-letter table takes appends.
         keyed = not table.dead_letter
         partition_by = tuple(self._spec.partition_by.get(table.identifier, ()))
-        per_table = replace(self._spec.table_options, create_table=True, partition_by=partition_by, writer=Writer.ARROW)
+        per_table = replace(
+            self._spec.table_options,
+            create_table=True,
+            partition_by=partition_by,
+            writer=Writer.ARROW,
+            event_time=None,  # not a column of the table's rows: set below, as the decoded records carry it
+            lateness=None,
+        )
         if keyed:
             per_table = replace(
                 per_table,
@@ -198,6 +207,12 @@ class DebeziumRouter:
         if not keyed and identifier_fields:  # keyed since the stream started
             raise _keyed_dead_letter(table.identifier, identifier_fields, "Nothing of the micro-batch was written")
         settings, _ = preflight(_empty(table.schema), options)
+        if keyed and self._spec.table_options.event_time is not None:
+            lateness = self._spec.table_options.lateness
+            event_time = EventTimeSettings(
+                EVENT_TIME_COLUMN, duration_micros(lateness) if lateness is not None else 0, SPLIT_COLUMNS
+            )
+            settings = replace(settings, event_time=event_time)
         self._settings[table.identifier] = settings
         self._keys[table.identifier] = table.keys
         return settings
@@ -291,6 +306,7 @@ def _distributed(parsed: DataFrame, tables: Sequence[RoutedTable], dead_letter: 
         "raw_key",
         "raw_value",
         "key",
+        "source_ms",
     ).where(F.col("target").isNotNull())
     within = F.when(F.col("target").isin(spread), F.col("key")).otherwise(F.lit("")) if spread else F.lit("")
     return rows.repartition(parallelism, "target", within.alias("spread")).sortWithinPartitions("target").drop("key")

@@ -6,15 +6,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pyspark.sql.types import DateType, StructType, TimestampNTZType, TimestampType
+from pyspark.sql.types import ArrayType, DateType, MapType, StructType, TimestampNTZType, TimestampType
 
 from icesink.completeness.durations import duration_micros
 from icesink.errors import ConfigError
 from icesink.writer.spec import EventTimeSpec
 
 if TYPE_CHECKING:
-    from pyiceberg.table import Table
-
     from icesink.sink.options import StreamOptions
     from icesink.sink.projection import Projection
 
@@ -31,6 +29,11 @@ class EventTimeSettings:
     lateness: int
     split_columns: tuple[str, ...]
 
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The DataFrame columns the write tasks read: the event time's and the splits'."""
+        return tuple(dict.fromkeys((self.column, *self.split_columns)))
+
     def spec(self, projection: Projection, late_before: int | None) -> EventTimeSpec:
         """What the write tasks observe, named as the projected rows name the columns (a table column under
         the table's name, which another tool may have changed; any other column under the DataFrame's)."""
@@ -42,13 +45,10 @@ class EventTimeSettings:
         )
 
 
-def resolve_event_time(
-    options: StreamOptions, schema: StructType, table: Table
-) -> tuple[EventTimeSettings | None, list[str]]:
-    """The stream's event-time settings, and the columns among them the table does not have (read by the
-    write tasks, not written); a :class:`ConfigError` naming the column where they do not fit."""
+def resolve_event_time(options: StreamOptions, schema: StructType) -> EventTimeSettings | None:
+    """The stream's event-time settings, or a :class:`ConfigError` naming the column where they do not fit."""
     if options.event_time is None:
-        return None, []
+        return None
     identifier = options.table
     column = _column(schema, options.event_time, identifier, "event_time")
     kind = schema[column].dataType
@@ -59,16 +59,22 @@ def resolve_event_time(
         )
     splits = _split_columns(options.split_by, schema, identifier)
     lateness = duration_micros(options.lateness) if options.lateness is not None else 0
-    table_names = {f.name.lower() for f in table.schema().fields}
-    read_only = [c for c in (column, *splits) if c.lower() not in table_names]
-    return EventTimeSettings(column, lateness, splits), list(dict.fromkeys(read_only))
+    return EventTimeSettings(column, lateness, splits)
 
 
 def _split_columns(given: Sequence[str] | None, schema: StructType, identifier: str) -> tuple[str, ...]:
     if given is None:
         names = set(schema.names)
         return KAFKA_SPLIT_COLUMNS if all(c in names for c in KAFKA_SPLIT_COLUMNS) else ()
-    return tuple(dict.fromkeys(_column(schema, c, identifier, "split_by") for c in given))
+    columns = tuple(dict.fromkeys(_column(schema, c, identifier, "split_by") for c in given))
+    for name in columns:
+        kind = schema[name].dataType
+        if isinstance(kind, StructType | ArrayType | MapType):
+            raise ConfigError(
+                f"table {identifier}: split_by column {name!r} is {kind.simpleString()}; a split is named by plain "
+                "values (a topic, a partition number): name top-level columns of strings, numbers or times"
+            )
+    return columns
 
 
 def _column(schema: StructType, name: str, identifier: str, option: str) -> str:

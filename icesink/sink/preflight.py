@@ -138,9 +138,17 @@ def _plan_changes(
             iceberg_table, table, df.schema, keys, options.op_column, options.op_values, options.sequence_by
         )
         passthrough = extra_columns(changes, iceberg_table)
-    event_time, read_only = resolve_event_time(options, df.schema, iceberg_table)
-    passthrough += [c for c in read_only if c not in passthrough]
     plan = plan_schema(df.schema, iceberg_table.schema(), table, passthrough, known)
+    event_time = resolve_event_time(options, df.schema)
+    if event_time is not None and not options.evolve_schema:
+        # An event-time or split column the table has no field for (by the stream's field ids, then by name, as
+        # every column is matched) is read by the tasks and not written (with evolve_schema it is added, as any
+        # new column is).
+        added = {c.name for c in plan.changes if isinstance(c, AddColumn) and not c.parent}
+        read_only = [c for c in event_time.columns if c in added and c not in passthrough]
+        if read_only:
+            passthrough += read_only
+            plan = plan_schema(df.schema, iceberg_table.schema(), table, passthrough, known)
     # A column renamed in the table looks new to a stream whose job (Spark's query id, kept in a checkpoint
     # location this process cannot read) is unknown here: the first micro-batch knows it and decides.
     deferred = known_job is None and not paths.parse(checkpoint_location).is_local

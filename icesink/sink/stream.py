@@ -156,7 +156,11 @@ def _stream_tables(
             f"{', '.join(StreamWideOptions.names())})"
         )
     if isinstance(tables, Debezium):
-        _refuse_split_by_alone(own, [], f"tables {named}")
+        if own.split_by is not None:
+            raise ConfigError(
+                f"tables {named}: a Debezium stream's splits are its Kafka topics and partitions; leave split_by out"
+            )
+        _refuse_split_by_alone(own, [tables.table_options], f"tables {named}")
         _check_streaming(df, named)
         location = _checkpoint_location(df, own.checkpoint_location, own.query_name, f"debezium-{tables.namespace}")
         return _stream_debezium(df, tables, replace(own, checkpoint_location=location))
@@ -201,11 +205,8 @@ def _refuse_split_by_alone(own: StreamWideOptions, per_table: Sequence[TableOpti
     if own.idle_timeout != StreamWideOptions.idle_timeout:
         given.append("idle_timeout")
     if given and not timed:
-        hint = (
-            "icesink.debezium streams do not keep a watermark yet"
-            if not per_table
-            else "name the event-time column with event_time (in each icesink.Target that has one)"
-        )
+        hint = "name the event-time column with event_time (in each icesink.Target that has one, or in "
+        hint += "icesink.debezium(event_time='source.ts_ms'))"
         verb = "apply" if len(given) > 1 else "applies"
         raise ConfigError(f"{where}: {' and '.join(given)} {verb} to a stream with event_time; {hint}")
 

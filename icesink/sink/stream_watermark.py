@@ -7,6 +7,7 @@ reads it again whenever the micro-batch is not the one after the last it folded 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -14,14 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from icesink.completeness.watermark import (
-    MAX_MICROS,
     MIN_MICROS,
     SPLITS_CHECKPOINT_VALUE,
     WatermarkState,
     format_watermark,
     parse_watermark,
 )
-from icesink.errors import BadRowError
 from icesink.iceberg.watermarks import recorded_watermark, splits_table_property
 from icesink.properties import (
     LATE_ROWS_PROPERTY,
@@ -52,8 +51,11 @@ class TableTimes:
 class StreamWatermark:
     """The watermark of one stream's job (every table it writes shares it)."""
 
-    def __init__(self, ledger: Ledger, idle_timeout: int, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, ledger: Ledger, idle_timeout: int, per_table: bool = False, clock: Callable[[], float] = time.time
+    ) -> None:
         self._ledger = ledger
+        self._per_table = per_table  # a stream of several tables: a table's rows of a split are a split
         self._idle_ms = idle_timeout // 1000
         self._clock = clock
         self._state: WatermarkState | None = None
@@ -77,7 +79,7 @@ class StreamWatermark:
         for table, ref in tables:
             metadata = table.metadata
             splits = metadata.properties.get(splits_table_property(job_id, ref.branch))
-            watermark = recorded_watermark(metadata, ref.branch)
+            watermark = recorded_watermark(metadata, ref.branch, job_id)  # its own: not another job's
             if watermark is None and splits is None:
                 continue
             state = _state_of(format_watermark(watermark) if watermark is not None else None, splits or "{}")
@@ -85,44 +87,51 @@ class StreamWatermark:
                 best = state
         return best
 
-    def fold(self, tables: Sequence[TableTimes]) -> tuple[WatermarkState, dict[str, str]]:
-        """The state after this micro-batch and the snapshot properties that record it, in every table it moves."""
+    def fold(self, tables: Sequence[TableTimes]) -> tuple[WatermarkState, dict[str, str], dict[str, dict[str, str]]]:
+        """The state after this micro-batch, the snapshot properties that record it in every table the checkpoint
+        moves, and each table's own counts (its late rows, its rows without an event time)."""
         assert self._state is not None, "start() first"
         observed: dict[str, int] = {}
-        late = untimed = 0
-        timed = False
+        counts: dict[str, dict[str, str]] = {}
         for one in tables:
             if one.settings is None:
                 continue
-            timed = True
+            late = untimed = 0
             for result in one.results:
                 for times in result.event_times:
                     late += times.late_rows
                     untimed += times.untimed_rows
                     if times.latest is None:
                         continue
-                    if not MIN_MICROS <= times.latest <= MAX_MICROS:
-                        raise BadRowError(
-                            f"table {one.identifier}: event_time column {one.settings.column!r} holds a time outside "
-                            "the years 1 to 9999; fix or filter such rows in the DataFrame"
-                        )
+                    # In a stream of several tables each table's rows of a split are a split of their own, so that
+                    # each keeps its own lateness and a quiet table falls idle rather than holding the others back.
+                    split = _with_table(one.identifier, times.split) if self._per_table else times.split
                     mark = max(times.latest - one.settings.lateness, MIN_MICROS)
-                    observed[times.split] = max(mark, observed.get(times.split, mark))
+                    observed[split] = max(mark, observed.get(split, mark))
+            counts[one.identifier] = {LATE_ROWS_PROPERTY: str(late)}
+            if untimed:
+                counts[one.identifier][UNTIMED_ROWS_PROPERTY] = str(untimed)
+            if late:
+                log.info("table=%s: %d row(s) arrived below the watermark", one.identifier, late)
         state = self._state.fold(observed, int(self._clock() * 1000), self._idle_ms)
-        if not timed:
-            return state, {}
-        properties = {SPLITS_CHECKPOINT_VALUE: state.encode_splits(), LATE_ROWS_PROPERTY: str(late)}
-        if untimed:
-            properties[UNTIMED_ROWS_PROPERTY] = str(untimed)
+        if not counts:
+            return state, {}, {}
+        shared = {SPLITS_CHECKPOINT_VALUE: state.encode_splits()}
         if state.watermark is not None:
-            properties[WATERMARK_PROPERTY] = format_watermark(state.watermark)
-        if late:
-            log.info("%d row(s) arrived below the watermark %s", late, properties.get(WATERMARK_PROPERTY))
-        return state, properties
+            shared[WATERMARK_PROPERTY] = format_watermark(state.watermark)
+        return state, shared, counts
 
     def staged(self, checkpoint_id: int, state: WatermarkState) -> None:
         """The checkpoint was staged with ``state``: the next micro-batch goes on from it."""
         self._state, self._checkpoint = state, checkpoint_id
+
+
+def _with_table(identifier: str, split: str) -> str:
+    try:
+        values = json.loads(split)
+    except ValueError:
+        values = [split]
+    return json.dumps([identifier, *values], ensure_ascii=False, separators=(",", ":"))
 
 
 def _state_of(watermark: str | None, splits: str) -> WatermarkState:

@@ -7,11 +7,11 @@ costs no pass of its own over the data: one grouped aggregate per Arrow batch.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from icesink.completeness.watermark import MAX_MICROS, MIN_MICROS
 from icesink.errors import BadRowError
 from icesink.results import SplitTimes
 from icesink.writer.spec import EventTimeSpec
@@ -27,7 +27,7 @@ def event_micros(array: pa.Array | pa.ChunkedArray, table: str, column: str) -> 
         return pc.cast(as_micros, pa.int64())
     if pa.types.is_date(kind):
         days = pc.cast(pc.cast(array, pa.date32()), pa.int32())
-        return pc.multiply(pc.cast(days, pa.int64()), pa.scalar(_MICROS_PER_DAY, pa.int64()))
+        return pc.multiply_checked(pc.cast(days, pa.int64()), pa.scalar(_MICROS_PER_DAY, pa.int64()))
     raise BadRowError(
         f"table {table}: event_time column {column!r} holds {kind}, not a timestamp or a date; convert it in the "
         "DataFrame (e.g. F.timestamp_millis for epoch milliseconds)"
@@ -47,7 +47,18 @@ class EventTimes:
             return
         spec = self._spec
         rows = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
-        micros = event_micros(rows.column(spec.column), self._table, spec.column)
+        try:
+            micros = event_micros(rows.column(spec.column), self._table, spec.column)
+            bounds = pc.min_max(micros)
+            low, high = bounds["min"].as_py(), bounds["max"].as_py()
+            within = low is None or (low >= MIN_MICROS and high <= MAX_MICROS)
+        except pa.ArrowInvalid:  # a date whose microseconds overflow
+            within = False
+        if not within:
+            raise BadRowError(
+                f"table {self._table}: event_time column {spec.column!r} holds a time outside the years 1 to 9999, "
+                "which no watermark can be; fix or filter such rows in the DataFrame. Nothing was written"
+            )
         late_before = spec.late_before
         if late_before is None:
             late = pa.repeat(pa.scalar(0, pa.int64()), rows.num_rows)
@@ -88,22 +99,3 @@ class EventTimes:
             SplitTimes(split, latest, rows or 0, late or 0, untimed or 0)
             for split, (latest, rows, late, untimed) in sorted(self._splits.items())
         )
-
-
-def merged(results: Iterable[SplitTimes]) -> dict[str, SplitTimes]:
-    """Several tasks' times of the same splits, as one per split."""
-    out: dict[str, SplitTimes] = {}
-    for times in results:
-        known = out.get(times.split)
-        if known is None:
-            out[times.split] = times
-            continue
-        latest = max((t for t in (known.latest, times.latest) if t is not None), default=None)
-        out[times.split] = SplitTimes(
-            times.split,
-            latest,
-            known.rows + times.rows,
-            known.late_rows + times.late_rows,
-            known.untimed_rows + times.untimed_rows,
-        )
-    return out

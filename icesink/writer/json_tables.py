@@ -36,8 +36,13 @@ OP = "op"
 POSITION = "position"
 EXACT = "exact"  # the row is JSON as the source wrote it: its numbers are read digit for digit
 LOCATION_COLUMNS = ("topic", "partition", "offset")
+SOURCE_MS = "source_ms"  # source.ts_ms: the change's time in the source database (a Debezium stream's event time)
+# The columns a table's rows carry for its event times (read by the task writer, not written).
+EVENT_TIME_COLUMN = "__icesink_event_time"
+SPLIT_COLUMNS = ("topic", "partition")
 RAW_COLUMNS = ("raw_key", "raw_value")
 OUTPUT_DDL = "target int, write_result binary, rejected long"
+_SPLIT_TYPES = (pa.string(), pa.int32())
 ORDER = "__icesink_order"
 
 
@@ -173,6 +178,13 @@ class _Task:
         if spec.changes is not None:
             arrays.append(pa.array(range(len(rows)), pa.int64()))  # input order: the last tie-breaker
             names.append(spec.changes.order_column)
+        if spec.event_time is not None:
+            arrays.append(pa.array([r.get(SOURCE_MS) for r in records], pa.int64()).cast(pa.timestamp("ms", "UTC")))
+            names.append(EVENT_TIME_COLUMN)
+            arrays += [
+                pa.array([r.get(c) for r in records], t) for c, t in zip(SPLIT_COLUMNS, _SPLIT_TYPES, strict=True)
+            ]
+            names += SPLIT_COLUMNS
         return pa.Table.from_arrays(arrays, names=names)
 
 

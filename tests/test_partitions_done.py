@@ -1,0 +1,207 @@
+"""Partitions done: a time partition is done once the watermark reaches its end; the commit that makes it done
+says so (``icesink.partitions-done``), ``icesink partitions`` lists each partition's state, and ``icesink wait``
+returns when a partition is done in every table named, at one moment of the catalog (driven without Spark)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import subprocess
+import sys
+import time
+
+import pyarrow as pa
+import pytest
+
+import icesink
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from icesink.completeness.partition_times import TimeField, TimeKind, human, parse_human, partition_end, span_end
+from icesink.completeness.watermark import datetime_to_micros
+from icesink.errors import ConfigError
+from icesink.maintenance.committing import MaintenanceTarget
+from icesink.maintenance.compact import compact, plan_compaction
+from icesink.maintenance.policy import MaintenancePolicy
+from icesink.readiness import partition_statuses
+from tests.helpers.event_streams import MINUTE, TABLE, Stream, summaries
+from tests.helpers.support import create_orders_table
+from tests.test_cli import invoke
+
+OTHER = "shop.lines"
+
+
+def utc(*args: int) -> int:
+    return datetime_to_micros(datetime.datetime(*args, tzinfo=datetime.UTC))  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("kind", "text", "end"),
+    [
+        (TimeKind.YEAR, "2024", utc(2025, 1, 1)),
+        (TimeKind.MONTH, "2024-02", utc(2024, 3, 1)),
+        (TimeKind.MONTH, "2024-12", utc(2025, 1, 1)),
+        (TimeKind.DAY, "2024-02-29", utc(2024, 3, 1)),
+        (TimeKind.HOUR, "2026-11-25-23", utc(2026, 11, 26)),
+        (TimeKind.DATE, "1969-12-31", utc(1970, 1, 1)),
+        (TimeKind.HOUR, "1969-12-31-23", utc(1970, 1, 1)),
+        (TimeKind.TIMESTAMP, "2026-11-25T10:00:00.000001", utc(2026, 11, 25, 10, 0, 0) + 2),
+    ],
+)
+def test_a_partition_values_span_ends_where_its_human_form_says(kind: TimeKind, text: str, end: int) -> None:
+    value = parse_human(kind, text)
+    assert human(kind, value) == text
+    assert span_end(kind, value) == end
+
+
+def test_a_partition_of_several_time_fields_ends_at_the_earliest_and_a_null_time_never_ends() -> None:
+    fields = [TimeField(0, "ts_day", TimeKind.DAY), TimeField(2, "ts_hour", TimeKind.HOUR)]
+    day = parse_human(TimeKind.DAY, "2026-11-25")
+    hour = parse_human(TimeKind.HOUR, "2026-11-25-10")
+    assert partition_end(fields, (day, "eu", hour)) == utc(2026, 11, 25, 11)
+    assert partition_end(fields, (day, "eu", None)) == utc(2026, 11, 26)
+    assert partition_end(fields, (None, "eu", None)) is None
+    with pytest.raises(ValueError, match="write it as YYYY-MM-DD-HH"):
+        parse_human(TimeKind.HOUR, "2026-11-25T10")
+
+
+def test_the_commit_whose_watermark_reaches_an_hours_end_marks_it_done_and_late_rows_reopen_nothing(
+    catalog_config: CatalogConfig,
+) -> None:
+    config = catalog_config
+    create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    stream = Stream(config, lateness=10 * MINUTE)
+    stream.batch([(1, "a", 5), (2, "a", 50)])  # watermark 00:40: hour 00 open
+    stream.batch([(3, "a", 75)])  # 01:05: hour 00 done
+    stream.batch([(4, "a", 20), (5, "a", 130)])  # a late row into hour 00; 02:00: hour 01 done
+    done = [json.loads(s.get("icesink.partitions-done", "[]")) for s in summaries(config)]
+    assert done == [[], ["ts_hour=2026-11-25-00"], ["ts_hour=2026-11-25-01"]]
+    by_path = {p.path: p for p in partition_statuses(TABLE, catalog=config)}
+    first = by_path["ts_hour=2026-11-25-00"]
+    assert (first.state.value, first.rows, first.late_rows) == ("changed-after-done", 3, 1)
+    assert first.done_watermark == "2026-11-25T01:05:00.000000+00:00"
+    assert by_path["ts_hour=2026-11-25-01"].state.value == "done"
+    assert by_path["ts_hour=2026-11-25-02"].state.value == "open"
+    # Another tool adds a row to the done hour 01: counted as a change after done. Compaction moves rows only.
+    table = open_catalog(config).load_table(TABLE)
+    late = datetime.datetime(2026, 11, 25, 1, 30, tzinfo=datetime.UTC)
+    table.append(pa.table({"id": [9], "name": ["x"], "amount": [1.0], "ts": [late]}, schema=table.schema().as_arrow()))
+    table = open_catalog(config).load_table(TABLE)
+    compact(
+        MaintenanceTarget(open_catalog(config), config, TABLE),
+        table,
+        plan_compaction(table, MaintenancePolicy(min_input_files=2), everything=True),
+    )
+    by_path = {p.path: p for p in partition_statuses(TABLE, catalog=config)}
+    second = by_path["ts_hour=2026-11-25-01"]
+    assert (second.state.value, second.rows, second.late_rows) == ("changed-after-done", 2, 1)
+    assert by_path["ts_hour=2026-11-25-00"].rows == 3  # compaction added no rows
+    # The record is a cache of the table's history: dropped, it is rebuilt the same.
+    from icesink.catalog.database import engine
+    from icesink.catalog.partition_record import partitions, progress
+
+    with engine(config).begin() as connection:
+        for kept in (partitions, progress):
+            connection.execute(kept.delete().where(kept.c.catalog_name == config.name))
+    rebuilt = {
+        p.path: (p.state, p.rows, p.late_rows, p.done_snapshot_id) for p in partition_statuses(TABLE, catalog=config)
+    }
+    assert rebuilt == {p: (s.state, s.rows, s.late_rows, s.done_snapshot_id) for p, s in by_path.items()}
+
+
+def test_a_partition_first_written_below_the_watermark_is_done_in_the_commit_that_adds_it(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    create_orders_table(sqlite_catalog, TABLE, partition_by=("day(ts)",))
+    stream = Stream(sqlite_catalog)
+    stream.batch([(1, "a", 3 * 24 * 60)])  # watermark: three days later
+    stream.batch([(2, "a", 60)])  # a late row, the first of day 2026-11-25
+    assert json.loads(summaries(sqlite_catalog)[-1]["icesink.partitions-done"]) == ["ts_day=2026-11-25"]
+
+
+def test_wait_for_partition_reads_several_tables_at_one_cut_and_refuses_what_is_not_there(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    config = sqlite_catalog
+    for identifier in (TABLE, OTHER):
+        create_orders_table(config, identifier, partition_by=("hour(ts)",))
+    Stream(config, table=TABLE).batch([(1, "a", 70)])
+    other = Stream(config, table=OTHER, job="other")
+    other.batch([(1, "a", 30)])
+    hour = "ts_hour=2026-11-25-00"
+    assert icesink.wait_for_partition(TABLE, hour, timeout="0s", catalog=config)
+    assert not icesink.wait_for_partition([TABLE, OTHER], hour, timeout="0.2s", poll="0.05s", catalog=config)
+    other.batch([(2, "a", 61)])
+    assert icesink.wait_for_partition([TABLE, OTHER], {"ts_hour": "2026-11-25-00"}, timeout="0s", catalog=config)
+    for partition, refusal in [
+        ("ts_day=2026-11-25", r"has no partition field 'ts_day' \(its fields: ts_hour\)"),
+        ("ts_hour=2026-11-25", r"partition field 'ts_hour': '2026-11-25' is not a hour partition value"),
+        ("2026-11-25", r"name a partition as field=value"),
+    ]:
+        with pytest.raises(ConfigError, match=refusal):
+            icesink.wait_for_partition(TABLE, partition, timeout="0s", catalog=config)
+
+
+def test_icesink_wait_as_a_scheduler_runs_it_exits_0_exactly_when_done_1_on_timeout_2_on_a_mistake(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    config = sqlite_catalog
+    create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    stream = Stream(config)
+    stream.batch([(1, "a", 10)])
+    args = [sys.executable, "-m", "icesink.cli", "--catalog", config.name, "--uri", config.uri]
+    args += ["--warehouse", config.warehouse, "wait", TABLE]
+    waiting = subprocess.Popen(
+        [*args, "--partition", "ts_hour=2026-11-25-00", "--poll", "0.1s"],
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        stream.batch([(2, "a", 59)])  # the watermark at 00:59: not yet done
+        time.sleep(2.0)
+        assert waiting.poll() is None, waiting.communicate()
+        stream.batch([(3, "a", 60)])  # 01:00: done
+        out, err = waiting.communicate(timeout=60)
+    finally:
+        waiting.kill()
+    assert waiting.returncode == 0, err
+    assert "ts_hour=2026-11-25-00 is done" in out
+    timeout = subprocess.run(
+        [*args, "--partition", "ts_hour=2026-11-25-01", "--timeout", "1s"], capture_output=True, text=True
+    )
+    assert timeout.returncode == 1 and "is not done" in timeout.stderr
+    mistake = subprocess.run([*args, "--partition", "ts_minute=3"], capture_output=True, text=True)
+    assert mistake.returncode == 2 and "has no partition field 'ts_minute'" in mistake.stderr, mistake.stderr
+    code, output = invoke(config, "partitions", TABLE, "--json")
+    assert code == 0, output
+    listed = json.loads(output)
+    assert listed["watermark"] == "2026-11-25T01:00:00+00:00"
+    states = [(p["partition"], p["state"]) for p in listed["partitions"]]
+    assert states == [("ts_hour=2026-11-25-00", "done"), ("ts_hour=2026-11-25-01", "open")]
+
+
+def test_icesink_wait_returns_only_once_a_restarted_committer_has_committed_the_checkpoint_that_finishes_it(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    from tests.test_faults import run_committer
+
+    config = sqlite_catalog
+    create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    stream = Stream(config)
+    stream.batch([(1, "a", 10)])
+    args = [sys.executable, "-m", "icesink.cli", "--catalog", config.name, "--uri", config.uri]
+    args += ["--warehouse", config.warehouse, "wait", TABLE, "--partition", "ts_hour=2026-11-25-00", "--poll", "0.1s"]
+    waiting = subprocess.Popen(args, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        stream.batch([(2, "a", 61)], commit=False)  # staged for the daemon: the table does not have it yet
+        assert run_committer(config, "committer.before-catalog-commit") != 0  # killed before the catalog commit
+        time.sleep(1.0)
+        assert waiting.poll() is None, waiting.communicate()  # not done: the table still ends at 00:10
+        assert run_committer(config, "committer.after-catalog-commit") != 0  # killed right after it
+        out, err = waiting.communicate(timeout=60)
+    finally:
+        waiting.kill()
+    assert waiting.returncode == 0 and "is done" in out, err
+    assert run_committer(config) == 0  # the restarted committer finds the checkpoint in and finishes its ledger
+    done = [json.loads(s.get("icesink.partitions-done", "[]")) for s in summaries(config)]
+    assert done == [[], ["ts_hour=2026-11-25-00"]]  # one commit made it done, once
