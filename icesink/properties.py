@@ -29,6 +29,8 @@ COMMIT_ID_PROPERTY = "icesink.commit-id"
 WATERMARK_PROPERTY = "icesink.watermark"
 LATE_ROWS_PROPERTY = "icesink.late-rows"
 UNTIMED_ROWS_PROPERTY = "icesink.rows-without-event-time"
+# The table field (its id) the watermark is about: only partitions of a time transform of it are done by it.
+EVENT_TIME_FIELD_PROPERTY = "icesink.event-time-field-id"
 # The time partitions the snapshot's watermark made done (JSON list of partition paths, ``ts_day=2026-11-25``).
 PARTITIONS_DONE_PROPERTY = "icesink.partitions-done"
 
@@ -149,6 +151,9 @@ SNAPSHOT_SUMMARY_REFERENCE: dict[str, str] = {
     "micro-batch started with (written all the same).",
     UNTIMED_ROWS_PROPERTY: "rows of the snapshot's checkpoints whose event time was null (they do not move the "
     "watermark).",
+    EVENT_TIME_FIELD_PROPERTY: "the id of the table column the watermark is about (the stream's ``event_time``): "
+    "partitions of a time transform of it (or identity on it) are done when the watermark reaches their end; "
+    "partitions of another time column are not done by it.",
     PARTITIONS_DONE_PROPERTY: "the time partitions this snapshot's watermark made done (its end reached), as a JSON "
     'list of partition paths (``["ts_day=2026-11-25"]``); a partition first written at or below the watermark is '
     "done in the snapshot that adds it.",
@@ -159,9 +164,10 @@ TABLE_PROPERTY_REFERENCE: dict[str, str] = {
     STREAM_TABLE_PROPERTY_PREFIX + "<job id>": "the Spark query the job's checkpoints belong to.",
     BRANCH_PROPERTY_PREFIX + "<branch>." + TABLE_PROPERTY_PREFIX + "<job id>": "the same two of a job committing "
     "to a branch other than ``main`` (``...stream-id.<job id>`` likewise).",
-    WATERMARK_SPLITS_PREFIX + "<job id>": "the job's watermark per split of its input (JSON: split values → "
-    "``[mark in microseconds, last seen in milliseconds]``), from which a restarted stream goes on (branch-prefixed "
-    "as the marker is).",
+    WATERMARK_SPLITS_PREFIX + "<job id>": "the job's watermark and its marks per split of its input (JSON: "
+    '``{"watermark": ISO 8601, "splits": {split values: [mark in microseconds, last seen in milliseconds]}}``), '
+    "written in the same commit as its snapshots: a restarted stream goes on from it, and it answers for the "
+    "watermark when expiry removed the snapshots (branch-prefixed as the marker is).",
     SOURCE_PROPERTY: "the source table a Debezium stream's table belongs to (JSON: ``connector``, ``database``, "
     "``schema``, ``table``), set when the stream creates the table or first writes it; a stream whose source table "
     "differs is refused before it writes.",

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from icesink.completeness.durations import DurationError, duration_micros
-from icesink.completeness.partition_times import parse_human, span_end
+from icesink.completeness.partition_times import TimeKind, parse_human, parse_partition_path, span_end
 from icesink.completeness.watermark import micros_to_datetime
 from icesink.errors import ConfigError
 
@@ -64,39 +64,49 @@ def watermark(
     return micros_to_datetime(micros) if micros is not None else None
 
 
-def partition_end(table: Table, partition: str | Mapping[str, str]) -> int:
+def partition_end(table: Table, partition: str | Mapping[str, str], branch: str = "main") -> int:
     """When the partition named (``"ts_day=2026-11-25"``, several fields joined by ``/``, as ``icesink
-    partitions`` prints them; or a dict) is done: the end of the span its time fields hold, in microseconds.
+    partitions`` prints them; or a dict) is done: the end of the span its time fields over the watermark's column
+    hold, in microseconds.
 
-    A :class:`ConfigError` names a field the table does not partition by, a value not of its field's form, and a
-    partition that names no time field.
+    A :class:`ConfigError` names a field the table does not partition by, a value not of its field's form, a
+    null time, and a partition that names no time field of the watermark's column.
     """
-    from icesink.iceberg.partition_history import spec_fields
+    from icesink.iceberg.partition_history import recorded_event_field, spec_fields
 
     name = ".".join(table.name())
     given = _named_values(partition, name)
-    kinds = {}
+    event_field = recorded_event_field(table, branch)
+    kinds: dict[str, TimeKind | None] = {}
+    counted: set[str] = set()  # the fields over the watermark's column (all time fields while none is known)
     for spec_id in table.metadata.specs():
-        for field_name, kind in spec_fields(table, spec_id).values():
+        every = spec_fields(table, spec_id)
+        over = spec_fields(table, spec_id, event_field, every_time_field=event_field is None)
+        for position, (field_name, kind) in every.items():
             kinds[field_name] = kind
+            if over[position][1] is not None:
+                counted.add(field_name)
+    if not kinds:
+        raise ConfigError(f"table {name} is not partitioned, so it has no partitions to wait for")
     ends = []
     for field_name, text in given.items():
         if field_name not in kinds:
             raise ConfigError(
-                f"table {name}: it has no partition field {field_name!r} (its fields: {', '.join(kinds) or 'none'})"
+                f"table {name}: it has no partition field {field_name!r} (its fields: {', '.join(kinds)})"
             )
         kind = kinds[field_name]
-        if kind is None:
+        if kind is None or field_name not in counted:
             continue  # another field: every partition of this span is done at the same moment
         try:
             ends.append(span_end(kind, parse_human(kind, text)))
         except ValueError as e:
             raise ConfigError(f"table {name}: partition field {field_name!r}: {e}") from None
     if not ends:
-        time_names = [n for n, k in kinds.items() if k is not None]
+        named = ", ".join(sorted(counted)) if counted else None
         raise ConfigError(
-            f"table {name}: partition {partition!r} names no time partition field, so nothing says when it is done; "
-            + (f"name one of {', '.join(time_names)}" if time_names else "the table is not partitioned by time")
+            f"table {name}: partition {partition!r} names no time partition field of the column its watermark is "
+            "about, so nothing says when it is done; "
+            + (f"name one of {named}" if named else "the table is not partitioned by time on that column")
         )
     return min(ends)
 
@@ -109,13 +119,10 @@ def _named_values(partition: str | Mapping[str, str], table: str) -> dict[str, s
             f"table {table}: name a partition as field=value, as `icesink partitions {table}` prints it "
             f"(e.g. ts_day=2026-11-25), not {partition!r}"
         )
-    values = {}
-    for part in partition.split("/"):
-        field_name, _, value = part.partition("=")
-        if not field_name or not _:
-            raise ConfigError(f"table {table}: {part!r} in partition {partition!r} is not field=value")
-        values[field_name.strip()] = value.strip()
-    return values
+    try:
+        return parse_partition_path(partition)
+    except ValueError as e:
+        raise ConfigError(f"table {table}: {e}") from None
 
 
 def partition_done(
@@ -136,11 +143,13 @@ def partition_done(
     config = resolve_catalog(catalog)
     catalog_handle = open_catalog(config)
     pointers = read_pointers(config, names)  # one statement: a consistent cut of the tables
-    for name in names:
-        table = table_at(catalog_handle, name, pointers[name])
+    loaded = [table_at(catalog_handle, name, pointers[name]) for name in names]
+    for table in loaded:
         _check_branch(table, branch)
+    ends = [partition_end(table, partition, branch) for table in loaded]  # every table's mistake, in any order
+    for table, end in zip(loaded, ends, strict=True):
         reached = recorded_watermark(table.metadata, branch)
-        if reached is None or reached < partition_end(table, partition):
+        if reached is None or reached < end:
             return False
     return True
 

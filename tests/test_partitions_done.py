@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -64,7 +65,7 @@ def test_a_partition_of_several_time_fields_ends_at_the_earliest_and_a_null_time
         parse_human(TimeKind.HOUR, "2026-11-25T10")
 
 
-def test_the_commit_whose_watermark_reaches_an_hours_end_marks_it_done_and_late_rows_reopen_nothing(
+def test_the_commit_whose_watermark_reaches_an_hours_end_marks_it_done_and_rows_after_done_reopen_nothing(
     catalog_config: CatalogConfig,
 ) -> None:
     config = catalog_config
@@ -77,7 +78,7 @@ def test_the_commit_whose_watermark_reaches_an_hours_end_marks_it_done_and_late_
     assert done == [[], ["ts_hour=2026-11-25-00"], ["ts_hour=2026-11-25-01"]]
     by_path = {p.path: p for p in partition_statuses(TABLE, catalog=config)}
     first = by_path["ts_hour=2026-11-25-00"]
-    assert (first.state.value, first.rows, first.late_rows) == ("changed-after-done", 3, 1)
+    assert (first.state.value, first.rows, first.rows_after_done) == ("changed-after-done", 3, 1)
     assert first.done_watermark == "2026-11-25T01:05:00.000000+00:00"
     assert by_path["ts_hour=2026-11-25-01"].state.value == "done"
     assert by_path["ts_hour=2026-11-25-02"].state.value == "open"
@@ -93,7 +94,7 @@ def test_the_commit_whose_watermark_reaches_an_hours_end_marks_it_done_and_late_
     )
     by_path = {p.path: p for p in partition_statuses(TABLE, catalog=config)}
     second = by_path["ts_hour=2026-11-25-01"]
-    assert (second.state.value, second.rows, second.late_rows) == ("changed-after-done", 2, 1)
+    assert (second.state.value, second.rows, second.rows_after_done) == ("changed-after-done", 2, 1)
     assert by_path["ts_hour=2026-11-25-00"].rows == 3  # compaction added no rows
     # The record is a cache of the table's history: dropped, it is rebuilt the same.
     from icesink.catalog.database import engine
@@ -102,10 +103,11 @@ def test_the_commit_whose_watermark_reaches_an_hours_end_marks_it_done_and_late_
     with engine(config).begin() as connection:
         for kept in (partitions, progress):
             connection.execute(kept.delete().where(kept.c.catalog_name == config.name))
-    rebuilt = {
-        p.path: (p.state, p.rows, p.late_rows, p.done_snapshot_id) for p in partition_statuses(TABLE, catalog=config)
-    }
-    assert rebuilt == {p: (s.state, s.rows, s.late_rows, s.done_snapshot_id) for p, s in by_path.items()}
+
+    def facts(statuses: Any) -> dict[str, tuple[Any, ...]]:
+        return {p.path: (p.state, p.rows, p.rows_after_done, p.done_snapshot_id) for p in statuses}
+
+    assert facts(partition_statuses(TABLE, catalog=config)) == facts(by_path.values())
 
 
 def test_a_partition_first_written_below_the_watermark_is_done_in_the_commit_that_adds_it(
@@ -205,3 +207,88 @@ def test_icesink_wait_returns_only_once_a_restarted_committer_has_committed_the_
     assert run_committer(config) == 0  # the restarted committer finds the checkpoint in and finishes its ledger
     done = [json.loads(s.get("icesink.partitions-done", "[]")) for s in summaries(config)]
     assert done == [[], ["ts_hour=2026-11-25-00"]]  # one commit made it done, once
+
+
+# --- after a new user's break-it pass ---------------------------------------------------------------------------------
+
+
+def test_a_mistake_in_any_table_of_a_wait_is_refused_at_once_whatever_their_order(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    config = sqlite_catalog
+    create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    create_orders_table(config, OTHER, partition_by=("day(ts)",))
+    for tables in ([TABLE, OTHER], [OTHER, TABLE]):
+        with pytest.raises(ConfigError, match=r"table shop.lines: it has no partition field 'ts_hour'"):
+            icesink.wait_for_partition(tables, "ts_hour=2026-11-25-00", timeout="10s", catalog=config)
+    create_orders_table(config, "shop.flat")
+    with pytest.raises(ConfigError, match=r"table shop\.flat is not partitioned"):
+        icesink.wait_for_partition("shop.flat", "ts_day=2026-11-25", timeout="0s", catalog=config)
+    with pytest.raises(ConfigError, match="'null' holds the rows without a time, which no watermark reaches"):
+        icesink.wait_for_partition(TABLE, "ts_hour=null", timeout="0s", catalog=config)
+    with pytest.raises(ConfigError, match="'2026-11-25-1' is not a hour partition value; write it as YYYY-MM-DD-HH"):
+        icesink.wait_for_partition(TABLE, "ts_hour=2026-11-25-1", timeout="0s", catalog=config)
+
+
+def test_partitions_of_another_time_column_than_the_event_times_are_never_done_by_the_watermark(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import DayTransform
+    from pyiceberg.types import DoubleType, LongType, NestedField, StringType, TimestamptzType
+
+    config = sqlite_catalog
+    catalog = open_catalog(config)
+    catalog.create_namespace_if_not_exists("shop")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "name", StringType()),
+        NestedField(3, "amount", DoubleType()),
+        NestedField(4, "ts", TimestamptzType()),
+        NestedField(5, "created", TimestamptzType()),
+    )
+    spec = PartitionSpec(PartitionField(5, 1000, DayTransform(), "created_day"))
+    catalog.create_table(TABLE, schema=schema, partition_spec=spec)
+    stream = Stream(config)
+    stream.batch([(1, "a", 10)])
+    stream.batch([(2, "a", 5 * 24 * 60)])  # the watermark is days past anything: still no created_day is done
+    assert all("icesink.partitions-done" not in s for s in summaries(config))
+    assert {p.state.value for p in partition_statuses(TABLE, catalog=config)} == {"open"}
+    with pytest.raises(ConfigError, match="names no time partition field of the column its watermark is about"):
+        icesink.wait_for_partition(TABLE, "created_day=2026-11-25", timeout="0s", catalog=config)
+
+
+def test_the_watermark_outlives_the_expiry_of_the_snapshots_that_recorded_it(sqlite_catalog: CatalogConfig) -> None:
+    config = sqlite_catalog
+    create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    fast = Stream(config, job="fast")
+    fast.batch([(1, "a", 600)])
+    table = open_catalog(config).load_table(TABLE)
+    rows = {"id": [7], "name": ["x"], "amount": [1.0], "ts": [datetime.datetime(2026, 11, 25, 1, tzinfo=datetime.UTC)]}
+    for _ in range(2):  # another tool's commits, then the icesink snapshot expires
+        table.append(pa.table(rows, schema=table.schema().as_arrow()))
+    table = open_catalog(config).load_table(TABLE)
+    ours = [s.snapshot_id for s in table.metadata.snapshots if s.summary.get("icesink.watermark")]  # type: ignore[union-attr]
+    table.maintenance.expire_snapshots().by_ids(ours).commit()
+    assert icesink.watermark(TABLE, catalog=config) == datetime.datetime(2026, 11, 25, 10, tzinfo=datetime.UTC)
+    Stream(config, job="slow").batch([(2, "a", 30)])  # a lower watermark: the table's stays
+    assert summaries(config)[-1]["icesink.watermark"] == "2026-11-25T10:00:00.000000+00:00"
+    # The record, rebuilt from the files the head holds: every row counted, the hours before 10:00 done.
+    by_path = {p.path: p for p in partition_statuses(TABLE, catalog=config)}
+    assert {path: p.rows for path, p in by_path.items()} == {
+        "ts_hour=2026-11-25-00": 1,
+        "ts_hour=2026-11-25-01": 2,
+        "ts_hour=2026-11-25-10": 1,
+    }
+    assert by_path["ts_hour=2026-11-25-01"].state.value in ("done", "changed-after-done")
+
+
+def test_a_partition_named_as_it_is_printed_reads_back_whatever_its_values_hold() -> None:
+    from icesink.completeness.partition_times import parse_partition_path, partition_path
+
+    fields = {0: ("ts_day", TimeKind.DAY), 1: ("region/zone", None)}
+    day = parse_human(TimeKind.DAY, "2026-11-25")
+    path = partition_path(fields, (day, "eu/west=1,a b ü"))
+    assert path == "ts_day=2026-11-25/region%2Fzone=eu%2Fwest%3D1%2Ca+b+%C3%BC"
+    assert parse_partition_path(path) == {"ts_day": "2026-11-25", "region/zone": "eu/west=1,a b ü"}

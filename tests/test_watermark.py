@@ -171,8 +171,10 @@ def test_the_watermark_is_committed_with_the_data_and_read_back_by_pyiceberg(cat
     assert icesink.watermark(TABLE, catalog=catalog_config) == at(20)
     # pyiceberg's own view of the table: the summary and the split state in the same metadata.
     table = open_catalog(catalog_config).load_table(TABLE)
-    splits = json.loads(table.properties["icesink.watermark-splits.job"])
+    record = json.loads(table.properties["icesink.watermark-splits.job"])
+    splits = record["splits"]
     assert set(splits) == {'["a"]', '["b"]'} and splits['["a"]'][0] == micros(50)
+    assert record["watermark"] == "2026-11-25T00:20:00.000000+00:00"
     assert "icesink.watermark.splits" not in table.current_snapshot().summary.additional_properties
 
 

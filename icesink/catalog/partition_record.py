@@ -14,16 +14,25 @@ import datetime
 import enum
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import as_utc, database_errors, engine
-from icesink.completeness.partition_times import TimeKind, partition_end, partition_path
+from icesink.completeness.partition_times import TimeField, TimeKind, partition_end, partition_path
 from icesink.completeness.watermark import format_watermark, micros_to_datetime
-from icesink.iceberg.partition_history import SnapshotPartitions, partition_history, spec_fields, time_fields
+from icesink.iceberg.partition_history import (
+    Reach,
+    SnapshotPartitions,
+    live_partitions,
+    partition_history,
+    recorded_event_field,
+    spec_fields,
+    time_fields,
+)
+from icesink.iceberg.watermarks import recorded_watermark
 from icesink.table_ref import MAIN_BRANCH
 
 if TYPE_CHECKING:
@@ -45,7 +54,7 @@ partitions = sa.Table(
     sa.Column("end_micros", sa.BigInteger()),  # None: no time field with a value, never done by time
     sa.Column("state", sa.String(32), nullable=False),
     sa.Column("row_count", sa.BigInteger(), nullable=False),
-    sa.Column("late_rows", sa.BigInteger(), nullable=False),  # added after the partition was done
+    sa.Column("rows_after_done", sa.BigInteger(), nullable=False),  # added after the partition was done
     sa.Column("first_snapshot_id", sa.BigInteger(), nullable=False),
     sa.Column("last_snapshot_id", sa.BigInteger(), nullable=False),
     sa.Column("changed_at", sa.DateTime(timezone=True), nullable=False),
@@ -60,6 +69,7 @@ progress = sa.Table(
     sa.Column("table_identifier", sa.String(511), primary_key=True),
     sa.Column("branch", sa.String(255), primary_key=True),
     sa.Column("snapshot_id", sa.BigInteger()),
+    sa.Column("event_field_id", sa.Integer()),  # the column the ends were computed for (its field id)
 )
 
 
@@ -79,7 +89,7 @@ class PartitionStatus:
     end: datetime.datetime | None
     state: PartitionState
     rows: int
-    late_rows: int
+    rows_after_done: int
     first_snapshot_id: int
     last_snapshot_id: int
     changed_at: datetime.datetime
@@ -94,7 +104,7 @@ class PartitionStatus:
             "end": self.end.isoformat() if self.end else None,
             "state": self.state.value,
             "rows": self.rows,
-            "late_rows": self.late_rows,
+            "rows_after_done": self.rows_after_done,
             "first_snapshot_id": self.first_snapshot_id,
             "last_snapshot_id": self.last_snapshot_id,
             "changed_at": self.changed_at.isoformat(),
@@ -124,28 +134,32 @@ class PartitionRecord:
         return [c.catalog_name == self._config.name, c.table_identifier == identifier, c.branch == branch]
 
     def keep_up(self, table: Table, identifier: str, branch: str = MAIN_BRANCH) -> None:
-        """Bring the record of ``branch`` up to its head: the snapshots since the last one recorded."""
+        """Bring the record of ``branch`` up to its head: the snapshots since the last one recorded; all of it
+        again when the branch was rolled back or the watermark's column changed; from the head's files when
+        expiry removed history the record had not seen."""
         p = progress.c
         where = [p.catalog_name == self._config.name, p.table_identifier == identifier, p.branch == branch]
         ref = table.metadata.refs.get(branch)
         head = ref.snapshot_id if ref else None
+        event_field = recorded_event_field(table, branch)
         with database_errors(self._config), self._engine.begin() as connection:
-            known = connection.execute(sa.select(p.snapshot_id).where(*where)).first()
-            since = known[0] if known is not None else None
-            if known is not None and since == head:
+            known = connection.execute(sa.select(p.snapshot_id, p.event_field_id).where(*where)).first()
+            if known is not None and known.snapshot_id == head and known.event_field_id == event_field:
                 return
-            history, continuous = partition_history(table, since, branch)
-            if not continuous or known is None:
+            since = None if known is None or known.event_field_id != event_field else known.snapshot_id
+            history, reach = partition_history(table, since, branch)
+            if reach != Reach.SINCE:
                 connection.execute(sa.delete(partitions).where(*self._where(identifier, branch)))
-            self._apply(connection, table, identifier, branch, history)
+            if reach == Reach.CUT:
+                seed = live_partitions(table, branch)
+                history = [replace(seed, watermark=recorded_watermark(table.metadata, branch))] if seed else []
+            self._apply(connection, table, identifier, branch, history, event_field)
+            values = {"snapshot_id": head, "event_field_id": event_field}
             if known is None:
-                connection.execute(
-                    sa.insert(progress).values(
-                        catalog_name=self._config.name, table_identifier=identifier, branch=branch, snapshot_id=head
-                    )
-                )
+                keys = {"catalog_name": self._config.name, "table_identifier": identifier, "branch": branch}
+                connection.execute(sa.insert(progress).values(**keys, **values))
             else:
-                connection.execute(sa.update(progress).where(*where).values(snapshot_id=head))
+                connection.execute(sa.update(progress).where(*where).values(**values))
 
     def _apply(
         self,
@@ -154,8 +168,14 @@ class PartitionRecord:
         identifier: str,
         branch: str,
         history: Iterable[SnapshotPartitions],
+        event_field: int | None,
     ) -> None:
+        # Every time field shows in human form; only those over the watermark's column give a partition its end.
         fields_of = {spec_id: spec_fields(table, spec_id) for spec_id in table.metadata.specs()}
+        ends_of = {
+            spec_id: time_fields(spec_fields(table, spec_id, event_field, every_time_field=False))
+            for spec_id in table.metadata.specs()
+        }
         watermark: int | None = None
         for snapshot in history:
             added: dict[tuple[int, str], tuple[tuple[object, ...], int]] = {}
@@ -163,7 +183,10 @@ class PartitionRecord:
                 known_rows = added.get((spec_id, _key(values)), (values, 0))[1]
                 added[(spec_id, _key(values))] = (values, known_rows + rows)
             for (spec_id, key), (values, rows) in added.items():
-                self._add_rows(connection, identifier, branch, snapshot, spec_id, key, values, rows, fields_of)
+                if not fields_of.get(spec_id):
+                    continue  # an unpartitioned spec has no partitions to be done
+                ends = ends_of[spec_id]
+                self._add_rows(connection, identifier, branch, snapshot, spec_id, key, values, rows, fields_of, ends)
             if snapshot.watermark is not None:
                 watermark = snapshot.watermark if watermark is None else max(watermark, snapshot.watermark)
             if watermark is not None:
@@ -180,12 +203,13 @@ class PartitionRecord:
         values: tuple[object, ...],
         rows: int,
         fields_of: dict[int, dict[int, tuple[str, TimeKind | None]]],
+        ends: list[TimeField],
     ) -> None:
         """``rows`` added to one partition by ``snapshot``: a new partition is open; a done one changed after."""
         c = partitions.c
         at = _moment(snapshot.timestamp_ms)
         where = [*self._where(identifier, branch), c.spec_id == spec_id, c.partition_key == key]
-        row = connection.execute(sa.select(c.state, c.row_count, c.late_rows).where(*where)).first()
+        row = connection.execute(sa.select(c.state, c.row_count, c.rows_after_done).where(*where)).first()
         if row is None:
             fields = fields_of.get(spec_id, {})
             connection.execute(
@@ -195,11 +219,11 @@ class PartitionRecord:
                     branch=branch,
                     spec_id=spec_id,
                     partition_key=key,
-                    partition_path=partition_path(fields, values) if fields else key,
-                    end_micros=partition_end(time_fields(fields), values),
+                    partition_path=partition_path(fields, values),
+                    end_micros=partition_end(ends, values),
                     state=PartitionState.OPEN.value,
                     row_count=rows,
-                    late_rows=0,
+                    rows_after_done=0,
                     first_snapshot_id=snapshot.snapshot_id,
                     last_snapshot_id=snapshot.snapshot_id,
                     changed_at=at,
@@ -212,7 +236,7 @@ class PartitionRecord:
             .where(*where)
             .values(
                 row_count=row.row_count + rows,
-                late_rows=row.late_rows + (rows if after_done else 0),
+                rows_after_done=row.rows_after_done + (rows if after_done else 0),
                 state=PartitionState.CHANGED_AFTER_DONE.value if after_done else row.state,
                 last_snapshot_id=snapshot.snapshot_id,
                 changed_at=at,
@@ -280,7 +304,7 @@ class PartitionRecord:
                 end=micros_to_datetime(r.end_micros) if r.end_micros is not None else None,
                 state=PartitionState(r.state),
                 rows=r.row_count,
-                late_rows=r.late_rows,
+                rows_after_done=r.rows_after_done,
                 first_snapshot_id=r.first_snapshot_id,
                 last_snapshot_id=r.last_snapshot_id,
                 changed_at=as_utc(r.changed_at),

@@ -18,7 +18,7 @@ PARTITION_COLUMNS: list[Column[PartitionStatus]] = [
     Column("state", lambda p: p.state.value),
     Column("end", lambda p: p.end),
     Column("rows", lambda p: p.rows),
-    Column("late rows", lambda p: p.late_rows or None),
+    Column("rows after done", lambda p: p.rows_after_done or None),
     Column("last change", lambda p: p.changed_at),
     Column("done at snapshot", lambda p: p.done_snapshot_id),
     Column("done watermark", lambda p: p.done_watermark),
@@ -40,7 +40,10 @@ def partitions(obj: CliContext, table: str, branch: str, as_json: bool) -> None:
 
     def text() -> str:
         head = f"watermark: {reached.isoformat() if reached else 'none yet'}"
-        return f"{head}\n{text_table(statuses, PARTITION_COLUMNS)}" if statuses else f"{head}\nno partitions yet"
+        if statuses:
+            return f"{head}\n{text_table(statuses, PARTITION_COLUMNS)}"
+        partitioned = any(spec.fields for spec in obj.table(table).metadata.specs().values())
+        return f"{head}\n{'no partitions yet' if partitioned else 'the table is not partitioned'}"
 
     data: Any = {
         "table": table,

@@ -12,8 +12,9 @@ from icesink.catalog.partition_record import PartitionRecord, partition_key
 from icesink.completeness.partition_times import partition_end, partition_path
 from icesink.completeness.watermark import SPLITS_CHECKPOINT_VALUE, parse_watermark
 from icesink.iceberg.partition_history import has_time_partitions, partition_values, spec_fields, time_fields
-from icesink.iceberg.watermarks import watermark_carried
+from icesink.iceberg.watermarks import encode_job_record, watermark_carried
 from icesink.properties import (
+    EVENT_TIME_FIELD_PROPERTY,
     LATE_ROWS_PROPERTY,
     PARTITIONS_DONE_PROPERTY,
     UNTIMED_ROWS_PROPERTY,
@@ -37,26 +38,39 @@ class CommitCompleteness:
         self, table: Table, identifier: str, branch: str, per_row: Sequence[CheckpointFiles], own: dict[str, str]
     ) -> str | None:
         """The snapshot's watermark (never below the branch's), its late-row counts summed over its checkpoints
-        and the partitions it makes done, set in ``own``; returns the stream's split state (a table property)."""
+        and the partitions it makes done, set in ``own``; returns the job's own watermark and split state, for
+        its table property."""
         for counted in (LATE_ROWS_PROPERTY, UNTIMED_ROWS_PROPERTY):
             counts = [int(v) for c in per_row for n, v in c.row.snapshot_properties if n == counted and v.isdigit()]
             if counts:
                 own[counted] = str(sum(counts))
         splits = own.pop(SPLITS_CHECKPOINT_VALUE, None)
-        watermark = watermark_carried(table.metadata, branch, own.get(WATERMARK_PROPERTY))
+        own_watermark = own.get(WATERMARK_PROPERTY)
+        watermark = watermark_carried(table.metadata, branch, own_watermark)
         if watermark is not None:
             own[WATERMARK_PROPERTY] = watermark
-            done = self._partitions_done(table, identifier, branch, [f for c in per_row for f in c.files], watermark)
+            field = own.get(EVENT_TIME_FIELD_PROPERTY, "")
+            files = [f for c in per_row for f in c.files]
+            done = self._partitions_done(
+                table, identifier, branch, files, watermark, int(field) if field.isdigit() else None
+            )
             if done:
                 own[PARTITIONS_DONE_PROPERTY] = json.dumps(done, ensure_ascii=False)
-        return splits
+        return encode_job_record(own_watermark, splits) if splits is not None else None
 
     def _partitions_done(
-        self, table: Table, identifier: str, branch: str, files: Sequence[DataFile], watermark: str
+        self,
+        table: Table,
+        identifier: str,
+        branch: str,
+        files: Sequence[DataFile],
+        watermark: str,
+        event_field: int | None,
     ) -> list[str]:
         """The time partitions a snapshot at ``watermark`` makes done: the open ones the record knows whose end it
-        reaches, and the ones the snapshot's files are the first rows of, when their end is reached already."""
-        if not has_time_partitions(table):
+        reaches, and the ones the snapshot's files are the first rows of, when their end is reached already. Only
+        partitions of the watermark's own column (``event_field``) are done by it."""
+        if event_field is None or not has_time_partitions(table, event_field):
             return []
         self._partitions.keep_up(table, identifier, branch)
         reached = parse_watermark(watermark)
@@ -67,7 +81,10 @@ class CommitCompleteness:
             if (spec_id, key) in known:
                 continue
             fields = spec_fields(table, spec_id)
-            end = partition_end(time_fields(fields), partition_values(f.partition))
+            if not fields:
+                continue
+            ends = time_fields(spec_fields(table, spec_id, event_field, every_time_field=False))
+            end = partition_end(ends, partition_values(f.partition))
             if end is not None and end <= reached:
                 done.append(partition_path(fields, partition_values(f.partition)))
         return sorted(set(done))

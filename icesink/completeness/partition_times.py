@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import datetime
 import enum
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from urllib.parse import quote_plus, unquote_plus
 
 from icesink.completeness.watermark import datetime_to_micros
 
 _EPOCH_DATE = datetime.date(1970, 1, 1)
+NULL_VALUE = "null"  # a partition value that is null, as Iceberg writes it in paths
 _DAY = 86_400_000_000
 _HOUR = 3_600_000_000
 
@@ -29,6 +32,17 @@ class TimeKind(enum.StrEnum):
     HOUR = "hour"  # hours since 1970-01-01T00
     DATE = "date"  # identity on a date column: days since 1970-01-01
     TIMESTAMP = "timestamp"  # identity on a timestamp column: microseconds since the epoch
+
+
+# What each kind's values look like in partition paths (strptime alone would take 2026-3 for 2026-03).
+_FORMS = {
+    TimeKind.YEAR: re.compile(r"-?\d{4}"),
+    TimeKind.MONTH: re.compile(r"\d{4}-\d{2}"),
+    TimeKind.DAY: re.compile(r"\d{4}-\d{2}-\d{2}"),
+    TimeKind.DATE: re.compile(r"\d{4}-\d{2}-\d{2}"),
+    TimeKind.HOUR: re.compile(r"\d{4}-\d{2}-\d{2}-\d{2}"),
+    TimeKind.TIMESTAMP: re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?"),
+}
 
 
 @dataclass(frozen=True)
@@ -95,6 +109,10 @@ def parse_human(kind: TimeKind, text: str) -> int:
         TimeKind.HOUR: "YYYY-MM-DD-HH",
         TimeKind.TIMESTAMP: "YYYY-MM-DDTHH:MM:SS[.ffffff]",
     }
+    if text == NULL_VALUE:
+        raise ValueError(f"{text!r} holds the rows without a time, which no watermark reaches: it is never done")
+    if not _FORMS[kind].fullmatch(text):
+        raise ValueError(f"{text!r} is not a {kind.value} partition value; write it as {forms[kind]}")
     try:
         if kind == TimeKind.YEAR:
             return int(datetime.datetime.strptime(text, "%Y").year) - 1970
@@ -112,15 +130,29 @@ def parse_human(kind: TimeKind, text: str) -> int:
 
 
 def partition_path(fields: Mapping[int, tuple[str, TimeKind | None]], partition: Sequence[object]) -> str:
-    """``name=value/…`` with time fields in their human form (others as given), as ``icesink partitions`` shows."""
+    """``name=value/…`` with time fields in their human form, as Iceberg names partition directories (names and
+    other values URL-quoted, so a ``/`` or ``=`` in them cannot be read as a separator): what ``icesink
+    partitions`` prints and ``icesink wait`` reads back (:func:`parse_partition_path`)."""
     parts = []
     for position, value in enumerate(partition):
         name, kind = fields[position]
         if value is None:
-            shown = "null"
+            shown = NULL_VALUE
         elif kind is not None and isinstance(value, int):
             shown = human(kind, value)
         else:
-            shown = str(value)
-        parts.append(f"{name}={shown}")
+            shown = quote_plus(str(value))
+        parts.append(f"{quote_plus(name)}={shown}")
     return "/".join(parts)
+
+
+def parse_partition_path(text: str) -> dict[str, str]:
+    """The field names and values of a partition named as :func:`partition_path` writes it; :class:`ValueError`
+    for a part that is not ``name=value``."""
+    values = {}
+    for part in text.split("/"):
+        name, equals, value = part.partition("=")
+        if not name or not equals:
+            raise ValueError(f"{part!r} in {text!r} is not field=value")
+        values[unquote_plus(name.strip())] = unquote_plus(value.strip())
+    return values

@@ -7,6 +7,7 @@ the commits since its last update added, not the table.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,8 @@ from pyiceberg.types import DateType, TimestampNanoType, TimestampType, Timestam
 
 from icesink.completeness.partition_times import TimeField, TimeKind
 from icesink.completeness.watermark import parse_watermark
-from icesink.properties import MAINTENANCE_PROPERTY, WATERMARK_PROPERTY
+from icesink.iceberg.scan import live_files
+from icesink.properties import EVENT_TIME_FIELD_PROPERTY, MAINTENANCE_PROPERTY, WATERMARK_PROPERTY
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -48,8 +50,15 @@ def partition_values(partition: Record) -> tuple[object, ...]:
     return tuple(partition[i] for i in range(len(partition)))
 
 
-def spec_fields(table: Table, spec_id: int) -> dict[int, tuple[str, TimeKind | None]]:
-    """Each partition field of the spec by position: its name, and what its values count if it is over time."""
+def spec_fields(
+    table: Table, spec_id: int, event_field: int | None = None, every_time_field: bool = True
+) -> dict[int, tuple[str, TimeKind | None]]:
+    """Each partition field of the spec by position: its name, and what its values count if it is over time.
+
+    With ``every_time_field=False`` only a field over ``event_field`` (the table column the watermark is about)
+    counts as over time: a partition of another time column is not done by the watermark (its rows' times say
+    nothing of when they arrive).
+    """
     spec = table.metadata.specs()[spec_id]
     schema = table.schema()
     fields: dict[int, tuple[str, TimeKind | None]] = {}
@@ -70,6 +79,8 @@ def spec_fields(table: Table, spec_id: int) -> dict[int, tuple[str, TimeKind | N
                 kind = TimeKind.DATE
             elif isinstance(source_type, _TIMESTAMPS):
                 kind = TimeKind.TIMESTAMP
+        if not every_time_field and field.source_id != event_field:
+            kind = None
         fields[position] = (field.name, kind)
     return fields
 
@@ -78,17 +89,55 @@ def time_fields(fields: dict[int, tuple[str, TimeKind | None]]) -> list[TimeFiel
     return [TimeField(position, name, kind) for position, (name, kind) in fields.items() if kind is not None]
 
 
-def has_time_partitions(table: Table) -> bool:
-    """Whether any of the table's specs partitions by time (only then are partitions done or not)."""
-    return any(time_fields(spec_fields(table, spec_id)) for spec_id in table.metadata.specs())
+def has_time_partitions(table: Table, event_field: int | None = None) -> bool:
+    """Whether any of the table's specs partitions by time (by ``event_field``, when given): only then are
+    partitions done or not."""
+    return any(
+        time_fields(spec_fields(table, spec_id, event_field, every_time_field=event_field is None))
+        for spec_id in table.metadata.specs()
+    )
+
+
+def recorded_event_field(table: Table, branch: str = MAIN_BRANCH) -> int | None:
+    """The table field the newest watermark on ``branch`` is about (``icesink.event-time-field-id``), or None."""
+    ref = table.metadata.refs.get(branch)
+    snapshot_id = ref.snapshot_id if ref else None
+    snapshots = {s.snapshot_id: s for s in table.metadata.snapshots}
+    while snapshot_id is not None and snapshot_id in snapshots:
+        summary = snapshots[snapshot_id].summary
+        value = summary[EVENT_TIME_FIELD_PROPERTY] if summary is not None else None
+        if value is not None and value.isdigit():
+            return int(value)
+        snapshot_id = snapshots[snapshot_id].parent_snapshot_id
+    return None
+
+
+def live_partitions(table: Table, branch: str = MAIN_BRANCH) -> SnapshotPartitions | None:
+    """The rows of every partition live at ``branch``'s head, as if its snapshot had added them all (what the
+    record starts from when the history before it has expired)."""
+    ref = table.metadata.refs.get(branch)
+    snapshot = table.metadata.snapshot_by_id(ref.snapshot_id) if ref else None
+    if snapshot is None:
+        return None
+    added = tuple(
+        (f.file.spec_id, partition_values(f.file.partition), f.file.record_count)
+        for f in live_files(table, snapshot.snapshot_id).data
+    )
+    return SnapshotPartitions(snapshot.snapshot_id, snapshot.timestamp_ms, False, None, added)
+
+
+class Reach(enum.Enum):
+    """How far back :func:`partition_history` went."""
+
+    SINCE = "since"  # to the snapshot asked for: the history after it, to add to what was kept
+    ROOT = "root"  # to the branch's first snapshot, not passing the one asked for (a rollback): all of it
+    CUT = "cut"  # to a snapshot expiry removed: the history left does not hold every row
 
 
 def partition_history(
     table: Table, since: int | None, branch: str = MAIN_BRANCH
-) -> tuple[list[SnapshotPartitions], bool]:
-    """The snapshots of ``branch`` after ``since``, oldest first, and whether ``since`` was found among their
-    ancestors (False: the whole history left is returned, and what was kept from before must be dropped: the
-    branch was rolled back, or expiry removed the snapshots in between)."""
+) -> tuple[list[SnapshotPartitions], Reach]:
+    """The snapshots of ``branch`` after ``since``, oldest first, and how far back they go."""
     metadata = table.metadata
     ref = metadata.refs.get(branch)
     snapshot_id = ref.snapshot_id if ref else None
@@ -97,7 +146,7 @@ def partition_history(
     while snapshot_id is not None and snapshot_id != since:
         snapshot = snapshots.get(snapshot_id)
         if snapshot is None:
-            break  # expired below this point
+            return found[::-1], Reach.CUT
         summary = snapshot.summary
         rewrite = summary is not None and (
             summary.operation.value == "replace" or summary[MAINTENANCE_PROPERTY] is not None
@@ -122,4 +171,10 @@ def partition_history(
                         added.append((data.spec_id, partition_values(data.partition), data.record_count))
         found.append(SnapshotPartitions(snapshot_id, snapshot.timestamp_ms, rewrite, watermark, tuple(added)))
         snapshot_id = snapshot.parent_snapshot_id
-    return found[::-1], snapshot_id == since
+    if snapshot_id == since and since is not None:
+        return found[::-1], Reach.SINCE
+    # Expiry in pyiceberg also cuts the parent link of the oldest snapshot it keeps: a first snapshot of a later
+    # sequence number (format 2 and up) had ancestors.
+    first = found[-1].snapshot_id if found else None
+    cut = first is not None and (snapshots[first].sequence_number or 0) > 1
+    return found[::-1], Reach.CUT if cut else Reach.ROOT

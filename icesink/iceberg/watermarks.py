@@ -6,6 +6,7 @@ watermark forward, so the walk normally stops at the head.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from pyiceberg.table.refs import MAIN_BRANCH
@@ -33,7 +34,9 @@ def recorded_watermark(metadata: TableMetadata, branch: str = MAIN_BRANCH, job_i
     """The newest watermark (microseconds) on ``branch``'s ancestry (of ``job_id``'s snapshots only, when given),
     or None when none is recorded.
 
-    A value that is not a watermark (written by hand or by another tool) is passed over as if absent.
+    A value that is not a watermark (written by hand or by another tool) is passed over as if absent. When the
+    snapshots that held one have expired, the jobs' records in the table properties (written in the same commits)
+    answer.
     """
     ref = metadata.refs.get(branch)
     snapshot_id = ref.snapshot_id if ref else None
@@ -41,7 +44,7 @@ def recorded_watermark(metadata: TableMetadata, branch: str = MAIN_BRANCH, job_i
     while snapshot_id is not None:
         snapshot = snapshots.get(snapshot_id)
         if snapshot is None:  # history expired below this point
-            return None
+            break
         summary = snapshot.summary
         text = summary[WATERMARK_PROPERTY] if summary is not None else None
         if text is not None and (job_id is None or (summary is not None and summary[JOB_ID_PROPERTY] == job_id)):
@@ -50,7 +53,34 @@ def recorded_watermark(metadata: TableMetadata, branch: str = MAIN_BRANCH, job_i
             except ValueError:
                 pass
         snapshot_id = snapshot.parent_snapshot_id
-    return None
+    return _from_properties(metadata, branch, job_id)
+
+
+def _from_properties(metadata: TableMetadata, branch: str, job_id: str | None) -> int | None:
+    prefix = f"{branch_prefix(branch)}{WATERMARK_SPLITS_PREFIX}"
+    found = [
+        decode_job_record(value)[0]
+        for name, value in metadata.properties.items()
+        if (name == prefix + job_id if job_id is not None else name.startswith(prefix))
+    ]
+    marks = [w for w in found if w is not None]
+    return max(marks) if marks else None
+
+
+def encode_job_record(watermark: str | None, splits: str) -> str:
+    """A job's watermark record in the table properties: its watermark (ISO 8601) and its splits' marks."""
+    return json.dumps({"watermark": watermark, "splits": json.loads(splits)}, separators=(",", ":"), ensure_ascii=False)
+
+
+def decode_job_record(text: str) -> tuple[int | None, str]:
+    """(watermark in microseconds, splits as JSON) of what :func:`encode_job_record` wrote; (None, "{}") for what
+    it did not write (a value set by hand)."""
+    try:
+        record = json.loads(text)
+        watermark = record.get("watermark")
+        return (parse_watermark(watermark) if watermark else None), json.dumps(record.get("splits") or {})
+    except (ValueError, AttributeError, TypeError):
+        return None, "{}"
 
 
 def watermark_carried(metadata: TableMetadata, branch: str, given: str | None) -> str | None:

@@ -21,7 +21,7 @@ from icesink.completeness.watermark import (
     format_watermark,
     parse_watermark,
 )
-from icesink.iceberg.watermarks import recorded_watermark, splits_table_property
+from icesink.iceberg.watermarks import decode_job_record, recorded_watermark, splits_table_property
 from icesink.properties import (
     LATE_ROWS_PROPERTY,
     UNTIMED_ROWS_PROPERTY,
@@ -78,11 +78,12 @@ class StreamWatermark:
         best = WatermarkState()
         for table, ref in tables:
             metadata = table.metadata
-            splits = metadata.properties.get(splits_table_property(job_id, ref.branch))
+            record = metadata.properties.get(splits_table_property(job_id, ref.branch))
             watermark = recorded_watermark(metadata, ref.branch, job_id)  # its own: not another job's
-            if watermark is None and splits is None:
+            if watermark is None and record is None:
                 continue
-            state = _state_of(format_watermark(watermark) if watermark is not None else None, splits or "{}")
+            splits = decode_job_record(record)[1] if record is not None else "{}"
+            state = _state_of(format_watermark(watermark) if watermark is not None else None, splits)
             if best.watermark is None or (state.watermark is not None and state.watermark > best.watermark):
                 best = state
         return best

@@ -16,6 +16,7 @@ from icesink.committer.maintainer import Maintainer
 from icesink.committer.staging import TableResults
 from icesink.errors import ConfigError
 from icesink.iceberg.describe import writer_spec
+from icesink.properties import EVENT_TIME_FIELD_PROPERTY
 from icesink.results import decode_write_result
 from icesink.sink.change_stream import check_partition_keys
 from icesink.sink.columns import column, nested
@@ -88,13 +89,20 @@ class TableSink:
         optional = self._schema.required_nulls(prepared.spec, results)
         if optional:
             table = self._schema.make_optional(table, optional, prepared.spec.checkpoint_id)
+        properties = dict(snapshot_properties)
+        event_time = self._settings.event_time
+        if properties and event_time is not None:
+            # Which table column the watermark is about: only partitions of it are done by the watermark.
+            field_id = prepared.projection.field_ids.get(event_time.column)
+            if field_id is not None:
+                properties[EVENT_TIME_FIELD_PROPERTY] = str(field_id)
         staged = TableResults(
             table,
             self._settings.table,
             results,
             prepared.spec.schema_id,
             prepared.projection.field_ids,
-            snapshot_properties=snapshot_properties,
+            snapshot_properties=properties,
             branch=self._settings.branch,
         )
         return Written(staged, prepared.projection)

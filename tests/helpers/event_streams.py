@@ -62,20 +62,19 @@ class Stream:
         settings = EventTimeSettings("ts", self.lateness, ("split",))
         spec = replace(spec, event_time=EventTimeSpec("ts", ("split",), late_before))
         writer = TaskWriter(spec, 0, 0)
-        writer.write(
-            pa.table(
-                {
-                    "id": pa.array([r[0] for r in rows], pa.int64()),
-                    "name": [f"n{r[0]}" for r in rows],
-                    "amount": pa.array([1.0] * len(rows)),
-                    "ts": pa.array([at(r[2]) if r[2] is not None else None for r in rows], pa.timestamp("us", "UTC")),
-                    "split": [r[1] for r in rows],
-                }
-            )
-        )
+        given = {
+            "id": pa.array([r[0] for r in rows], pa.int64()),
+            "name": pa.array([f"n{r[0]}" for r in rows]),
+            "amount": pa.array([1.0] * len(rows)),
+            "ts": pa.array([at(r[2]) if r[2] is not None else None for r in rows], pa.timestamp("us", "UTC")),
+        }
+        columns = {f.name: given.get(f.name, pa.nulls(len(rows), f.type)) for f in table.schema().as_arrow()}
+        writer.write(pa.table({**columns, "split": [r[1] for r in rows]}))
         result = writer.complete()
         state, shared, counts = self.watermark.fold([TableTimes(self.table, settings, [result])])
-        properties = {**shared, **counts[self.table]}
+        # As TableSink.finish says which table column the watermark is about (its field id).
+        field_id = table.schema().find_field("ts").field_id
+        properties = {**shared, **counts[self.table], "icesink.event-time-field-id": str(field_id)}
         staged = TableResults(table, self.table, [result], snapshot_properties=properties)
         assert stage_tables(Ledger(self.config), self.job, self.checkpoint, [staged])
         self.watermark.staged(self.checkpoint, state)

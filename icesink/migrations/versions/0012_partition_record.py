@@ -33,7 +33,7 @@ def upgrade() -> None:
         sa.Column("end_micros", sa.BigInteger()),
         sa.Column("state", sa.String(32), nullable=False),
         sa.Column("row_count", sa.BigInteger(), nullable=False),
-        sa.Column("late_rows", sa.BigInteger(), nullable=False),
+        sa.Column("rows_after_done", sa.BigInteger(), nullable=False),
         sa.Column("first_snapshot_id", sa.BigInteger(), nullable=False),
         sa.Column("last_snapshot_id", sa.BigInteger(), nullable=False),
         sa.Column("changed_at", sa.DateTime(timezone=True), nullable=False),
@@ -53,6 +53,7 @@ def upgrade() -> None:
         sa.Column("table_identifier", sa.String(511), primary_key=True),
         sa.Column("branch", sa.String(255), primary_key=True),
         sa.Column("snapshot_id", sa.BigInteger()),
+        sa.Column("event_field_id", sa.Integer()),
     )
 
 
