@@ -62,6 +62,9 @@ BRANCH_PROPERTY_PREFIX = "icesink.branch."
 SOURCE_PROPERTY = "icesink.debezium.source"
 # How many files one write task keeps open at once (its other partitions wait in memory or are closed).
 MAX_OPEN_FILES_PROPERTY = "icesink.write.max-open-files"
+# What the committer does once a partition is done (icesink.committer.done_actions).
+SUCCESS_FILE_PROPERTY = "icesink.partition-done.success-file"
+HTTP_POST_PROPERTY = "icesink.partition-done.http-post"
 # Settings a user sets on the table, by MaintenancePolicy attribute.
 POLICY_PROPERTIES = {
     "convert_at_commit": "icesink.equality-deletes.convert-at-commit",
@@ -75,7 +78,7 @@ POLICY_PROPERTIES = {
     "max_seconds": "icesink.maintain.max-seconds",
 }
 # The icesink table properties a user sets; any other name under icesink's prefix is a typo, or icesink's own.
-USER_PROPERTIES = (MAX_OPEN_FILES_PROPERTY, *POLICY_PROPERTIES.values())
+USER_PROPERTIES = (MAX_OPEN_FILES_PROPERTY, SUCCESS_FILE_PROPERTY, HTTP_POST_PROPERTY, *POLICY_PROPERTIES.values())
 # What icesink writes into the table at every commit, per job (``<prefix><job id>``).
 WRITTEN_PREFIXES = (
     TABLE_PROPERTY_PREFIX,
@@ -168,6 +171,12 @@ TABLE_PROPERTY_REFERENCE: dict[str, str] = {
     '``{"watermark": ISO 8601, "splits": {split values: [mark in microseconds, last seen in milliseconds]}}``), '
     "written in the same commit as its snapshots: a restarted stream goes on from it, and it answers for the "
     "watermark when expiry removed the snapshots (branch-prefixed as the marker is).",
+    SUCCESS_FILE_PROPERTY: "``true``: once a partition is done, the committer writes a ``_SUCCESS`` file (JSON: table, "
+    "partition, watermark, snapshot) in its directory, for tools that wait on files; readers never see it as data "
+    "and ``icesink committer gc`` keeps it. At least once: a committer that dies first writes it after its next "
+    "commit.",
+    HTTP_POST_PROPERTY: "a URL the committer POSTs the same JSON to once a partition is done (at least once, retried "
+    "after later commits until it answers 2xx; the snapshot id makes a repeat recognisable).",
     SOURCE_PROPERTY: "the source table a Debezium stream's table belongs to (JSON: ``connector``, ``database``, "
     "``schema``, ``table``), set when the stream creates the table or first writes it; a stream whose source table "
     "differs is refused before it writes.",

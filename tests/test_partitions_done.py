@@ -292,3 +292,98 @@ def test_a_partition_named_as_it_is_printed_reads_back_whatever_its_values_hold(
     path = partition_path(fields, (day, "eu/west=1,a b ü"))
     assert path == "ts_day=2026-11-25/region%2Fzone=eu%2Fwest%3D1%2Ca+b+%C3%BC"
     assert parse_partition_path(path) == {"ts_day": "2026-11-25", "region/zone": "eu/west=1,a b ü"}
+
+
+# --- done actions -----------------------------------------------------------------------------------------------------
+
+
+class Receiver:
+    """An HTTP server on loopback that keeps the JSON bodies POSTed to it (or answers 503 while ``refusing``)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        received: list[dict[str, Any]] = []
+        receiver = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if receiver.refusing:
+                    self.send_response(503)
+                else:
+                    received.append(json.loads(body))
+                    self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.refusing = False
+        self.received = received
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/done"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+
+
+def test_a_done_partition_gets_its_success_file_and_its_post_once_and_gc_and_readers_leave_the_file_alone(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    from pathlib import Path
+
+    from icesink.committer.gc import collect_garbage
+
+    config = sqlite_catalog
+    receiver = Receiver()
+    try:
+        table = create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+        with table.transaction() as change:
+            change.set_properties(
+                {"icesink.partition-done.success-file": "true", "icesink.partition-done.http-post": receiver.url}
+            )
+        stream = Stream(config)
+        stream.batch([(1, "a", 10)])
+        receiver.refusing = True  # the receiver is down: the commit goes in all the same
+        stream.batch([(2, "a", 70)])
+        assert receiver.received == []
+        receiver.refusing = False
+        stream.batch([(3, "a", 80)])  # the next commit tries again
+        assert [r["partition"] for r in receiver.received] == ["ts_hour=2026-11-25-00"]
+        stream.batch([(4, "a", 130)])  # hour 01 done; hour 00 not posted again
+        assert [r["partition"] for r in receiver.received] == ["ts_hour=2026-11-25-00", "ts_hour=2026-11-25-01"]
+    finally:
+        receiver.close()
+    first = receiver.received[0]
+    assert first["table"] == TABLE and first["watermark"] == "2026-11-25T01:10:00.000000+00:00"
+    table = open_catalog(config).load_table(TABLE)
+    data = Path(table.location().removeprefix("file://")) / "data"
+    marker = data / "ts_hour=2026-11-25-00" / "_SUCCESS"
+    assert json.loads(marker.read_text())["snapshot_id"] == first["snapshot_id"]
+    assert not (data / "ts_hour=2026-11-25-02" / "_SUCCESS").exists()  # open
+    assert table.scan().to_arrow().num_rows == 4  # not data to any reader
+    report = collect_garbage(open_catalog(config), config, TABLE, datetime.timedelta(0))
+    assert marker.exists() and str(marker) not in " ".join(report.deleted)
+
+
+def test_a_done_action_a_committer_died_before_runs_after_the_next_commit(sqlite_catalog: CatalogConfig) -> None:
+    from pathlib import Path
+
+    from tests.test_faults import run_committer
+
+    config = sqlite_catalog
+    table = create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    with table.transaction() as change:
+        change.set_properties({"icesink.partition-done.success-file": "true"})
+    stream = Stream(config)
+    stream.batch([(1, "a", 10)])
+    stream.batch([(2, "a", 61)], commit=False)
+    assert run_committer(config, "committer.before-done-actions") != 0  # the commit is in, its action is not
+    data = Path(open_catalog(config).load_table(TABLE).location().removeprefix("file://")) / "data"
+    marker = data / "ts_hour=2026-11-25-00" / "_SUCCESS"
+    assert not marker.exists()
+    stream.batch([(3, "a", 62)])
+    assert marker.exists()

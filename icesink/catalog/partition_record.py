@@ -61,6 +61,7 @@ partitions = sa.Table(
     sa.Column("done_snapshot_id", sa.BigInteger()),
     sa.Column("done_watermark", sa.String(64)),
     sa.Column("done_at", sa.DateTime(timezone=True)),
+    sa.Column("actions_at", sa.DateTime(timezone=True)),  # when the done actions last succeeded for it
 )
 progress = sa.Table(
     "icesink_partition_progress",
@@ -291,9 +292,29 @@ class PartitionRecord:
         with database_errors(self._config), self._engine.connect() as connection:
             return {(int(s), str(k)) for s, k in connection.execute(query)}
 
-    def statuses(self, identifier: str, branch: str = MAIN_BRANCH) -> list[PartitionStatus]:
+    def awaiting_actions(self, identifier: str, branch: str = MAIN_BRANCH) -> list[PartitionStatus]:
+        """The done partitions whose done actions have not succeeded yet."""
         c = partitions.c
-        query = sa.select(partitions).where(*self._where(identifier, branch)).order_by(c.end_micros, c.partition_path)
+        return self.statuses(identifier, branch, c.done_snapshot_id.is_not(None), c.actions_at.is_(None))
+
+    def actions_done(self, identifier: str, branch: str, status: PartitionStatus) -> None:
+        c = partitions.c
+        key = partition_key(status.values)
+        where = [*self._where(identifier, branch), c.spec_id == status.spec_id, c.partition_key == key]
+        with database_errors(self._config), self._engine.begin() as connection:
+            connection.execute(
+                sa.update(partitions).where(*where).values(actions_at=datetime.datetime.now(datetime.UTC))
+            )
+
+    def statuses(
+        self, identifier: str, branch: str = MAIN_BRANCH, *where: sa.ColumnElement[bool]
+    ) -> list[PartitionStatus]:
+        c = partitions.c
+        query = (
+            sa.select(partitions)
+            .where(*self._where(identifier, branch), *where)
+            .order_by(c.end_micros, c.partition_path)
+        )
         with database_errors(self._config), self._engine.connect() as connection:
             rows = connection.execute(query).all()
         return [

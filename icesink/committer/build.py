@@ -21,6 +21,7 @@ from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import load_table
 from icesink.committer.completeness import CommitCompleteness
 from icesink.committer.conversion import CommitConversions
+from icesink.committer.done_actions import DoneActions
 from icesink.errors import (
     IcesinkError,
     JobIdConflictError,
@@ -138,6 +139,7 @@ class SnapshotBuilder:
         self._expire_snapshots = expire_snapshots
         self._conversions = CommitConversions()
         self._completeness = CommitCompleteness(config)
+        self._done_actions = DoneActions(config)
 
     def try_prepare(
         self,
@@ -260,6 +262,8 @@ class SnapshotBuilder:
         if prepared.discarded and head is not None and prepared.snapshot is not None:
             with contextlib.suppress(IcesinkError):  # the summary is what counts; the ledger only points to it
                 self._ledger.mark_discards_recorded([r.id for r in prepared.discarded], head.snapshot_id)
+        if prepared.rows and prepared.snapshot is not None:
+            self._done_actions.run(committed, prepared.identifier, prepared.rows[-1].branch)
 
     def _check_schema(
         self, table: Table, identifier: str, row: CheckpointRow, files: list[DataFile], deletes: list[DataFile]

@@ -32,6 +32,7 @@ from icesink.catalog.database import database_errors
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import load_table
 from icesink.catalog.pointers import every_pointer
+from icesink.committer.done_actions import SUCCESS_FILE
 from icesink.errors import LedgerFormatError, ManifestError
 from icesink.iceberg.manifests import DeltaManifest, read_delta_manifest
 from icesink.iceberg.references import list_files, referenced_paths
@@ -146,8 +147,8 @@ def _sort_stored_files(
         inside = tuple(o for o in others if o.startswith(paths.normal_form(location).rstrip("/") + "/"))
         for stored in list_files(table, location):
             normal = paths.normal_form(stored.uri)
-            if normal.startswith(inside):
-                continue
+            if normal.startswith(inside) or normal.rsplit("/", 1)[-1] == SUCCESS_FILE:
+                continue  # another table's; or a partition's done marker, which tools wait on and no snapshot names
             report.files_seen += 1
             if normal in kept:
                 report.referenced += 1

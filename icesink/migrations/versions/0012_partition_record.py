@@ -40,6 +40,7 @@ def upgrade() -> None:
         sa.Column("done_snapshot_id", sa.BigInteger()),
         sa.Column("done_watermark", sa.String(64)),
         sa.Column("done_at", sa.DateTime(timezone=True)),
+        sa.Column("actions_at", sa.DateTime(timezone=True)),
     )
     op.create_index(
         "icesink_partitions_key",

@@ -1,0 +1,88 @@
+"""What the committer does once partitions are done: a ``_SUCCESS`` file in the partition's directory and an HTTP
+POST, as the table's properties ask (``icesink.partition-done.*``).
+
+They run after the commit that made the partitions done, never inside it: a failure is logged and the action
+tried again after the table's next commit, so it can delay nothing and lose nothing. Each action runs at least
+once per partition (a committer that dies between the commit and the action leaves it to the next commit); the
+JSON they carry names the snapshot that made the partition done, so a repeat can be recognised.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import urllib.request
+from typing import TYPE_CHECKING
+
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.partition_record import PartitionRecord
+from icesink.failpoints import failpoint
+from icesink.iceberg.describe import writer_spec
+from icesink.properties import HTTP_POST_PROPERTY, SUCCESS_FILE_PROPERTY
+from icesink.writer.partitioning import partition_path
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+
+    from icesink.catalog.partition_record import PartitionStatus
+
+log = logging.getLogger("icesink.committer")
+
+# The marker's name, as Hadoop's and Flink's file sinks write it.
+SUCCESS_FILE = "_SUCCESS"
+HTTP_TIMEOUT_SECONDS = 10
+
+
+class DoneActions:
+    """Runs a table's done actions for the partitions that have not had them."""
+
+    def __init__(self, config: CatalogConfig) -> None:
+        self._record = PartitionRecord(config)
+
+    def run(self, table: Table, identifier: str, branch: str) -> None:
+        properties = table.properties
+        success_file = properties.get(SUCCESS_FILE_PROPERTY, "false").strip().lower() == "true"
+        url = properties.get(HTTP_POST_PROPERTY)
+        if not success_file and not url:
+            return
+        failpoint("committer.before-done-actions")  # the commit is in; its actions are not
+        try:
+            self._record.keep_up(table, identifier, branch)
+            for status in self._record.awaiting_actions(identifier, branch):
+                body = json.dumps(_described(identifier, branch, status), ensure_ascii=False).encode("utf-8")
+                if success_file:
+                    self._write_marker(table, identifier, status, body)
+                if url:
+                    _post(url, body)
+                self._record.actions_done(identifier, branch, status)
+        except Exception as e:  # after the commit: it is in; the action waits for the table's next commit
+            log.warning(
+                "table=%s: a partition-done action failed (%s); it is tried again after the next commit", identifier, e
+            )
+
+    def _write_marker(self, table: Table, identifier: str, status: PartitionStatus, body: bytes) -> None:
+        spec = writer_spec(table, identifier, "done-actions")
+        if status.spec_id != spec.spec_id:
+            return  # a partition of an earlier spec: its directory is not the current layout's
+        values = tuple(status.values)
+        directory = f"{spec.data_location.rstrip('/')}/{partition_path(spec, values)}"  # type: ignore[arg-type]
+        with table.io.new_output(f"{directory}/{SUCCESS_FILE}").create(overwrite=True) as out:
+            out.write(body)
+
+
+def _described(identifier: str, branch: str, status: PartitionStatus) -> dict[str, object]:
+    return {
+        "table": identifier,
+        "branch": branch,
+        "partition": status.path,
+        "watermark": status.done_watermark,
+        "snapshot_id": status.done_snapshot_id,
+        "done_at": status.done_at.isoformat() if status.done_at else None,
+    }
+
+
+def _post(url: str, body: bytes) -> None:
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+    with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_SECONDS) as response:
+        if not 200 <= response.status < 300:
+            raise OSError(f"POST {url} answered {response.status}")
