@@ -182,6 +182,8 @@ def _features(history: History) -> list[str]:
         found.append("atomic with a second table")
     if shape.partition:
         found.append(shape.partition.split("(")[0] if "(" in shape.partition else "identity")
+    if any(str(f.field_type) in ("date", "timestamp", "timestamptz") for f in shape.schema.fields):
+        found.append("event-time watermark")  # the first top-level time column (tests/histories/world.py)
     return found
 
 

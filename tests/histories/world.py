@@ -9,13 +9,14 @@ keeps each table's rows by field id, so that renames cannot fool it.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,11 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
+from icesink.properties import EVENT_TIME_FIELD_PROPERTY
+from icesink.sink.event_time import EventTimeSettings
+from icesink.sink.stream_watermark import StreamWatermark, TableTimes
+from icesink.table_ref import TableRef
+from icesink.writer.spec import EventTimeSpec
 from tests.histories.canon import by_id, by_name, canon, drop_id, widen_id
 from tests.histories.grammar import TableShape, input_type, random_primitive, random_value
 from tests.histories.group import COMPANION
@@ -95,6 +101,13 @@ class World:
         # files of the old field hold that name with another field id).
         self.retired: dict[tuple[str, ...], list[str]] = {}
         self.notes: list[str] = []  # what the schema changes did, for a failure's report
+        # The first top-level date or timestamp column is the stream's event time: the watermark is kept as a
+        # stream's driver keeps it, and must never go back, whatever the history does to the table.
+        times = [f for f in schema.fields if str(f.field_type) in ("date", "timestamp", "timestamptz")]
+        self.event_field = times[0].field_id if times else None
+        self.clock_ms = 0
+        self.watermark = StreamWatermark(Ledger(config), 60_000_000, clock=lambda: self.clock_ms / 1000)
+        self.last_watermark: int | None = None
 
     def table(self) -> Any:
         return self.catalog.load_table(IDENTIFIER)
@@ -144,18 +157,44 @@ class World:
             rows = rows.append_column("op", pa.array(ops, pa.string()))
             rows = rows.append_column("__icesink_order", pa.array(range(rows.num_rows), pa.int64()))
         spec = writer_spec(table, IDENTIFIER, JOB, changes).for_checkpoint(checkpoint)
+        event_time = self._event_time(table)
+        late_before = None
+        if event_time is not None:
+            self.clock_ms += 20_000
+            late_before = self.watermark.start(JOB, checkpoint, [(table, TableRef(IDENTIFIER))])
+            spec = replace(spec, event_time=EventTimeSpec(event_time.column, (), late_before))
         attempt = 0 if again is None else 1
         writer = TaskWriter(spec, task_id=0, attempt=attempt)
         writer.write(rows)
-        written = [TableResults(table, IDENTIFIER, [writer.complete()])]
+        result = writer.complete()
+        state, properties = None, {}
+        if event_time is not None:
+            state, shared, counts = self.watermark.fold([TableTimes(IDENTIFIER, event_time, [result])])
+            properties = {**shared, **counts[IDENTIFIER], EVENT_TIME_FIELD_PROPERTY: str(self.event_field)}
+        written = [TableResults(table, IDENTIFIER, [result], snapshot_properties=properties)]
         if self.companion is None:
-            return checkpoint, stage_tables(Ledger(self.config), JOB, checkpoint, written)
+            staged = stage_tables(Ledger(self.config), JOB, checkpoint, written)
+            if staged and state is not None:
+                self.watermark.staged(checkpoint, state)
+            return checkpoint, staged
         companion = self.catalog.load_table(COMPANION)
         written.append(self.companion.results(companion, JOB, checkpoint, rows.num_rows, attempt))
         staged = stage_tables(Ledger(self.config), JOB, checkpoint, written, atomic=True)
         if staged:
             self.companion.expected[checkpoint] = rows.num_rows
+            if state is not None:
+                self.watermark.staged(checkpoint, state)
         return checkpoint, staged
+
+    def _event_time(self, table: Any) -> EventTimeSettings | None:
+        """The event-time column as the rows name it now (another tool may have renamed or dropped it)."""
+        if self.event_field is None:
+            return None
+        try:
+            name = table.schema().find_field(self.event_field).name
+        except ValueError:
+            return None
+        return EventTimeSettings(name, 0, ())
 
     def stage(self, rows: pa.Table, ops: list[str]) -> int:
         """The next checkpoint written and staged, left for a committer; returns its id."""
@@ -389,6 +428,8 @@ class World:
         now = marker.checkpoint_id if marker else -1
         if now < last_marker:
             raise Mismatch(f"table {identifier}: the marker went back from {last_marker} to {now}")
+        if identifier == IDENTIFIER:
+            self._check_watermark(table)
         needed = {_local(path) for path in self.referenced_files(identifier)}
         missing = sorted(path for path in needed if not Path(path).exists())
         if missing:
@@ -398,6 +439,36 @@ class World:
         if wrong:
             raise Mismatch(f"committer gc --dry-run lists {len(wrong)} referenced file(s), e.g. {wrong[0]}")
         return now
+
+    def _check_watermark(self, table: Any) -> None:
+        """The watermark along main never goes back, nor between two looks; a partition is done no earlier than
+        the watermark reaching its end."""
+        from icesink.completeness.partition_times import parse_partition_path
+        from icesink.completeness.watermark import parse_watermark
+        from icesink.iceberg.watermarks import recorded_watermark
+        from icesink.properties import PARTITIONS_DONE_PROPERTY, WATERMARK_PROPERTY
+        from icesink.readiness import partition_end
+
+        by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
+        snapshot, seen = table.current_snapshot(), []
+        while snapshot is not None:
+            seen.append(snapshot)
+            snapshot = by_id.get(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
+        recorded: list[int] = []
+        for snapshot in reversed(seen):
+            summary = snapshot.summary.additional_properties if snapshot.summary else {}
+            if WATERMARK_PROPERTY not in summary:
+                continue
+            recorded.append(parse_watermark(summary[WATERMARK_PROPERTY]))
+            for done in json.loads(summary.get(PARTITIONS_DONE_PROPERTY, "[]")):
+                if "null" not in parse_partition_path(done).values() and partition_end(table, done) > recorded[-1]:
+                    raise Mismatch(f"snapshot {snapshot.snapshot_id} made {done} done below its end")
+        if recorded != sorted(recorded):
+            raise Mismatch(f"the watermark went back along main: {recorded}")
+        now = recorded_watermark(table.metadata)
+        if self.last_watermark is not None and (now is None or now < self.last_watermark):
+            raise Mismatch(f"the table's watermark went back from {self.last_watermark} to {now}")
+        self.last_watermark = now
 
     def referenced_files(self, identifier: str = IDENTIFIER) -> set[str]:
         """Every file a snapshot (current or not), the metadata log or a staged checkpoint still names."""
