@@ -387,3 +387,29 @@ def test_a_done_action_a_committer_died_before_runs_after_the_next_commit(sqlite
     assert not marker.exists()
     stream.batch([(3, "a", 62)])
     assert marker.exists()
+
+
+def test_a_streams_callback_is_called_once_per_done_partition_and_again_after_it_failed(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    config = sqlite_catalog
+    create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    calls: list[dict[str, Any]] = []
+    failing = [True]
+
+    def on_done(partition: dict[str, Any]) -> None:
+        if failing[0]:
+            raise RuntimeError("the scheduler is away")
+        calls.append(partition)
+
+    stream = Stream(config, on_partition_done=on_done)
+    stream.batch([(1, "a", 10)])
+    stream.batch([(2, "a", 70)])  # hour 00 done; the callback fails: the commit is in all the same
+    assert calls == [] and icesink.wait_for_partition(TABLE, "ts_hour=2026-11-25-00", timeout="0s", catalog=config)
+    failing[0] = False
+    stream.batch([(3, "a", 130)])  # hour 01 done; hour 00's call made again
+    assert [(c["partition"], c["table"]) for c in calls] == [
+        ("ts_hour=2026-11-25-00", TABLE),
+        ("ts_hour=2026-11-25-01", TABLE),
+    ]
+    assert calls[0]["watermark"] == "2026-11-25T01:10:00.000000+00:00" and calls[0]["snapshot_id"] is not None

@@ -63,6 +63,8 @@ def test_a_streams_watermark_per_split_is_committed_with_its_data_and_read_by_ot
     add_file(source, 0, [(1, 0, "orders ü", 0), (2, 30, "orders ü", 1)])
     add_file(source, 1, [(3, 60, "orders ü", 0), (4, 25, "orders ü", 1), (5, None, "orders ü", 1)])
 
+    done: list[dict[str, Any]] = []
+
     def run() -> None:
         df = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(source))
         # "TS": the column as the user spells it; topic and partition are read, not written (the table lacks them).
@@ -73,6 +75,7 @@ def test_a_streams_watermark_per_split_is_committed_with_its_data_and_read_by_ot
             checkpoint_location=str(tmp_path / "ck"),
             event_time="TS",
             lateness="10 min",
+            on_partition_done=done.append,
         )
 
     run()
@@ -95,6 +98,7 @@ def test_a_streams_watermark_per_split_is_committed_with_its_data_and_read_by_ot
     table = open_catalog(config).load_table(TABLE)
     assert table.current_snapshot().summary["icesink.partitions-done"] == '["ts_day=2026-11-25"]'  # type: ignore[union-attr]
     assert icesink.wait_for_partition(TABLE, "ts_day=2026-11-25", timeout="0s", catalog=config)
+    assert [d["partition"] for d in done] == ["ts_day=2026-11-25"]  # the stream's own callback, once
     recorded = [parse_watermark(w) for w in watermarks(config)]
     assert recorded == sorted(recorded)
 
@@ -155,6 +159,11 @@ def test_a_stream_of_several_tables_records_one_watermark_in_every_table_of_a_co
         ({"event_time": "ts", "lateness": "soon"}, r"lateness: 'soon' is not a duration"),
         ({"event_time": "ts", "lateness": 5}, r"lateness takes a duration, e.g. '15 minutes'"),
         ({"event_time": "ts", "split_by": "topic"}, r"split_by takes a list of strings, e.g. \['topic'\]"),
+        ({"on_partition_done": print}, r"on_partition_done applies to a stream with event_time"),
+        (
+            {"event_time": "ts", "on_partition_done": print, "committer": "daemon"},
+            r"on_partition_done is called by the inline committer",
+        ),
     ],
 )
 def test_event_time_options_that_cannot_work_are_refused_before_the_stream_starts(

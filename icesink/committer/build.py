@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from shlex import quote
 from typing import TYPE_CHECKING
@@ -131,7 +131,12 @@ class SnapshotBuilder:
     """Prepares the snapshots of staged checkpoints; keeps the manifests it read for later conversions."""
 
     def __init__(
-        self, catalog: SqlCatalog, config: CatalogConfig, ledger: Ledger, expire_snapshots: bool = False
+        self,
+        catalog: SqlCatalog,
+        config: CatalogConfig,
+        ledger: Ledger,
+        expire_snapshots: bool = False,
+        on_partition_done: Callable[[dict[str, object]], None] | None = None,
     ) -> None:
         self._catalog = catalog
         self._config = config
@@ -139,7 +144,7 @@ class SnapshotBuilder:
         self._expire_snapshots = expire_snapshots
         self._conversions = CommitConversions()
         self._completeness = CommitCompleteness(config)
-        self._done_actions = DoneActions(config)
+        self._done_actions = DoneActions(config, on_partition_done)
 
     def try_prepare(
         self,

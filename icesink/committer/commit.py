@@ -61,9 +61,12 @@ class TableCommitter:
         before_commit: Callable[[], None] | None = None,
         expire_snapshots: bool = False,
         scope: Sequence[str] = (),
+        on_partition_done: Callable[[dict[str, object]], None] | None = None,
     ) -> None:
         """``before_commit`` runs right before every catalog commit; the daemon checks its lease there.
         ``scope`` limits the tables a job committed atomically across tables may touch (the daemon's --table).
+        ``on_partition_done`` is called after a commit with each partition it (or an earlier commit whose actions
+        failed) made done (see :mod:`icesink.committer.done_actions`).
 
         With ``expire_snapshots`` every commit also drops the snapshots past the
         table's ``history.expire.*`` retention, in the same metadata commit.
@@ -73,7 +76,7 @@ class TableCommitter:
         self._ledger = ledger
         self._max_conflicts = max_conflicts
         self._before_commit = before_commit
-        self._builder = SnapshotBuilder(catalog, config, ledger, expire_snapshots)
+        self._builder = SnapshotBuilder(catalog, config, ledger, expire_snapshots, on_partition_done)
         # (table uuid, job, branch) -> marker as of this committer's last commit: later walks stop there.
         self._markers: dict[tuple[str, str, str], KnownMarker] = {}
         self._tables: dict[str, Table] = {}

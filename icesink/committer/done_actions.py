@@ -1,5 +1,6 @@
 """What the committer does once partitions are done: a ``_SUCCESS`` file in the partition's directory and an HTTP
-POST, as the table's properties ask (``icesink.partition-done.*``).
+POST, as the table's properties ask (``icesink.partition-done.*``), and a stream's own Python callback
+(``icesink.stream(..., on_partition_done=...)``).
 
 They run after the commit that made the partitions done, never inside it: a failure is logged and the action
 tried again after the table's next commit, so it can delay nothing and lose nothing. Each action runs at least
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import urllib.request
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from icesink.catalog.config import CatalogConfig
@@ -36,24 +38,28 @@ HTTP_TIMEOUT_SECONDS = 10
 class DoneActions:
     """Runs a table's done actions for the partitions that have not had them."""
 
-    def __init__(self, config: CatalogConfig) -> None:
+    def __init__(self, config: CatalogConfig, callback: Callable[[dict[str, object]], None] | None = None) -> None:
         self._record = PartitionRecord(config)
+        self._callback = callback
 
     def run(self, table: Table, identifier: str, branch: str) -> None:
         properties = table.properties
         success_file = properties.get(SUCCESS_FILE_PROPERTY, "false").strip().lower() == "true"
         url = properties.get(HTTP_POST_PROPERTY)
-        if not success_file and not url:
+        if not success_file and not url and self._callback is None:
             return
         failpoint("committer.before-done-actions")  # the commit is in; its actions are not
         try:
             self._record.keep_up(table, identifier, branch)
             for status in self._record.awaiting_actions(identifier, branch):
-                body = json.dumps(_described(identifier, branch, status), ensure_ascii=False).encode("utf-8")
+                described = _described(identifier, branch, status)
+                body = json.dumps(described, ensure_ascii=False).encode("utf-8")
                 if success_file:
                     self._write_marker(table, identifier, status, body)
                 if url:
                     _post(url, body)
+                if self._callback is not None:
+                    self._callback(dict(described))
                 self._record.actions_done(identifier, branch, status)
         except Exception as e:  # after the commit: it is in; the action waits for the table's next commit
             log.warning(

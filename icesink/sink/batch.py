@@ -74,7 +74,11 @@ class MicroBatchHandler:
         self._catalog = catalog or open_catalog(stream.catalog, pending_tables=True)
         self._ledger = Ledger(stream.catalog)
         self._committer = TableCommitter(
-            self._catalog, stream.catalog, self._ledger, expire_snapshots=stream.expire_snapshots
+            self._catalog,
+            stream.catalog,
+            self._ledger,
+            expire_snapshots=stream.expire_snapshots,
+            on_partition_done=stream.on_partition_done,
         )
         self._sinks: dict[str, TableSink] = {}
         # A stream of several tables keeps a mark per table and split (each table its own lateness).

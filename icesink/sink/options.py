@@ -104,6 +104,15 @@ class StreamWideOptions:
         ),
     )
 
+    on_partition_done: Callable[[dict[str, object]], None] | None = field(
+        default=None,
+        metadata=doc(
+            "with ``event_time`` and the inline committer: called after a commit with each time partition it made "
+            "done (a dict: ``table``, ``branch``, ``partition``, ``watermark``, ``snapshot_id``, ``done_at``), at "
+            "least once: an exception is logged and the call made again after the table's next commit."
+        ),
+    )
+
     def joined(self, table: str, per_table: TableOptions, **changed: Any) -> StreamOptions:
         """The options of a stream into ``table`` with these and ``per_table`` (``changed`` replacing some)."""
         wide = {f.name: getattr(self, f.name) for f in fields(StreamWideOptions)}
@@ -156,6 +165,13 @@ class StreamOptions(TableOptions, StreamWideOptions):
             if not isinstance(getattr(self, option), bool):
                 raise ConfigError(f"table {table}: {option} must be True or False, not {getattr(self, option)!r}")
         self._check_event_time(table)
+        if self.on_partition_done is not None and not callable(self.on_partition_done):
+            raise ConfigError(f"table {table}: on_partition_done takes a function, not {self.on_partition_done!r}")
+        if self.on_partition_done is not None and self.committer != Committer.INLINE:
+            raise ConfigError(
+                f"table {table}: on_partition_done is called by the inline committer; with committer='daemon' set "
+                "the table properties icesink.partition-done.http-post or icesink.partition-done.success-file"
+            )
         for option, flag in (("maintain", self.maintain), ("expire_snapshots", self.expire_snapshots)):
             if flag and self.committer != Committer.INLINE:
                 raise ConfigError(

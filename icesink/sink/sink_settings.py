@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ class SinkSettings:
     branch: str = MAIN_BRANCH
     event_time: EventTimeSettings | None = None
     idle_timeout: int = 300_000_000  # microseconds (the stream's option, resolved)
+    on_partition_done: Callable[[dict[str, object]], None] | None = None
 
     @property
     def ref(self) -> TableRef:
@@ -56,5 +58,6 @@ class SinkSettings:
             maintain=options.maintain,
             evolve_schema=options.evolve_schema,
             idle_timeout=duration_micros(options.idle_timeout),
+            on_partition_done=options.on_partition_done,
             **planned,
         )

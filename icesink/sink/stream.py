@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,6 +67,7 @@ def stream(  # Over 60 lines: one keyword argument per option, spelled out as us
     lateness: str | datetime.timedelta | None = None,
     split_by: Sequence[str] | None = None,
     idle_timeout: str | datetime.timedelta = "5 minutes",
+    on_partition_done: Callable[[dict[str, object]], None] | None = None,
 ) -> StreamingQuery:
     """Start writing a streaming DataFrame into an Iceberg table, exactly once per micro-batch.
 
@@ -100,6 +101,7 @@ def stream(  # Over 60 lines: one keyword argument per option, spelled out as us
         atomic=atomic,
         split_by=split_by,
         idle_timeout=idle_timeout,
+        on_partition_done=on_partition_done,
     )
     return _stream(df, table, tables, own, per_table)
 
@@ -201,7 +203,7 @@ def _stream_tables(
 def _refuse_split_by_alone(own: StreamWideOptions, per_table: Sequence[TableOptions], where: str) -> None:
     """split_by and idle_timeout say how a watermark is kept: given without any event_time, they would do nothing."""
     timed = any(options.event_time is not None for options in per_table)
-    given = [name for name in ("split_by",) if getattr(own, name) is not None]
+    given = [name for name in ("split_by", "on_partition_done") if getattr(own, name) is not None]
     if own.idle_timeout != StreamWideOptions.idle_timeout:
         given.append("idle_timeout")
     if given and not timed:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pyarrow as pa
 
@@ -45,6 +46,7 @@ class Stream:
     job: str = "job"
     checkpoint: int = 0
     table: str = TABLE
+    on_partition_done: Any = None
     watermark: StreamWatermark = field(init=False)
 
     def __post_init__(self) -> None:
@@ -79,7 +81,10 @@ class Stream:
         assert stage_tables(Ledger(self.config), self.job, self.checkpoint, [staged])
         self.watermark.staged(self.checkpoint, state)
         if commit:
-            TableCommitter(catalog, self.config, Ledger(self.config)).commit_pending(self.table, self.job)
+            committer = TableCommitter(
+                catalog, self.config, Ledger(self.config), on_partition_done=self.on_partition_done
+            )
+            committer.commit_pending(self.table, self.job)
         self.checkpoint += 1
         return properties
 
