@@ -88,6 +88,16 @@ class WriteResult:
         return sum(f.record_count for f in self.data_files)
 
 
+def encode_partition_value(value: PartitionValue) -> Any:
+    """A partition value as JSON holds it, tagged where JSON has no such type (bytes, decimals)."""
+    return _encode_value(value)
+
+
+def decode_partition_value(value: Any) -> PartitionValue:
+    """What :func:`encode_partition_value` wrote."""
+    return _decode_value(value)
+
+
 def _encode_value(value: PartitionValue) -> Any:
     # JSON has no bytes or decimals; tag them so they come back as the same type.
     if isinstance(value, bytes):

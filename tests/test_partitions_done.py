@@ -272,6 +272,9 @@ def test_the_watermark_outlives_the_expiry_of_the_snapshots_that_recorded_it(sql
     ours = [s.snapshot_id for s in table.metadata.snapshots if s.summary.get("icesink.watermark")]  # type: ignore[union-attr]
     table.maintenance.expire_snapshots().by_ids(ours).commit()
     assert icesink.watermark(TABLE, catalog=config) == datetime.datetime(2026, 11, 25, 10, tzinfo=datetime.UTC)
+    # The head is another tool's: the job's record says which column the watermark is about, so hour 01 is done.
+    states = {p.path: p.state.value for p in partition_statuses(TABLE, catalog=config)}
+    assert states == {"ts_hour=2026-11-25-01": "done", "ts_hour=2026-11-25-10": "open"}
     Stream(config, job="slow").batch([(2, "a", 30)])  # a lower watermark: the table's stays
     assert summaries(config)[-1]["icesink.watermark"] == "2026-11-25T10:00:00.000000+00:00"
     # The record, rebuilt from the files the head holds: every row counted, the hours before 10:00 done.
@@ -413,3 +416,94 @@ def test_a_streams_callback_is_called_once_per_done_partition_and_again_after_it
         ("ts_hour=2026-11-25-01", TABLE),
     ]
     assert calls[0]["watermark"] == "2026-11-25T01:10:00.000000+00:00" and calls[0]["snapshot_id"] is not None
+
+
+# --- after a second review --------------------------------------------------------------------------------------------
+
+
+def test_a_partition_another_tool_starts_below_the_watermark_is_done_alike_whether_the_record_went_on_or_began_again(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    from icesink.catalog.database import engine
+    from icesink.catalog.partition_record import partitions, progress
+
+    config = sqlite_catalog
+    create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    stream = Stream(config)
+    stream.batch([(1, "a", 200)])
+    assert partition_statuses(TABLE, catalog=config)  # the record is kept up to here
+    table = open_catalog(config).load_table(TABLE)
+    early = datetime.datetime(2026, 11, 25, 0, 30, tzinfo=datetime.UTC)  # hour 00: the watermark passed it
+    table.append(pa.table({"id": [9], "name": ["x"], "amount": [1.0], "ts": [early]}, schema=table.schema().as_arrow()))
+
+    def facts() -> dict[str, tuple[Any, ...]]:
+        return {p.path: (p.state, p.rows, p.done_snapshot_id) for p in partition_statuses(TABLE, catalog=config)}
+
+    went_on = facts()
+    assert went_on["ts_hour=2026-11-25-00"][0].value == "done"
+    with engine(config).begin() as connection:
+        for kept in (partitions, progress):
+            connection.execute(kept.delete().where(kept.c.catalog_name == config.name))
+    assert facts() == went_on
+
+
+def test_a_rollback_below_every_watermark_leaves_the_table_without_one(sqlite_catalog: CatalogConfig) -> None:
+    config = sqlite_catalog
+    table = create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    rows = {"id": [9], "name": ["x"], "amount": [1.0], "ts": [datetime.datetime(2026, 11, 25, tzinfo=datetime.UTC)]}
+    table.append(pa.table(rows, schema=table.schema().as_arrow()))  # another tool's first snapshot
+    first = open_catalog(config).load_table(TABLE).current_snapshot().snapshot_id  # type: ignore[union-attr]
+    Stream(config).batch([(1, "a", 130)])
+    assert icesink.wait_for_partition(TABLE, "ts_hour=2026-11-25-00", timeout="0s", catalog=config)
+    open_catalog(config).load_table(TABLE).manage_snapshots().rollback_to_snapshot(first).commit()
+    assert icesink.watermark(TABLE, catalog=config) is None  # the job's record speaks of rolled-back snapshots
+    assert not icesink.wait_for_partition(TABLE, "ts_hour=2026-11-25-00", timeout="0s", catalog=config)
+    assert {p.state.value for p in partition_statuses(TABLE, catalog=config)} == {"open"}
+
+
+def test_a_branchs_done_partitions_get_their_post_but_no_success_file_in_mains_directories(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    from pathlib import Path
+
+    config = sqlite_catalog
+    calls: list[dict[str, Any]] = []
+    table = create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    with table.transaction() as change:
+        change.set_properties({"icesink.partition-done.success-file": "true"})
+    Stream(config, job="main").batch([(1, "a", 10)])  # main has a snapshot: the branch starts there
+    open_catalog(config).load_table(TABLE).manage_snapshots().create_branch(
+        open_catalog(config).load_table(TABLE).current_snapshot().snapshot_id,  # type: ignore[union-attr]
+        "audit",
+    ).commit()
+    from icesink.committer.done_actions import DoneActions
+
+    # The branch's partition made done by its watermark: the actions run as for main, but the file is not written.
+    branch_table = open_catalog(config).load_table(TABLE)
+    from icesink.catalog.database import engine
+    from icesink.catalog.partition_record import PartitionRecord, partitions
+
+    record = PartitionRecord(config)
+    record.keep_up(branch_table, TABLE, "audit")
+    with engine(config).begin() as connection:
+        connection.execute(
+            partitions.update()
+            .where(partitions.c.branch == "audit")
+            .values(state="done", done_snapshot_id=1, done_watermark="2026-11-25T01:00:00.000000+00:00")
+        )
+    DoneActions(config, calls.append).run(branch_table, TABLE, "audit")
+    assert [(c["branch"], c["partition"]) for c in calls] == [("audit", "ts_hour=2026-11-25-00")]
+    data = Path(branch_table.location().removeprefix("file://")) / "data"
+    assert not (data / "ts_hour=2026-11-25-00" / "_SUCCESS").exists()
+
+
+def test_binary_and_decimal_partition_values_keep_their_type_in_the_record() -> None:
+    import decimal
+
+    from icesink.catalog.partition_record import _values, partition_key
+    from icesink.completeness.partition_times import partition_path
+
+    values = (b"\x01/\xff", decimal.Decimal("1.50"), None)
+    assert _values(partition_key(values)) == values
+    fields = {0: ("tag", None), 1: ("price", None), 2: ("ts_day", TimeKind.DAY)}
+    assert partition_path(fields, values) == "tag=AS%2F%2F/price=1.50/ts_day=null"

@@ -33,6 +33,7 @@ from icesink.iceberg.partition_history import (
     time_fields,
 )
 from icesink.iceberg.watermarks import recorded_watermark
+from icesink.results import decode_partition_value, encode_partition_value
 from icesink.table_ref import MAIN_BRANCH
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ progress = sa.Table(
     sa.Column("branch", sa.String(255), primary_key=True),
     sa.Column("snapshot_id", sa.BigInteger()),
     sa.Column("event_field_id", sa.Integer()),  # the column the ends were computed for (its field id)
+    sa.Column("watermark_micros", sa.BigInteger()),  # the watermark as of that snapshot
 )
 
 
@@ -116,7 +118,12 @@ class PartitionStatus:
 
 
 def _key(values: Sequence[object]) -> str:
-    return json.dumps(list(values), default=str, separators=(",", ":"), ensure_ascii=False)
+    encoded = [encode_partition_value(v) for v in values]  # type: ignore[arg-type]
+    return json.dumps(encoded, default=str, separators=(",", ":"), ensure_ascii=False)
+
+
+def _values(key: str) -> tuple[object, ...]:
+    return tuple(decode_partition_value(v) for v in json.loads(key))
 
 
 def _moment(timestamp_ms: int) -> datetime.datetime:
@@ -144,18 +151,33 @@ class PartitionRecord:
         head = ref.snapshot_id if ref else None
         event_field = recorded_event_field(table, branch)
         with database_errors(self._config), self._engine.begin() as connection:
-            known = connection.execute(sa.select(p.snapshot_id, p.event_field_id).where(*where)).first()
+            known = connection.execute(
+                sa.select(p.snapshot_id, p.event_field_id, p.watermark_micros).where(*where)
+            ).first()
             if known is not None and known.snapshot_id == head and known.event_field_id == event_field:
                 return
             since = None if known is None or known.event_field_id != event_field else known.snapshot_id
             history, reach = partition_history(table, since, branch)
-            if reach != Reach.SINCE:
+            watermark = known.watermark_micros if known is not None and reach == Reach.SINCE else None
+            acted: dict[tuple[int, str], object] = {}
+            if reach != Reach.SINCE:  # built again: the actions that ran are not run again
+                c = partitions.c
+                found = sa.select(c.spec_id, c.partition_key, c.actions_at).where(
+                    *self._where(identifier, branch), c.actions_at.is_not(None)
+                )
+                acted = {(r.spec_id, r.partition_key): r.actions_at for r in connection.execute(found)}
                 connection.execute(sa.delete(partitions).where(*self._where(identifier, branch)))
             if reach == Reach.CUT:
                 seed = live_partitions(table, branch)
                 history = [replace(seed, watermark=recorded_watermark(table.metadata, branch))] if seed else []
-            self._apply(connection, table, identifier, branch, history, event_field)
-            values = {"snapshot_id": head, "event_field_id": event_field}
+            watermark = self._apply(connection, table, identifier, branch, history, event_field, watermark)
+            for (spec_id, key), at in acted.items():
+                c = partitions.c
+                done = [*self._where(identifier, branch), c.spec_id == spec_id, c.partition_key == key]
+                connection.execute(
+                    sa.update(partitions).where(*done, c.done_snapshot_id.is_not(None)).values(actions_at=at)
+                )
+            values = {"snapshot_id": head, "event_field_id": event_field, "watermark_micros": watermark}
             if known is None:
                 keys = {"catalog_name": self._config.name, "table_identifier": identifier, "branch": branch}
                 connection.execute(sa.insert(progress).values(**keys, **values))
@@ -170,14 +192,16 @@ class PartitionRecord:
         branch: str,
         history: Iterable[SnapshotPartitions],
         event_field: int | None,
-    ) -> None:
+        watermark: int | None,
+    ) -> int | None:
+        """The history's snapshots applied in order, from ``watermark`` (the record's, before them); returns the
+        watermark after them."""
         # Every time field shows in human form; only those over the watermark's column give a partition its end.
         fields_of = {spec_id: spec_fields(table, spec_id) for spec_id in table.metadata.specs()}
         ends_of = {
             spec_id: time_fields(spec_fields(table, spec_id, event_field, every_time_field=False))
             for spec_id in table.metadata.specs()
         }
-        watermark: int | None = None
         for snapshot in history:
             added: dict[tuple[int, str], tuple[tuple[object, ...], int]] = {}
             for spec_id, values, rows in snapshot.added:
@@ -192,6 +216,7 @@ class PartitionRecord:
                 watermark = snapshot.watermark if watermark is None else max(watermark, snapshot.watermark)
             if watermark is not None:
                 self._mark_done(connection, identifier, branch, snapshot, watermark)
+        return watermark
 
     def _add_rows(
         self,
@@ -321,7 +346,7 @@ class PartitionRecord:
             PartitionStatus(
                 path=r.partition_path,
                 spec_id=r.spec_id,
-                values=tuple(json.loads(r.partition_key)),
+                values=_values(r.partition_key),
                 end=micros_to_datetime(r.end_micros) if r.end_micros is not None else None,
                 state=PartitionState(r.state),
                 rows=r.row_count,

@@ -56,7 +56,9 @@ class CommitCompleteness:
             )
             if done:
                 own[PARTITIONS_DONE_PROPERTY] = json.dumps(done, ensure_ascii=False)
-        return encode_job_record(own_watermark, splits) if splits is not None else None
+        field = own.get(EVENT_TIME_FIELD_PROPERTY, "")
+        event_field = int(field) if field.isdigit() else None
+        return encode_job_record(own_watermark, splits, event_field) if splits is not None else None
 
     def _partitions_done(
         self,

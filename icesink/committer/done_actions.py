@@ -3,7 +3,11 @@ POST, as the table's properties ask (``icesink.partition-done.*``), and a stream
 (``icesink.stream(..., on_partition_done=...)``).
 
 They run after the commit that made the partitions done, never inside it: a failure is logged and the action
-tried again after the table's next commit, so it can delay nothing and lose nothing. Each action runs at least
+tried again after the table's next commit, so it can lose nothing. They run on the committer's path, so a
+receiver that does not answer delays the next commit by at most one timeout: after a failure the others wait for
+the next commit, and at most ``ACTIONS_PER_COMMIT`` partitions get theirs per commit. The ``_SUCCESS`` file is
+written for ``main`` only (a branch's rows are not where readers of the directory look), in the layout of the
+table's current partition spec (a partition of an earlier spec gets none). Each action runs at least
 once per partition (a committer that dies between the commit and the action leaves it to the next commit); the
 JSON they carry names the snapshot that made the partition done, so a repeat can be recognised.
 """
@@ -15,6 +19,8 @@ import logging
 import urllib.request
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from pyiceberg.table.refs import MAIN_BRANCH
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.partition_record import PartitionRecord
@@ -32,7 +38,10 @@ log = logging.getLogger("icesink.committer")
 
 # The marker's name, as Hadoop's and Flink's file sinks write it.
 SUCCESS_FILE = "_SUCCESS"
-HTTP_TIMEOUT_SECONDS = 10
+# A receiver that does not answer holds a commit's path back by at most this, for one partition: the others wait
+# for the next commit, as do partitions beyond ACTIONS_PER_COMMIT (a backlog, or actions newly set on an old table).
+HTTP_TIMEOUT_SECONDS = 5
+ACTIONS_PER_COMMIT = 16
 
 
 class DoneActions:
@@ -51,10 +60,10 @@ class DoneActions:
         failpoint("committer.before-done-actions")  # the commit is in; its actions are not
         try:
             self._record.keep_up(table, identifier, branch)
-            for status in self._record.awaiting_actions(identifier, branch):
+            for status in self._record.awaiting_actions(identifier, branch)[:ACTIONS_PER_COMMIT]:
                 described = _described(identifier, branch, status)
                 body = json.dumps(described, ensure_ascii=False).encode("utf-8")
-                if success_file:
+                if success_file and branch == MAIN_BRANCH:  # a branch's partitions are not where readers look
                     self._write_marker(table, identifier, status, body)
                 if url:
                     _post(url, body)

@@ -8,6 +8,7 @@ several time fields holds the rows of their intersection, so its end is the earl
 
 from __future__ import annotations
 
+import base64
 import datetime
 import enum
 import re
@@ -140,6 +141,8 @@ def partition_path(fields: Mapping[int, tuple[str, TimeKind | None]], partition:
             shown = NULL_VALUE
         elif kind is not None and isinstance(value, int):
             shown = human(kind, value)
+        elif isinstance(value, bytes):
+            shown = quote_plus(base64.b64encode(value).decode("ascii"))  # as Iceberg's human form of binary
         else:
             shown = quote_plus(str(value))
         parts.append(f"{quote_plus(name)}={shown}")

@@ -19,6 +19,7 @@ from pyiceberg.types import DateType, TimestampNanoType, TimestampType, Timestam
 from icesink.completeness.partition_times import TimeField, TimeKind
 from icesink.completeness.watermark import parse_watermark
 from icesink.iceberg.scan import live_files
+from icesink.iceberg.watermarks import history_cut, recorded_event_fields
 from icesink.properties import EVENT_TIME_FIELD_PROPERTY, MAINTENANCE_PROPERTY, WATERMARK_PROPERTY
 
 if TYPE_CHECKING:
@@ -109,7 +110,8 @@ def recorded_event_field(table: Table, branch: str = MAIN_BRANCH) -> int | None:
         if value is not None and value.isdigit():
             return int(value)
         snapshot_id = snapshots[snapshot_id].parent_snapshot_id
-    return None
+    recorded = recorded_event_fields(table.metadata, branch)  # the snapshots that said expired: the jobs' records
+    return recorded[0] if len(set(recorded)) == 1 else None
 
 
 def live_partitions(table: Table, branch: str = MAIN_BRANCH) -> SnapshotPartitions | None:
@@ -173,8 +175,5 @@ def partition_history(
         snapshot_id = snapshot.parent_snapshot_id
     if snapshot_id == since and since is not None:
         return found[::-1], Reach.SINCE
-    # Expiry in pyiceberg also cuts the parent link of the oldest snapshot it keeps: a first snapshot of a later
-    # sequence number (format 2 and up) had ancestors.
-    first = found[-1].snapshot_id if found else None
-    cut = first is not None and (snapshots[first].sequence_number or 0) > 1
-    return found[::-1], Reach.CUT if cut else Reach.ROOT
+    first = snapshots[found[-1].snapshot_id] if found else None
+    return found[::-1], Reach.CUT if history_cut(first) else Reach.ROOT

@@ -17,6 +17,7 @@ from icesink.properties import JOB_ID_PROPERTY, WATERMARK_PROPERTY, WATERMARK_SP
 
 if TYPE_CHECKING:
     from pyiceberg.table.metadata import TableMetadata
+    from pyiceberg.table.snapshots import Snapshot
 
 
 def splits_table_property(job_id: str, branch: str = MAIN_BRANCH) -> str:
@@ -41,10 +42,11 @@ def recorded_watermark(metadata: TableMetadata, branch: str = MAIN_BRANCH, job_i
     ref = metadata.refs.get(branch)
     snapshot_id = ref.snapshot_id if ref else None
     snapshots = {s.snapshot_id: s for s in metadata.snapshots}
+    oldest = None
     while snapshot_id is not None:
         snapshot = snapshots.get(snapshot_id)
         if snapshot is None:  # history expired below this point
-            break
+            return _from_properties(metadata, branch, job_id)
         summary = snapshot.summary
         text = summary[WATERMARK_PROPERTY] if summary is not None else None
         if text is not None and (job_id is None or (summary is not None and summary[JOB_ID_PROPERTY] == job_id)):
@@ -52,8 +54,17 @@ def recorded_watermark(metadata: TableMetadata, branch: str = MAIN_BRANCH, job_i
                 return parse_watermark(text)
             except ValueError:
                 pass
-        snapshot_id = snapshot.parent_snapshot_id
-    return _from_properties(metadata, branch, job_id)
+        oldest, snapshot_id = snapshot, snapshot.parent_snapshot_id
+    # The branch's first snapshot: the history is whole (the jobs' records in the table properties would speak of
+    # snapshots rolled back since), unless expiry cut the parent link of the oldest one it kept.
+    return _from_properties(metadata, branch, job_id) if history_cut(oldest) else None
+
+
+def history_cut(oldest: Snapshot | None) -> bool:
+    """Whether the oldest snapshot a walk reached had ancestors that expiry removed: pyiceberg's expiry also cuts
+    the parent link of the oldest snapshot it keeps, so a first snapshot of a later sequence number (format 2 and
+    up) is one. A format 1 table has no sequence numbers to tell by."""
+    return oldest is not None and (oldest.sequence_number or 0) > 1
 
 
 def _from_properties(metadata: TableMetadata, branch: str, job_id: str | None) -> int | None:
@@ -67,9 +78,27 @@ def _from_properties(metadata: TableMetadata, branch: str, job_id: str | None) -
     return max(marks) if marks else None
 
 
-def encode_job_record(watermark: str | None, splits: str) -> str:
-    """A job's watermark record in the table properties: its watermark (ISO 8601) and its splits' marks."""
-    return json.dumps({"watermark": watermark, "splits": json.loads(splits)}, separators=(",", ":"), ensure_ascii=False)
+def encode_job_record(watermark: str | None, splits: str, event_field: int | None = None) -> str:
+    """A job's watermark record in the table properties: its watermark (ISO 8601), the table field it is about
+    and its splits' marks."""
+    record = {"watermark": watermark, "event_field_id": event_field, "splits": json.loads(splits)}
+    return json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+
+
+def recorded_event_fields(metadata: TableMetadata, branch: str = MAIN_BRANCH) -> list[int]:
+    """The table fields the jobs' records say their watermarks are about (for when expiry removed the snapshots
+    that said so)."""
+    prefix = f"{branch_prefix(branch)}{WATERMARK_SPLITS_PREFIX}"
+    found = []
+    for name, value in metadata.properties.items():
+        if name.startswith(prefix):
+            try:
+                field = json.loads(value).get("event_field_id")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(field, int):
+                found.append(field)
+    return found
 
 
 def decode_job_record(text: str) -> tuple[int | None, str]:

@@ -55,6 +55,7 @@ def upgrade() -> None:
         sa.Column("branch", sa.String(255), primary_key=True),
         sa.Column("snapshot_id", sa.BigInteger()),
         sa.Column("event_field_id", sa.Integer()),
+        sa.Column("watermark_micros", sa.BigInteger()),
     )
 
 
