@@ -108,6 +108,15 @@ class TableOptions:
         ),
     )
 
+    branch: str | None = field(
+        default=None,
+        metadata=doc(
+            "commit every checkpoint to this branch of the table instead of ``main`` (created from ``main``'s head "
+            "on first use): the job's exactly-once marker, its watermark and its partitions are the branch's, and "
+            "``main`` does not move. Not yet with ``maintain`` or ``expire_snapshots``, which work on ``main``."
+        ),
+    )
+
     def table_options(self) -> TableOptions:
         """These options alone (of a stream's options or a ``Target``)."""
         return TableOptions(**self.as_dict())

@@ -18,6 +18,7 @@ from icesink.completeness.durations import DurationError, duration_micros
 from icesink.errors import ConfigError
 from icesink.properties import check_user_properties
 from icesink.table_options import TABLE_OPTIONS, TableOptions, Writer, doc, refuse_wrong_types
+from icesink.table_ref import MAIN_BRANCH
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -165,6 +166,7 @@ class StreamOptions(TableOptions, StreamWideOptions):
             if not isinstance(getattr(self, option), bool):
                 raise ConfigError(f"table {table}: {option} must be True or False, not {getattr(self, option)!r}")
         self._check_event_time(table)
+        self._check_branch(table)
         if self.on_partition_done is not None and not callable(self.on_partition_done):
             raise ConfigError(f"table {table}: on_partition_done takes a function, not {self.on_partition_done!r}")
         if self.on_partition_done is not None and self.committer != Committer.INLINE:
@@ -177,6 +179,18 @@ class StreamOptions(TableOptions, StreamWideOptions):
                 raise ConfigError(
                     f"table {table}: {option} applies to the inline committer; with committer='daemon' "
                     f"pass --{option.replace('_', '-')} to icesink committer run"
+                )
+
+    def _check_branch(self, table: str) -> None:
+        if self.branch is None:
+            return
+        if not self.branch.strip():
+            raise ConfigError(f"table {table}: branch names a branch of the table; it is empty")
+        for option, flag in (("maintain", self.maintain), ("expire_snapshots", self.expire_snapshots)):
+            if flag and self.branch != MAIN_BRANCH:
+                raise ConfigError(
+                    f"table {table}: {option} works on main, not yet on branch {self.branch!r}; leave it out, and "
+                    "maintain main with icesink maintain"
                 )
 
     def _check_event_time(self, table: str) -> None:

@@ -33,8 +33,7 @@ class SinkSettings:
     checkpoint_location: str | None = None
     maintain: bool = False
     evolve_schema: bool = False
-    # The branch its checkpoints commit to (no option sets another yet: the stream writes main).
-    branch: str = MAIN_BRANCH
+    branch: str = MAIN_BRANCH  # the branch its checkpoints commit to
     event_time: EventTimeSettings | None = None
     idle_timeout: int = 300_000_000  # microseconds (the stream's option, resolved)
     on_partition_done: Callable[[dict[str, object]], None] | None = None
@@ -59,5 +58,6 @@ class SinkSettings:
             evolve_schema=options.evolve_schema,
             idle_timeout=duration_micros(options.idle_timeout),
             on_partition_done=options.on_partition_done,
+            branch=options.branch or MAIN_BRANCH,
             **planned,
         )

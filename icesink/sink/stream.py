@@ -65,6 +65,7 @@ def stream(  # Over 60 lines: one keyword argument per option, spelled out as us
     evolve_schema: bool = False,
     event_time: str | None = None,
     lateness: str | datetime.timedelta | None = None,
+    branch: str | None = None,
     split_by: Sequence[str] | None = None,
     idle_timeout: str | datetime.timedelta = "5 minutes",
     on_partition_done: Callable[[dict[str, object]], None] | None = None,
@@ -89,6 +90,7 @@ def stream(  # Over 60 lines: one keyword argument per option, spelled out as us
         evolve_schema=evolve_schema,
         event_time=event_time,
         lateness=lateness,
+        branch=branch,
     )
     own = StreamWideOptions(
         checkpoint_location=checkpoint_location,

@@ -1,0 +1,88 @@
+"""A Spark stream into a branch of its table (``icesink.stream(..., branch="audit")``): every checkpoint moves the
+branch, started from main's head, exactly once across a restart, with its watermark; main does not move."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import icesink
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from icesink.errors import ConfigError
+from icesink.iceberg.marker import committed_marker
+from tests.helpers.support import create_orders_table
+from tests.test_watermark_stream import INPUT_SCHEMA, START, add_file
+
+TABLE = "shop.events ü"
+AUDIT = "audit ✓"
+
+
+def ids_on(config: CatalogConfig, branch: str) -> list[int]:
+    table = open_catalog(config).load_table(TABLE)
+    snapshot = table.metadata.snapshot_by_name(branch)
+    assert snapshot is not None, f"no {branch}"
+    return sorted(table.scan(snapshot_id=snapshot.snapshot_id, selected_fields=("id",)).to_arrow()["id"].to_pylist())
+
+
+def test_a_stream_into_a_branch_moves_only_the_branch_exactly_once_across_a_restart(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    config = sqlite_catalog
+    table = create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    first = {"id": [100], "name": ["before"], "amount": [1.0], "ts": [START]}
+    table.append(pa.table(first, schema=table.schema().as_arrow()))  # main's head, where the branch starts
+    main_head = open_catalog(config).load_table(TABLE).current_snapshot().snapshot_id  # type: ignore[union-attr]
+    source = tmp_path / "in"
+    add_file(source, 0, [(1, 10, "t", 0), (2, 70, "t", 0)])
+
+    def run() -> None:
+        df = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(source))
+        icesink.stream(
+            df,
+            table=TABLE,
+            catalog=config,
+            checkpoint_location=str(tmp_path / "ck"),
+            trigger={"availableNow": True},
+            branch=AUDIT,
+            event_time="ts",
+        ).awaitTermination()
+
+    run()
+    add_file(source, 1, [(3, 130, "t", 0)])
+    run()  # a restart goes on from the branch's marker
+    now = open_catalog(config).load_table(TABLE)
+    assert now.current_snapshot().snapshot_id == main_head  # type: ignore[union-attr]
+    assert ids_on(config, "main") == [100] and ids_on(config, AUDIT) == [1, 2, 3, 100]
+    marker = committed_marker(now.metadata, str(next(iter(_jobs(now)))), AUDIT)
+    assert marker is not None and marker.checkpoint_id == 1
+    assert icesink.watermark(TABLE, branch=AUDIT, catalog=config) == START + datetime.timedelta(minutes=130)
+    assert icesink.watermark(TABLE, catalog=config) is None  # main's history holds none
+    assert icesink.wait_for_partition(TABLE, "ts_hour=2026-11-25-10", branch=AUDIT, timeout="0s", catalog=config)
+    assert not icesink.wait_for_partition(TABLE, "ts_hour=2026-11-25-10", timeout="0s", catalog=config)
+
+
+def _jobs(table: Any) -> set[str]:
+    return {s.summary["icesink.job-id"] for s in table.metadata.snapshots if s.summary.get("icesink.job-id")}
+
+
+@pytest.mark.parametrize(
+    ("options", "refusal"),
+    [
+        ({"branch": AUDIT, "maintain": True}, rf"maintain works on main, not yet on branch '{AUDIT}'"),
+        ({"branch": AUDIT, "expire_snapshots": True}, r"expire_snapshots works on main, not yet on branch"),
+        ({"branch": " "}, r"branch names a branch of the table; it is empty"),
+        ({"branch": ["audit"]}, r"branch takes a string, e.g. 'name'"),
+    ],
+)
+def test_what_a_branch_cannot_take_yet_is_refused_before_the_stream_starts(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, options: dict[str, Any], refusal: str
+) -> None:
+    create_orders_table(sqlite_catalog, TABLE)
+    df = spark.readStream.schema(INPUT_SCHEMA).parquet(str(tmp_path))
+    with pytest.raises(ConfigError, match=rf"table {TABLE}: {refusal}"):
+        icesink.stream(df, table=TABLE, catalog=sqlite_catalog, checkpoint_location=str(tmp_path / "ck"), **options)
