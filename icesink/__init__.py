@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from icesink.errors import (
+    AuditFailedError,
     BadFilterError,
     BadRowError,
     CatalogNotMigratedError,
@@ -24,6 +25,7 @@ from icesink.errors import (
     MaintenanceBusyError,
     ManifestError,
     NotStreamingError,
+    PublishError,
     SchemaMismatchError,
     SnapshotNotFoundError,
     StartingSnapshotExpiredError,
@@ -37,6 +39,8 @@ from icesink.errors import (
 )
 
 if TYPE_CHECKING:
+    from icesink import checks
+    from icesink.audit.inputs import AuditInput
     from icesink.catalog.config import CatalogConfig
     from icesink.changelog.api import changes
     from icesink.cut import changes_of_tables, read_tables
@@ -50,6 +54,8 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 __all__ = [
+    "AuditFailedError",
+    "AuditInput",
     "BadFilterError",
     "BadRowError",
     "CatalogConfig",
@@ -66,6 +72,7 @@ __all__ = [
     "MaintenanceBusyError",
     "ManifestError",
     "NotStreamingError",
+    "PublishError",
     "SchemaMismatchError",
     "SnapshotNotFoundError",
     "StartingSnapshotExpiredError",
@@ -79,6 +86,7 @@ __all__ = [
     "WriteResultError",
     "changes",
     "changes_of_tables",
+    "checks",
     "debezium",
     "read",
     "read_stream",
@@ -123,6 +131,14 @@ def __getattr__(name: str) -> Any:
         from icesink import readiness
 
         return getattr(readiness, name)
+    if name == "checks":
+        import importlib
+
+        return importlib.import_module("icesink.checks")
+    if name == "AuditInput":
+        from icesink.audit.inputs import AuditInput
+
+        return AuditInput
     if name == "CatalogConfig":
         from icesink.catalog.config import CatalogConfig
 

@@ -171,3 +171,26 @@ class LedgerFormatError(TerminalError):
 
 class TableMetadataError(TerminalError):
     """Raised when a table's metadata file cannot be read (missing, not JSON, not Iceberg metadata)."""
+
+
+class AuditFailedError(TerminalError):
+    """Raised when a branch snapshot fails its audit and the stream was told to stop (``on_audit_failure="stop"``).
+
+    ``snapshot_id`` is the snapshot that failed and ``problems`` the failed checks' problems, by check."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        snapshot_id: int | None = None,
+        problems: dict[str, list[str]] | None = None,
+        **where: Any,
+    ) -> None:
+        super().__init__(message, **where)
+        self.snapshot_id = snapshot_id
+        self.problems = problems or {}
+
+
+class PublishError(TerminalError):
+    """Raised when ``main`` cannot be moved to a branch's snapshot (main moved on its own, or the snapshot does not
+    descend from it); nothing changed."""

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from icesink.arrays import empty_table, repeated
-from icesink.errors import BadFilterError, SnapshotNotFoundError
+from icesink.errors import BadFilterError, ConfigError, SnapshotNotFoundError
 from icesink.iceberg.deletes import EqualityDeletes, PartitionKey, partition_scope
 
 if TYPE_CHECKING:
@@ -30,9 +31,17 @@ if TYPE_CHECKING:
 
 
 def read_table(
-    table: Table, snapshot_id: int | None = None, row_filter: str | BooleanExpression | None = None
+    table: Table,
+    snapshot_id: int | None = None,
+    row_filter: str | BooleanExpression | None = None,
+    *,
+    added_after: int | None = None,
 ) -> pa.Table:
     """The rows of ``table`` at ``snapshot_id`` (default: current), deletes applied, matching ``row_filter``.
+
+    With ``added_after`` (a snapshot the read one descends from), only the rows added after it: those of data
+    files with a higher data sequence number, as ``snapshot_id`` has them (so with the deletes since applied).
+    The cost follows those files, not the table.
 
     Raises :class:`SnapshotNotFoundError` for a snapshot the table does not have and
     :class:`BadFilterError` for a filter that does not parse or names no column of the table.
@@ -47,6 +56,10 @@ def read_table(
         )
     expression = bound_filter(table, identifier, snapshot_id, row_filter)
     plan = plan_scan(table, snapshot_id, expression)
+    if added_after is not None:
+        base = table.metadata.snapshot_by_id(added_after)
+        after = base.sequence_number if base is not None and base.sequence_number is not None else 0
+        plan = replace(plan, data=[item for item in plan.data if item.sequence_number > after])
     # Read with the columns deletes are keyed on, even one dropped since; return the schema's columns.
     schema = with_dropped_keys(
         table, plan.schema, (i for d in plan.equality_deletes for i in d.file.equality_ids or ())
@@ -116,6 +129,7 @@ def read(
     snapshot_id: int | None = None,
     row_filter: str | BooleanExpression | None = None,
     catalog: str | CatalogConfig | dict[str, str] | None = None,
+    branch: str | None = None,
 ) -> pa.Table:
     """Read an Iceberg table into Arrow, applying equality and position deletes.
 
@@ -125,6 +139,7 @@ def read(
         row_filter: a pyiceberg expression or its string form, e.g. ``"order_id > 100"``;
             used to prune files by partition and column bounds, then to filter rows.
         catalog: as for :func:`icesink.stream`.
+        branch: read the head of this branch (or tag) instead of ``main`` (a stream's ``branch=``, say).
     """
     if isinstance(table, str):
         from icesink.catalog.config import resolve_catalog
@@ -132,4 +147,12 @@ def read(
 
         config = resolve_catalog(catalog)
         table = load_table(open_catalog(config), config, table)
+    if branch is not None:
+        if snapshot_id is not None:
+            raise ConfigError(f"table {'.'.join(table.name())}: give snapshot_id or branch, not both")
+        head = table.metadata.snapshot_by_name(branch)
+        if head is None:
+            refs = ", ".join(sorted(table.metadata.refs)) or "none"
+            raise ConfigError(f"table {'.'.join(table.name())} has no branch or tag {branch!r} (it has: {refs})")
+        snapshot_id = head.snapshot_id
     return read_table(table, snapshot_id, row_filter)

@@ -116,6 +116,17 @@ class TableOptions:
             "``main`` does not move. Not yet with ``maintain`` or ``expire_snapshots``, which work on ``main``."
         ),
     )
+    audit: Sequence[Callable[..., list[str]]] = field(
+        default=(),
+        metadata=doc(
+            "with ``branch``: checks every new branch snapshot must pass before ``main`` moves to it "
+            "(write-audit-publish, see docs/write-audit-publish.md). Each is a callable given one argument with "
+            "``.added`` (a ``pyarrow.Table`` of the rows the checkpoint added), ``.table``, ``.snapshot_id`` and "
+            "``.checkpoint_id``, returning a list of problems as strings (empty: passed); ``icesink.checks`` has "
+            "built-ins (``not_null``, ``unique``, ``in_range``, ``matches``, ``rows_written``, "
+            "``schema_unchanged``). Run by the inline committer."
+        ),
+    )
 
     def table_options(self) -> TableOptions:
         """These options alone (of a stream's options or a ``Target``)."""

@@ -86,3 +86,76 @@ def test_what_a_branch_cannot_take_yet_is_refused_before_the_stream_starts(
     df = spark.readStream.schema(INPUT_SCHEMA).parquet(str(tmp_path))
     with pytest.raises(ConfigError, match=rf"table {TABLE}: {refusal}"):
         icesink.stream(df, table=TABLE, catalog=sqlite_catalog, checkpoint_location=str(tmp_path / "ck"), **options)
+
+
+def _orders_file(directory: Path, number: int, rows: list[tuple[int, float, int]]) -> None:
+    """(id, amount, event minute after 10:00) rows as the ``number``-th input file."""
+    import pyarrow.parquet as pq
+
+    directory.mkdir(parents=True, exist_ok=True)
+    table = pa.table(
+        {
+            "id": pa.array([r[0] for r in rows], pa.int64()),
+            "name": [f"n{r[0]}" for r in rows],
+            "amount": pa.array([r[1] for r in rows], pa.float64()),
+            "ts": pa.array([START + datetime.timedelta(minutes=r[2]) for r in rows], pa.timestamp("us", tz="UTC")),
+            "topic": ["t"] * len(rows),
+            "partition": pa.array([0] * len(rows), pa.int32()),
+        }
+    )
+    pq.write_table(table, directory / f"part-{number:05d}.parquet")
+
+
+def test_a_stream_with_audits_publishes_to_main_only_what_passed_and_independent_readers_agree(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, java_reader: Path
+) -> None:
+    from icesink import checks
+    from tests.helpers.outcomes import read_many_with_iceberg_java, read_with_duckdb, read_with_iceberg_rust
+
+    config = sqlite_catalog
+    create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    source = tmp_path / "in"
+
+    def run(**options: Any) -> None:
+        df = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(source))
+        icesink.stream(
+            df,
+            table=TABLE,
+            catalog=config,
+            checkpoint_location=str(tmp_path / "ck"),
+            trigger={"availableNow": True},
+            branch=AUDIT,
+            event_time="ts",
+            audit=[checks.not_null("id"), checks.in_range("amount", min=0), checks.rows_written()],
+            **options,
+        ).awaitTermination()
+
+    _orders_file(source, 0, [(1, 5.0, 10), (2, 7.0, 70)])
+    run()
+    assert ids_on(config, "main") == [1, 2] == ids_on(config, AUDIT)
+    assert icesink.watermark(TABLE, catalog=config) == START + datetime.timedelta(minutes=70)  # main's, published
+    _orders_file(source, 1, [(3, 1.0, 80), (4, -3.0, 90)])  # a negative amount
+    run()
+    assert ids_on(config, "main") == [1, 2] and ids_on(config, AUDIT) == [1, 2, 3, 4]
+
+    table = open_catalog(config).load_table(TABLE)
+    read = read_many_with_iceberg_java(
+        java_reader,
+        [(table.metadata_location, ["id"], {}), (table.metadata_location, ["id"], {"branch": AUDIT})],
+    )
+    assert [sorted(r["id"] for r in rows) for rows in read] == [[1, 2], [1, 2, 3, 4]]  # Iceberg Java: main, branch
+    (duck,) = read_with_duckdb(table.metadata_location)
+    assert sorted(r["id"] for r in duck) == [1, 2]
+    assert sorted(read_with_iceberg_rust(config, TABLE, "id").column("id").to_pylist()) == [1, 2]
+
+    with pytest.raises(Exception) as raised:  # told to stop: the next micro-batch fails with the audit's words
+        _orders_file(source, 2, [(5, 2.0, 100)])
+        run(on_audit_failure="stop")
+    assert "failed its audit" in str(raised.value) and "amount outside [0, +inf]" in str(raised.value)
+    assert ids_on(config, "main") == [1, 2]
+
+    table.delete("amount < 0", branch=AUDIT)  # the fix, by another tool, on the branch
+    _orders_file(source, 3, [(6, 4.0, 130)])
+    run()
+    assert ids_on(config, "main") == [1, 2, 3, 5, 6] == ids_on(config, AUDIT)
+    assert icesink.watermark(TABLE, catalog=config) == START + datetime.timedelta(minutes=130)

@@ -64,6 +64,8 @@ def test_layers_import_only_downwards_and_pyiceberg_internals_stay_in_one_packag
             "icesink.reader",
             "icesink.maintenance",
         ),
+        # Checks and the audit of one snapshot: below the committer, which decides what to audit and publishes.
+        "audit": ("icesink.committer", "icesink.sink"),
         # Decoding change events runs on executors and types values: nothing of the catalog or the commit.
         "debezium_events": (
             "icesink.committer",

@@ -14,6 +14,7 @@ from icesink.cli.committer_commands import committer, maintain
 from icesink.cli.completeness_commands import partitions, wait
 from icesink.cli.context import CliContext
 from icesink.cli.output import JSON, TEXT
+from icesink.cli.publish_commands import audit, branches, publish
 from icesink.errors import IcesinkError
 
 
@@ -60,5 +61,20 @@ def main(
     ctx.obj = CliContext(name, uri, warehouse, output)
 
 
-for command in (db, tables, snapshots, scan, changes, checkpoints, jobs, committer, maintain, partitions, wait):
+for command in (
+    db,
+    tables,
+    snapshots,
+    scan,
+    changes,
+    checkpoints,
+    jobs,
+    committer,
+    maintain,
+    partitions,
+    wait,
+    branches,
+    audit,
+    publish,
+):
     main.add_command(command)

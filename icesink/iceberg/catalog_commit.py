@@ -15,37 +15,50 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import sqlalchemy as sa
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
+from pyiceberg.table.update import TableRequirement, TableUpdate
 
 from icesink.failpoints import failpoint
 from icesink.iceberg.metadata_cache import remember
 from icesink.iceberg.pending_tables import PendingTable, publish
-from icesink.iceberg.snapshots import PreparedSnapshot
+
+
+class MetadataChange(Protocol):
+    """What a swap applies to a table's metadata: a prepared snapshot, or a branch moved (a publish)."""
+
+    @property
+    def requirements(self) -> tuple[TableRequirement, ...]: ...
+
+    @property
+    def updates(self) -> tuple[TableUpdate, ...]: ...
 
 
 @dataclass(frozen=True)
 class TableSwap:
-    """One table's part of a commit across tables: the table as it was read, and its prepared snapshot."""
+    """One table's part of a commit across tables: the table as it was read, and what changes in it."""
 
     table: Table
-    prepared: PreparedSnapshot
+    prepared: MetadataChange
 
 
 def commit_tables(
     catalog: SqlCatalog,
     swaps: Sequence[TableSwap],
     within: Callable[[sa.Connection], None] | None = None,
+    moment: str = "group",
 ) -> list[Table]:
     """Swap every table to its prepared snapshot in one transaction; the committed tables, in order.
 
-    ``within`` runs inside the same transaction after the swaps (the ledger's bookkeeping, so that it
-    can never disagree with the catalog). Raises ``CommitFailedException`` naming the first table whose
-    head moved; then no table changed, and the new metadata files written for the attempt are deleted.
+    ``within`` runs inside the same transaction after the swaps (the ledger's bookkeeping, so that it can never
+    disagree with the catalog). ``moment`` names the failpoints (``group.during-transaction``, say). Raises
+    ``CommitFailedException`` naming the first table whose head moved; then no table changed, and the new
+    metadata files written for the attempt are deleted.
     """
     staged = [_stage(catalog, swap) for swap in swaps]
     written: list[tuple[Table, str]] = []
@@ -53,7 +66,7 @@ def commit_tables(
         for _, new in staged:
             catalog._write_metadata(metadata=new.metadata, io=new.io, metadata_path=new.metadata_location)
             written.append((new, new.metadata_location))
-        failpoint("group.before-transaction")  # every metadata file written, no pointer moved
+        failpoint(f"{moment}.before-transaction")  # every metadata file written, no pointer moved
     except BaseException:
         _delete_quietly(written)
         raise
@@ -66,7 +79,7 @@ def commit_tables(
                 else:
                     _swap_pointer(connection, catalog.name, current, new.metadata_location)
                 if number == 0:
-                    failpoint("group.during-transaction")  # one pointer moved, not committed
+                    failpoint(f"{moment}.during-transaction")  # one pointer moved, not committed
             if within is not None:
                 within(connection)
         except BaseException:
@@ -78,7 +91,7 @@ def commit_tables(
         transaction.commit()
     for _, new in staged:
         remember(new.metadata_location, new.metadata)
-    failpoint("group.after-transaction")
+    failpoint(f"{moment}.after-transaction")
     return [
         Table(
             identifier=new.name(),

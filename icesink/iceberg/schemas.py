@@ -231,3 +231,57 @@ def written_schema_problem(
             name = written.find_column_name(field_id) or str(field_id)
             return f"its equality deletes are keyed on column {name!r}, which the table no longer has"
     return None
+
+
+def schema_changes(table: Table, base_snapshot_id: int | None, snapshot_id: int, allow_widening: bool) -> list[str]:
+    """How the schema of ``snapshot_id`` differs from the one of ``base_snapshot_id``, as problems of an audit.
+
+    With ``allow_widening``, what loses nothing is no problem: a column added as optional, a promoted type, a
+    required column made optional. A column dropped, renamed, narrowed or made required always is.
+    """
+    from pyiceberg.schema import index_by_id, index_name_by_id
+
+    metadata = table.metadata
+
+    def schema_at(snapshot: int | None) -> Schema:
+        found = metadata.snapshot_by_id(snapshot) if snapshot is not None else None
+        if found is not None and found.schema_id is not None:
+            return metadata.schema_by_id(found.schema_id) or metadata.schema()
+        return metadata.schema()
+
+    if base_snapshot_id is None:
+        return []  # the branch's first rows: nothing to compare with
+    before, after = schema_at(base_snapshot_id), schema_at(snapshot_id)
+    if before.schema_id == after.schema_id:
+        return []
+    old_fields, new_fields = index_by_id(before), index_by_id(after)
+    old_names, new_names = index_name_by_id(before), index_name_by_id(after)
+    problems = []
+    for field_id, old in old_fields.items():
+        name = old_names.get(field_id, old.name)
+        new = new_fields.get(field_id)
+        if new is None:
+            problems.append(f"column {name!r} was dropped (schema {before.schema_id} to {after.schema_id})")
+            continue
+        if new_names.get(field_id) != name:
+            problems.append(f"column {name!r} was renamed to {new_names.get(field_id)!r}")
+        if new.field_type != old.field_type and not (new.field_type.is_primitive and old.field_type.is_primitive):
+            continue  # nested types: their own fields are compared one by one
+        if new.field_type != old.field_type:
+            widened = can_promote(old.field_type, new.field_type)
+            if not (widened and allow_widening):
+                problems.append(f"column {name!r} changed type from {old.field_type} to {new.field_type}")
+        if old.required != new.required:
+            if new.required:
+                problems.append(f"column {name!r} was made required")
+            elif not allow_widening:
+                problems.append(f"column {name!r} was made optional")
+    for field_id, new in new_fields.items():
+        if field_id in old_fields:
+            continue
+        name = new_names.get(field_id, new.name)
+        if not allow_widening:
+            problems.append(f"column {name!r} was added")
+        elif new.required:
+            problems.append(f"column {name!r} was added as a required column")
+    return problems

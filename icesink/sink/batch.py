@@ -22,11 +22,13 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from icesink.audit.publish_policy import PublishPolicy
 from icesink.catalog.checkpoints import StreamIdentity
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import load_table, open_catalog
 from icesink.committer.commit import TableCommitter
 from icesink.committer.protocol import Admission, admit
+from icesink.committer.publisher import AuditedBranch, Publisher
 from icesink.committer.staging import stage_tables
 from icesink.errors import ConfigError, IcesinkError, SchemaMismatchError
 from icesink.failpoints import failpoint
@@ -81,6 +83,8 @@ class MicroBatchHandler:
             on_partition_done=stream.on_partition_done,
         )
         self._sinks: dict[str, TableSink] = {}
+        # Write-audit-publish: the branches whose snapshots are audited and published after each commit.
+        self._publisher: Publisher | None = None
         # A stream of several tables keeps a mark per table and split (each table its own lateness).
         self._watermark = StreamWatermark(self._ledger, stream.idle_timeout, per_table=self._single_table is None)
         self._claimed = False  # this run checked that no other stream uses its job id
@@ -103,7 +107,26 @@ class MicroBatchHandler:
         sink = self._sinks.get(settings.table)
         if sink is None:
             sink = self._sinks[settings.table] = TableSink(settings, self._catalog, self._ledger)
+            self._publish_branch_of(settings)
         return sink
+
+    def _publish_branch_of(self, settings: SinkSettings) -> None:
+        publish = settings.publish
+        if publish is None or (not settings.audit and publish.policy == PublishPolicy.MANUAL):
+            return  # on main, or a branch nobody audits or publishes but an operator
+        if self._publisher is None:
+            self._publisher = Publisher(
+                self._catalog,
+                self._stream.catalog,
+                self._ledger,
+                [],
+                publish,
+                self._atomic,
+                self._committer.table,
+                self._committer.forget,
+                self._stream.on_partition_done,
+            )
+        self._publisher.add(AuditedBranch(settings.ref, settings.audit))
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         job_id = self.job_id(batch_df)
@@ -226,6 +249,9 @@ class MicroBatchHandler:
                 else:
                     outcomes = [o for table in self._sinks for o in self._committer.commit_pending(table, job_id)]
                 phases.done("commit")
+                if self._publisher is not None:
+                    self._publisher.after_commit(job_id)
+                    phases.done("publish")
                 for sink in self._sinks.values():
                     if any(o.snapshot_id is not None and o.identifier == sink.table for o in outcomes):
                         sink.maintain(self._committer)

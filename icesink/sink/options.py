@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from icesink.audit.publish_policy import PublishSettings
 from icesink.completeness.durations import DurationError, duration_micros
 from icesink.errors import ConfigError
 from icesink.properties import check_user_properties
@@ -114,6 +115,24 @@ class StreamWideOptions:
         ),
     )
 
+    publish: str | datetime.timedelta | None = field(
+        default=None,
+        metadata=doc(
+            'with ``branch``: when ``main`` follows the branch. ``"checkpoint"``: after every audited checkpoint '
+            '(the default with ``audit``); a duration such as ``"1 minute"``: at most that often; '
+            '``"partition-done"``: when a commit makes a time partition done; ``"manual"`` (the default '
+            "without ``audit``): only ``icesink publish``. ``main`` moves to the newest audited snapshot, never "
+            "past it; the tables of an atomic stream move together, in one transaction."
+        ),
+    )
+    on_audit_failure: str = field(
+        default="continue",
+        metadata=doc(
+            'with ``audit``: ``"continue"`` keeps writing to the branch while publishing stops until a snapshot '
+            'passes on everything it adds over ``main``; ``"stop"`` stops the stream with the failure.'
+        ),
+    )
+
     def joined(self, table: str, per_table: TableOptions, **changed: Any) -> StreamOptions:
         """The options of a stream into ``table`` with these and ``per_table`` (``changed`` replacing some)."""
         wide = {f.name: getattr(self, f.name) for f in fields(StreamWideOptions)}
@@ -167,6 +186,7 @@ class StreamOptions(TableOptions, StreamWideOptions):
                 raise ConfigError(f"table {table}: {option} must be True or False, not {getattr(self, option)!r}")
         self._check_event_time(table)
         self._check_branch(table)
+        self._check_audit(table)
         if self.on_partition_done is not None and not callable(self.on_partition_done):
             raise ConfigError(f"table {table}: on_partition_done takes a function, not {self.on_partition_done!r}")
         if self.on_partition_done is not None and self.committer != Committer.INLINE:
@@ -192,6 +212,28 @@ class StreamOptions(TableOptions, StreamWideOptions):
                     f"table {table}: {option} works on main, not yet on branch {self.branch!r}; leave it out, and "
                     "maintain main with icesink maintain"
                 )
+
+    def _check_audit(self, table: str) -> None:
+        audit = self.audit
+        if isinstance(audit, str) or not isinstance(audit, list | tuple) or not all(callable(c) for c in audit):
+            raise ConfigError(
+                f"table {table}: audit takes a list of checks (callables such as icesink.checks.not_null('id')), "
+                f"not {audit!r}"
+            )
+        object.__setattr__(self, "audit", tuple(audit))
+        on_branch = self.branch is not None and self.branch != MAIN_BRANCH
+        for option, given in (("audit", bool(audit)), ("publish", self.publish is not None)):
+            if given and not on_branch:
+                raise ConfigError(
+                    f"table {table}: {option} applies to a stream into a branch, whose snapshots main follows once "
+                    "audited; give branch='audit' (any name but main) too"
+                )
+            if given and self.committer != Committer.INLINE:
+                raise ConfigError(
+                    f"table {table}: {option} is carried out by the inline committer; with committer='daemon' "
+                    f"publish with `icesink publish {table} --branch {self.branch}`"
+                )
+        PublishSettings.of(self.publish, bool(audit), self.on_audit_failure, f"table {table}")
 
     def _check_event_time(self, table: str) -> None:
         for option in ("lateness", "idle_timeout"):

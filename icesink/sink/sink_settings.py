@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from icesink.audit.publish_policy import PublishSettings
 from icesink.catalog.config import CatalogConfig
 from icesink.completeness.durations import duration_micros
 from icesink.sink.options import Committer, StreamOptions
@@ -37,6 +38,8 @@ class SinkSettings:
     event_time: EventTimeSettings | None = None
     idle_timeout: int = 300_000_000  # microseconds (the stream's option, resolved)
     on_partition_done: Callable[[dict[str, object]], None] | None = None
+    audit: tuple[Callable[..., list[str]], ...] = ()  # the checks of its branch's snapshots
+    publish: PublishSettings | None = None  # when main follows the branch (None: on main)
 
     @property
     def ref(self) -> TableRef:
@@ -59,5 +62,11 @@ class SinkSettings:
             idle_timeout=duration_micros(options.idle_timeout),
             on_partition_done=options.on_partition_done,
             branch=options.branch or MAIN_BRANCH,
+            audit=tuple(options.audit),
+            publish=(
+                PublishSettings.of(options.publish, bool(options.audit), options.on_audit_failure, options.table)
+                if options.branch not in (None, MAIN_BRANCH)
+                else None
+            ),
             **planned,
         )

@@ -69,6 +69,9 @@ def stream(  # Over 60 lines: one keyword argument per option, spelled out as us
     split_by: Sequence[str] | None = None,
     idle_timeout: str | datetime.timedelta = "5 minutes",
     on_partition_done: Callable[[dict[str, object]], None] | None = None,
+    audit: Sequence[Callable[..., list[str]]] = (),
+    publish: str | datetime.timedelta | None = None,
+    on_audit_failure: str = "continue",
 ) -> StreamingQuery:
     """Start writing a streaming DataFrame into an Iceberg table, exactly once per micro-batch.
 
@@ -91,6 +94,7 @@ def stream(  # Over 60 lines: one keyword argument per option, spelled out as us
         event_time=event_time,
         lateness=lateness,
         branch=branch,
+        audit=audit,
     )
     own = StreamWideOptions(
         checkpoint_location=checkpoint_location,
@@ -104,6 +108,8 @@ def stream(  # Over 60 lines: one keyword argument per option, spelled out as us
         split_by=split_by,
         idle_timeout=idle_timeout,
         on_partition_done=on_partition_done,
+        publish=publish,
+        on_audit_failure=on_audit_failure,
     )
     return _stream(df, table, tables, own, per_table)
 

@@ -1,0 +1,109 @@
+"""A branch's snapshots after ``main``, each with its audit, and which of them ``main`` may move to.
+
+A snapshot is publishable when its audit passed on the rows it added over a base that is publishable itself:
+its parent, when the parent is ``main``'s head or publishable, else ``main``'s head (after a failure the next
+snapshots are audited on everything they add over ``main``, so a fix is audited together with what it fixes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from icesink.iceberg.publish import BranchLine, branch_line
+from icesink.properties import (
+    CHECKPOINT_RANGE_PROPERTY,
+    JOB_ID_PROPERTY,
+    MAX_CHECKPOINT_PROPERTY,
+    PARTITIONS_DONE_PROPERTY,
+)
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
+    from pyiceberg.table.snapshots import Snapshot
+
+    from icesink.catalog.audit_record import AuditEntry, AuditRecord
+
+
+@dataclass(frozen=True)
+class Link:
+    """One branch snapshot after main's head."""
+
+    snapshot: Snapshot
+    job_id: str | None  # the icesink job whose checkpoints it holds (None: another tool's snapshot)
+    checkpoint_id: int | None
+    first_checkpoint_id: int | None
+    entry: AuditEntry | None  # its recorded audit (None: not audited yet)
+    publishable: bool
+    makes_partitions_done: bool
+
+    @property
+    def snapshot_id(self) -> int:
+        return self.snapshot.snapshot_id
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A table's branch as publishing sees it."""
+
+    identifier: str
+    branch: str
+    table: Table
+    line: BranchLine
+    links: tuple[Link, ...]
+
+    def base_for(self, index: int) -> int | None:
+        """What the snapshot at ``index`` is audited against: its parent if that is main or publishable, else
+        main's head."""
+        if index == 0 or self.links[index - 1].publishable:
+            parent = self.links[index - 1].snapshot_id if index > 0 else self.line.main_id
+            return parent
+        return self.line.main_id
+
+    def newest_publishable(self) -> Link | None:
+        return next((link for link in reversed(self.links) if link.publishable), None)
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def read_chain(table: Table, identifier: str, branch: str, record: AuditRecord) -> Chain:
+    """The branch's snapshots after main with their audits as recorded; ``line.diverged`` when main's head is not
+    an ancestor of the branch's."""
+    line = branch_line(table, branch)
+    if line.ahead is None:
+        return Chain(identifier, branch, table, line, ())
+    ahead_ids = {s.snapshot_id for s in line.ahead}
+    entries = record.of_snapshots(identifier, list(ahead_ids))
+    publishable: set[int] = set()
+    links = []
+    for snapshot in line.ahead:
+        summary = snapshot.summary
+        entry = entries.get(snapshot.snapshot_id)
+        if entry is not None and entry.branch != branch:
+            entry = None  # audited on another branch sharing the snapshot: not this branch's verdict
+        base_ok = entry is not None and (
+            entry.base_snapshot_id not in ahead_ids or entry.base_snapshot_id in publishable
+        )
+        ok = entry is not None and entry.passed and base_ok
+        if ok:
+            publishable.add(snapshot.snapshot_id)
+        job = summary.get(JOB_ID_PROPERTY) if summary is not None else None
+        checkpoints = summary.get(CHECKPOINT_RANGE_PROPERTY) if summary is not None else None
+        first = _int(checkpoints.split("-")[0]) if checkpoints else None
+        links.append(
+            Link(
+                snapshot=snapshot,
+                job_id=job,
+                checkpoint_id=_int(summary.get(MAX_CHECKPOINT_PROPERTY)) if summary is not None and job else None,
+                first_checkpoint_id=first if job else None,
+                entry=entry,
+                publishable=ok,
+                makes_partitions_done=bool(summary is not None and summary.get(PARTITIONS_DONE_PROPERTY)),
+            )
+        )
+    return Chain(identifier, branch, table, line, tuple(links))

@@ -1,0 +1,173 @@
+"""The audit record: every branch snapshot's audit outcome, and which of them were published to main.
+
+One row per snapshot the committer audited (write-audit-publish, :mod:`icesink.audit`). It says what the
+snapshot's rows were compared with (``base_snapshot_id``: its parent, or main's head when an earlier snapshot
+since main failed), whether the checks passed, their problems and the checks that ran. Publishing sets
+``published_at`` of the snapshot main moved to, in the transaction that moves main, so the record never says
+published about a snapshot main does not reach.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.database import as_utc, database_errors, engine
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection, Engine
+
+metadata = sa.MetaData()
+
+audits = sa.Table(
+    "icesink_audits",
+    metadata,
+    sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column("catalog_name", sa.String(255), nullable=False),
+    sa.Column("table_identifier", sa.String(511), nullable=False),
+    sa.Column("branch", sa.String(255), nullable=False),
+    sa.Column("snapshot_id", sa.BigInteger(), nullable=False),
+    sa.Column("base_snapshot_id", sa.BigInteger()),  # the rows checked are those added after it
+    sa.Column("job_id", sa.String(255)),  # None: another tool's snapshot
+    sa.Column("checkpoint_id", sa.BigInteger()),
+    sa.Column("passed", sa.Boolean(), nullable=False),
+    sa.Column("rows_checked", sa.BigInteger(), nullable=False),
+    sa.Column("problems", sa.Text(), nullable=False),  # JSON: {check: [problem, ...]} of the checks that failed
+    sa.Column("checks", sa.Text(), nullable=False),  # JSON: the checks that ran, as icesink.checks describes them
+    sa.Column("audited_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("published_at", sa.DateTime(timezone=True)),
+    sa.Column("published_by", sa.String(255)),  # "committer", or the operator of `icesink publish`
+)
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One snapshot's audit, as recorded."""
+
+    identifier: str
+    branch: str
+    snapshot_id: int
+    base_snapshot_id: int | None
+    job_id: str | None
+    checkpoint_id: int | None
+    passed: bool
+    rows_checked: int
+    problems: Mapping[str, Sequence[str]]
+    checks: Sequence[Mapping[str, object]]
+    audited_at: datetime.datetime
+    published_at: datetime.datetime | None = None
+    published_by: str | None = None
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "snapshot_id": self.snapshot_id,
+            "base_snapshot_id": self.base_snapshot_id,
+            "job_id": self.job_id,
+            "checkpoint_id": self.checkpoint_id,
+            "passed": self.passed,
+            "rows_checked": self.rows_checked,
+            "problems": {name: list(found) for name, found in self.problems.items()},
+            "checks": [dict(c) for c in self.checks],
+            "audited_at": self.audited_at.isoformat(),
+            "published_at": self.published_at.isoformat() if self.published_at else None,
+            "published_by": self.published_by,
+        }
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class AuditRecord:
+    """Reads and writes ``icesink_audits`` for one catalog."""
+
+    def __init__(self, config: CatalogConfig, bound: Engine | None = None) -> None:
+        self._config = config
+        self._engine = bound or engine(config)
+
+    def _where(self, identifier: str, branch: str) -> list[sa.ColumnElement[bool]]:
+        c = audits.c
+        return [c.catalog_name == self._config.name, c.table_identifier == identifier, c.branch == branch]
+
+    def record(self, entry: AuditEntry) -> None:
+        """Record a snapshot's audit; an audit of it recorded before (a re-run) is replaced."""
+        c = audits.c
+        values = {
+            "base_snapshot_id": entry.base_snapshot_id,
+            "job_id": entry.job_id,
+            "checkpoint_id": entry.checkpoint_id,
+            "passed": entry.passed,
+            "rows_checked": entry.rows_checked,
+            "problems": json.dumps(entry.problems, ensure_ascii=False),
+            "checks": json.dumps(entry.checks, ensure_ascii=False, default=str),
+            "audited_at": entry.audited_at,
+        }
+        where = [*self._where(entry.identifier, entry.branch), c.snapshot_id == entry.snapshot_id]
+        with database_errors(self._config), self._engine.begin() as connection:
+            if connection.execute(sa.update(audits).where(*where).values(**values)).rowcount == 0:
+                keys = {
+                    "catalog_name": self._config.name,
+                    "table_identifier": entry.identifier,
+                    "branch": entry.branch,
+                    "snapshot_id": entry.snapshot_id,
+                }
+                connection.execute(sa.insert(audits).values(**keys, **values))
+
+    def of_branch(self, identifier: str, branch: str) -> dict[int, AuditEntry]:
+        """Every recorded audit of the table's branch, by snapshot id."""
+        with database_errors(self._config), self._engine.connect() as connection:
+            rows = connection.execute(sa.select(audits).where(*self._where(identifier, branch))).all()
+        return {r.snapshot_id: _entry(r) for r in rows}
+
+    def of_snapshots(self, identifier: str, snapshot_ids: Sequence[int]) -> dict[int, AuditEntry]:
+        """The recorded audits of these snapshots of the table (on any branch), by snapshot id."""
+        if not snapshot_ids:
+            return {}
+        c = audits.c
+        where = [c.catalog_name == self._config.name, c.table_identifier == identifier]
+        with database_errors(self._config), self._engine.connect() as connection:
+            rows = connection.execute(sa.select(audits).where(*where, c.snapshot_id.in_(list(snapshot_ids)))).all()
+        return {r.snapshot_id: _entry(r) for r in rows}
+
+    def mark_published_in(self, connection: Connection, published: Sequence[tuple[str, str, int]], by: str) -> None:
+        """In the caller's transaction (the one that moves main): (table, branch, snapshot) were published."""
+        c = audits.c
+        now = _now()
+        for identifier, branch, snapshot_id in published:
+            connection.execute(
+                sa.update(audits)
+                .where(*self._where(identifier, branch), c.snapshot_id == snapshot_id)
+                .values(published_at=now, published_by=by)
+            )
+
+    def forget_table(self, identifier: str) -> None:
+        with database_errors(self._config), self._engine.begin() as connection:
+            connection.execute(
+                sa.delete(audits).where(
+                    audits.c.catalog_name == self._config.name, audits.c.table_identifier == identifier
+                )
+            )
+
+
+def _entry(row: sa.Row) -> AuditEntry:  # type: ignore[type-arg]
+    return AuditEntry(
+        identifier=row.table_identifier,
+        branch=row.branch,
+        snapshot_id=row.snapshot_id,
+        base_snapshot_id=row.base_snapshot_id,
+        job_id=row.job_id,
+        checkpoint_id=row.checkpoint_id,
+        passed=bool(row.passed),
+        rows_checked=row.rows_checked,
+        problems=json.loads(row.problems),
+        checks=json.loads(row.checks),
+        audited_at=as_utc(row.audited_at),
+        published_at=as_utc(row.published_at),
+        published_by=row.published_by,
+    )

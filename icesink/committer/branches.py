@@ -1,0 +1,239 @@
+"""What operators do with a stream's branch: see how far main is behind, audit the branch again, publish it.
+
+Behind ``icesink branches``, ``icesink audit`` and ``icesink publish``.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from shlex import quote
+from typing import TYPE_CHECKING
+
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
+
+from icesink.audit.auditing import audit_link
+from icesink.audit.chain import Chain, Link, read_chain
+from icesink.audit.running import Check, import_check
+from icesink.catalog.audit_record import AuditEntry, AuditRecord
+from icesink.catalog.loader import load_table
+from icesink.committer.publisher import diverged_message, publish_moves
+from icesink.errors import CommitConflictError, ConfigError, PublishError
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import Table
+
+    from icesink.catalog.config import CatalogConfig
+    from icesink.catalog.ledger import Ledger
+
+
+@dataclass(frozen=True)
+class BranchReport:
+    """One branch as ``icesink branches`` shows it."""
+
+    identifier: str
+    branch: str
+    main_id: int | None
+    head_id: int | None
+    fork_id: int | None  # the newest snapshot both main and the branch descend from
+    diverged: bool
+    unpublished: tuple[Link, ...]
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "table": self.identifier,
+            "branch": self.branch,
+            "main_snapshot_id": self.main_id,
+            "head_snapshot_id": self.head_id,
+            "fork_snapshot_id": self.fork_id,
+            "diverged": self.diverged,
+            "behind": len(self.unpublished),
+            "unpublished": [link_json(link) for link in self.unpublished],
+        }
+
+
+def link_json(link: Link) -> dict[str, object]:
+    summary = link.snapshot.summary
+    return {
+        "snapshot_id": link.snapshot_id,
+        "committed_at": datetime.datetime.fromtimestamp(link.snapshot.timestamp_ms / 1000, datetime.UTC).isoformat(),
+        "job_id": link.job_id,
+        "checkpoint_id": link.checkpoint_id,
+        "added_rows": int(summary.get("added-records") or 0) if summary is not None else 0,
+        "audit": audit_state(link),
+        "publishable": link.publishable,
+        "audited_against": link.entry.base_snapshot_id if link.entry else None,
+        "problems": {k: list(v) for k, v in link.entry.problems.items()} if link.entry else {},
+    }
+
+
+def audit_state(link: Link) -> str:
+    if link.entry is None:
+        return "not audited"
+    if not link.entry.passed:
+        return "failed"
+    return "passed" if link.publishable else "passed, after a failure"
+
+
+def _ancestors(table: Table, snapshot_id: int | None) -> list[int]:
+    found = []
+    snapshot = table.metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
+    while snapshot is not None:
+        found.append(snapshot.snapshot_id)
+        parent = snapshot.parent_snapshot_id
+        snapshot = table.metadata.snapshot_by_id(parent) if parent is not None else None
+    return found
+
+
+def branches_of(table: Table, identifier: str, config: CatalogConfig, branch: str | None = None) -> list[BranchReport]:
+    """Every branch of the table but main (or the one named), with what main has not published of it."""
+    names = [
+        name
+        for name, ref in sorted(table.metadata.refs.items())
+        if name != MAIN_BRANCH and ref.snapshot_ref_type == SnapshotRefType.BRANCH
+    ]
+    if branch is not None:
+        if branch not in names:
+            shown = ", ".join(names) or "none but main"
+            raise ConfigError(f"table {identifier} has no branch {branch!r} (its branches: {shown})", table=identifier)
+        names = [branch]
+    record = AuditRecord(config)
+    reports = []
+    for name in names:
+        chain = read_chain(table, identifier, name, record)
+        main_line = set(_ancestors(table, chain.line.main_id))
+        fork = next((s for s in _ancestors(table, chain.line.head_id) if s in main_line), None)
+        reports.append(
+            BranchReport(
+                identifier, name, chain.line.main_id, chain.line.head_id, fork, chain.line.diverged, chain.links
+            )
+        )
+    return reports
+
+
+def _chain(table: Table, identifier: str, branch: str, config: CatalogConfig) -> Chain:
+    ref = table.metadata.refs.get(branch)
+    if branch == MAIN_BRANCH or ref is None or ref.snapshot_ref_type != SnapshotRefType.BRANCH:
+        raise ConfigError(
+            f"table {identifier} has no branch {branch!r} to audit or publish; `icesink branches {quote(identifier)}` "
+            "lists its branches",
+            table=identifier,
+        )
+    return read_chain(table, identifier, branch, AuditRecord(config))
+
+
+def recorded_checks(identifier: str, branch: str, config: CatalogConfig) -> list[Check]:
+    """The checks the branch's last audit ran, made again (built-ins from their arguments, functions imported);
+    a :class:`ConfigError` naming the ones that cannot be."""
+    entries = AuditRecord(config).of_branch(identifier, branch)
+    if not entries:
+        raise ConfigError(
+            f"table {identifier}: no audit of branch {branch} is recorded, so there are no checks to run again; a "
+            "stream with audit=[...] records them with its first audit",
+            table=identifier,
+        )
+    latest = max(entries.values(), key=lambda e: (e.audited_at, e.snapshot_id))
+    checks: list[Check] = []
+    lost: list[str] = []
+    for described in latest.checks:
+        check = import_check(dict(described))
+        if check is None:
+            lost.append(str(described.get("name") or described.get("check")))
+        else:
+            checks.append(check)
+    if lost:
+        raise ConfigError(
+            f"table {identifier}: the checks {', '.join(lost)} of branch {branch} cannot be run outside their "
+            "stream (a lambda, or a function no module can import): define them at the top level of an importable "
+            f"module to audit from here, or fix the rows and let the stream audit them. Nothing was audited",
+            table=identifier,
+        )
+    return checks
+
+
+def audit_again(table: Table, identifier: str, branch: str, config: CatalogConfig, ledger: Ledger) -> AuditEntry:
+    """Run the branch's recorded checks on everything its head adds over main, and record the outcome."""
+
+    chain = _chain(table, identifier, branch, config)
+    checks = recorded_checks(identifier, branch, config)
+    if chain.line.diverged:
+        raise PublishError(diverged_message(identifier, branch, chain), table=identifier)
+    if not chain.links:
+        raise ConfigError(f"table {identifier}: branch {branch} has nothing main does not have; nothing to audit")
+    net = Chain(chain.identifier, chain.branch, chain.table, chain.line, tuple(_unpassed(chain.links)))
+    entry = audit_link(net, len(net.links) - 1, checks, ledger)
+    AuditRecord(config).record(entry)
+    return entry
+
+
+def _unpassed(links: Sequence[Link]) -> list[Link]:
+    """The links with none publishable, so that the head's base is main: audited on everything since main."""
+    return [replace(link, publishable=False) for link in links]
+
+
+def publish_branch(
+    catalog: SqlCatalog,
+    config: CatalogConfig,
+    identifier: str,
+    branch: str,
+    by: str,
+    snapshot_id: int | None = None,
+    force: bool = False,
+) -> tuple[int | None, int]:
+    """Move main to a snapshot of the branch: the given one or the newest that passed its audit (with ``force``,
+    the given one or the head, whatever its audit). Returns (main before, main after)."""
+    for _ in range(10):
+        table = load_table(catalog, config, identifier)
+        chain = _chain(table, identifier, branch, config)
+        if chain.line.diverged:
+            raise PublishError(diverged_message(identifier, branch, chain), table=identifier)
+        target = _target(chain, snapshot_id, force, config)
+        try:
+            publish_moves(catalog, config, [(chain, target)], by)
+        except CommitFailedException:
+            continue  # the table moved meanwhile: look again
+        return chain.line.main_id, target.snapshot_id
+    raise CommitConflictError(f"table {identifier}: it changed ten times while publishing; try again", table=identifier)
+
+
+def _target(chain: Chain, snapshot_id: int | None, force: bool, config: CatalogConfig) -> Link:
+    identifier, branch = chain.identifier, chain.branch
+    if not chain.links:
+        raise ConfigError(f"table {identifier}: main is at branch {branch}'s head already; nothing to publish")
+    if snapshot_id is not None:
+        link = next((link for link in chain.links if link.snapshot_id == snapshot_id), None)
+        if link is None:
+            where = (
+                "is main's head or older" if snapshot_id == chain.line.main_id else "is not on the branch after main"
+            )
+            raise PublishError(
+                f"table {identifier}: snapshot {snapshot_id} {where}: main moves only forward, to a snapshot of branch "
+                f"{branch} that descends from main's head {chain.line.main_id}; `icesink branches {quote(identifier)}` "
+                "lists them",
+                table=identifier,
+            )
+    elif force:
+        link = chain.links[-1]
+    else:
+        audited = bool(AuditRecord(config).of_branch(identifier, branch))
+        link = chain.newest_publishable() if audited else chain.links[-1]
+        if link is None:
+            first = chain.links[0]
+            raise PublishError(
+                f"table {identifier}: no snapshot of branch {branch} after main has passed its audit (snapshot "
+                f"{first.snapshot_id}: {audit_state(first)}); `icesink branches {quote(identifier)}` shows why. Fix "
+                f"the rows on the branch and `icesink audit {quote(identifier)} --branch {quote(branch)}`, or "
+                "publish anyway with --force",
+                table=identifier,
+            )
+        return link
+    if not force and AuditRecord(config).of_branch(identifier, branch) and not link.publishable:
+        raise PublishError(
+            f"table {identifier}: snapshot {link.snapshot_id} of branch {branch} has not passed its audit "
+            f"({audit_state(link)}); publish it anyway with --force",
+            table=identifier,
+        )
+    return link

@@ -1,0 +1,280 @@
+"""Write-audit-publish for a stream into a branch: audit each new branch snapshot, then move ``main`` to it.
+
+After every commit of a stream with ``branch=`` and ``audit=[...]`` (or ``publish=``), the committer audits the
+branch's snapshots that have no audit yet (:mod:`icesink.audit.chain` says against what), records each outcome
+(:mod:`icesink.catalog.audit_record`), and, as the publish policy says, moves ``main`` to the newest snapshot
+that may be published: by compare-and-swap, to that snapshot and not to the branch's head, so a later snapshot
+that is not audited yet never becomes visible. A stream of several tables committed atomically publishes them
+in one transaction of the catalog database, at one checkpoint of the job: a reader of every ``main`` sees one
+consistent cut. Everything here is recovered from the tables and the record, so a committer killed anywhere
+audits and publishes what is left on its next pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from shlex import quote
+from typing import TYPE_CHECKING
+
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table.refs import MAIN_BRANCH
+
+from icesink.audit.auditing import audit_link
+from icesink.audit.chain import Chain, Link, read_chain
+from icesink.audit.publish_policy import AuditFailure, PublishPolicy, PublishSettings
+from icesink.catalog.audit_record import AuditEntry, AuditRecord
+from icesink.catalog.database import database_errors
+from icesink.committer.done_actions import DoneActions
+from icesink.errors import AuditFailedError, CommitConflictError, PublishError
+from icesink.failpoints import failpoint
+from icesink.iceberg.catalog_commit import TableSwap, commit_tables
+from icesink.iceberg.publish import descends_from_main, move_main
+from icesink.table_ref import TableRef
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import Table
+
+    from icesink.audit.running import Check
+    from icesink.catalog.config import CatalogConfig
+    from icesink.catalog.ledger import Ledger
+
+log = logging.getLogger("icesink.committer")
+
+MAX_PUBLISH_CONFLICTS = 10
+
+
+@dataclass(frozen=True)
+class AuditedBranch:
+    """A table's branch that a stream writes, and the checks its snapshots must pass."""
+
+    ref: TableRef
+    checks: tuple[Check, ...] = ()
+
+
+@dataclass
+class PublishReport:
+    """What one pass did: main moved (table → snapshot), audits that failed, and why main could not move."""
+
+    published: dict[str, int] = field(default_factory=dict)
+    failed: list[AuditEntry] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)
+
+
+def failure_message(entry: AuditEntry, main_id: int | None) -> str:
+    """An audit failure in words: where, which checks, what they found, and the ways out."""
+    where = str(TableRef(entry.identifier, entry.branch))
+    checkpoint = f" (checkpoint {entry.checkpoint_id} of job {entry.job_id})" if entry.job_id else " (another tool's)"
+    found = "; ".join(f"{check}: {' | '.join(problems)}" for check, problems in entry.problems.items())
+    table, branch = quote(entry.identifier), quote(entry.branch)
+    return (
+        f"table {where}: snapshot {entry.snapshot_id}{checkpoint} failed its audit: {found}. main stays at "
+        f"{main_id}, and the stream goes on writing to branch {entry.branch}. Fix the rows on the branch (with another "
+        f"tool, or a later checkpoint): the next snapshot is audited with everything it adds over main. "
+        f"`icesink branches {table}` shows what is unpublished, `icesink audit {table} --branch {branch}` checks "
+        f"the branch again, `icesink publish {table} --branch {branch} --force` publishes it anyway"
+    )
+
+
+class Publisher:
+    """Audits and publishes the branches of one stream, after each of its commits."""
+
+    def __init__(
+        self,
+        catalog: SqlCatalog,
+        config: CatalogConfig,
+        ledger: Ledger,
+        branches: Sequence[AuditedBranch],
+        settings: PublishSettings,
+        atomic: bool,
+        table_of: Callable[[str], Table],
+        forget: Callable[[str], None],
+        on_partition_done: Callable[[dict[str, object]], None] | None = None,
+    ) -> None:
+        self._catalog = catalog
+        self._config = config
+        self._ledger = ledger
+        self._branches = {b.ref.identifier: b for b in branches}
+        self._settings = settings
+        self._atomic = atomic
+        self._table_of = table_of
+        self._forget = forget
+        self._record = AuditRecord(config)
+        self._done_actions = DoneActions(config, on_partition_done)
+        self._last_publish = float("-inf")
+
+    def add(self, branch: AuditedBranch) -> None:
+        """A table's branch to audit and publish from now on (a stream meets its tables as rows come)."""
+        self._branches[branch.ref.identifier] = branch
+
+    def after_commit(self, job_id: str, touched: Sequence[str] | None = None) -> PublishReport:
+        """Audit what is new on the branches (of ``touched`` tables, default all), then publish as the policy
+        says. Raises :class:`AuditFailedError` for a failure when told to stop (after publishing what passed)."""
+        report = PublishReport()
+        names = (
+            sorted(self._branches) if touched is None or self._atomic else sorted(set(touched) & set(self._branches))
+        )
+        for attempt in range(MAX_PUBLISH_CONFLICTS + 1):
+            chains = [self._audited(self._branches[name], report) for name in names]
+            moves = self._moves(job_id, chains, report)
+            if not moves or not self._due(moves, chains):
+                break
+            try:
+                self._publish(moves, report)
+                break
+            except CommitFailedException as e:
+                for name in names:
+                    self._forget(name)
+                if attempt == MAX_PUBLISH_CONFLICTS:
+                    raise CommitConflictError(
+                        f"tables {', '.join(names)}: main moved {attempt + 1} times while publishing their branches "
+                        f"({e}); another writer commits too often, retry later"
+                    ) from e
+        if report.failed and self._settings.on_failure == AuditFailure.STOP:
+            first = report.failed[0]
+            chain_main = next((c.line.main_id for c in chains if c.identifier == first.identifier), None)
+            raise AuditFailedError(
+                failure_message(first, chain_main),
+                table=first.identifier,
+                checkpoint_id=first.checkpoint_id,
+                job_id=first.job_id,
+                snapshot_id=first.snapshot_id,
+                problems={k: list(v) for k, v in first.problems.items()},
+            )
+        return report
+
+    def _audited(self, branch: AuditedBranch, report: PublishReport) -> Chain:
+        """The branch's chain with every snapshot after main audited (and recorded)."""
+        identifier = branch.ref.identifier
+        table = self._table_of(identifier)
+        chain = read_chain(table, identifier, branch.ref.branch, self._record)
+        if chain.line.diverged:
+            message = diverged_message(identifier, branch.ref.branch, chain)
+            log.warning("%s", message)
+            report.held.append(message)
+            return chain
+        for index, link in enumerate(chain.links):
+            if link.entry is not None:
+                continue
+            entry = audit_link(chain, index, branch.checks, self._ledger)
+            failpoint("audit.before-record")  # the snapshot is on the branch; its audit is not recorded
+            self._record.record(entry)
+            if not entry.passed:
+                report.failed.append(entry)
+                log.warning("%s", failure_message(entry, chain.line.main_id))
+            chain = read_chain(table, identifier, branch.ref.branch, self._record)
+        return chain
+
+    def _moves(self, job_id: str, chains: Sequence[Chain], report: PublishReport) -> list[tuple[Chain, Link]]:
+        """Where each table's main may go now: every table alone, or, for an atomic group, one cut of the job's
+        checkpoints that every table can publish (a diverged table holds the whole group)."""
+        if not self._atomic:
+            found = [(chain, chain.newest_publishable()) for chain in chains if not chain.line.diverged]
+            return [(chain, link) for chain, link in found if link is not None]
+        if any(chain.line.diverged for chain in chains):
+            return []
+        return group_cut(job_id, chains)
+
+    def _due(self, moves: Sequence[tuple[Chain, Link]], chains: Sequence[Chain]) -> bool:
+        policy = self._settings.policy
+        if policy == PublishPolicy.MANUAL:
+            return False
+        if policy == PublishPolicy.INTERVAL:
+            return time.monotonic() - self._last_publish >= self._settings.interval_seconds
+        if policy == PublishPolicy.PARTITION_DONE:
+            for chain, target in moves:
+                upto = [link for link in chain.links[: chain.links.index(target) + 1]]
+                if any(link.makes_partitions_done for link in upto):
+                    return True
+            return False
+        return True
+
+    def _publish(self, moves: Sequence[tuple[Chain, Link]], report: PublishReport) -> None:
+        published = publish_moves(self._catalog, self._config, moves, "committer")
+        self._last_publish = time.monotonic()
+        for (chain, link), table in zip(moves, published, strict=True):
+            self._forget(chain.identifier)
+            report.published[chain.identifier] = link.snapshot_id
+            log.info(
+                "table=%s: main moved from %s to snapshot %d of branch %s (checkpoint %s)",
+                chain.identifier,
+                chain.line.main_id,
+                link.snapshot_id,
+                chain.branch,
+                link.checkpoint_id,
+            )
+            self._done_actions.run(table, chain.identifier, MAIN_BRANCH)
+
+
+def group_cut(job_id: str, chains: Sequence[Chain]) -> list[tuple[Chain, Link]]:
+    """The newest checkpoint of the job at which every table's main can move together, and where each goes.
+
+    Each table goes to its newest snapshot holding the job's checkpoints up to the cut (another tool's snapshots
+    count with the checkpoint before them); that snapshot must be publishable in every table that moves.
+    """
+    keyed: list[tuple[Chain, list[int]]] = []
+    for chain in chains:
+        keys, last = [], -1
+        for link in chain.links:
+            if link.job_id == job_id and link.checkpoint_id is not None:
+                last = link.checkpoint_id
+            keys.append(last)
+        keyed.append((chain, keys))
+    candidates = sorted({k for _, keys in keyed for k in keys if k >= 0}, reverse=True)
+    for cut in candidates:
+        moves: list[tuple[Chain, Link]] = []
+        for chain, keys in keyed:
+            upto = [i for i, key in enumerate(keys) if key <= cut]
+            if not upto:
+                continue
+            target = chain.links[upto[-1]]
+            if not target.publishable:
+                break
+            moves.append((chain, target))
+        else:
+            if moves:
+                return moves
+    return []
+
+
+def diverged_message(identifier: str, branch: str, chain: Chain) -> str:
+    return (
+        f"table {identifier}: main's head {chain.line.main_id} is not an ancestor of the head {chain.line.head_id} "
+        f"of branch {branch} (another tool committed to main, or the branch was rolled back below it), so main "
+        "cannot follow the branch. Nothing is lost: the stream goes on writing to the branch, and main keeps what "
+        "the other tool committed. To go on, make main an ancestor of the branch again: apply main's own change to "
+        "the branch as well, then roll main back to the snapshot the branch grew from (`icesink branches "
+        f"{quote(identifier)} --branch {quote(branch)}` shows both); publishing resumes by itself"
+    )
+
+
+def publish_moves(
+    catalog: SqlCatalog, config: CatalogConfig, moves: Sequence[tuple[Chain, Link]], by: str
+) -> list[Table]:
+    """Move each table's main to its link's snapshot, all in one transaction of the catalog database that also
+    records them as published; ``CommitFailedException`` when a table changed since its chain was read."""
+    for chain, link in moves:
+        if not descends_from_main(chain.table, link.snapshot_id):
+            raise PublishError(
+                f"table {chain.identifier}: snapshot {link.snapshot_id} does not descend from main's head "
+                f"{chain.line.main_id}; main is not moved to it",
+                table=chain.identifier,
+            )
+    record = AuditRecord(config)
+    swaps = [
+        TableSwap(chain.table, move_main(chain.table, link.snapshot_id, chain.line.main_id)) for chain, link in moves
+    ]
+    published = [(chain.identifier, chain.branch, link.snapshot_id) for chain, link in moves]
+    failpoint("publish.before-swap")  # audits recorded, main not moved
+    with database_errors(config):
+        tables = commit_tables(
+            catalog,
+            swaps,
+            within=lambda connection: record.mark_published_in(connection, published, by),
+            moment="publish",
+        )
+    failpoint("publish.after-swap")  # main moved; the done actions for main not run
+    return tables

@@ -1,0 +1,406 @@
+"""Write-audit-publish: a stream into a branch whose snapshots main follows only once they pass their checks.
+
+Driven without Spark (the real task writer, ledger, committer and publisher; :mod:`tests.helpers.branch_streams`),
+on SQLite and PostgreSQL: main follows every audited checkpoint, never past it; a failed audit stops publishing
+until a later snapshot passes on everything it adds over main (so a fix is audited with what it fixes); a stream of
+several tables publishes them in one transaction at one checkpoint; another tool moving main stops publishing and
+loses nothing; and the operator's commands (``branches``, ``audit``, ``publish``).
+"""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+from icesink import checks
+from icesink.audit.inputs import AuditInput
+from icesink.catalog.audit_record import AuditRecord
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from icesink.cli.app import main as cli
+from icesink.errors import AuditFailedError, ConfigError
+from tests.helpers.branch_streams import BRANCH, BranchStream, ids_at, main_snapshot
+from tests.helpers.support import create_orders_table, orders
+
+TABLE = "shop.orders ü"
+SAFE = [checks.not_null("id"), checks.in_range("amount", min=0), checks.rows_written()]
+
+
+def negative(first: int, count: int, bad: int = 1) -> pa.Table:
+    """``count`` orders from ``first`` whose first ``bad`` have a negative amount."""
+    rows = orders(first, count)
+    amounts = [-5.0] * bad + rows.column("amount").to_pylist()[bad:]
+    return rows.set_column(2, "amount", pa.array(amounts, pa.float64()))
+
+
+def cli_run(config: CatalogConfig, *args: str) -> Any:
+    return CliRunner().invoke(cli, ["--catalog", config.name, "--uri", config.uri, *args], catch_exceptions=False)
+
+
+# --- the checks -----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def nested_table(sqlite_catalog: CatalogConfig) -> Any:
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import DoubleType, LongType, NestedField, StringType, StructType
+
+    catalog = open_catalog(sqlite_catalog)
+    catalog.create_namespace_if_not_exists("shop")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "amount", DoubleType(), required=False),
+        NestedField(
+            3,
+            "customer",
+            StructType(NestedField(4, "name", StringType(), required=False), NestedField(5, "x.y", LongType())),
+            required=False,
+        ),
+        NestedField(6, "status", StringType(), required=False),
+        identifier_field_ids=[1],
+    )
+    return catalog.create_table("shop.nested", schema=schema)
+
+
+def audit_of(table: Any, rows: list[dict[str, Any]]) -> AuditInput:
+    arrow = pa.Table.from_pylist(rows, schema=table.schema().as_arrow())
+    return AuditInput(added=arrow, table=table, snapshot_id=1, checkpoint_id=7, identifier="shop.nested")
+
+
+def test_built_in_checks_find_what_they_say_at_every_depth_and_name_the_rows(nested_table: Any) -> None:
+    rows = [
+        {"id": 1, "amount": 3.0, "customer": {"name": "a", "x.y": 1}, "status": "open"},
+        {"id": 2, "amount": -1.0, "customer": None, "status": "paid"},  # a null parent: its fields are null
+        {"id": 3, "amount": None, "customer": {"name": None, "x.y": 2}, "status": "lost"},
+        {"id": 3, "amount": 9.0, "customer": {"name": "c", "x.y": None}, "status": None},
+    ]
+    audit = audit_of(nested_table, rows)
+    (problem,) = checks.not_null("customer.name")(audit)
+    assert problem.startswith("2 of 4 added row(s) have a null customer.name") and "id: 2" in problem
+    assert "id: 3" in problem  # the key tells the rows apart
+    (problem,) = checks.not_null("customer.x.y")(audit)  # a field whose own name holds a dot
+    assert problem.startswith("2 of 4 added row(s) have a null customer.x.y")
+    assert checks.not_null("id", "status")(audit) == [checks.not_null("status")(audit)[0]]
+    (problem,) = checks.unique("id")(audit)
+    assert "1 value(s) of (id) occur more than once" in problem and "(id: 3) 2 times" in problem
+    assert checks.unique("id", "status")(audit) == []
+    (problem,) = checks.in_range("amount", min=0)(audit)
+    assert problem.startswith("1 of 4 added row(s) have amount outside [0, +inf]")  # a null is no value to judge
+    assert checks.in_range("amount", min=-1, max=9)(audit) == []
+    (problem,) = checks.matches("status in ('open', 'paid')")(audit)
+    assert problem.startswith("2 of 4 added row(s) do not satisfy")  # 'lost', and a null status
+    (problem,) = checks.matches("amount >= 0")(audit)
+    assert problem.startswith("2 of 4")  # -1.0, and null: not known to satisfy it
+    assert checks.matches("id > 0")(audit) == []
+    # Mistakes in a check fail the audit with what to do, never let the rows through.
+    assert "no column 'amout'" in checks.not_null("amout")(audit)[0]
+    assert "cannot be parsed" in checks.matches("amount >>= 0")(audit)[0]
+    assert "does not fit the table" in checks.matches("amout >= 0")(audit)[0]
+    assert "do not compare" in checks.in_range("status", min=1)(audit)[0]
+    with pytest.raises(TypeError, match="needs min=, max= or both"):
+        checks.in_range("amount")
+    with pytest.raises(TypeError, match="one or more column names"):
+        checks.not_null()
+
+
+def test_rows_written_and_schema_checks() -> None:
+    rows = pa.table({"id": [1, 2]})
+    audit = AuditInput(added=rows, table=None, snapshot_id=2, checkpoint_id=4, written_rows=3, committed_rows=2)  # type: ignore[arg-type]
+    assert checks.rows_written()(audit) == [
+        "the stream's tasks wrote 3 row(s) for checkpoint(s) up to 4, but the snapshots added 2"
+    ]
+    same = AuditInput(added=rows, table=None, snapshot_id=2, checkpoint_id=4, written_rows=2, committed_rows=2)  # type: ignore[arg-type]
+    assert checks.rows_written()(same) == []
+
+
+def test_a_check_that_raises_or_returns_nonsense_fails_the_audit(nested_table: Any) -> None:
+    from icesink.audit.running import run_checks
+
+    def broken(audit: AuditInput) -> list[str]:
+        raise KeyError("amount")
+
+    outcome = run_checks([broken, lambda a: None, lambda a: [], checks.not_null("id")], audit_of(nested_table, []))  # type: ignore[list-item,return-value]
+    assert not outcome.passed
+    assert outcome.problems["test_a_check_that_raises_or_returns_nonsense_fails_the_audit.<locals>.broken"] == [
+        "the check raised KeyError: 'amount'"
+    ]
+    assert any("returned None" in p[0] for p in outcome.problems.values())
+    assert len(outcome.checks) == 4 and outcome.checks[-1] == {"check": "not_null", "columns": ["id"]}
+
+
+# --- publishing -------------------------------------------------------------------------------------------------
+
+
+def test_main_follows_each_audited_checkpoint_and_a_failure_holds_it_until_a_fix_passes(
+    catalog_config: CatalogConfig,
+) -> None:
+    config = catalog_config
+    table = create_orders_table(config, TABLE)
+    table.append(orders(1000, 2))  # main's rows before the stream: the branch starts from them
+    start = main_snapshot(config, TABLE)
+    stream = BranchStream(config, [TABLE], SAFE)
+
+    report = stream.batch({TABLE: orders(0, 3)})
+    assert report.published == {TABLE: main_snapshot(config, TABLE)} and not report.failed
+    assert ids_at(config, TABLE) == [0, 1, 2, 1000, 1001] == ids_at(config, TABLE, BRANCH)
+    published_first = main_snapshot(config, TABLE)
+    assert published_first != start
+
+    report = stream.batch({TABLE: negative(3, 2)})  # a bad micro-batch
+    (failed,) = report.failed
+    assert failed.checkpoint_id == 1 and not report.published
+    assert list(failed.problems) == ["in_range(amount, [0, +inf])"]
+    assert "1 of 2 added row(s) have amount outside [0, +inf]" in failed.problems["in_range(amount, [0, +inf])"][0]
+    assert main_snapshot(config, TABLE) == published_first  # main did not move
+    stream.batch({TABLE: orders(5, 2)})  # good rows, but audited with the bad ones since main: held
+    assert main_snapshot(config, TABLE) == published_first
+    assert ids_at(config, TABLE, BRANCH) == [0, 1, 2, 3, 4, 5, 6, 1000, 1001]
+
+    # Another tool fixes the rows on the branch; the next checkpoint is audited with the fix, and main catches up.
+    open_catalog(config).load_table(TABLE).delete("amount < 0", branch=BRANCH)
+    report = stream.batch({TABLE: orders(7, 1)})
+    assert not report.failed and report.published == {TABLE: main_snapshot(config, TABLE)}
+    assert ids_at(config, TABLE) == [0, 1, 2, 4, 5, 6, 7, 1000, 1001] == ids_at(config, TABLE, BRANCH)
+    assert report.published[TABLE] == open_catalog(config).load_table(TABLE).metadata.refs[BRANCH].snapshot_id
+
+    # The record says it: every snapshot's verdict, what it was compared with, which one main moved to.
+    entries = AuditRecord(config).of_branch(TABLE, BRANCH)
+    verdicts = sorted(
+        (-1 if e.checkpoint_id is None else e.checkpoint_id, e.passed, e.published_at is not None)
+        for e in entries.values()
+    )
+    # The fix (another tool's snapshot, no checkpoint) passed on everything since main; main moved past it.
+    assert verdicts == [(-1, True, False), (0, True, True), (1, False, False), (2, False, False), (3, True, True)]
+    assert {e.published_by for e in entries.values() if e.published_at} == {"committer"}
+    fix = next(e for e in entries.values() if e.job_id is None)
+    assert fix.base_snapshot_id == published_first  # audited on everything since main, like what came after
+
+
+def test_a_restarted_stream_publishes_what_an_earlier_run_committed_but_did_not(sqlite_catalog: CatalogConfig) -> None:
+    config = sqlite_catalog
+    create_orders_table(config, TABLE)
+    stream = BranchStream(config, [TABLE], SAFE, publish="manual")  # commits to the branch, never publishes
+    stream.batch({TABLE: orders(0, 2)})
+    stream.batch({TABLE: orders(2, 2)})
+    assert main_snapshot(config, TABLE) is None and ids_at(config, TABLE, BRANCH) == [0, 1, 2, 3]
+    entries = AuditRecord(config).of_branch(TABLE, BRANCH)
+    assert sorted(e.passed for e in entries.values()) == [True, True]  # audited all the same
+
+    restarted = BranchStream(config, [TABLE], SAFE, checkpoint=2)
+    restarted.commit()  # nothing pending: publishing alone
+    assert ids_at(config, TABLE) == [0, 1, 2, 3]  # main created at the branch's audited head
+
+
+def test_on_audit_failure_stop_raises_naming_table_snapshot_checkpoint_and_rows(catalog_config: CatalogConfig) -> None:
+    config = catalog_config
+    create_orders_table(config, TABLE)
+    stream = BranchStream(config, [TABLE], SAFE, on_audit_failure="stop")
+    stream.batch({TABLE: orders(0, 2)})
+    with pytest.raises(AuditFailedError) as raised:
+        stream.batch({TABLE: negative(10, 3, bad=2)})
+    error = raised.value
+    branch_head = open_catalog(config).load_table(TABLE).metadata.refs[BRANCH].snapshot_id
+    assert (error.table, error.checkpoint_id, error.job_id, error.snapshot_id) == (TABLE, 1, "job", branch_head)
+    text = str(error)
+    assert f"table {TABLE} (branch {BRANCH}): snapshot {branch_head} (checkpoint 1 of job job) failed" in text
+    assert "2 of 3 added row(s) have amount outside [0, +inf], e.g. {id: 10, name: 'name-10', amount: -5.0}" in text
+    assert "`icesink branches 'shop.orders ü'`" in text and f"--branch '{BRANCH}'" in text
+    assert ids_at(config, TABLE) == [0, 1]  # the checkpoint is on the branch, not on main
+    # A restart writes on; its snapshot is audited with the bad rows since main, and stops again.
+    with pytest.raises(AuditFailedError):
+        BranchStream(config, [TABLE], SAFE, on_audit_failure="stop", checkpoint=2).batch({TABLE: orders(20, 1)})
+    assert ids_at(config, TABLE) == [0, 1]
+
+
+def test_publish_policies(sqlite_catalog: CatalogConfig) -> None:
+    config = sqlite_catalog
+    tables = ["shop.every", "shop.interval", "shop.done"]
+    for name in tables:
+        create_orders_table(config, name, partition_by=("day(ts)",) if name == "shop.done" else ())
+    interval = BranchStream(config, ["shop.interval"], SAFE, publish="1 hour")
+    interval.batch({"shop.interval": orders(0, 1)})  # the first publishes at once
+    interval.batch({"shop.interval": orders(1, 1)})  # the next waits for the hour
+    assert ids_at(config, "shop.interval") == [0] and ids_at(config, "shop.interval", BRANCH) == [0, 1]
+    interval.publisher._last_publish -= 3600  # an hour later, by the publisher's clock
+    interval.commit()
+    assert ids_at(config, "shop.interval") == [0, 1]
+
+    with pytest.raises(ConfigError, match="publish takes 'checkpoint', 'manual', 'partition-done' or a duration"):
+        BranchStream(config, ["shop.every"], SAFE, publish="sometimes")
+    with pytest.raises(ConfigError, match="on_audit_failure takes 'continue', 'stop', not 'halt'"):
+        BranchStream(config, ["shop.every"], SAFE, on_audit_failure="halt")
+
+
+def test_partition_done_publishes_only_with_a_snapshot_that_made_a_partition_done(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    config = sqlite_catalog
+    create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    stream = BranchStream(config, [TABLE], SAFE, publish="partition-done")
+    stream.batch({TABLE: orders(0, 1)})  # its commit made no partition done: main stays
+    stream.batch({TABLE: orders(1, 1)})
+    assert ids_at(config, TABLE) == [] and ids_at(config, TABLE, BRANCH) == [0, 1]
+    # A snapshot whose summary lists partitions done (as a watermark's commit does; the Spark test has the real one).
+    table = open_catalog(config).load_table(TABLE)
+    done = {"icesink.partitions-done": '["ts_hour=2026-01-01-02"]'}
+    table.append(orders(2, 1), snapshot_properties=done, branch=BRANCH)
+    stream.batch({TABLE: orders(3, 1)})
+    assert ids_at(config, TABLE) == [0, 1, 2, 3]
+
+
+def test_several_tables_publish_in_one_transaction_and_one_failure_holds_them_all(
+    catalog_config: CatalogConfig,
+) -> None:
+    config = catalog_config
+    tables = ["db.customers", "db.orders ü", "db.lines %/x"]
+    for name in tables:
+        create_orders_table(config, name)
+    stream = BranchStream(config, tables, SAFE)
+    stream.batch({tables[0]: orders(0, 1), tables[1]: orders(0, 2), tables[2]: orders(0, 3)})
+    first = {t: main_snapshot(config, t) for t in tables}
+    assert all(first.values()) and [len(ids_at(config, t)) for t in tables] == [1, 2, 3]
+    commit_ids = {
+        open_catalog(config).load_table(t).metadata.snapshot_by_id(s).summary["icesink.commit-id"]  # type: ignore[union-attr]
+        for t, s in first.items()
+    }
+    assert len(commit_ids) == 1  # one checkpoint across the tables
+
+    stream.batch({tables[0]: orders(10, 1), tables[1]: negative(10, 1), tables[2]: orders(10, 1)})
+    assert {t: main_snapshot(config, t) for t in tables} == first  # one table failed: none moves
+    stream.batch({tables[0]: orders(20, 1), tables[2]: orders(20, 1)})  # the failing table untouched
+    assert {t: main_snapshot(config, t) for t in tables} == first
+    open_catalog(config).load_table(tables[1]).delete("amount < 0", branch=BRANCH)
+    report = stream.batch({tables[1]: orders(30, 1)})
+    assert set(report.published) == set(tables)
+    assert ids_at(config, tables[0]) == [0, 10, 20] and ids_at(config, tables[1]) == [0, 1, 30]
+    assert ids_at(config, tables[2]) == [0, 1, 2, 10, 20]
+
+
+def test_a_table_that_failed_holds_the_group_at_the_last_checkpoint_every_table_passed(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    config = sqlite_catalog
+    tables = ["db.a", "db.b"]
+    for name in tables:
+        create_orders_table(config, name)
+    stream = BranchStream(config, tables, SAFE, publish="manual")  # audits run, nothing published
+    stream.batch({tables[0]: orders(0, 1), tables[1]: orders(0, 1)})  # checkpoint 0: both pass
+    stream.batch({tables[0]: orders(1, 1)})  # checkpoint 1: only a, passes
+    stream.batch({tables[0]: orders(2, 1), tables[1]: negative(2, 1)})  # checkpoint 2: b fails
+    publishing = BranchStream(config, tables, SAFE, checkpoint=3)
+    publishing.commit()
+    # The cut is checkpoint 1: a at its checkpoint 1, b at its checkpoint 0 (untouched by 1); neither past.
+    assert ids_at(config, tables[0]) == [0, 1] and ids_at(config, tables[1]) == [0]
+
+
+def test_main_moved_by_another_tool_stops_publishing_and_loses_nothing(sqlite_catalog: CatalogConfig) -> None:
+    config = sqlite_catalog
+    table = create_orders_table(config, TABLE)
+    stream = BranchStream(config, [TABLE], SAFE)
+    stream.batch({TABLE: orders(0, 1)})
+    table = open_catalog(config).load_table(TABLE)
+    table.append(orders(500, 1))  # another tool commits to main
+    report = stream.batch({TABLE: orders(1, 1)})
+    assert not report.published and "is not an ancestor of the head" in report.held[0]
+    assert "nothing is lost" in report.held[0].lower()
+    assert ids_at(config, TABLE) == [0, 500] and ids_at(config, TABLE, BRANCH) == [0, 1]
+    result = cli_run(config, "branches", TABLE)
+    assert result.exit_code == 0 and "DIVERGED" in result.output
+    result = cli_run(config, "publish", TABLE, "--branch", BRANCH)
+    assert result.exit_code == 2 and "is not an ancestor" in result.output
+
+
+def test_operator_commands_show_audit_again_and_publish(sqlite_catalog: CatalogConfig) -> None:
+    import json
+
+    config = sqlite_catalog
+    create_orders_table(config, TABLE)
+    stream = BranchStream(config, [TABLE], SAFE)
+    stream.batch({TABLE: orders(0, 2)})
+    stream.batch({TABLE: negative(2, 2)})
+    result = cli_run(config, "branches", TABLE, "--json")
+    assert result.exit_code == 0, result.output
+    (branch,) = json.loads(result.output)["branches"]
+    assert branch["branch"] == BRANCH and branch["behind"] == 1 and not branch["diverged"]
+    (unpublished,) = branch["unpublished"]
+    assert unpublished["audit"] == "failed" and unpublished["checkpoint_id"] == 1
+    assert "amount outside" in unpublished["problems"]["in_range(amount, [0, +inf])"][0]
+    text = cli_run(config, "branches", TABLE).output
+    assert "main is 1 snapshot(s) behind" in text and "failed" in text
+
+    # Publishing refuses what failed, --snapshot must be on the branch after main, --force publishes anyway.
+    result = cli_run(config, "publish", TABLE, "--branch", BRANCH)
+    assert result.exit_code == 2 and "has passed its audit" in result.output
+    result = cli_run(config, "publish", TABLE, "--branch", BRANCH, "--snapshot", "12345")
+    assert result.exit_code == 2 and "is not on the branch after main" in result.output
+
+    # Audit again after a fix: the recorded checks run on everything the head adds over main.
+    open_catalog(config).load_table(TABLE).delete("amount < 0", branch=BRANCH)
+    result = cli_run(config, "audit", TABLE, "--branch", BRANCH)
+    assert result.exit_code == 0 and "passed on 1 row(s)" in result.output, result.output
+    result = cli_run(config, "publish", TABLE, "--branch", BRANCH)
+    assert result.exit_code == 0 and "main moved from" in result.output
+    assert ids_at(config, TABLE) == [0, 1, 3]
+    result = cli_run(config, "publish", TABLE, "--branch", BRANCH)
+    assert result.exit_code == 2 and "nothing to publish" in result.output
+
+    stream.batch({TABLE: negative(4, 1)})
+    result = cli_run(config, "audit", TABLE, "--branch", BRANCH)
+    assert result.exit_code == 1 and "FAILED" in result.output
+    result = cli_run(config, "publish", TABLE, "--branch", BRANCH, "--force")
+    assert result.exit_code == 0 and ids_at(config, TABLE) == [0, 1, 3, 4]
+    published = [e for e in AuditRecord(config).of_branch(TABLE, BRANCH).values() if e.published_at]
+    assert any(e.published_by and "@" in e.published_by for e in published)  # the operator, user@host
+
+
+def test_checks_a_stream_cannot_hand_over_are_named(sqlite_catalog: CatalogConfig) -> None:
+    config = sqlite_catalog
+    create_orders_table(config, TABLE)
+    stream = BranchStream(config, [TABLE], [lambda audit: ["always"]])
+    stream.batch({TABLE: orders(0, 1)})
+    result = cli_run(config, "audit", TABLE, "--branch", BRANCH)
+    assert result.exit_code == 2 and "cannot be run outside their stream" in result.output
+    result = cli_run(config, "audit", TABLE, "--branch", "nope")
+    assert result.exit_code == 2 and "has no branch 'nope'" in result.output
+
+
+def test_stream_options_refuse_audits_without_a_branch_and_with_the_daemon() -> None:
+    from icesink.sink.options import StreamOptions
+
+    def options(**given: Any) -> StreamOptions:
+        return StreamOptions(table="shop.t", **given)
+
+    with pytest.raises(ConfigError, match="audit applies to a stream into a branch"):
+        options(audit=[checks.not_null("id")])
+    with pytest.raises(ConfigError, match="publish applies to a stream into a branch"):
+        options(publish="checkpoint", branch="main")
+    with pytest.raises(ConfigError, match="audit is carried out by the inline committer"):
+        options(audit=[checks.not_null("id")], branch="audit", committer="daemon")
+    with pytest.raises(ConfigError, match="audit takes a list of checks"):
+        options(audit=checks.not_null("id"), branch="audit")
+    with pytest.raises(ConfigError, match="audit takes a list of checks"):
+        options(audit=["id"], branch="audit")
+    assert options(audit=[checks.not_null("id")], branch="audit", publish=datetime.timedelta(minutes=1)).audit
+
+
+@pytest.mark.faults
+def test_an_observer_of_main_never_sees_an_unaudited_snapshot_while_publishers_are_killed(
+    sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    from tests.helpers.wap_faults import run_killed_publishers
+
+    run_killed_publishers(sqlite_catalog, tmp_path, [TABLE])
+
+
+@pytest.mark.faults
+def test_an_observer_of_three_mains_sees_only_consistent_audited_cuts_while_publishers_are_killed(
+    pg_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    from tests.helpers.wap_faults import run_killed_publishers
+
+    run_killed_publishers(pg_catalog, tmp_path, ["db.customers", "db.orders ü", "db.lines %/x"])
