@@ -159,7 +159,10 @@ class unique:
         except _MissingColumn as e:
             return [_missing(rows, str(e), str(self))]
         names = keyed.column_names
-        counts = keyed.group_by(names, use_threads=False).aggregate([([], "count_all")])
+        try:
+            counts = keyed.group_by(names, use_threads=False).aggregate([([], "count_all")])
+        except (pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+            return [f"{self}: its columns cannot be compared for equality ({e}); name columns of plain values"]
         repeated = counts.filter(pc.greater(counts.column("count_all"), 1))
         if repeated.num_rows == 0:
             return []
@@ -211,12 +214,14 @@ class in_range:
         except _MissingColumn:
             return [_missing(audit.added, self.column, str(self))]
         try:
-            low = pc.less(values, pa.scalar(self.min, type=values.type)) if self.min is not None else None
-            high = pc.greater(values, pa.scalar(self.max, type=values.type)) if self.max is not None else None
+            low = pc.less(values, _bound(self.min, values.type)) if self.min is not None else None
+            high = pc.greater(values, _bound(self.max, values.type)) if self.max is not None else None
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError) as e:
             return [f"{self}: its bounds do not compare with column {self.column} of type {values.type} ({e})"]
         both = low is not None and high is not None
         outside = pc.or_(low, high) if both else (low if low is not None else high)
+        if pa.types.is_floating(values.type):  # NaN is in no range (and compares false with every bound)
+            outside = pc.or_kleene(outside, pc.is_nan(values))
         found = _indices(outside) if outside is not None else []
         if not found:
             return []
@@ -309,6 +314,19 @@ class schema_unchanged:
 
     def __str__(self) -> str:
         return f"schema_unchanged(allow_widening={self.allow_widening})"
+
+
+def _bound(value: object, column: pa.DataType) -> pa.Scalar:
+    """A bound as Arrow compares it with the column: a float as a double, so that 1.5 against an integer column stays
+    1.5 (Arrow compares them as doubles); anything else in the column's own type (a date, a timestamp, a decimal)."""
+    import pyarrow as pa
+
+    if isinstance(value, float):
+        return pa.scalar(value, pa.float64())
+    return pa.scalar(value, type=column)
+
+
+BUILT_INS = (not_null, unique, in_range, matches, rows_written, schema_unchanged)
 
 
 def _plain(value: object) -> object:

@@ -36,12 +36,16 @@ def read_table(
     row_filter: str | BooleanExpression | None = None,
     *,
     added_after: int | None = None,
+    current_schema: bool = False,
 ) -> pa.Table:
     """The rows of ``table`` at ``snapshot_id`` (default: current), deletes applied, matching ``row_filter``.
 
     With ``added_after`` (a snapshot the read one descends from), only the rows added after it: those of data
     files with a higher data sequence number, as ``snapshot_id`` has them (so with the deletes since applied).
     The cost follows those files, not the table.
+
+    A past snapshot reads in its own schema, as time travel does in every Iceberg reader; with ``current_schema``
+    in the table's current one, as Iceberg reads the head of a branch.
 
     Raises :class:`SnapshotNotFoundError` for a snapshot the table does not have and
     :class:`BadFilterError` for a filter that does not parse or names no column of the table.
@@ -54,8 +58,9 @@ def read_table(
         raise SnapshotNotFoundError(
             f"table {identifier} has no snapshot {snapshot_id}; `icesink snapshots list {identifier}` lists them"
         )
-    expression = bound_filter(table, identifier, snapshot_id, row_filter)
-    plan = plan_scan(table, snapshot_id, expression)
+    schema_of = None if current_schema else snapshot_id
+    expression = bound_filter(table, identifier, schema_of, row_filter)
+    plan = plan_scan(table, snapshot_id, expression, schema=table.metadata.schema() if current_schema else None)
     if added_after is not None:
         base = table.metadata.snapshot_by_id(added_after)
         after = base.sequence_number if base is not None and base.sequence_number is not None else 0
@@ -154,5 +159,7 @@ def read(
         if head is None:
             refs = ", ".join(sorted(table.metadata.refs)) or "none"
             raise ConfigError(f"table {'.'.join(table.name())} has no branch or tag {branch!r} (it has: {refs})")
-        snapshot_id = head.snapshot_id
+        # A branch reads in the table's current schema, a tag in its snapshot's, as Iceberg Java reads them.
+        is_branch = table.metadata.refs[branch].snapshot_ref_type.value == "branch"
+        return read_table(table, head.snapshot_id, row_filter, current_schema=is_branch)
     return read_table(table, snapshot_id, row_filter)

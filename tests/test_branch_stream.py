@@ -159,3 +159,55 @@ def test_a_stream_with_audits_publishes_to_main_only_what_passed_and_independent
     run()
     assert ids_on(config, "main") == [1, 2, 3, 5, 6] == ids_on(config, AUDIT)
     assert icesink.watermark(TABLE, catalog=config) == START + datetime.timedelta(minutes=130)
+
+
+def test_a_debezium_stream_into_branches_publishes_every_tables_main_together_once_audited(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    from icesink import checks
+    from icesink.catalog.audit_record import AuditRecord
+    from tests.helpers.debezium_fixture import record, run_stream, write_batches
+
+    config = sqlite_catalog
+
+    def change(table: str, partition: int, offset: int, key: int, note: str | None, op: str = "c") -> dict[str, Any]:
+        after = None if op == "d" else {"id": key, "note": note}
+        return record(f"db.public.{table}", partition, offset, {"id": key}, after, None, op)
+
+    batches = [
+        [
+            *(change("orders", 0, 0, 1, "o1"), change("orders", 1, 0, 2, "o2"), change("lines", 0, 0, 1, "l1")),
+            *(change("customers", 0, 0, 1, "c1"), change("customers", 1, 0, 2, "c2")),
+        ],
+        # An update, a delete, and a bad row in one table: no table's main may move.
+        [
+            change("orders", 0, 1, 1, "o1b", "u"),
+            change("customers", 1, 1, 2, None, "d"),
+            change("lines", 1, 0, 2, "bad"),
+        ],
+        [change("lines", 1, 1, 2, "l2", "u")],  # fixed forward by the source: audited with what it fixes
+    ]
+    write_batches(tmp_path / "in", batches[:2])
+    spec = icesink.debezium("shop", branch=AUDIT, audit=[checks.matches("note != 'bad'"), checks.not_null("id")])
+
+    def notes(table: str, branch: str) -> dict[int, str]:
+        rows = icesink.read(f"shop.{table}", catalog=config, branch=branch).to_pylist()
+        return {r["id"]: r["note"] for r in rows}
+
+    run_stream(spark, config, tmp_path, spec)
+    assert notes("orders", "main") == {1: "o1", 2: "o2"}  # checkpoint 0: the last every table passed
+    assert notes("customers", "main") == {1: "c1", 2: "c2"} and notes("lines", "main") == {1: "l1"}
+    assert notes("orders", AUDIT) == {1: "o1b", 2: "o2"} and notes("lines", AUDIT) == {1: "l1", 2: "bad"}
+    assert notes("customers", AUDIT) == {1: "c1"}
+    write_batches(tmp_path / "in", batches)  # the first two again, unchanged, and the fix
+    run_stream(spark, config, tmp_path, spec)
+    assert notes("lines", AUDIT) == {1: "l1", 2: "l2"}
+    # The fix published every table: each main is its branch, moved in one transaction (one moment recorded).
+    for table in ("orders", "lines", "customers"):
+        assert notes(table, "main") == notes(table, AUDIT)
+    moments = set()
+    for table in ("orders", "lines", "customers"):
+        entries = AuditRecord(config).of_branch(f"shop.{table}", AUDIT).values()
+        moments.add(max(e.published_at for e in entries if e.published_at is not None))
+        assert any(not e.passed for e in entries) == (table == "lines")
+    assert len(moments) == 1

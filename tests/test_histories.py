@@ -14,8 +14,9 @@ from tests.histories.runner import Outcome, check_with_iceberg_java, fails, gene
 
 # Seeds whose tables cover, between them: appends and upserts, keys in structs and on uuids, nested types,
 # partition transforms, every kind of step, an event-time watermark over the day(...) a table is partitioned by
-# (263). Found bugs get a seed here (and a named test of their own).
-SEEDS = (1, 2, 3, 5, 8, 13, 263)
+# (263), a stream into a branch whose audits a poisoned checkpoint fails until a cure, main following (9). Found
+# bugs get a seed here (and a named test of their own).
+SEEDS = (1, 2, 3, 5, 8, 13, 263, 9)
 
 
 # And histories written through a real icesink.stream (one JVM: the test session's Spark).

@@ -250,20 +250,34 @@ def test_two_streams_racing_to_create_a_table_both_land_every_row(
     check_outcome("two streams creating one table", catalog_config, identifier, [*range(50), *range(1000, 1050)])
 
 
-def test_the_protocol_answers_each_case_of_a_checkpoint_once(sqlite_catalog: CatalogConfig) -> None:
-    """The one admission decision both sinks act on, case by case, without Spark."""
+@pytest.mark.parametrize("branch", ["main", "audit ✓"])
+def test_the_protocol_answers_each_case_of_a_checkpoint_once(sqlite_catalog: CatalogConfig, branch: str) -> None:
+    """The one admission decision both sinks act on, case by case, without Spark; on a branch the same, while
+    another tool writes to main."""
     from icesink.committer.protocol import Admission, admit
+    from icesink.committer.staging import TableResults, stage_tables
     from icesink.errors import CheckpointRewindError
 
     create_orders_table(sqlite_catalog)
     ledger = Ledger(sqlite_catalog)
+    ref = TableRef(TABLE, branch)
 
     def decide(checkpoint: int, stream: StreamIdentity = STREAM_A, first: bool = False) -> Any:
         table = open_catalog(sqlite_catalog).load_table(TABLE)
-        return admit(ledger, table, TableRef(TABLE), "orders", checkpoint, stream, first)
+        return admit(ledger, table, ref, "orders", checkpoint, stream, first)
+
+    def stage_on(checkpoint: int, rows: pa.Table) -> None:
+        table = open_catalog(sqlite_catalog).load_table(TABLE)
+        written = TableResults(table, TABLE, [write_files(table, TABLE, "orders", checkpoint, rows)], branch=branch)
+        assert stage_tables(ledger, "orders", checkpoint, [written], STREAM_A)
+
+    def other_tool_writes_main(first: int) -> None:
+        if branch != "main":
+            open_catalog(sqlite_catalog).load_table(TABLE).append(orders(first, 1))
 
     assert decide(0, first=True).admission == Admission.WRITE
-    stage(sqlite_catalog, 0, orders(0, 5), STREAM_A)
+    stage_on(0, orders(0, 5))
+    other_tool_writes_main(1000)
     staged = decide(0)
     assert staged.admission == Admission.STAGED and staged.commit_staged and staged.refusal is None
     other = decide(1, STREAM_B, first=True)
@@ -272,11 +286,17 @@ def test_the_protocol_answers_each_case_of_a_checkpoint_once(sqlite_catalog: Cat
     assert decide(1, STREAM_B).admission == Admission.WRITE  # only a stream's first checkpoint asks the ledger
     TableCommitter.of(sqlite_catalog).commit_pending(TABLE)
     assert decide(0).admission == Admission.COMMITTED
-    stage(sqlite_catalog, 1, orders(5, 5), STREAM_A)
-    stage(sqlite_catalog, 2, orders(10, 5), STREAM_A)
+    stage_on(1, orders(5, 5))
+    other_tool_writes_main(1001)
+    stage_on(2, orders(10, 5))
     TableCommitter.of(sqlite_catalog).commit_pending(TABLE)
     rewind = decide(1)
     assert rewind.admission == Admission.REWIND and isinstance(rewind.refusal, CheckpointRewindError)
     assert "already holds checkpoint 2 of job orders, but the stream is at checkpoint 1" in str(rewind.refusal)
     assert decide(2, STREAM_B).admission == Admission.ANOTHER_STREAM  # the marker names stream A
     assert decide(3).admission == Admission.WRITE
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    on_branch = table.scan(snapshot_id=table.metadata.refs[branch].snapshot_id).to_arrow().column("id").to_pylist()
+    assert sorted(i for i in on_branch if i < 1000) == list(range(15))  # every checkpoint once, on its branch
+    if branch != "main":  # main holds the other tool's rows alone: the stream never moved it
+        assert table_ids(sqlite_catalog, TABLE) == [1000, 1001]

@@ -92,6 +92,10 @@ def test_built_in_checks_find_what_they_say_at_every_depth_and_name_the_rows(nes
     (problem,) = checks.in_range("amount", min=0)(audit)
     assert problem.startswith("1 of 4 added row(s) have amount outside [0, +inf]")  # a null is no value to judge
     assert checks.in_range("amount", min=-1, max=9)(audit) == []
+    (problem,) = checks.in_range("id", min=1.5)(audit)  # a float bound against integers stays 1.5
+    assert problem.startswith("1 of 4 added row(s) have id outside [1.5, +inf]")
+    nan = audit_of(nested_table, [{"id": 9, "amount": float("nan"), "customer": None, "status": "open"}])
+    assert checks.in_range("amount", min=0, max=10)(nan)[0].startswith("1 of 1 added row(s) have amount outside")
     (problem,) = checks.matches("status in ('open', 'paid')")(audit)
     assert problem.startswith("2 of 4 added row(s) do not satisfy")  # 'lost', and a null status
     (problem,) = checks.matches("amount >= 0")(audit)
@@ -102,6 +106,8 @@ def test_built_in_checks_find_what_they_say_at_every_depth_and_name_the_rows(nes
     assert "cannot be parsed" in checks.matches("amount >>= 0")(audit)[0]
     assert "does not fit the table" in checks.matches("amout >= 0")(audit)[0]
     assert "do not compare" in checks.in_range("status", min=1)(audit)[0]
+    (problem,) = checks.unique("customer")(audit)  # a struct cannot be grouped: said, not raised
+    assert "cannot be compared for equality" in problem or "occur more than once" in problem
     with pytest.raises(TypeError, match="needs min=, max= or both"):
         checks.in_range("amount")
     with pytest.raises(TypeError, match="one or more column names"):
@@ -131,6 +137,17 @@ def test_a_check_that_raises_or_returns_nonsense_fails_the_audit(nested_table: A
     ]
     assert any("returned None" in p[0] for p in outcome.problems.values())
     assert len(outcome.checks) == 4 and outcome.checks[-1] == {"check": "not_null", "columns": ["id"]}
+
+    class Odd:  # a check object describing itself wrongly, and one that exits
+        def describe(self) -> str:
+            return "odd"
+
+        def __call__(self, audit: AuditInput) -> list[str]:
+            raise SystemExit(3)
+
+    outcome = run_checks([Odd()], audit_of(nested_table, []))
+    assert not outcome.passed and outcome.problems == {"Odd": ["the check raised SystemExit: 3"]}
+    assert outcome.checks == [{"check": "function", "name": "Odd"}]  # not found again by a name: not rebuilt
 
 
 # --- publishing -------------------------------------------------------------------------------------------------
@@ -250,7 +267,8 @@ def test_partition_done_publishes_only_with_a_snapshot_that_made_a_partition_don
     done = {"icesink.partitions-done": '["ts_hour=2026-01-01-02"]'}
     table.append(orders(2, 1), snapshot_properties=done, branch=BRANCH)
     stream.batch({TABLE: orders(3, 1)})
-    assert ids_at(config, TABLE) == [0, 1, 2, 3]
+    # Main goes as far as the snapshot that made the partition done, not past it: checkpoint 2 waits for the next.
+    assert ids_at(config, TABLE) == [0, 1, 2] and ids_at(config, TABLE, BRANCH) == [0, 1, 2, 3]
 
 
 def test_several_tables_publish_in_one_transaction_and_one_failure_holds_them_all(
@@ -279,6 +297,48 @@ def test_several_tables_publish_in_one_transaction_and_one_failure_holds_them_al
     assert set(report.published) == set(tables)
     assert ids_at(config, tables[0]) == [0, 10, 20] and ids_at(config, tables[1]) == [0, 1, 30]
     assert ids_at(config, tables[2]) == [0, 1, 2, 10, 20]
+
+
+def test_a_fix_on_a_table_later_checkpoints_do_not_write_releases_the_group(sqlite_catalog: CatalogConfig) -> None:
+    config = sqlite_catalog
+    tables = ["db.a", "db.b", "db.c"]
+    for name in tables:
+        create_orders_table(config, name)
+    stream = BranchStream(config, tables, SAFE)
+    stream.batch({tables[0]: orders(0, 1), tables[1]: orders(0, 1), tables[2]: orders(0, 1)})
+    stream.batch({tables[0]: negative(1, 1), tables[1]: orders(1, 1), tables[2]: orders(1, 1)})
+    assert ids_at(config, tables[1]) == [0]
+    open_catalog(config).load_table(tables[0]).delete("amount < 0", branch=BRANCH)  # fixed; a gets no more rows
+    report = stream.batch({tables[1]: orders(2, 1), tables[2]: orders(2, 1)})
+    assert set(report.published) == set(tables)
+    assert [ids_at(config, t) for t in tables] == [[0], [0, 1, 2], [0, 1, 2]]
+
+
+def test_a_restarted_atomic_stream_moves_the_tables_it_met_in_an_earlier_run_too(sqlite_catalog: CatalogConfig) -> None:
+    config = sqlite_catalog
+    tables = ["db.a", "db.b"]
+    for name in tables:
+        create_orders_table(config, name)
+    BranchStream(config, tables, SAFE, publish="manual").batch({tables[0]: orders(0, 1), tables[1]: orders(0, 1)})
+    # A new run meets only table b (a Debezium stream meets its tables as their rows come): a moves with it.
+    restarted = BranchStream(config, [tables[1]], SAFE, checkpoint=1)
+    restarted.batch({tables[1]: orders(1, 1)})
+    assert ids_at(config, tables[0]) == [0] and ids_at(config, tables[1]) == [0, 1]
+
+
+def test_a_branch_nobody_audits_does_not_publish_what_failed_on_another(sqlite_catalog: CatalogConfig) -> None:
+    config = sqlite_catalog
+    create_orders_table(config, TABLE)
+    stream = BranchStream(config, [TABLE], SAFE)
+    stream.batch({TABLE: orders(0, 1)})
+    stream.batch({TABLE: negative(1, 1)})
+    table = open_catalog(config).load_table(TABLE)
+    table.manage_snapshots().create_branch(table.metadata.refs[BRANCH].snapshot_id, "copy").commit()
+    result = cli_run(config, "publish", TABLE, "--branch", "copy")
+    assert result.exit_code == 2 and f"failed its audit on branch {BRANCH}" in result.output
+    assert ids_at(config, TABLE) == [0]
+    assert cli_run(config, "publish", TABLE, "--branch", "copy", "--force").exit_code == 0
+    assert ids_at(config, TABLE) == [0, 1]
 
 
 def test_a_table_that_failed_holds_the_group_at_the_last_checkpoint_every_table_passed(
@@ -332,6 +392,10 @@ def test_operator_commands_show_audit_again_and_publish(sqlite_catalog: CatalogC
     assert "amount outside" in unpublished["problems"]["in_range(amount, [0, +inf])"][0]
     text = cli_run(config, "branches", TABLE).output
     assert "main is 1 snapshot(s) behind" in text and "failed" in text
+    listed = json.loads(cli_run(config, "checkpoints", "list", TABLE, "--json").output)["checkpoints"]
+    verdicts = sorted((c["checkpoint_id"], c["audit"]["passed"], bool(c["audit"]["published_at"])) for c in listed)
+    assert verdicts == [(0, True, True), (1, False, False)]
+    assert "FAILED" in cli_run(config, "checkpoints", "list", TABLE).output
 
     # Publishing refuses what failed, --snapshot must be on the branch after main, --force publishes anyway.
     result = cli_run(config, "publish", TABLE, "--branch", BRANCH)
@@ -348,6 +412,8 @@ def test_operator_commands_show_audit_again_and_publish(sqlite_catalog: CatalogC
     assert ids_at(config, TABLE) == [0, 1, 3]
     result = cli_run(config, "publish", TABLE, "--branch", BRANCH)
     assert result.exit_code == 2 and "nothing to publish" in result.output
+    result = cli_run(config, "audit", TABLE, "--branch", BRANCH)
+    assert result.exit_code == 0 and "nothing to audit" in result.output
 
     stream.batch({TABLE: negative(4, 1)})
     result = cli_run(config, "audit", TABLE, "--branch", BRANCH)
@@ -366,7 +432,9 @@ def test_checks_a_stream_cannot_hand_over_are_named(sqlite_catalog: CatalogConfi
     result = cli_run(config, "audit", TABLE, "--branch", BRANCH)
     assert result.exit_code == 2 and "cannot be run outside their stream" in result.output
     result = cli_run(config, "audit", TABLE, "--branch", "nope")
-    assert result.exit_code == 2 and "has no branch 'nope'" in result.output
+    assert result.exit_code == 2 and "it has no branch 'nope'" in result.output
+    result = cli_run(config, "audit", TABLE, "--branch", "main")
+    assert result.exit_code == 2 and "main is what publishing moves" in result.output
 
 
 def test_stream_options_refuse_audits_without_a_branch_and_with_the_daemon() -> None:
@@ -385,6 +453,10 @@ def test_stream_options_refuse_audits_without_a_branch_and_with_the_daemon() -> 
         options(audit=checks.not_null("id"), branch="audit")
     with pytest.raises(ConfigError, match="audit takes a list of checks"):
         options(audit=["id"], branch="audit")
+    with pytest.raises(ConfigError, match="audit takes a list of checks"):
+        options(audit=[checks.not_null], branch="audit")  # the check's class, not a check
+    with pytest.raises(ConfigError, match="on_audit_failure applies to a stream with audit"):
+        options(branch="audit", on_audit_failure="stop")
     assert options(audit=[checks.not_null("id")], branch="audit", publish=datetime.timedelta(minutes=1)).audit
 
 

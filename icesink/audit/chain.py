@@ -60,8 +60,11 @@ class Chain:
             return parent
         return self.line.main_id
 
-    def newest_publishable(self) -> Link | None:
-        return next((link for link in reversed(self.links) if link.publishable), None)
+    def newest_publishable(self, made_partitions_done: bool = False) -> Link | None:
+        """The newest snapshot main may move to (with ``made_partitions_done``: of those whose commit made a time
+        partition done)."""
+        found = (link for link in reversed(self.links) if link.publishable)
+        return next((link for link in found if link.makes_partitions_done or not made_partitions_done), None)
 
 
 def _int(text: str | None) -> int | None:
@@ -78,14 +81,12 @@ def read_chain(table: Table, identifier: str, branch: str, record: AuditRecord) 
     if line.ahead is None:
         return Chain(identifier, branch, table, line, ())
     ahead_ids = {s.snapshot_id for s in line.ahead}
-    entries = record.of_snapshots(identifier, list(ahead_ids))
+    entries = {e.snapshot_id: e for e in record.of_snapshots(identifier, list(ahead_ids), branch)}
     publishable: set[int] = set()
     links = []
     for snapshot in line.ahead:
         summary = snapshot.summary
         entry = entries.get(snapshot.snapshot_id)
-        if entry is not None and entry.branch != branch:
-            entry = None  # audited on another branch sharing the snapshot: not this branch's verdict
         base_ok = entry is not None and (
             entry.base_snapshot_id not in ahead_ids or entry.base_snapshot_id in publishable
         )

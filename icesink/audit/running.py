@@ -32,8 +32,11 @@ class AuditOutcome:
 
 
 def check_name(check: object) -> str:
-    """How messages and the record name a check: a built-in as it was written, a function by its name."""
-    if hasattr(check, "describe"):
+    """How messages and the record name a check: a built-in as it was written, a function by its name, any other
+    callable by its class's name."""
+    from icesink.checks import BUILT_INS
+
+    if isinstance(check, BUILT_INS):
         return str(check)
     return getattr(check, "__qualname__", None) or getattr(check, "__name__", None) or type(check).__name__
 
@@ -41,15 +44,25 @@ def check_name(check: object) -> str:
 def describe_check(check: object) -> dict[str, object]:
     """A check as the audit record keeps it: a built-in by its arguments, a function by where it can be imported
     from (``module:name``), so that ``icesink audit`` can run it again."""
+    import inspect
+
     describe = getattr(check, "describe", None)
     if callable(describe):
-        return dict(describe())
+        try:
+            described = describe()
+        except Exception:  # a check's own description that fails: named, not rebuilt
+            described = None
+        if isinstance(described, dict) and isinstance(described.get("check"), str):
+            return dict(described)
     module = getattr(check, "__module__", None)
     qualname = getattr(check, "__qualname__", None)
-    described: dict[str, object] = {"check": "function", "name": check_name(check)}
-    if module and qualname and "<" not in qualname:
-        described["function"] = f"{module}:{qualname}"
-    return described
+    found: dict[str, object] = {"check": "function", "name": check_name(check)}
+    # Only a function at the top level of a module another process can import is found again by its name (not a
+    # lambda, a closure, a method, or one of the script that ran the stream).
+    importable = inspect.isfunction(check) and module not in (None, "__main__") and qualname and "." not in qualname
+    if importable and "<" not in str(qualname):
+        found["function"] = f"{module}:{qualname}"
+    return found
 
 
 def import_check(described: dict[str, object]) -> Check | None:
@@ -67,9 +80,9 @@ def import_check(described: dict[str, object]) -> Check | None:
         found: object = importlib.import_module(module)
         for part in qualname.split("."):
             found = getattr(found, part)
-    except (ImportError, AttributeError):
+    except Exception:  # a module that fails to import, or no longer has it: it cannot be run from here
         return None
-    return found if callable(found) else None
+    return found if callable(found) and not isinstance(found, type) else None
 
 
 def run_checks(checks: Sequence[Check], audit: AuditInput) -> AuditOutcome:
@@ -84,7 +97,7 @@ def run_checks(checks: Sequence[Check], audit: AuditInput) -> AuditOutcome:
         names.append(name)
         try:
             found = check(audit)
-        except Exception as e:  # whatever a check of the user's raises is its verdict: failed, and why
+        except (Exception, SystemExit) as e:  # whatever a check of the user's raises is its verdict: failed, and why
             log.warning("table=%s snapshot=%d: check %s raised %r", audit.identifier, audit.snapshot_id, name, e)
             problems[name] = [f"the check raised {type(e).__name__}: {e}"]
             continue

@@ -125,15 +125,18 @@ class AuditRecord:
             rows = connection.execute(sa.select(audits).where(*self._where(identifier, branch))).all()
         return {r.snapshot_id: _entry(r) for r in rows}
 
-    def of_snapshots(self, identifier: str, snapshot_ids: Sequence[int]) -> dict[int, AuditEntry]:
-        """The recorded audits of these snapshots of the table (on any branch), by snapshot id."""
+    def of_snapshots(self, identifier: str, snapshot_ids: Sequence[int], branch: str | None = None) -> list[AuditEntry]:
+        """The recorded audits of these snapshots of the table: of ``branch``'s, or of every branch that has them
+        (a snapshot two branches share has an audit per branch)."""
         if not snapshot_ids:
-            return {}
+            return []
         c = audits.c
         where = [c.catalog_name == self._config.name, c.table_identifier == identifier]
+        if branch is not None:
+            where.append(c.branch == branch)
         with database_errors(self._config), self._engine.connect() as connection:
             rows = connection.execute(sa.select(audits).where(*where, c.snapshot_id.in_(list(snapshot_ids)))).all()
-        return {r.snapshot_id: _entry(r) for r in rows}
+        return [_entry(r) for r in rows]
 
     def mark_published_in(self, connection: Connection, published: Sequence[tuple[str, str, int]], by: str) -> None:
         """In the caller's transaction (the one that moves main): (table, branch, snapshot) were published."""

@@ -524,6 +524,18 @@ class Ledger:
                 found = connection.execute(after.limit(1)).scalar()
         return str(found) if found is not None else MAIN_BRANCH
 
+    def branches_of_job(self, job_id: str) -> dict[str, str]:
+        """Every table the job has checkpoints of in the ledger, with the branch of its latest one."""
+        c = checkpoints.c
+        query = (
+            sa.select(c.table_identifier, c.branch, sa.func.max(c.checkpoint_id))
+            .where(c.catalog_name == self._config.name, c.job_id == job_id)
+            .group_by(c.table_identifier, c.branch)
+        )
+        with database_errors(self._config), self._engine.connect() as connection:
+            rows = sorted(connection.execute(query), key=lambda r: r[2])
+        return {identifier: branch for identifier, branch, _ in rows}  # the latest checkpoint's branch wins
+
     def last_checkpoint(self, job_id: str) -> int | None:
         """The job's highest checkpoint in the ledger, whatever its state (None: the ledger has none)."""
         c = checkpoints.c

@@ -91,6 +91,7 @@ def checkpoints_list(obj: CliContext, table: str, limit: int, as_json: bool) -> 
     """
     from dataclasses import asdict
 
+    from icesink.catalog.audit_record import AuditRecord
     from icesink.catalog.ledger import Ledger
     from icesink.errors import TableNotFoundError
 
@@ -102,10 +103,25 @@ def checkpoints_list(obj: CliContext, table: str, limit: int, as_json: bool) -> 
             raise  # neither a table nor checkpoints: most likely a typo
     jobs = ledger.lag(table)
     rows = ledger.for_table(table, newest=limit or None, unreadable_too=True)
+    # A checkpoint committed to an audited branch (write-audit-publish): its snapshot's audit, and whether main has it.
+    snapshots = [r.snapshot_id for r in rows if r.snapshot_id is not None and r.branch != "main"]
+    audits = {(e.snapshot_id, e.branch): e for e in AuditRecord(obj.config).of_snapshots(table, snapshots)}
+
+    def audit_of(row: Any) -> Any:
+        return audits.get((row.snapshot_id, row.branch))
+
+    def audit_word(row: Any) -> str | None:
+        entry = audit_of(row)
+        if entry is None:
+            return None
+        return ("passed" if entry.passed else "FAILED") + (", published" if entry.published_at else "")
+
+    columns = [*CHECKPOINT_COLUMNS, Column("audit", audit_word)] if audits else CHECKPOINT_COLUMNS
+    listed = [{**checkpoint_json(r), **({"audit": audit_of(r).as_json()} if audit_of(r) else {})} for r in rows]
     obj.output(as_json).emit(
-        {"jobs": [asdict(j) for j in jobs], "checkpoints": [checkpoint_json(r) for r in rows]},
+        {"jobs": [asdict(j) for j in jobs], "checkpoints": listed},
         lambda: "\n\n".join(
-            [text_table(jobs, LAG_COLUMNS), text_table(rows, CHECKPOINT_COLUMNS), *_attention(ledger, table, rows)]
+            [text_table(jobs, LAG_COLUMNS), text_table(rows, columns), *_attention(ledger, table, rows)]
         ),
     )
 

@@ -76,6 +76,12 @@ def audit(obj: CliContext, table: str, branch: str, as_json: bool) -> None:
     from icesink.committer.branches import audit_again
 
     entry = audit_again(obj.table(table), table, branch, obj.config, Ledger(obj.config))
+    if entry is None:
+        obj.output(as_json).emit(
+            {"table": table, "branch": branch, "passed": None},
+            f"table {table}: main is at branch {branch}'s head; nothing to audit",
+        )
+        return
 
     def text() -> str:
         verdict = "passed" if entry.passed else "FAILED"

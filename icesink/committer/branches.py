@@ -117,10 +117,15 @@ def branches_of(table: Table, identifier: str, config: CatalogConfig, branch: st
 def _chain(table: Table, identifier: str, branch: str, config: CatalogConfig) -> Chain:
     ref = table.metadata.refs.get(branch)
     if branch == MAIN_BRANCH or ref is None or ref.snapshot_ref_type != SnapshotRefType.BRANCH:
+        what = (
+            "main is what publishing moves; name the branch a stream writes"
+            if branch == MAIN_BRANCH
+            else f"{branch!r} is a tag, not a branch"
+            if ref is not None
+            else f"it has no branch {branch!r}"
+        )
         raise ConfigError(
-            f"table {identifier} has no branch {branch!r} to audit or publish; `icesink branches {quote(identifier)}` "
-            "lists its branches",
-            table=identifier,
+            f"table {identifier}: {what}; `icesink branches {quote(identifier)}` lists its branches", table=identifier
         )
     return read_chain(table, identifier, branch, AuditRecord(config))
 
@@ -154,15 +159,16 @@ def recorded_checks(identifier: str, branch: str, config: CatalogConfig) -> list
     return checks
 
 
-def audit_again(table: Table, identifier: str, branch: str, config: CatalogConfig, ledger: Ledger) -> AuditEntry:
-    """Run the branch's recorded checks on everything its head adds over main, and record the outcome."""
+def audit_again(table: Table, identifier: str, branch: str, config: CatalogConfig, ledger: Ledger) -> AuditEntry | None:
+    """Run the branch's recorded checks on everything its head adds over main, and record the outcome; None when
+    main is at the branch's head already."""
 
     chain = _chain(table, identifier, branch, config)
     checks = recorded_checks(identifier, branch, config)
     if chain.line.diverged:
         raise PublishError(diverged_message(identifier, branch, chain), table=identifier)
     if not chain.links:
-        raise ConfigError(f"table {identifier}: branch {branch} has nothing main does not have; nothing to audit")
+        return None  # main is at the branch's head: nothing to audit
     net = Chain(chain.identifier, chain.branch, chain.table, chain.line, tuple(_unpassed(chain.links)))
     entry = audit_link(net, len(net.links) - 1, checks, ledger)
     AuditRecord(config).record(entry)
@@ -199,6 +205,21 @@ def publish_branch(
     raise CommitConflictError(f"table {identifier}: it changed ten times while publishing; try again", table=identifier)
 
 
+def _refuse_failed_elsewhere(chain: Chain, config: CatalogConfig, upto: Link | None = None) -> None:
+    """A branch no stream audits may share snapshots with one that does (one branch made from another): a snapshot
+    whose audit failed there is not published from here without --force."""
+    links = chain.links[: chain.links.index(upto) + 1] if upto is not None else chain.links
+    entries = AuditRecord(config).of_snapshots(chain.identifier, [link.snapshot_id for link in links])
+    failed = sorted({(e.snapshot_id, e.branch) for e in entries if not e.passed})
+    if failed:
+        snapshot, other = failed[0]
+        raise PublishError(
+            f"table {chain.identifier}: snapshot {snapshot} on branch {chain.branch} failed its audit on branch "
+            f"{other}; publish it anyway with --force",
+            table=chain.identifier,
+        )
+
+
 def _target(chain: Chain, snapshot_id: int | None, force: bool, config: CatalogConfig) -> Link:
     identifier, branch = chain.identifier, chain.branch
     if not chain.links:
@@ -219,6 +240,8 @@ def _target(chain: Chain, snapshot_id: int | None, force: bool, config: CatalogC
         link = chain.links[-1]
     else:
         audited = bool(AuditRecord(config).of_branch(identifier, branch))
+        if not audited:
+            _refuse_failed_elsewhere(chain, config)
         link = chain.newest_publishable() if audited else chain.links[-1]
         if link is None:
             first = chain.links[0]
@@ -230,7 +253,9 @@ def _target(chain: Chain, snapshot_id: int | None, force: bool, config: CatalogC
                 table=identifier,
             )
         return link
-    if not force and AuditRecord(config).of_branch(identifier, branch) and not link.publishable:
+    if not force and not AuditRecord(config).of_branch(identifier, branch):
+        _refuse_failed_elsewhere(chain, config, link)
+    elif not force and not link.publishable:
         raise PublishError(
             f"table {identifier}: snapshot {link.snapshot_id} of branch {branch} has not passed its audit "
             f"({audit_state(link)}); publish it anyway with --force",

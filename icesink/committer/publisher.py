@@ -27,6 +27,7 @@ from icesink.audit.chain import Chain, Link, read_chain
 from icesink.audit.publish_policy import AuditFailure, PublishPolicy, PublishSettings
 from icesink.catalog.audit_record import AuditEntry, AuditRecord
 from icesink.catalog.database import database_errors
+from icesink.catalog.loader import load_table
 from icesink.committer.done_actions import DoneActions
 from icesink.errors import AuditFailedError, CommitConflictError, PublishError
 from icesink.failpoints import failpoint
@@ -64,16 +65,22 @@ class PublishReport:
     held: list[str] = field(default_factory=list)
 
 
-def failure_message(entry: AuditEntry, main_id: int | None) -> str:
+def failure_message(entry: AuditEntry, main_id: int | None, stopped: bool = False) -> str:
     """An audit failure in words: where, which checks, what they found, and the ways out."""
     where = str(TableRef(entry.identifier, entry.branch))
     checkpoint = f" (checkpoint {entry.checkpoint_id} of job {entry.job_id})" if entry.job_id else " (another tool's)"
     found = "; ".join(f"{check}: {' | '.join(problems)}" for check, problems in entry.problems.items())
     table, branch = quote(entry.identifier), quote(entry.branch)
+    main = f"main stays at snapshot {main_id}" if main_id is not None else "main does not exist yet and is not created"
+    stream = (
+        "The stream stopped (on_audit_failure='stop'): fix the rows on the branch with another tool and restart it, "
+        "and its next snapshot is audited with everything it adds over main"
+        if stopped
+        else f"The stream goes on writing to branch {entry.branch}. Fix the rows on the branch (with another tool, or "
+        "a later checkpoint): the next snapshot is audited with everything it adds over main"
+    )
     return (
-        f"table {where}: snapshot {entry.snapshot_id}{checkpoint} failed its audit: {found}. main stays at "
-        f"{main_id}, and the stream goes on writing to branch {entry.branch}. Fix the rows on the branch (with another "
-        f"tool, or a later checkpoint): the next snapshot is audited with everything it adds over main. "
+        f"table {where}: snapshot {entry.snapshot_id}{checkpoint} failed its audit: {found}. {main}. {stream}. "
         f"`icesink branches {table}` shows what is unpublished, `icesink audit {table} --branch {branch}` checks "
         f"the branch again, `icesink publish {table} --branch {branch} --force` publishes it anyway"
     )
@@ -90,7 +97,6 @@ class Publisher:
         branches: Sequence[AuditedBranch],
         settings: PublishSettings,
         atomic: bool,
-        table_of: Callable[[str], Table],
         forget: Callable[[str], None],
         on_partition_done: Callable[[dict[str, object]], None] | None = None,
     ) -> None:
@@ -100,7 +106,6 @@ class Publisher:
         self._branches = {b.ref.identifier: b for b in branches}
         self._settings = settings
         self._atomic = atomic
-        self._table_of = table_of
         self._forget = forget
         self._record = AuditRecord(config)
         self._done_actions = DoneActions(config, on_partition_done)
@@ -110,15 +115,32 @@ class Publisher:
         """A table's branch to audit and publish from now on (a stream meets its tables as rows come)."""
         self._branches[branch.ref.identifier] = branch
 
+    def _known(self, job_id: str) -> dict[str, AuditedBranch]:
+        """The branches to look at: those the stream met in this run and, for an atomic stream, every other table
+        the job committed to the same branch (met in an earlier run: one that gets no rows now still moves with
+        the others), with the checks the stream gives all its tables."""
+        if not self._atomic or not self._branches:
+            return self._branches
+        checks = {b.checks for b in self._branches.values()}
+        branches = {b.ref.branch for b in self._branches.values()}
+        if len(checks) != 1 or len(branches) != 1:
+            return self._branches  # tables with checks of their own (tables={...}): the stream names every one
+        (shared,), (branch,) = checks, branches
+        found = dict(self._branches)
+        for identifier, its_branch in self._ledger.branches_of_job(job_id).items():
+            if its_branch == branch and identifier not in found:
+                found[identifier] = AuditedBranch(TableRef(identifier, branch), shared)
+        return found
+
     def after_commit(self, job_id: str, touched: Sequence[str] | None = None) -> PublishReport:
         """Audit what is new on the branches (of ``touched`` tables, default all), then publish as the policy
         says. Raises :class:`AuditFailedError` for a failure when told to stop (after publishing what passed)."""
         report = PublishReport()
-        names = (
-            sorted(self._branches) if touched is None or self._atomic else sorted(set(touched) & set(self._branches))
-        )
+        known = self._known(job_id)
+        names = sorted(known) if touched is None or self._atomic else sorted(set(touched) & set(known))
+        chains: list[Chain] = []
         for attempt in range(MAX_PUBLISH_CONFLICTS + 1):
-            chains = [self._audited(self._branches[name], report) for name in names]
+            chains = [self._audited(known[name], report) for name in names]
             moves = self._moves(job_id, chains, report)
             if not moves or not self._due(moves, chains):
                 break
@@ -137,7 +159,7 @@ class Publisher:
             first = report.failed[0]
             chain_main = next((c.line.main_id for c in chains if c.identifier == first.identifier), None)
             raise AuditFailedError(
-                failure_message(first, chain_main),
+                failure_message(first, chain_main, stopped=True),
                 table=first.identifier,
                 checkpoint_id=first.checkpoint_id,
                 job_id=first.job_id,
@@ -149,7 +171,9 @@ class Publisher:
     def _audited(self, branch: AuditedBranch, report: PublishReport) -> Chain:
         """The branch's chain with every snapshot after main audited (and recorded)."""
         identifier = branch.ref.identifier
-        table = self._table_of(identifier)
+        # From the catalog, not a cache: another tool's fix on the branch counts even when the stream did not commit
+        # to this table (a table of an atomic stream that gets no rows now).
+        table = load_table(self._catalog, self._config, identifier)
         chain = read_chain(table, identifier, branch.ref.branch, self._record)
         if chain.line.diverged:
             message = diverged_message(identifier, branch.ref.branch, chain)
@@ -170,13 +194,15 @@ class Publisher:
 
     def _moves(self, job_id: str, chains: Sequence[Chain], report: PublishReport) -> list[tuple[Chain, Link]]:
         """Where each table's main may go now: every table alone, or, for an atomic group, one cut of the job's
-        checkpoints that every table can publish (a diverged table holds the whole group)."""
+        checkpoints that every table can publish (a diverged table holds the whole group). With the policy
+        ``partition-done``, only as far as the newest snapshot that made a partition done."""
+        done_only = self._settings.policy == PublishPolicy.PARTITION_DONE
         if not self._atomic:
-            found = [(chain, chain.newest_publishable()) for chain in chains if not chain.line.diverged]
+            found = [(chain, chain.newest_publishable(done_only)) for chain in chains if not chain.line.diverged]
             return [(chain, link) for chain, link in found if link is not None]
         if any(chain.line.diverged for chain in chains):
             return []
-        return group_cut(job_id, chains)
+        return group_cut(job_id, chains, done_only)
 
     def _due(self, moves: Sequence[tuple[Chain, Link]], chains: Sequence[Chain]) -> bool:
         policy = self._settings.policy
@@ -184,12 +210,6 @@ class Publisher:
             return False
         if policy == PublishPolicy.INTERVAL:
             return time.monotonic() - self._last_publish >= self._settings.interval_seconds
-        if policy == PublishPolicy.PARTITION_DONE:
-            for chain, target in moves:
-                upto = [link for link in chain.links[: chain.links.index(target) + 1]]
-                if any(link.makes_partitions_done for link in upto):
-                    return True
-            return False
         return True
 
     def _publish(self, moves: Sequence[tuple[Chain, Link]], report: PublishReport) -> None:
@@ -209,11 +229,12 @@ class Publisher:
             self._done_actions.run(table, chain.identifier, MAIN_BRANCH)
 
 
-def group_cut(job_id: str, chains: Sequence[Chain]) -> list[tuple[Chain, Link]]:
+def group_cut(job_id: str, chains: Sequence[Chain], done_only: bool = False) -> list[tuple[Chain, Link]]:
     """The newest checkpoint of the job at which every table's main can move together, and where each goes.
 
     Each table goes to its newest snapshot holding the job's checkpoints up to the cut (another tool's snapshots
-    count with the checkpoint before them); that snapshot must be publishable in every table that moves.
+    count with the checkpoint before them); that snapshot must be publishable in every table that moves. With
+    ``done_only``, the cut is a checkpoint whose commit made a partition done in some table.
     """
     keyed: list[tuple[Chain, list[int]]] = []
     for chain in chains:
@@ -224,6 +245,14 @@ def group_cut(job_id: str, chains: Sequence[Chain]) -> list[tuple[Chain, Link]]:
             keys.append(last)
         keyed.append((chain, keys))
     candidates = sorted({k for _, keys in keyed for k in keys if k >= 0}, reverse=True)
+    if done_only:
+        made_done = {
+            key
+            for chain, keys in keyed
+            for link, key in zip(chain.links, keys, strict=True)
+            if link.makes_partitions_done
+        }
+        candidates = [c for c in candidates if c in made_done]
     for cut in candidates:
         moves: list[tuple[Chain, Link]] = []
         for chain, keys in keyed:

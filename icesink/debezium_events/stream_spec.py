@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from icesink.completeness.durations import DurationError, duration_micros
@@ -70,6 +70,8 @@ def debezium(
     dead_letter: str | None = None,
     event_time: str | None = None,
     lateness: str | datetime.timedelta | None = None,
+    branch: str | None = None,
+    audit: Sequence[Callable[..., list[str]]] = (),
 ) -> Debezium:
     """Route Debezium change events to one table each: ``icesink.stream(df, tables=icesink.debezium("inventory"))``.
 
@@ -93,6 +95,11 @@ def debezium(
     ``event_time="source.ts_ms"`` keeps the stream's watermark by the time each change was made in the source
     database, per Kafka topic and partition, with ``lateness`` allowed (see docs/completeness.md); every table
     an atomic commit moves records the same ``icesink.watermark``.
+
+    ``branch="audit"`` commits every table's checkpoints to that branch, and ``audit=[...]`` checks each new branch
+    snapshot before ``main`` moves to it, every table's ``main`` in one transaction (docs/write-audit-publish.md):
+    each check runs on every table (``audit.identifier`` says which), so give checks that fit them all. The
+    dead-letter table is written to ``main``, at once.
     """
     names, partitions = _checked(namespace, tables, partition_by, evolve_schema, maintain, dead_letter)
     if table_properties is not None and not isinstance(table_properties, Mapping):
@@ -108,6 +115,8 @@ def debezium(
         maintain=maintain,
         event_time=event_time,
         lateness=lateness,
+        branch=branch,
+        audit=tuple(audit) if isinstance(audit, list | tuple) else audit,  # a wrong kind is refused by the stream
     )
     refuse_wrong_types(per_table, "icesink.debezium")
     return Debezium(namespace, names, partitions, per_table, dead_letter)

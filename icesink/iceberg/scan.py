@@ -62,18 +62,21 @@ def scan_schema(table: Table, snapshot_id: int | None) -> Schema:
     return metadata.schema()
 
 
-def plan_scan(table: Table, snapshot_id: int | None, row_filter: str | BooleanExpression) -> PlannedScan:
+def plan_scan(
+    table: Table, snapshot_id: int | None, row_filter: str | BooleanExpression, schema: Schema | None = None
+) -> PlannedScan:
     """Plan a read the way pyiceberg does (manifests pruned by partition summaries, files by partition
     and column bounds), but keep equality delete files instead of refusing them.
 
     ``snapshot_id`` must be one of the table's snapshots (the caller checks); None reads the current one.
+    ``schema`` is the one rows are read in (default: :func:`scan_schema`'s).
     """
     from pyiceberg.table import ManifestGroupPlanner
     from pyiceberg.table.delete_file_index import DeleteFileIndex
 
     metadata = table.metadata
     snapshot = metadata.snapshot_by_id(snapshot_id) if snapshot_id is not None else metadata.current_snapshot()
-    schema = scan_schema(table, snapshot_id)
+    schema = schema if schema is not None else scan_schema(table, snapshot_id)
     if snapshot is None:
         return PlannedScan(schema, [], [])
     planner = ManifestGroupPlanner(metadata, table.io, row_filter)

@@ -122,7 +122,6 @@ class MicroBatchHandler:
                 [],
                 publish,
                 self._atomic,
-                self._committer.table,
                 self._committer.forget,
                 self._stream.on_partition_done,
             )

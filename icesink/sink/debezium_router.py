@@ -176,6 +176,8 @@ class DebeziumRouter:
             event_time=None,  # not a column of the table's rows: set below, as the decoded records carry it
             lateness=None,
         )
+        if not keyed:  # dead letters are for operators to see at once, on main, whatever the stream's branch
+            per_table = replace(per_table, branch=None, audit=())
         if keyed:
             per_table = replace(
                 per_table,

@@ -215,7 +215,8 @@ class StreamOptions(TableOptions, StreamWideOptions):
 
     def _check_audit(self, table: str) -> None:
         audit = self.audit
-        if isinstance(audit, str) or not isinstance(audit, list | tuple) or not all(callable(c) for c in audit):
+        checks_given = isinstance(audit, list | tuple) and all(callable(c) and not isinstance(c, type) for c in audit)
+        if isinstance(audit, str) or not checks_given:
             raise ConfigError(
                 f"table {table}: audit takes a list of checks (callables such as icesink.checks.not_null('id')), "
                 f"not {audit!r}"
@@ -234,6 +235,8 @@ class StreamOptions(TableOptions, StreamWideOptions):
                     f"publish with `icesink publish {table} --branch {self.branch}`"
                 )
         PublishSettings.of(self.publish, bool(audit), self.on_audit_failure, f"table {table}")
+        if self.on_audit_failure != "continue" and not audit:
+            raise ConfigError(f"table {table}: on_audit_failure applies to a stream with audit=[...] checks")
 
     def _check_event_time(self, table: str) -> None:
         for option in ("lateness", "idle_timeout"):

@@ -288,7 +288,8 @@ def _stream_debezium(df: DataFrame, spec: Debezium, own: StreamWideOptions) -> S
             f"Spark's Kafka source gives them (its columns: {', '.join(df.columns)})"
         )
     try:
-        options = own.joined(name, TableOptions())
+        given = spec.table_options
+        options = own.joined(name, TableOptions(branch=given.branch, audit=given.audit))
     except ConfigError as e:
         e.table = None  # the stream's name, not a table: its tables are found as events come
         raise

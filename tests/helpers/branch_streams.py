@@ -58,7 +58,6 @@ class BranchStream:
             [AuditedBranch(TableRef(t, self.branch), tuple(self.checks)) for t in self.tables],
             settings,
             self.atomic,
-            self.committer.table,
             self.committer.forget,
         )
 

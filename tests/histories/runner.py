@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from icesink.catalog.config import CatalogConfig
+from tests.histories.branches import BRANCH, CURE, POISON
 from tests.histories.grammar import PRIMITIVES, SPARK_PRIMITIVES, TableShape, random_table
 from tests.histories.group import COMPANION, GROUP_FAILPOINTS
 from tests.histories.spark_world import SparkWorld
@@ -42,6 +43,8 @@ class Step:
         if self.kind == "maintain":
             return f"icesink maintain ({('convert', 'compact', 'all')[self.seed % 3]})"
         return {
+            "poison": f"write a checkpoint its audit refuses ({self.size} change(s))",
+            "cure": f"write a checkpoint that cures the poison ({self.size} change(s))",
             "alter": f"another tool changes the schema (seed {self.seed})",
             "expire": "commit a checkpoint with snapshot expiry down to one snapshot",
             "discard": "write a checkpoint, lose its manifest, discard it",
@@ -57,10 +60,12 @@ class History:
     steps: tuple[Step, ...]
     writer: str | None = None  # through a real icesink.stream with this writer; None: the task writer directly
     atomic: bool = False  # every checkpoint also writes a companion table, committed with it in one transaction
+    branch: bool = False  # every checkpoint commits to a branch, audited; main follows (tests/histories/branches.py)
 
     def describe(self) -> str:
         through = f", written through icesink.stream (writer={self.writer!r})" if self.writer else ""
         group = f", committed atomically with {COMPANION!r}" if self.atomic else ""
+        group += f", into branch {BRANCH!r} with audits, main following" if self.branch else ""
         failpoints = GROUP_FAILPOINTS if self.atomic else FAILPOINTS
         lines = [f"seed {self.seed}: table {self.shape.describe()}{through}{group}"]
         lines += [f"  {n + 1}. {step.describe(failpoints)}" for n, step in enumerate(self.steps)]
@@ -73,6 +78,10 @@ SPARK_SHARE = 6
 # One history in this many of those without Spark commits a second table with its own (its own draw too).
 ATOMIC_SHARE = 3
 SPARK_KINDS = ("write", "write", "write", "alter", "maintain", "expire", "crash", "discard", "replay", "evolve")
+# One history in this many of those without Spark nor a companion writes into a branch with audits (its own draw).
+BRANCH_SHARE = 3
+# Maintenance and expiry work on main only: a branch history poisons and cures instead.
+BRANCH_KINDS = ("write", "write", "write", "poison", "cure", "alter", "crash", "discard", "replay")
 
 
 def generate(seed: int, length: int, spark: bool | None = None) -> History:
@@ -82,10 +91,11 @@ def generate(seed: int, length: int, spark: bool | None = None) -> History:
     if spark is None:
         spark = drawn
     shape = random_table(rng, SPARK_PRIMITIVES if spark else PRIMITIVES)
-    kinds = SPARK_KINDS if spark else KINDS
-    steps = tuple(Step(rng.choice(kinds), rng.randrange(2**31), rng.randint(1, 25)) for _ in range(length))
     atomic = not spark and random.Random(seed ^ 0xA7031C).randrange(ATOMIC_SHARE) == 0
-    return History(seed, shape, steps, through.choice(("auto", "arrow")) if spark else None, atomic)
+    branch = not spark and not atomic and random.Random(seed ^ 0xB4A2DA).randrange(BRANCH_SHARE) == 0
+    kinds = SPARK_KINDS if spark else BRANCH_KINDS if branch else KINDS
+    steps = tuple(Step(rng.choice(kinds), rng.randrange(2**31), rng.randint(1, 25)) for _ in range(length))
+    return History(seed, shape, steps, through.choice(("auto", "arrow")) if spark else None, atomic, branch)
 
 
 @dataclass
@@ -129,7 +139,7 @@ def run(history: History, directory: Path, readers: bool = True, database_url: s
         world = (
             SparkWorld(config, history.shape, directory, history.writer)
             if history.writer
-            else World(config, history.shape, history.atomic)
+            else World(config, history.shape, history.atomic, history.branch)
         )
         seen: list[State] = []
         for number, step in enumerate(history.steps):
@@ -157,7 +167,12 @@ def run(history: History, directory: Path, readers: bool = True, database_url: s
 
 def _do(world: World, step: Step) -> None:
     rng = random.Random(step.seed)
-    if step.kind in ("write", "expire", "crash", "discard"):
+    if step.kind in ("poison", "cure"):
+        world.flags = {POISON if step.kind == "poison" else CURE: "1"}
+        rows, ops = world.changes(rng, step.size)
+        world.write_and_commit(rows, ops)
+        world.apply_to_model(rows, ops)
+    elif step.kind in ("write", "expire", "crash", "discard"):
         rows, ops = world.changes(rng, step.size if step.kind == "write" else 5)
         if step.kind == "discard":
             world.lose_and_discard(world.stage(rows, ops))
@@ -193,6 +208,9 @@ def _check(world: World, seen: list[State], step: Step) -> list[State]:
     import icesink
 
     world.check_reader("icesink.read", icesink.read(world.table()).to_pylist())
+    if world.branch != "main":  # before its first commit the branch does not exist: it holds nothing
+        on_branch = icesink.read(world.table(), branch=BRANCH) if BRANCH in world.table().metadata.refs else None
+        world.check_reader("icesink.read (branch)", on_branch.to_pylist() if on_branch else [], BRANCH)
     world.check_invariants()
     table = world.table()
     head = table.current_snapshot()

@@ -22,15 +22,18 @@ from typing import Any
 
 import pyarrow as pa
 
+from icesink.audit.publish_policy import PublishSettings
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
+from icesink.committer.publisher import AuditedBranch, Publisher
 from icesink.properties import EVENT_TIME_FIELD_PROPERTY
 from icesink.sink.event_time import EventTimeSettings
 from icesink.sink.stream_watermark import StreamWatermark, TableTimes
-from icesink.table_ref import TableRef
+from icesink.table_ref import MAIN_BRANCH, TableRef
 from icesink.writer.spec import EventTimeSpec
+from tests.histories.branches import BRANCH, CURE, POISON, no_poison_left
 from tests.histories.canon import by_id, by_name, canon, drop_id, widen_id
 from tests.histories.grammar import TableShape, input_type, random_primitive, random_value
 from tests.histories.group import COMPANION
@@ -73,7 +76,7 @@ class Model:
 class World:
     """One table in a fresh catalog, written and changed as a history says."""
 
-    def __init__(self, config: CatalogConfig, shape: TableShape, atomic: bool = False) -> None:
+    def __init__(self, config: CatalogConfig, shape: TableShape, atomic: bool = False, branch: bool = False) -> None:
         from icesink.sink.tables import parse_partition_by
         from tests.histories.group import GROUP_FAILPOINTS, Companion
 
@@ -90,11 +93,18 @@ class World:
             with table.update_schema() as update:  # readers such as the changelog take the key from here
                 update.set_identifier_fields(*shape.keys)
         self.model = Model(keyed=bool(self.key_ids))
+        # With ``branch``, checkpoints commit to tests.histories.branches.BRANCH and main follows once audited:
+        # ``model`` is the branch's, ``published`` main's (see tests/histories/branches.py).
+        self.branch = BRANCH if branch else MAIN_BRANCH
+        self.published = Model(keyed=bool(self.key_ids))
+        self.poisoned = False  # a poisoned checkpoint is on the branch, not cured yet: main holds
+        self.flags: dict[str, str] = {}  # what the next checkpoint's snapshot says (poison, cure)
         # With ``atomic``, a second table is written in every checkpoint and committed with this one.
         self.companion = Companion(self.catalog, config) if atomic else None
         self.failpoints = GROUP_FAILPOINTS if atomic else FAILPOINTS
         self.next_checkpoint = 0
         self.committer = TableCommitter(self.catalog, config, Ledger(config))
+        self.publisher = self._publisher() if branch else None
         self.last_marker = -1
         self.readers_asked: Counter[str] = Counter()
         # Names dropped or renamed away, by struct: a new field may take one again (the name-reuse trap:
@@ -111,6 +121,22 @@ class World:
 
     def table(self) -> Any:
         return self.catalog.load_table(IDENTIFIER)
+
+    def _publisher(self) -> Publisher:
+        from icesink import checks
+
+        settings = PublishSettings.of(None, True, "continue", IDENTIFIER)
+        audited = AuditedBranch(TableRef(IDENTIFIER, self.branch), (no_poison_left, checks.rows_written()))
+        committer = self.committer
+        return Publisher(
+            self.catalog,
+            self.config,
+            Ledger(self.config),
+            [audited],
+            settings,
+            False,
+            committer.forget,
+        )
 
     # --- writing, as a stream's tasks and driver do --------------------------------------------------------------
 
@@ -161,7 +187,7 @@ class World:
         late_before = None
         if event_time is not None:
             self.clock_ms += 20_000
-            late_before = self.watermark.start(JOB, checkpoint, [(table, TableRef(IDENTIFIER))])
+            late_before = self.watermark.start(JOB, checkpoint, [(table, TableRef(IDENTIFIER, self.branch))])
             spec = replace(spec, event_time=EventTimeSpec(event_time.column, (), late_before))
         attempt = 0 if again is None else 1
         writer = TaskWriter(spec, task_id=0, attempt=attempt)
@@ -171,7 +197,8 @@ class World:
         if event_time is not None:
             state, shared, counts = self.watermark.fold([TableTimes(IDENTIFIER, event_time, [result])])
             properties = {**shared, **counts[IDENTIFIER], EVENT_TIME_FIELD_PROPERTY: str(self.event_field)}
-        written = [TableResults(table, IDENTIFIER, [result], snapshot_properties=properties)]
+        properties = {**properties, **self.flags}
+        written = [TableResults(table, IDENTIFIER, [result], snapshot_properties=properties, branch=self.branch)]
         if self.companion is None:
             staged = stage_tables(Ledger(self.config), JOB, checkpoint, written)
             if staged and state is not None:
@@ -232,6 +259,8 @@ class World:
             committer.commit_atomic(JOB)
         self.committer.forget(IDENTIFIER)
         self.committer.forget(COMPANION)
+        if self.publisher is not None:  # as the inline committer of a stream with audits does, after its commit
+            self.publisher.after_commit(JOB)
 
     def apply_to_model(self, rows: pa.Table, ops: list[str]) -> None:
         """What the checkpoint must do: the last change of each key wins (by input order)."""
@@ -241,6 +270,7 @@ class World:
         ]
         if not self.key_ids:
             self.model.appended.extend(model_rows)
+            self.checkpoint_done()
             return
         latest: dict[Any, tuple[str, Row]] = {}
         for row, op, raw in zip(model_rows, ops, rows.to_pylist(), strict=True):
@@ -250,6 +280,14 @@ class World:
                 self.model.rows.pop(key, None)
             else:
                 self.model.rows[key] = row
+        self.checkpoint_done()
+
+    def checkpoint_done(self) -> None:
+        """A checkpoint is in the model of the branch: main takes it, unless a poison is on the branch, uncured."""
+        self.poisoned = (self.poisoned or POISON in self.flags) and CURE not in self.flags
+        self.flags = {}
+        if self.branch != MAIN_BRANCH and not self.poisoned:
+            self.published = Model(self.model.keyed, dict(self.model.rows), list(self.model.appended))
 
     def key_of(self, schema: Any, raw: dict[str, Any]) -> tuple[Any, ...]:
         from icesink.iceberg.schemas import field_path
@@ -282,6 +320,8 @@ class World:
         if self.companion is not None:  # what the killed committer left: both tables at one cut, or neither
             self.companion.check_cut(self.config, IDENTIFIER, JOB)
         self.committer = TableCommitter.of(self.config)  # a new process' committer
+        if self.publisher is not None:
+            self.publisher = self._publisher()  # and its publisher, knowing only what the catalog holds
         self.commit()
 
     def lose_and_discard(self, checkpoint: int) -> None:
@@ -337,7 +377,7 @@ class World:
             if kind == "drop":
                 update.delete_column(path)
                 self.retired.setdefault(path[:-1], []).append(path[-1])
-                self.model.change_values(lambda row: drop_id(row, target.field_id))
+                self._change_values(lambda row: drop_id(row, target.field_id))
                 return f"drop {path}"
             if kind == "optional":
                 update.update_column(path, required=False)
@@ -351,7 +391,7 @@ class World:
                 else DecimalType(min(38, kind_now.precision + 4), kind_now.scale)
             )
             update.update_column(path, field_type=wider)
-            self.model.change_values(lambda row: widen_id(row, target.field_id, wider))
+            self._change_values(lambda row: widen_id(row, target.field_id, wider))
             return f"widen {path} to {wider}"
 
     def maintain(self, mode: str) -> None:
@@ -371,20 +411,24 @@ class World:
 
     # --- the oracle ----------------------------------------------------------------------------------------------
 
-    def expected(self) -> tuple[Any, list[dict[str, Any]]]:
-        """The model's rows under the table's current names, canonical."""
+    def _change_values(self, change: Callable[[Row], Row]) -> None:
+        """Another tool changed the schema: every reader of the table reads it so, main's and the branch's."""
+        self.model.change_values(change)
+        self.published.change_values(change)
+
+    def expected(self, branch: str = MAIN_BRANCH) -> tuple[Any, list[dict[str, Any]]]:
+        """The model's rows of ``branch`` under the table's current names, canonical."""
         from tests.histories.canon import canon_rows
 
+        model = self.published if self.branch != MAIN_BRANCH and branch == MAIN_BRANCH else self.model
         schema = self.table().schema()
-        rows = [
-            {f.name: by_name(f.field_type, row.get(f.field_id)) for f in schema.fields} for row in self.model.all_rows()
-        ]
+        rows = [{f.name: by_name(f.field_type, row.get(f.field_id)) for f in schema.fields} for row in model.all_rows()]
         return schema, canon_rows(schema, rows)
 
-    def check_reader(self, reader: str, rows: list[dict[str, Any]]) -> None:
+    def check_reader(self, reader: str, rows: list[dict[str, Any]], branch: str = MAIN_BRANCH) -> None:
         from tests.histories.canon import canon_rows, first_difference
 
-        schema, expected = self.expected()
+        schema, expected = self.expected(branch)
         self.readers_asked[reader] += 1
         names = {f.name for f in schema.fields}
         if rows and set(rows[0]) != names:
@@ -424,7 +468,7 @@ class World:
                         f"checkpoint {checkpoint} is in snapshots {seen[checkpoint]} and {snapshot.snapshot_id}"
                     )
                 seen[checkpoint] = snapshot.snapshot_id
-        marker = committed_marker(table.metadata, JOB)
+        marker = committed_marker(table.metadata, JOB, self.branch if identifier == IDENTIFIER else MAIN_BRANCH)
         now = marker.checkpoint_id if marker else -1
         if now < last_marker:
             raise Mismatch(f"table {identifier}: the marker went back from {last_marker} to {now}")
@@ -450,7 +494,7 @@ class World:
         from icesink.readiness import partition_end
 
         by_id = {s.snapshot_id: s for s in table.metadata.snapshots}
-        snapshot, seen = table.current_snapshot(), []
+        snapshot, seen = table.metadata.snapshot_by_name(self.branch), []
         while snapshot is not None:
             seen.append(snapshot)
             snapshot = by_id.get(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
@@ -465,7 +509,7 @@ class World:
                     raise Mismatch(f"snapshot {snapshot.snapshot_id} made {done} done below its end")
         if recorded != sorted(recorded):
             raise Mismatch(f"the watermark went back along main: {recorded}")
-        now = recorded_watermark(table.metadata)
+        now = recorded_watermark(table.metadata, self.branch)
         if self.last_watermark is not None and (now is None or now < self.last_watermark):
             raise Mismatch(f"the table's watermark went back from {self.last_watermark} to {now}")
         self.last_watermark = now
