@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from pyiceberg.schema import Schema
 
     from icesink.audit.inputs import AuditInput
 
@@ -133,6 +134,9 @@ class not_null:  # a function's name, as checks are called
     def describe(self) -> dict[str, object]:
         return {"check": "not_null", "columns": list(self.columns)}
 
+    def reads(self, schema: Schema) -> list[str] | None:
+        return _top_level(schema, self.columns)
+
     def __str__(self) -> str:
         return f"not_null({', '.join(self.columns)})"
 
@@ -182,6 +186,9 @@ class unique:
 
     def describe(self) -> dict[str, object]:
         return {"check": "unique", "columns": list(self.columns)}
+
+    def reads(self, schema: Schema) -> list[str] | None:
+        return _top_level(schema, self.columns)
 
     def __str__(self) -> str:
         return f"unique({', '.join(self.columns)})"
@@ -238,6 +245,9 @@ class in_range:
     def describe(self) -> dict[str, object]:
         return {"check": "in_range", "column": self.column, "min": _plain(self.min), "max": _plain(self.max)}
 
+    def reads(self, schema: Schema) -> list[str] | None:
+        return _top_level(schema, [self.column])
+
     def __str__(self) -> str:
         return f"in_range({self.column}, {self._bounds()})"
 
@@ -270,6 +280,11 @@ class matches:
     def describe(self) -> dict[str, object]:
         return {"check": "matches", "predicate": self.predicate}
 
+    def reads(self, schema: Schema) -> list[str] | None:
+        from icesink.iceberg.row_filters import predicate_columns
+
+        return predicate_columns(schema, self.predicate)
+
     def __str__(self) -> str:
         return f"matches({self.predicate!r})"
 
@@ -292,6 +307,9 @@ class rows_written:
     def describe(self) -> dict[str, object]:
         return {"check": "rows_written"}
 
+    def reads(self, schema: Schema) -> list[str] | None:
+        return []
+
     def __str__(self) -> str:
         return "rows_written()"
 
@@ -312,6 +330,9 @@ class schema_unchanged:
     def describe(self) -> dict[str, object]:
         return {"check": "schema_unchanged", "allow_widening": self.allow_widening}
 
+    def reads(self, schema: Schema) -> list[str] | None:
+        return []
+
     def __str__(self) -> str:
         return f"schema_unchanged(allow_widening={self.allow_widening})"
 
@@ -327,6 +348,32 @@ def _bound(value: object, column: pa.DataType) -> pa.Scalar:
 
 
 BUILT_INS = (not_null, unique, in_range, matches, rows_written, schema_unchanged)
+
+
+def columns_read(checks: Sequence[object], schema: Schema) -> list[str] | None:
+    """The top-level columns these checks read, with the table's key columns (their examples name rows by them);
+    None (every column) when a check is not a built-in or names a column it cannot find (it says so itself)."""
+    needed: set[str] = set()
+    for check in checks:
+        reads = check.reads(schema) if isinstance(check, BUILT_INS) else None
+        if reads is None:
+            return None
+        needed.update(reads)
+    needed.update(schema.identifier_field_names())
+    return [f.name for f in schema.fields if f.name in needed]
+
+
+def _top_level(schema: Schema, paths: Sequence[str]) -> list[str] | None:
+    """The top-level column each path starts in (names may hold dots); None if one is in none."""
+    names = [f.name for f in schema.fields]
+    found = []
+    for path in paths:
+        parts = path.split(".")
+        top = next((".".join(parts[:end]) for end in range(len(parts), 0, -1) if ".".join(parts[:end]) in names), None)
+        if top is None:
+            return None
+        found.append(top)
+    return found
 
 
 def _plain(value: object) -> object:

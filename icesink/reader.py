@@ -12,6 +12,7 @@ data sequence number is strictly lower than its own.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -37,6 +38,7 @@ def read_table(
     *,
     added_after: int | None = None,
     current_schema: bool = False,
+    columns: Sequence[str] | None = None,
 ) -> pa.Table:
     """The rows of ``table`` at ``snapshot_id`` (default: current), deletes applied, matching ``row_filter``.
 
@@ -45,7 +47,8 @@ def read_table(
     The cost follows those files, not the table.
 
     A past snapshot reads in its own schema, as time travel does in every Iceberg reader; with ``current_schema``
-    in the table's current one, as Iceberg reads the head of a branch.
+    in the table's current one, as Iceberg reads the head of a branch. ``columns`` (top-level names) reads only
+    those.
 
     Raises :class:`SnapshotNotFoundError` for a snapshot the table does not have and
     :class:`BadFilterError` for a filter that does not parse or names no column of the table.
@@ -61,6 +64,11 @@ def read_table(
     schema_of = None if current_schema else snapshot_id
     expression = bound_filter(table, identifier, schema_of, row_filter)
     plan = plan_scan(table, snapshot_id, expression, schema=table.metadata.schema() if current_schema else None)
+    if columns is not None:  # by top-level field, not by name lookup: a name may hold a dot
+        from pyiceberg.schema import Schema
+
+        kept = [f for f in plan.schema.fields if f.name in set(columns)]
+        plan = replace(plan, schema=Schema(*kept, schema_id=plan.schema.schema_id))
     if added_after is not None:
         base = table.metadata.snapshot_by_id(added_after)
         after = base.sequence_number if base is not None and base.sequence_number is not None else 0

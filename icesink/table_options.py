@@ -113,7 +113,8 @@ class TableOptions:
         metadata=doc(
             "commit every checkpoint to this branch of the table instead of ``main`` (created from ``main``'s head "
             "on first use): the job's exactly-once marker, its watermark and its partitions are the branch's, and "
-            "``main`` does not move. Not yet with ``maintain`` or ``expire_snapshots``, which work on ``main``."
+            "``main`` does not move. Not yet with ``maintain``, which works on ``main``. With ``expire_snapshots``, "
+            "expiry keeps every snapshot between ``main`` and the branch's head."
         ),
     )
     audit: Sequence[Callable[..., list[str]]] = field(

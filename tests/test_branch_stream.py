@@ -74,7 +74,6 @@ def _jobs(table: Any) -> set[str]:
     ("options", "refusal"),
     [
         ({"branch": AUDIT, "maintain": True}, rf"maintain works on main, not yet on branch '{AUDIT}'"),
-        ({"branch": AUDIT, "expire_snapshots": True}, r"expire_snapshots works on main, not yet on branch"),
         ({"branch": " "}, r"branch names a branch of the table; it is empty"),
         ({"branch": ["audit"]}, r"branch takes a string, e.g. 'name'"),
     ],

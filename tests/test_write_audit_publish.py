@@ -185,6 +185,14 @@ def test_main_follows_each_audited_checkpoint_and_a_failure_holds_it_until_a_fix
     assert ids_at(config, TABLE) == [0, 1, 2, 4, 5, 6, 7, 1000, 1001] == ids_at(config, TABLE, BRANCH)
     assert report.published[TABLE] == open_catalog(config).load_table(TABLE).metadata.refs[BRANCH].snapshot_id
 
+    # The change stream along the branch shows everything, unpublished snapshots too.
+    import icesink
+
+    along = icesink.changes(TABLE, published_first, branch=BRANCH, catalog=config).to_pylist()
+    assert sorted((c["id"], c["_change_type"]) for c in along) == sorted(
+        [*[(i, "insert") for i in (3, 4, 5, 6, 7)], (3, "delete")]
+    )
+
     # The record says it: every snapshot's verdict, what it was compared with, which one main moved to.
     entries = AuditRecord(config).of_branch(TABLE, BRANCH)
     verdicts = sorted(
@@ -225,7 +233,7 @@ def test_on_audit_failure_stop_raises_naming_table_snapshot_checkpoint_and_rows(
     assert (error.table, error.checkpoint_id, error.job_id, error.snapshot_id) == (TABLE, 1, "job", branch_head)
     text = str(error)
     assert f"table {TABLE} (branch {BRANCH}): snapshot {branch_head} (checkpoint 1 of job job) failed" in text
-    assert "2 of 3 added row(s) have amount outside [0, +inf], e.g. {id: 10, name: 'name-10', amount: -5.0}" in text
+    assert "2 of 3 added row(s) have amount outside [0, +inf], e.g. {id: 10, amount: -5.0}" in text
     assert "`icesink branches 'shop.orders ü'`" in text and f"--branch '{BRANCH}'" in text
     assert ids_at(config, TABLE) == [0, 1]  # the checkpoint is on the branch, not on main
     # A restart writes on; its snapshot is audited with the bad rows since main, and stops again.
@@ -356,6 +364,28 @@ def test_a_table_that_failed_holds_the_group_at_the_last_checkpoint_every_table_
     publishing.commit()
     # The cut is checkpoint 1: a at its checkpoint 1, b at its checkpoint 0 (untouched by 1); neither past.
     assert ids_at(config, tables[0]) == [0, 1] and ids_at(config, tables[1]) == [0]
+
+
+def test_expiry_keeps_every_snapshot_main_has_not_reached(sqlite_catalog: CatalogConfig) -> None:
+    config = sqlite_catalog
+    table = create_orders_table(config, TABLE)
+    with table.transaction() as change:  # expire everything but the head as soon as it is older than 1 ms
+        change.set_properties({"history.expire.max-snapshot-age-ms": "1", "history.expire.min-snapshots-to-keep": "1"})
+    stream = BranchStream(config, [TABLE], SAFE, expire_snapshots=True)
+    stream.batch({TABLE: orders(0, 1)})
+    published = main_snapshot(config, TABLE)
+    stream.batch({TABLE: negative(1, 1)})  # held: main stays, the branch grows
+    for number in range(2, 5):
+        stream.batch({TABLE: orders(number, 1)})
+    table = open_catalog(config).load_table(TABLE)
+    line = [s.snapshot_id for s in table.metadata.snapshots]
+    assert published in line and len(line) == 5  # main's head and the four snapshots after it, none expired
+    table.delete("amount < 0", branch=BRANCH)
+    stream.batch({TABLE: orders(5, 1)})
+    assert ids_at(config, TABLE) == [0, 2, 3, 4, 5]
+    stream.batch({TABLE: orders(6, 1)})  # the next commit expires, with main caught up
+    table = open_catalog(config).load_table(TABLE)
+    assert len(table.metadata.snapshots) <= 2  # main's head and the branch's: the line behind them expired
 
 
 def test_main_moved_by_another_tool_stops_publishing_and_loses_nothing(sqlite_catalog: CatalogConfig) -> None:

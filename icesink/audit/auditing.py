@@ -10,6 +10,7 @@ from icesink.audit.inputs import AuditInput
 from icesink.audit.running import Check, run_checks
 from icesink.catalog.audit_record import AuditEntry
 from icesink.catalog.checkpoints import CheckpointState
+from icesink.checks import columns_read
 from icesink.properties import JOB_ID_PROPERTY
 
 if TYPE_CHECKING:
@@ -28,11 +29,13 @@ def audit_link(chain: Chain, index: int, checks: Sequence[Check], ledger: Ledger
     base = chain.base_for(index)
     table = chain.table
     if checks:
-        added = (
-            read_table(table, link.snapshot_id, added_after=base)
-            if base is not None
-            else read_table(table, link.snapshot_id)
+        # Only the columns the checks read, when they say which (the built-ins): a read that follows them.
+        snapshot = table.metadata.snapshot_by_id(link.snapshot_id)
+        schema = (
+            table.metadata.schema_by_id(snapshot.schema_id) if snapshot and snapshot.schema_id is not None else None
         )
+        columns = columns_read(checks, schema or table.schema())
+        added = read_table(table, link.snapshot_id, added_after=base, columns=columns)
     else:
         added = empty_table(table.schema().as_arrow())
     written, committed = _row_counts(table, chain, index, base, ledger)

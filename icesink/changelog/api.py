@@ -24,8 +24,10 @@ def changes(
     net_changes: bool = False,
     catalog: str | CatalogConfig | Mapping[str, str] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    branch: str | None = None,
 ) -> pa.Table:
-    """The changes committed to ``main`` after ``start_snapshot`` up to ``end_snapshot`` (default: the head).
+    """The changes committed to ``main`` (or ``branch``) after ``start_snapshot`` up to ``end_snapshot`` (default:
+    the head).
 
     Args:
         table: ``namespace.table`` (looked up in ``catalog``) or a pyiceberg ``Table``.
@@ -37,12 +39,13 @@ def changes(
             rows each snapshot added, table columns only).
         net_changes: collapse each key's changes to its net change (needs the table's identifier fields).
         progress: called with (steps done, steps): one step per snapshot planned, one for reading the files.
+        branch: the changes along this branch, up to its head (a stream's ``branch=``, unpublished snapshots too).
     """
     from icesink.catalog.config import resolve_catalog
     from icesink.catalog.loader import load_table, open_catalog
     from icesink.changelog.compute import compute_changes, empty_changelog
     from icesink.changelog.plan import Planner
-    from icesink.errors import SnapshotNotFoundError
+    from icesink.errors import ConfigError, SnapshotNotFoundError
 
     if isinstance(table, str):
         config = resolve_catalog(catalog)
@@ -57,6 +60,11 @@ def changes(
                 f"`icesink snapshots list {identifier}` lists them"
             )
     head = metadata.current_snapshot()
+    if branch is not None:
+        head = metadata.snapshot_by_name(branch)
+        if head is None or branch not in metadata.refs:
+            refs = ", ".join(sorted(metadata.refs)) or "none"
+            raise ConfigError(f"table {identifier} has no branch or tag {branch!r} (it has: {refs})", table=identifier)
     end = end_snapshot if end_snapshot is not None else (head.snapshot_id if head else None)
     schema = table.schema()
     if end is None or end == start_snapshot:

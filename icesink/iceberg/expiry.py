@@ -16,6 +16,11 @@ def expired_snapshot_ids(metadata: TableMetadata, new_head: Snapshot, branch: st
     ``max-snapshot-age-ms`` (the ref's own settings first, then the table's
     ``history.expire.*`` properties). Snapshots no ref reaches go once they
     are older than the table's maximum age.
+
+    And one of icesink's: every snapshot between ``main``'s head and the head of another branch is kept, however
+    old, so that ``main`` can still be moved forward along the branch (write-audit-publish audits and publishes
+    those snapshots; a cut in that line would leave ``main`` unable to follow). Where ``main`` does not exist yet,
+    the branch's whole line is kept.
     """
     properties = metadata.properties
     table_max_age = int(
@@ -42,11 +47,30 @@ def expired_snapshot_ids(metadata: TableMetadata, new_head: Snapshot, branch: st
             retained.add(parent_id)
             kept += 1
             parent_id = parent.parent_snapshot_id
+    retained |= _unpublished(metadata, new_head, branch)
     return [
         s.snapshot_id
         for s in metadata.snapshots
         if s.snapshot_id not in retained and s.timestamp_ms < now_ms - table_max_age
     ]
+
+
+def _unpublished(metadata: TableMetadata, new_head: Snapshot, branch: str) -> set[int]:
+    """The snapshots of every branch but main that main's head does not reach yet (up to main's head)."""
+    main = metadata.refs.get(MAIN_BRANCH)
+    main_id = new_head.snapshot_id if branch == MAIN_BRANCH else main.snapshot_id if main is not None else None
+    kept: set[int] = set()
+    for name, ref in metadata.refs.items():
+        if name == MAIN_BRANCH or ref.snapshot_ref_type != SnapshotRefType.BRANCH:
+            continue
+        line: list[int] = []
+        current: int | None = new_head.snapshot_id if name == branch else ref.snapshot_id
+        while current is not None and current != main_id:
+            line.append(current)
+            current = new_head.parent_snapshot_id if current == new_head.snapshot_id else _parent_of(metadata, current)
+        if current == main_id:  # main is behind this branch (or does not exist): its line to main stays
+            kept.update(line)
+    return kept
 
 
 def _parent_of(metadata: TableMetadata, snapshot_id: int) -> int | None:

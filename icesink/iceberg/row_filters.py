@@ -37,11 +37,26 @@ def rows_not_matching(rows: pa.Table, schema: Schema, predicate: str) -> list[in
         ) from e
     if rows.num_rows == 0:
         return []
-    numbered = rows.append_column("__icesink_row", pa.array(range(rows.num_rows), type=pa.int64()))
+    import pyarrow.dataset as ds
+
     try:
-        kept = numbered.filter(expression_to_pyarrow(bound, schema)).column("__icesink_row")
+        # The predicate evaluated as a column (one pass, vectorized), not a filter then a lookup of what it kept.
+        truth = ds.dataset(rows).to_table(columns={"truth": expression_to_pyarrow(bound, schema)}).column("truth")
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, KeyError) as e:
         raise PredicateError(f"the predicate cannot be evaluated on the rows ({e})") from e
-    true_rows = pc.is_in(numbered.column("__icesink_row"), value_set=kept.combine_chunks())
-    found: list[int] = pc.indices_nonzero(pc.invert(true_rows)).to_pylist()
+    found: list[int] = pc.indices_nonzero(pc.invert(pc.fill_null(truth, False))).to_pylist()
     return found
+
+
+def predicate_columns(schema: Schema, predicate: str) -> list[str] | None:
+    """The top-level columns ``predicate`` reads (None when it does not parse or bind: the check says why)."""
+    from pyiceberg.expressions.visitors import bind, extract_field_ids
+
+    from icesink.iceberg.scan import parse_row_filter
+    from icesink.iceberg.schemas import field_path
+
+    try:
+        bound = bind(schema, parse_row_filter(predicate), case_sensitive=True)
+    except Exception:  # parse or bind errors: the check reports them with the rows
+        return None
+    return sorted({field_path(schema, field_id)[0][1] for field_id in extract_field_ids(bound)})

@@ -206,12 +206,11 @@ class StreamOptions(TableOptions, StreamWideOptions):
             return
         if not self.branch.strip():
             raise ConfigError(f"table {table}: branch names a branch of the table; it is empty")
-        for option, flag in (("maintain", self.maintain), ("expire_snapshots", self.expire_snapshots)):
-            if flag and self.branch != MAIN_BRANCH:
-                raise ConfigError(
-                    f"table {table}: {option} works on main, not yet on branch {self.branch!r}; leave it out, and "
-                    "maintain main with icesink maintain"
-                )
+        if self.maintain and self.branch != MAIN_BRANCH:
+            raise ConfigError(
+                f"table {table}: maintain works on main, not yet on branch {self.branch!r}; leave it out, and "
+                "maintain main with icesink maintain"
+            )
 
     def _check_audit(self, table: str) -> None:
         audit = self.audit

@@ -38,6 +38,7 @@ class BranchStream:
     publish: str | None = None
     on_audit_failure: str = "continue"
     checkpoint: int = 0
+    expire_snapshots: bool = False
     reports: list[PublishReport] = field(default_factory=list)
     publisher: Publisher = field(init=False)
     committer: TableCommitter = field(init=False)
@@ -49,7 +50,7 @@ class BranchStream:
         """A new driver: a committer and publisher of its own, knowing only what the catalog holds."""
         catalog = open_catalog(self.config, pending_tables=True)
         ledger = Ledger(self.config)
-        self.committer = TableCommitter(catalog, self.config, ledger)
+        self.committer = TableCommitter(catalog, self.config, ledger, expire_snapshots=self.expire_snapshots)
         settings = PublishSettings.of(self.publish, bool(self.checks), self.on_audit_failure, ",".join(self.tables))
         self.publisher = Publisher(
             catalog,
