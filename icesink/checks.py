@@ -18,6 +18,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from icesink.audit.added_rows import (
+    EXAMPLES,
+    MissingColumn,
+    column_values,
+    examples,
+    indices_of,
+    missing_column,
+    short,
+)
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.schema import Schema
@@ -25,81 +35,6 @@ if TYPE_CHECKING:
     from icesink.audit.inputs import AuditInput
 
 __all__ = ["in_range", "matches", "not_null", "rows_written", "schema_unchanged", "unique"]
-
-EXAMPLES = 3  # offending rows shown per problem
-
-
-class _MissingColumn(Exception):
-    pass
-
-
-def _values(rows: pa.Table, path: str) -> pa.ChunkedArray:
-    """A column or nested field of the rows; a parent struct that is null makes its fields null."""
-    import pyarrow.compute as pc
-
-    names = _split(rows.schema, path.split("."))
-    if names is None:
-        raise _MissingColumn(path)
-    values = rows.column(names[0])
-    for name in names[1:]:
-        values = pc.struct_field(values, name)
-    return values
-
-
-def _split(fields: Any, parts: list[str]) -> list[str] | None:
-    """The field names along ``parts`` joined by dots, where names may hold dots themselves (longest first)."""
-    import pyarrow as pa
-
-    names = [f.name for f in fields]
-    for end in range(len(parts), 0, -1):
-        name = ".".join(parts[:end])
-        if name not in names:
-            continue
-        if end == len(parts):
-            return [name]
-        kind = fields[names.index(name)].type
-        if pa.types.is_struct(kind):
-            rest = _split([kind.field(i) for i in range(kind.num_fields)], parts[end:])
-            if rest is not None:
-                return [name, *rest]
-    return None
-
-
-def _missing(rows: pa.Table, path: str, check: str) -> str:
-    return (
-        f"{check}: the rows have no column {path!r} (columns: {', '.join(rows.column_names)}); fix the check, or "
-        "name the column as the table does"
-    )
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _examples(audit: AuditInput, rows: pa.Table, indices: Sequence[int], columns: Sequence[str]) -> str:
-    """A few offending rows, with the table's key columns and the check's own."""
-    keys = [k for k in _keys(audit) if k in rows.column_names] or rows.column_names[:2]  # what tells rows apart
-    own = [c if c in rows.column_names else c.split(".")[0] for c in columns]
-    shown = [c for c in dict.fromkeys([*keys, *own]) if c in rows.column_names] or rows.column_names[:4]
-    picked = rows.select(shown).take(list(indices[:EXAMPLES])).to_pylist()
-    return "; ".join("{" + ", ".join(f"{k}: {_short(v)}" for k, v in row.items()) + "}" for row in picked)
-
-
-def _keys(audit: AuditInput) -> list[str]:
-    try:
-        return list(audit.table.schema().identifier_field_names())
-    except Exception:  # a check must say what it found, whatever table it is given
-        return []
-
-
-def _indices(mask: pa.ChunkedArray | pa.Array) -> list[int]:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    flat = mask.combine_chunks() if isinstance(mask, pa.ChunkedArray) else mask
-    found: list[int] = pc.indices_nonzero(pc.fill_null(flat, False)).to_pylist()
-    return found
 
 
 @dataclass(frozen=True, init=False)
@@ -119,15 +54,15 @@ class not_null:  # a function's name, as checks are called
         problems = []
         for column in self.columns:
             try:
-                values = _values(audit.added, column)
-            except _MissingColumn:
-                problems.append(_missing(audit.added, column, str(self)))
+                values = column_values(audit.added, column)
+            except MissingColumn:
+                problems.append(missing_column(audit.added, column, str(self)))
                 continue
-            found = _indices(pc.is_null(values))
+            found = indices_of(pc.is_null(values))
             if found:
                 problems.append(
                     f"{len(found)} of {audit.added.num_rows} added row(s) have a null {column}, e.g. "
-                    + _examples(audit, audit.added, found, [column])
+                    + examples(audit, audit.added, found, [column])
                 )
         return problems
 
@@ -159,9 +94,9 @@ class unique:
 
         rows = audit.added
         try:
-            keyed = pa.table({f"k{i}": _values(rows, c) for i, c in enumerate(self.columns)})
-        except _MissingColumn as e:
-            return [_missing(rows, str(e), str(self))]
+            keyed = pa.table({f"k{i}": column_values(rows, c) for i, c in enumerate(self.columns)})
+        except MissingColumn as e:
+            return [missing_column(rows, str(e), str(self))]
         names = keyed.column_names
         try:
             counts = keyed.group_by(names, use_threads=False).aggregate([([], "count_all")])
@@ -174,7 +109,7 @@ class unique:
         shown = repeated.slice(0, EXAMPLES).to_pylist()
         described = "; ".join(
             "("
-            + ", ".join(f"{c}: {_short(one[n])}" for c, n in zip(self.columns, names, strict=True))
+            + ", ".join(f"{c}: {short(one[n])}" for c, n in zip(self.columns, names, strict=True))
             + ")"
             + f" {one['count_all']} times"
             for one in shown
@@ -217,9 +152,9 @@ class in_range:
         import pyarrow.compute as pc
 
         try:
-            values = _values(audit.added, self.column)
-        except _MissingColumn:
-            return [_missing(audit.added, self.column, str(self))]
+            values = column_values(audit.added, self.column)
+        except MissingColumn:
+            return [missing_column(audit.added, self.column, str(self))]
         try:
             low = pc.less(values, _bound(self.min, values.type)) if self.min is not None else None
             high = pc.greater(values, _bound(self.max, values.type)) if self.max is not None else None
@@ -229,12 +164,12 @@ class in_range:
         outside = pc.or_(low, high) if both else (low if low is not None else high)
         if pa.types.is_floating(values.type):  # NaN is in no range (and compares false with every bound)
             outside = pc.or_kleene(outside, pc.is_nan(values))
-        found = _indices(outside) if outside is not None else []
+        found = indices_of(outside) if outside is not None else []
         if not found:
             return []
         return [
             f"{len(found)} of {audit.added.num_rows} added row(s) have {self.column} outside {self._bounds()}, e.g. "
-            + _examples(audit, audit.added, found, [self.column])
+            + examples(audit, audit.added, found, [self.column])
         ]
 
     def _bounds(self) -> str:
@@ -274,7 +209,7 @@ class matches:
             return []
         return [
             f"{len(found)} of {audit.added.num_rows} added row(s) do not satisfy {self.predicate!r}, e.g. "
-            + _examples(audit, audit.added, found, [])
+            + examples(audit, audit.added, found, [])
         ]
 
     def describe(self) -> dict[str, object]:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
 
     from icesink.catalog.config import CatalogConfig
-    from icesink.iceberg.scan import PlannedDataFile
+    from icesink.iceberg.scan import PlannedDataFile, PlannedScan
 
 
 def read_table(
@@ -42,13 +42,10 @@ def read_table(
 ) -> pa.Table:
     """The rows of ``table`` at ``snapshot_id`` (default: current), deletes applied, matching ``row_filter``.
 
-    With ``added_after`` (a snapshot the read one descends from), only the rows added after it: those of data
-    files with a higher data sequence number, as ``snapshot_id`` has them (so with the deletes since applied).
-    The cost follows those files, not the table.
-
-    A past snapshot reads in its own schema, as time travel does in every Iceberg reader; with ``current_schema``
-    in the table's current one, as Iceberg reads the head of a branch. ``columns`` (top-level names) reads only
-    those.
+    With ``added_after`` (a snapshot the read one descends from), only the rows of data files added after it, as
+    ``snapshot_id`` has them (the deletes since applied): the cost follows those files. A past snapshot reads in
+    its own schema, as time travel does in Iceberg; with ``current_schema`` in the table's, as Iceberg reads a
+    branch's head. ``columns`` (top-level names) reads only those.
 
     Raises :class:`SnapshotNotFoundError` for a snapshot the table does not have and
     :class:`BadFilterError` for a filter that does not parse or names no column of the table.
@@ -64,15 +61,7 @@ def read_table(
     schema_of = None if current_schema else snapshot_id
     expression = bound_filter(table, identifier, schema_of, row_filter)
     plan = plan_scan(table, snapshot_id, expression, schema=table.metadata.schema() if current_schema else None)
-    if columns is not None:  # by top-level field, not by name lookup: a name may hold a dot
-        from pyiceberg.schema import Schema
-
-        kept = [f for f in plan.schema.fields if f.name in set(columns)]
-        plan = replace(plan, schema=Schema(*kept, schema_id=plan.schema.schema_id))
-    if added_after is not None:
-        base = table.metadata.snapshot_by_id(added_after)
-        after = base.sequence_number if base is not None and base.sequence_number is not None else 0
-        plan = replace(plan, data=[item for item in plan.data if item.sequence_number > after])
+    plan = _narrowed(table, plan, columns, added_after)
     # Read with the columns deletes are keyed on, even one dropped since; return the schema's columns.
     schema = with_dropped_keys(
         table, plan.schema, (i for d in plan.equality_deletes for i in d.file.equality_ids or ())
@@ -101,6 +90,20 @@ def read_table(
         sequence = pa.concat_arrays([repeated(seq, r.num_rows) for r, seq in group])
         alive.append(deletes.apply(rows, sequence, scope))
     return pa.concat_tables(alive, promote_options="permissive").select(columns)
+
+
+def _narrowed(table: Table, plan: PlannedScan, columns: Sequence[str] | None, added_after: int | None) -> PlannedScan:
+    """The plan with only ``columns`` (top-level names), and only the data files added after ``added_after``."""
+    from pyiceberg.schema import Schema
+
+    if columns is not None:  # by top-level field, not by name lookup: a name may hold a dot
+        kept = [f for f in plan.schema.fields if f.name in set(columns)]
+        plan = replace(plan, schema=Schema(*kept, schema_id=plan.schema.schema_id))
+    if added_after is not None:
+        base = table.metadata.snapshot_by_id(added_after)
+        after = base.sequence_number if base is not None and base.sequence_number is not None else 0
+        plan = replace(plan, data=[item for item in plan.data if item.sequence_number > after])
+    return plan
 
 
 def bound_filter(

@@ -125,7 +125,8 @@ class TableOptions:
             "``.added`` (a ``pyarrow.Table`` of the rows the checkpoint added), ``.table``, ``.snapshot_id`` and "
             "``.checkpoint_id``, returning a list of problems as strings (empty: passed); ``icesink.checks`` has "
             "built-ins (``not_null``, ``unique``, ``in_range``, ``matches``, ``rows_written``, "
-            "``schema_unchanged``). Run by the inline committer."
+            "``schema_unchanged``). Run by the committer, inline or the daemon (which makes them again in its own "
+            "process)."
         ),
     )
 

@@ -210,3 +210,40 @@ def test_a_debezium_stream_into_branches_publishes_every_tables_main_together_on
         moments.add(max(e.published_at for e in entries if e.published_at is not None))
         assert any(not e.passed for e in entries) == (table == "lines")
     assert len(moments) == 1
+
+
+def test_a_stream_whose_committer_is_the_daemon_declares_its_audits_and_the_daemon_publishes(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    from icesink import checks
+    from icesink.committer.daemon import CommitterDaemon
+
+    config = sqlite_catalog
+    create_orders_table(config, TABLE)
+    source = tmp_path / "in"
+
+    def run() -> None:
+        df = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(source))
+        icesink.stream(
+            df.drop("topic", "partition"),
+            table=TABLE,
+            catalog=config,
+            checkpoint_location=str(tmp_path / "ck"),
+            trigger={"availableNow": True},
+            branch=AUDIT,
+            audit=[checks.not_null("id"), checks.in_range("amount", min=0)],
+            committer="daemon",
+        ).awaitTermination()
+
+    _orders_file(source, 0, [(1, 5.0, 10), (2, 7.0, 70)])
+    run()
+    assert open_catalog(config).load_table(TABLE).metadata.refs == {}  # only staged
+    daemon = CommitterDaemon(config, lease_ttl=4)
+    daemon.run(once=True)
+    assert ids_on(config, "main") == [1, 2] == ids_on(config, AUDIT)
+    _orders_file(source, 1, [(3, -1.0, 80)])
+    run()
+    daemon.run(once=True)
+    assert ids_on(config, "main") == [1, 2] and ids_on(config, AUDIT) == [1, 2, 3]  # it failed its audit
+    (held,) = daemon.audits()
+    assert held["table"] == TABLE and held["checkpoint_id"] == 1

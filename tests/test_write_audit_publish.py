@@ -454,6 +454,52 @@ def test_operator_commands_show_audit_again_and_publish(sqlite_catalog: CatalogC
     assert any(e.published_by and "@" in e.published_by for e in published)  # the operator, user@host
 
 
+def test_the_committer_daemon_audits_and_publishes_what_a_stream_declared(catalog_config: CatalogConfig) -> None:
+    import json
+    import urllib.request
+
+    from prometheus_client import generate_latest
+
+    from icesink.audit.publish_policy import PublishSettings
+    from icesink.committer.daemon import CommitterDaemon
+    from icesink.committer.observability import StatusServer
+    from icesink.committer.publisher import AuditedBranch, declare_publishing
+    from icesink.table_ref import TableRef
+
+    config = catalog_config
+    tables = ["db.a", "db.b"]
+    for name in tables:
+        create_orders_table(config, name)
+    stream = BranchStream(config, tables, SAFE)  # stages only: the daemon commits, audits and publishes
+    settings = PublishSettings.of(None, True, "continue", "db")
+    branches = [AuditedBranch(TableRef(t, BRANCH), tuple(SAFE)) for t in tables]
+    declare_publishing(config, "job", branches, settings, atomic=True)
+    stream.batch({tables[0]: orders(0, 1), tables[1]: orders(0, 1)}, commit=False)
+    daemon = CommitterDaemon(config, lease_ttl=4)
+    daemon.run(once=True)
+    assert [ids_at(config, t) for t in tables] == [[0], [0]]
+    stream.batch({tables[0]: negative(1, 1), tables[1]: orders(1, 1)}, commit=False)
+    daemon.run(once=True)
+    assert [ids_at(config, t) for t in tables] == [[0], [0]]  # one table failed: the group holds
+    (held,) = daemon.audits()
+    assert held["table"] == tables[0] and "in_range(amount, [0, +inf])" in held["problems"]  # type: ignore[operator]
+    server = StatusServer("127.0.0.1", 0, daemon.metrics, daemon.problems, daemon.jobs, daemon.failures, daemon.audits)
+    server.start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/healthz") as answer:
+            health = json.loads(answer.read())
+    finally:
+        server.stop()
+    assert health["healthy"] and health["audits"][0]["snapshot_id"] == held["snapshot_id"]
+    metrics = generate_latest(daemon.metrics.registry).decode()
+    assert 'icesink_audits_total{outcome="failed",table="db.a"} 1.0' in metrics
+    open_catalog(config).load_table(tables[0]).delete("amount < 0", branch=BRANCH)
+    stream.batch({tables[0]: orders(2, 1), tables[1]: orders(2, 1)}, commit=False)
+    daemon.run(once=True)
+    assert [ids_at(config, t) for t in tables] == [[0, 2], [0, 1, 2]] and daemon.audits() == []
+    assert 'icesink_publishes_total{table="db.b"} 2.0' in generate_latest(daemon.metrics.registry).decode()
+
+
 def test_checks_a_stream_cannot_hand_over_are_named(sqlite_catalog: CatalogConfig) -> None:
     config = sqlite_catalog
     create_orders_table(config, TABLE)
@@ -477,8 +523,11 @@ def test_stream_options_refuse_audits_without_a_branch_and_with_the_daemon() -> 
         options(audit=[checks.not_null("id")])
     with pytest.raises(ConfigError, match="publish applies to a stream into a branch"):
         options(publish="checkpoint", branch="main")
-    with pytest.raises(ConfigError, match="audit is carried out by the inline committer"):
-        options(audit=[checks.not_null("id")], branch="audit", committer="daemon")
+    with pytest.raises(ConfigError, match=r"cannot make .*<lambda> again"):
+        options(audit=[lambda audit: []], branch="audit", committer="daemon")
+    with pytest.raises(ConfigError, match="on_audit_failure='stop' needs the inline committer"):
+        options(audit=[checks.not_null("id")], branch="audit", committer="daemon", on_audit_failure="stop")
+    assert options(audit=[checks.not_null("id")], branch="audit", committer="daemon").audit
     with pytest.raises(ConfigError, match="audit takes a list of checks"):
         options(audit=checks.not_null("id"), branch="audit")
     with pytest.raises(ConfigError, match="audit takes a list of checks"):

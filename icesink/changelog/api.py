@@ -26,26 +26,24 @@ def changes(
     progress: Callable[[int, int], None] | None = None,
     branch: str | None = None,
 ) -> pa.Table:
-    """The changes committed to ``main`` (or ``branch``) after ``start_snapshot`` up to ``end_snapshot`` (default:
-    the head).
+    """The changes committed to ``main`` (or ``branch``) after ``start_snapshot`` up to ``end_snapshot`` (its head).
 
     Args:
         table: ``namespace.table`` (looked up in ``catalog``) or a pyiceberg ``Table``.
         start_snapshot: the snapshot the changes come after (exclusive); None starts before the oldest
             snapshot kept (its rows as inserts when older history has expired).
-        end_snapshot: the last snapshot whose changes are included.
+        end_snapshot: the last snapshot whose changes are included. ``branch``: the changes along that branch.
         mode: ``"changelog"`` (every change, with ``_change_type``, ``_change_ordinal`` (the commit's
             sequence number), ``_commit_snapshot_id`` and ``_commit_timestamp``) or ``"append"`` (the
             rows each snapshot added, table columns only).
         net_changes: collapse each key's changes to its net change (needs the table's identifier fields).
         progress: called with (steps done, steps): one step per snapshot planned, one for reading the files.
-        branch: the changes along this branch, up to its head (a stream's ``branch=``, unpublished snapshots too).
     """
     from icesink.catalog.config import resolve_catalog
     from icesink.catalog.loader import load_table, open_catalog
     from icesink.changelog.compute import compute_changes, empty_changelog
     from icesink.changelog.plan import Planner
-    from icesink.errors import ConfigError, SnapshotNotFoundError
+    from icesink.errors import SnapshotNotFoundError
 
     if isinstance(table, str):
         config = resolve_catalog(catalog)
@@ -59,13 +57,7 @@ def changes(
                 f"table {identifier} has no snapshot {snapshot_id} ({name} of the range); "
                 f"`icesink snapshots list {identifier}` lists them"
             )
-    head = metadata.current_snapshot()
-    if branch is not None:
-        head = metadata.snapshot_by_name(branch)
-        if head is None or branch not in metadata.refs:
-            refs = ", ".join(sorted(metadata.refs)) or "none"
-            raise ConfigError(f"table {identifier} has no branch or tag {branch!r} (it has: {refs})", table=identifier)
-    end = end_snapshot if end_snapshot is not None else (head.snapshot_id if head else None)
+    end = end_snapshot if end_snapshot is not None else _head_id(table, identifier, branch)
     schema = table.schema()
     if end is None or end == start_snapshot:
         return empty_changelog(schema) if mode == "changelog" else empty_table(schema.as_arrow())
@@ -83,3 +75,15 @@ def changes(
     changed = compute_changes(table, schema, parts, mode, net_changes)
     report(len(snapshots) + 1, len(snapshots) + 1)
     return changed
+
+
+def _head_id(table: Table, identifier: str, branch: str | None) -> int | None:
+    """The head of ``branch`` (main's current snapshot without one); a clear error for a branch the table lacks."""
+    from icesink.errors import ConfigError
+
+    metadata = table.metadata
+    head = metadata.current_snapshot() if branch is None else metadata.snapshot_by_name(branch)
+    if branch is not None and (head is None or branch not in metadata.refs):
+        refs = ", ".join(sorted(metadata.refs)) or "none"
+        raise ConfigError(f"table {identifier} has no branch or tag {branch!r} (it has: {refs})", table=identifier)
+    return head.snapshot_id if head is not None else None

@@ -127,7 +127,9 @@ def committer_run(
     if metrics_port is not None:
         from icesink.committer.observability import StatusServer
 
-        server = StatusServer(metrics_host, metrics_port, daemon.metrics, daemon.problems, daemon.jobs, daemon.failures)
+        server = StatusServer(
+            metrics_host, metrics_port, daemon.metrics, daemon.problems, daemon.jobs, daemon.failures, daemon.audits
+        )
         server.start()
         logging.getLogger("icesink.committer").info("metrics and health on http://%s:%d", metrics_host, server.port)
     try:

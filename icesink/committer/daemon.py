@@ -9,14 +9,18 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
+from pyiceberg.exceptions import CommitFailedException
+
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.lease import Lease, LeaseHolder, LeaseKeeper, LeaseLostError, default_owner
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
+from icesink.catalog.publishing_record import Declared, PublishingRecord
 from icesink.committer.build import CommitOutcome
 from icesink.committer.commit import TableCommitter
 from icesink.committer.maintainer import Maintainer
 from icesink.committer.observability import CommitterMetrics
+from icesink.committer.publisher import Publisher, publisher_of_job
 from icesink.errors import CatalogReplacedError, IcesinkError, LeaseHeldError
 from icesink.maintenance.run import MaintenanceReport
 from icesink.retry import Backoff
@@ -90,6 +94,10 @@ class CommitterDaemon:
         self._last_errors: dict[str, dict[str, object]] = {}  # table -> its last error's fields
         self._max_failures = max_failures
         self.metrics = CommitterMetrics()
+        # Write-audit-publish for streams that declared it (icesink_publishing): a publisher per job, and the
+        # tables whose publishing a failed audit holds, for /healthz.
+        self._publishers: dict[str, tuple[list[Declared], Publisher]] = {}
+        self._held_by_audit: dict[str, dict[str, object]] = {}
 
     @property
     def maintenance_reports(self) -> list[MaintenanceReport]:
@@ -140,7 +148,9 @@ class CommitterDaemon:
                 waiting += 1
                 continue
             self._forget_failure(table, report)
-            if self._counted(table, outcomes, report) and self._maintainer is not None and not self._stop.is_set():
+            committed = self._counted(table, outcomes, report)
+            self._publish(table)
+            if committed and self._maintainer is not None and not self._stop.is_set():
                 self._maintain(table)
         for table in set(self._retry_at) - set(pending):  # discarded, or committed by someone else
             self._forget_failure(table, report)
@@ -214,6 +224,50 @@ class CommitterDaemon:
             maintained = self._maintainer.between_commits(current, table)
         if maintained is not None:
             self._committer.forget(table)
+
+    def _publish(self, table: str) -> None:
+        """Audit and publish the branches of the jobs that declared it for this table, as their inline committer
+        would; a failure here is logged and never stops the commits."""
+        try:
+            jobs = sorted({d.job_id for d in PublishingRecord(self._config).of_tables([table])})
+        except IcesinkError as e:
+            log.warning("table=%s: publishing skipped: %s", table, e)
+            return
+        for job in jobs:
+            try:
+                # Made again when the stream declared anew (restarted with other checks); kept otherwise, for the
+                # interval a duration policy counts.
+                declared = PublishingRecord(self._config).of_job(job)
+                known = self._publishers.get(job)
+                if known is None or known[0] != declared:
+                    made = publisher_of_job(self._catalog, self._config, self._ledger, declared)
+                    if made is None:
+                        continue
+                    known = self._publishers[job] = (declared, made)
+                publisher = known[1]
+                self.lease.check()  # only the committer holding the lease moves main
+                published = publisher.after_commit(job)
+            except (IcesinkError, CommitFailedException) as e:
+                log.warning("table=%s job=%s: publishing failed (tried again after the next commit): %s", table, job, e)
+                continue
+            for entry in published.audited:
+                self.metrics.audits.labels(entry.identifier, "passed" if entry.passed else "failed").inc()
+                if not entry.passed:
+                    self._held_by_audit[entry.identifier] = {
+                        "table": entry.identifier,
+                        "branch": entry.branch,
+                        "snapshot_id": entry.snapshot_id,
+                        "checkpoint_id": entry.checkpoint_id,
+                        "job_id": entry.job_id,
+                        "problems": entry.problems,
+                    }
+            for identifier in published.published:
+                self.metrics.published.labels(identifier).inc()
+                self._held_by_audit.pop(identifier, None)
+
+    def audits(self) -> list[dict[str, object]]:
+        """Each table whose publishing a failed audit holds, with the snapshot and the problems, for /healthz."""
+        return [self._held_by_audit[t] for t in sorted(self._held_by_audit)]
 
     def _update_pending(self) -> None:
         try:

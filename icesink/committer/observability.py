@@ -58,6 +58,15 @@ class CommitterMetrics:
             ["table"],
             registry=self.registry,
         )
+        self.audits = Counter(
+            "icesink_audits",
+            "Branch snapshots audited (write-audit-publish), by outcome: passed or failed",
+            ["table", "outcome"],
+            registry=self.registry,
+        )
+        self.published = Counter(
+            "icesink_publishes", "Times main moved to an audited branch snapshot", ["table"], registry=self.registry
+        )
         self.active = Gauge(
             "icesink_committer_active", "1 while this committer holds its lease", registry=self.registry
         )
@@ -92,9 +101,11 @@ class StatusServer:
         health: Callable[[], list[str]],
         jobs: Callable[[], list[dict[str, object]]] = list,
         failures: Callable[[], list[dict[str, object]]] = list,
+        audits: Callable[[], list[dict[str, object]]] = list,
     ) -> None:
         """``health`` gives the reasons the daemon is unhealthy; ``jobs`` each job with its tables; ``failures``
-        each table whose last commit failed, with the error's table, checkpoint and job as fields."""
+        each table whose last commit failed, with the error's table, checkpoint and job as fields; ``audits`` each
+        table whose publishing a failed audit holds (write-audit-publish: the data's problem, not the daemon's)."""
         registry = metrics.registry
 
         class Handler(BaseHTTPRequestHandler):
@@ -107,7 +118,13 @@ class StatusServer:
                         streams = jobs()
                     except Exception as e:  # the ledger unreachable: health still answers, saying so
                         streams = [{"error": str(e)}]
-                    report = {"healthy": not problems, "problems": problems, "failures": failures(), "jobs": streams}
+                    report = {
+                        "healthy": not problems,
+                        "problems": problems,
+                        "failures": failures(),
+                        "audits": audits(),
+                        "jobs": streams,
+                    }
                     body = json.dumps(report, default=_json_value).encode()
                     status, kind = (503 if problems else 200), "application/json"
                 else:

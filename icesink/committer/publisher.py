@@ -25,9 +25,11 @@ from pyiceberg.table.refs import MAIN_BRANCH
 from icesink.audit.auditing import audit_link
 from icesink.audit.chain import Chain, Link, read_chain
 from icesink.audit.publish_policy import AuditFailure, PublishPolicy, PublishSettings
+from icesink.audit.running import describe_check, import_check
 from icesink.catalog.audit_record import AuditEntry, AuditRecord
 from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
+from icesink.catalog.publishing_record import Declared, PublishingRecord
 from icesink.committer.done_actions import DoneActions
 from icesink.errors import AuditFailedError, CommitConflictError, PublishError
 from icesink.failpoints import failpoint
@@ -63,6 +65,7 @@ class PublishReport:
     published: dict[str, int] = field(default_factory=dict)
     failed: list[AuditEntry] = field(default_factory=list)
     held: list[str] = field(default_factory=list)
+    audited: list[AuditEntry] = field(default_factory=list)  # every audit made, passed or not
 
 
 def failure_message(entry: AuditEntry, main_id: int | None, stopped: bool = False) -> str:
@@ -186,6 +189,7 @@ class Publisher:
             entry = audit_link(chain, index, branch.checks, self._ledger)
             failpoint("audit.before-record")  # the snapshot is on the branch; its audit is not recorded
             self._record.record(entry)
+            report.audited.append(entry)
             if not entry.passed:
                 report.failed.append(entry)
                 log.warning("%s", failure_message(entry, chain.line.main_id))
@@ -307,3 +311,48 @@ def publish_moves(
         )
     failpoint("publish.after-swap")  # main moved; the done actions for main not run
     return tables
+
+
+def declare_publishing(
+    config: CatalogConfig, job_id: str, branches: Sequence[AuditedBranch], settings: PublishSettings, atomic: bool
+) -> None:
+    """Tell the committer daemon how each of a stream's branches is audited and published (it cannot be handed the
+    checks themselves: it makes them again from their descriptions)."""
+    record = PublishingRecord(config)
+    for branch in branches:
+        checks = tuple(describe_check(c) for c in branch.checks)
+        policy = settings.policy.value
+        record.declare(
+            Declared(
+                branch.ref.identifier, job_id, branch.ref.branch, atomic, policy, settings.interval_seconds, checks
+            )
+        )
+
+
+def publisher_of_job(
+    catalog: SqlCatalog, config: CatalogConfig, ledger: Ledger, declared: Sequence[Declared]
+) -> Publisher | None:
+    """The daemon's publisher of one job, from what its stream declared (None: it declared nothing)."""
+    if not declared:
+        return None
+    branches = []
+    for one in declared:
+        checks = [import_check(dict(d)) for d in one.checks]
+        made = tuple(c for c in checks if c is not None)
+        if len(made) < len(checks):  # a module that can no longer be imported: nothing is published unchecked
+            made = (*made, _cannot_be_made(one.identifier))
+        branches.append(AuditedBranch(TableRef(one.identifier, one.branch), made))
+    first = declared[0]
+    policy = PublishPolicy(first.policy)
+    settings = PublishSettings(policy, first.interval_seconds, AuditFailure.CONTINUE)
+    return Publisher(catalog, config, ledger, branches, settings, first.atomic, lambda _: None)
+
+
+def _cannot_be_made(identifier: str) -> Check:
+    def check_missing(audit: object) -> list[str]:
+        return [
+            f"table {identifier}: a check its stream declared cannot be imported by this committer; install the "
+            "module that holds it where the committer runs"
+        ]
+
+    return check_missing

@@ -59,7 +59,7 @@ class Debezium:
 SOURCE_TIME = "source.ts_ms"
 
 
-def debezium(
+def debezium(  # Over 60 lines: one keyword argument per option, and what each does, as users call it.
     namespace: str,
     *,
     tables: Mapping[str, str] | None = None,

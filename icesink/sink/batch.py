@@ -28,7 +28,7 @@ from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import load_table, open_catalog
 from icesink.committer.commit import TableCommitter
 from icesink.committer.protocol import Admission, admit
-from icesink.committer.publisher import AuditedBranch, Publisher
+from icesink.committer.publisher import AuditedBranch, Publisher, declare_publishing
 from icesink.committer.staging import stage_tables
 from icesink.errors import ConfigError, IcesinkError, SchemaMismatchError
 from icesink.failpoints import failpoint
@@ -83,8 +83,10 @@ class MicroBatchHandler:
             on_partition_done=stream.on_partition_done,
         )
         self._sinks: dict[str, TableSink] = {}
-        # Write-audit-publish: the branches whose snapshots are audited and published after each commit.
+        # Write-audit-publish: the branches whose snapshots are audited and published after each commit; with the
+        # daemon, those to declare to it (it needs the job id, known with the first micro-batch).
         self._publisher: Publisher | None = None
+        self._declared_later: list[SinkSettings] = []
         # A stream of several tables keeps a mark per table and split (each table its own lateness).
         self._watermark = StreamWatermark(self._ledger, stream.idle_timeout, per_table=self._single_table is None)
         self._claimed = False  # this run checked that no other stream uses its job id
@@ -114,6 +116,9 @@ class MicroBatchHandler:
         publish = settings.publish
         if publish is None or (not settings.audit and publish.policy == PublishPolicy.MANUAL):
             return  # on main, or a branch nobody audits or publishes but an operator
+        if not self._stream.inline_commit:  # the daemon audits and publishes: declared with the first checkpoint
+            self._declared_later.append(settings)
+            return
         if self._publisher is None:
             self._publisher = Publisher(
                 self._catalog,
@@ -156,6 +161,11 @@ class MicroBatchHandler:
             self._sinks[one.results.identifier].staged(one)
         phases.done("stage")
         failpoint("driver.after-stage")
+        for settings in self._declared_later:
+            assert settings.publish is not None
+            branch = AuditedBranch(settings.ref, settings.audit)
+            declare_publishing(self._stream.catalog, job_id, [branch], settings.publish, self._atomic)
+        self._declared_later = []
         if self._stream.inline_commit:
             self._commit(job_id, phases)
         self.last_phases = phases.milliseconds

@@ -164,9 +164,7 @@ class DebeziumRouter:
             if self._keys[table.identifier] != table.keys:
                 raise _key_changed(table, self._keys[table.identifier])
             return known
-        # Created here (if missing) without the change columns, which are the stream's, not the source's. The
-        # dead-letter table takes appends.
-        keyed = not table.dead_letter
+        keyed = not table.dead_letter  # created here if missing; the dead-letter table takes appends
         partition_by = tuple(self._spec.partition_by.get(table.identifier, ()))
         per_table = replace(
             self._spec.table_options,
@@ -178,7 +176,7 @@ class DebeziumRouter:
         )
         if not keyed:  # dead letters are for operators to see at once, on main, whatever the stream's branch
             per_table = replace(per_table, branch=None, audit=())
-        if keyed:
+        else:  # the stream's own change columns, not the source's
             per_table = replace(
                 per_table,
                 equality_fields=list(table.keys),

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from icesink.audit.publish_policy import PublishSettings
+from icesink.audit.running import describe_check, import_check
 from icesink.completeness.durations import DurationError, duration_micros
 from icesink.errors import ConfigError
 from icesink.properties import check_user_properties
@@ -228,14 +229,27 @@ class StreamOptions(TableOptions, StreamWideOptions):
                     f"table {table}: {option} applies to a stream into a branch, whose snapshots main follows once "
                     "audited; give branch='audit' (any name but main) too"
                 )
-            if given and self.committer != Committer.INLINE:
-                raise ConfigError(
-                    f"table {table}: {option} is carried out by the inline committer; with committer='daemon' "
-                    f"publish with `icesink publish {table} --branch {self.branch}`"
-                )
         PublishSettings.of(self.publish, bool(audit), self.on_audit_failure, f"table {table}")
         if self.on_audit_failure != "continue" and not audit:
             raise ConfigError(f"table {table}: on_audit_failure applies to a stream with audit=[...] checks")
+        if self.committer == Committer.DAEMON:
+            self._check_daemon_audit(table)
+
+    def _check_daemon_audit(self, table: str) -> None:
+        """The daemon runs a stream's checks in a process of its own: it must be able to make them again."""
+        if self.on_audit_failure != "continue":
+            raise ConfigError(
+                f"table {table}: on_audit_failure='stop' needs the inline committer, where the stream sees its audits; "
+                "with committer='daemon' a failure stops publishing and the stream goes on"
+            )
+        lost = [str(d.get("name")) for d in map(describe_check, self.audit) if import_check(d) is None]
+        if lost:
+            raise ConfigError(
+                f"table {table}: with committer='daemon' the committer runs the checks in its own process, and cannot "
+                f"make {', '.join(lost)} again (a lambda, a closure, a method, or a function of the script itself): "
+                "use the built-ins of icesink.checks, or functions at the top level of a module the committer can "
+                "import"
+            )
 
     def _check_event_time(self, table: str) -> None:
         for option in ("lateness", "idle_timeout"):

@@ -62,8 +62,9 @@ class BranchStream:
             self.committer.forget,
         )
 
-    def batch(self, rows: dict[str, pa.Table | None]) -> PublishReport:
-        """One micro-batch: each table's rows written, staged in one ledger transaction, committed, published."""
+    def batch(self, rows: dict[str, pa.Table | None], commit: bool = True) -> PublishReport:
+        """One micro-batch: each table's rows written, staged in one ledger transaction, committed, published
+        (unless ``commit`` is False: a stream whose committer is the daemon only stages)."""
         catalog = open_catalog(self.config, pending_tables=True)
         written = []
         for identifier, table_rows in rows.items():
@@ -76,7 +77,7 @@ class BranchStream:
             written.append(TableResults(table, identifier, results, branch=self.branch))
         assert stage_tables(Ledger(self.config), self.job, self.checkpoint, written, atomic=self.atomic)
         self.checkpoint += 1
-        return self.commit()
+        return self.commit() if commit else PublishReport()
 
     def commit(self) -> PublishReport:
         if self.atomic:
