@@ -103,6 +103,8 @@ class Publisher:
         forget: Callable[[str], None],
         on_partition_done: Callable[[dict[str, object]], None] | None = None,
     ) -> None:
+        """``forget`` drops a table from the committer's cache of tables once main moved (its metadata changed);
+        ``atomic``: the tables are one stream's, committed together, and publish together."""
         self._catalog = catalog
         self._config = config
         self._ledger = ledger
