@@ -21,6 +21,10 @@ CHECKPOINT_RANGE_PROPERTY = "icesink.checkpoint-ids"  # "first-last" of the chec
 CONVERTED_PROPERTY = "icesink.converted-equality-deletes"
 DISCARDED_PROPERTY = "icesink.discarded-checkpoints"
 MAINTENANCE_PROPERTY = "icesink.maintenance"  # which maintenance made the snapshot: convert or compact
+# Its values. Both keep every row as it was: a branch's audit passes them through (icesink.audit.chain).
+MAINTENANCE_CONVERT = "convert-equality-deletes"
+MAINTENANCE_COMPACT = "compact"
+MAINTENANCE_KINDS = frozenset({MAINTENANCE_CONVERT, MAINTENANCE_COMPACT})
 BASE_SNAPSHOT_PROPERTY = "icesink.maintenance.base-snapshot-id"
 # Shared by the snapshots one atomic commit made in several tables (one transaction of the catalog).
 COMMIT_ID_PROPERTY = "icesink.commit-id"

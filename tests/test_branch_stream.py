@@ -73,7 +73,6 @@ def _jobs(table: Any) -> set[str]:
 @pytest.mark.parametrize(
     ("options", "refusal"),
     [
-        ({"branch": AUDIT, "maintain": True}, rf"maintain works on main, not yet on branch '{AUDIT}'"),
         ({"branch": " "}, r"branch names a branch of the table; it is empty"),
         ({"branch": ["audit"]}, r"branch takes a string, e.g. 'name'"),
     ],
@@ -154,9 +153,14 @@ def test_a_stream_with_audits_publishes_to_main_only_what_passed_and_independent
     assert ids_on(config, "main") == [1, 2]
 
     table.delete("amount < 0", branch=AUDIT)  # the fix, by another tool, on the branch
+    with table.transaction() as change:  # compact the small files of an hour after every commit
+        change.set_properties({"icesink.maintain.min-commits": "1", "icesink.maintain.min-input-files": "2"})
     _orders_file(source, 3, [(6, 4.0, 130)])
-    run()
+    run(maintain=True)  # on the branch: main follows the compaction at once, as it followed what it compacted
     assert ids_on(config, "main") == [1, 2, 3, 5, 6] == ids_on(config, AUDIT)
+    table = open_catalog(config).load_table(TABLE)
+    assert table.metadata.refs["main"].snapshot_id == table.metadata.refs[AUDIT].snapshot_id
+    assert table.snapshot_by_name("main").summary["icesink.maintenance"] == "compact"
     assert icesink.watermark(TABLE, catalog=config) == START + datetime.timedelta(minutes=130)
 
 

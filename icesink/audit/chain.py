@@ -3,6 +3,8 @@
 A snapshot is publishable when its audit passed on the rows it added over a base that is publishable itself:
 its parent, when the parent is ``main``'s head or publishable, else ``main``'s head (after a failure the next
 snapshots are audited on everything they add over ``main``, so a fix is audited together with what it fixes).
+A snapshot of icesink's maintenance on the branch (compaction, conversion of deletes) changes no row: it is not
+audited, and is publishable when its parent is.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from icesink.iceberg.publish import BranchLine, branch_line
 from icesink.properties import (
     CHECKPOINT_RANGE_PROPERTY,
     JOB_ID_PROPERTY,
+    MAINTENANCE_KINDS,
+    MAINTENANCE_PROPERTY,
     MAX_CHECKPOINT_PROPERTY,
     PARTITIONS_DONE_PROPERTY,
 )
@@ -36,6 +40,7 @@ class Link:
     entry: AuditEntry | None  # its recorded audit (None: not audited yet)
     publishable: bool
     makes_partitions_done: bool
+    maintenance: bool = False  # icesink's maintenance: rows unchanged, publishable when its parent is
 
     @property
     def snapshot_id(self) -> int:
@@ -87,10 +92,15 @@ def read_chain(table: Table, identifier: str, branch: str, record: AuditRecord) 
     for snapshot in line.ahead:
         summary = snapshot.summary
         entry = entries.get(snapshot.snapshot_id)
-        base_ok = entry is not None and (
-            entry.base_snapshot_id not in ahead_ids or entry.base_snapshot_id in publishable
-        )
-        ok = entry is not None and entry.passed and base_ok
+        maintenance = summary is not None and summary.get(MAINTENANCE_PROPERTY) in MAINTENANCE_KINDS
+        if maintenance and entry is None:
+            parent = snapshot.parent_snapshot_id
+            ok = parent == line.main_id or parent in publishable
+        else:
+            base_ok = entry is not None and (
+                entry.base_snapshot_id not in ahead_ids or entry.base_snapshot_id in publishable
+            )
+            ok = entry is not None and entry.passed and base_ok
         if ok:
             publishable.add(snapshot.snapshot_id)
         job = summary.get(JOB_ID_PROPERTY) if summary is not None else None
@@ -105,6 +115,7 @@ def read_chain(table: Table, identifier: str, branch: str, record: AuditRecord) 
                 entry=entry,
                 publishable=ok,
                 makes_partitions_done=bool(summary is not None and summary.get(PARTITIONS_DONE_PROPERTY)),
+                maintenance=maintenance and entry is None,
             )
         )
     return Chain(identifier, branch, table, line, tuple(links))

@@ -79,6 +79,17 @@ class AuditEntry:
             "published_by": self.published_by,
         }
 
+    def held(self) -> dict[str, object]:
+        """A failed audit as the committer daemon's /healthz lists it: the table whose publishing it holds."""
+        return {
+            "table": self.identifier,
+            "branch": self.branch,
+            "snapshot_id": self.snapshot_id,
+            "checkpoint_id": self.checkpoint_id,
+            "job_id": self.job_id,
+            "problems": self.problems,
+        }
+
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)

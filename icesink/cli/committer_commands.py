@@ -6,14 +6,18 @@ import datetime
 import logging
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from shlex import quote
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from icesink.cli.context import CliContext
 from icesink.cli.output import Column, progress, step_progress, text_table
-from icesink.errors import IcesinkError
+from icesink.errors import ConfigError, IcesinkError
 from icesink.settings import DAEMON_SETTINGS
+
+if TYPE_CHECKING:
+    from pyiceberg.table import Table
 
 
 class _Seconds(click.FloatRange):
@@ -255,6 +259,12 @@ def committer_gc(obj: CliContext, tables: tuple[str, ...], older_than: str, dry_
     "--all", "everything", is_flag=True, help="Everything worth doing, not only what the thresholds say is due."
 )
 @click.option("--dry-run", is_flag=True, help="Report what would be done; change nothing.")
+@click.option(
+    "--branch",
+    default=None,
+    help="The branch to maintain (default main). A stream into a branch is maintained on that branch, so that main "
+    "can still follow it.",
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.option(
     "--lease-ttl",
@@ -266,7 +276,9 @@ def committer_gc(obj: CliContext, tables: tuple[str, ...], older_than: str, dry_
     help="Seconds without renewal after which another maintainer of the table may take over.",
 )
 @click.pass_obj
-def maintain(obj: CliContext, table: str, everything: bool, dry_run: bool, as_json: bool, lease_ttl: float) -> None:
+def maintain(
+    obj: CliContext, table: str, everything: bool, dry_run: bool, branch: str | None, as_json: bool, lease_ttl: float
+) -> None:
     """Convert TABLE's equality deletes into position deletes and compact its small files, when due.
 
     Thresholds are the table's icesink.maintain.* properties; --all does everything worth doing. Safe
@@ -274,12 +286,15 @@ def maintain(obj: CliContext, table: str, everything: bool, dry_run: bool, as_js
     """
     from dataclasses import asdict
 
+    from pyiceberg.table.refs import MAIN_BRANCH
+
     from icesink.committer.maintainer import Maintainer, describe
     from icesink.maintenance.policy import MaintenancePolicy
     from icesink.maintenance.run import MaintenanceRequest
 
     iceberg_table = obj.table(table, pending_tables=True)
     policy = MaintenancePolicy.of(iceberg_table.properties, table)
+    branch = maintained_branch(iceberg_table, table, branch)
 
     with step_progress(f"maintaining {table}") as step:
 
@@ -293,7 +308,7 @@ def maintain(obj: CliContext, table: str, everything: bool, dry_run: bool, as_js
 
         request = MaintenanceRequest(policy, everything=everything, dry_run=dry_run, progress=report_group)
         report = Maintainer(obj.catalog(pending_tables=True), obj.config, lease_ttl=lease_ttl).run(
-            iceberg_table, table, request
+            iceberg_table, table, request, branch
         )
     if dry_run:
         text = (
@@ -305,4 +320,31 @@ def maintain(obj: CliContext, table: str, everything: bool, dry_run: bool, as_js
             text += "; " + "; ".join(report.notes)
     else:
         text = f"table {table}: {describe(report)}"
+    if branch != MAIN_BRANCH:
+        text = text.replace(f"table {table}:", f"table {table} branch {branch}:", 1)
     obj.output(as_json).emit(asdict(report), text)
+
+
+def maintained_branch(iceberg_table: Table, table: str, branch: str | None) -> str:
+    """The branch ``icesink maintain`` works on: the one named, or main when no branch would diverge from it."""
+    from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
+
+    from icesink.iceberg.publish import branches_following_main
+
+    refs = iceberg_table.metadata.refs
+    if branch is not None:
+        if branch != MAIN_BRANCH and (branch not in refs or refs[branch].snapshot_ref_type != SnapshotRefType.BRANCH):
+            known = ", ".join(sorted(n for n, r in refs.items() if r.snapshot_ref_type == SnapshotRefType.BRANCH))
+            raise ConfigError(f"table {table} has no branch {branch!r} (its branches: {known or 'none'})", table=table)
+        return branch
+    following = branches_following_main(iceberg_table)
+    if following:
+        names = ", ".join(following)
+        raise ConfigError(
+            f"table {table}: main can be fast-forwarded along branch {names}; maintaining main would commit to main "
+            "alone and make main diverge from it, which stops publishing. Maintain the branch instead (--branch "
+            f"{quote(following[0])}): main gets the maintained files when it is published. To maintain main anyway, "
+            "give --branch main",
+            table=table,
+        )
+    return MAIN_BRANCH

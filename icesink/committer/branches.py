@@ -71,6 +71,8 @@ def link_json(link: Link) -> dict[str, object]:
 
 
 def audit_state(link: Link) -> str:
+    if link.maintenance:
+        return "maintenance, rows unchanged"
     if link.entry is None:
         return "not audited"
     if not link.entry.passed:

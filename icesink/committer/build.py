@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from shlex import quote
 from typing import TYPE_CHECKING
 
+from pyiceberg.table.refs import MAIN_BRANCH
+
 from icesink.catalog.checkpoints import CheckpointRow
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.ledger import Ledger
@@ -103,6 +105,7 @@ class CommitOutcome:
     already_committed: bool = False
     # Committed as they were staged: not converted (over the conversion limit, or conversion off or failed).
     equality_delete_files: int = 0
+    branch: str = MAIN_BRANCH  # the branch the checkpoints went to
 
     @staticmethod
     def of(
@@ -124,6 +127,7 @@ class CommitOutcome:
             seconds=seconds,
             already_committed=already,
             equality_delete_files=equality_delete_files,
+            branch=rows[0].branch if rows else MAIN_BRANCH,
         )
 
 

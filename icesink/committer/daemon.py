@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table.refs import MAIN_BRANCH
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.lease import Lease, LeaseHolder, LeaseKeeper, LeaseLostError, default_owner
@@ -151,7 +152,10 @@ class CommitterDaemon:
             committed = self._counted(table, outcomes, report)
             self._publish(table)
             if committed and self._maintainer is not None and not self._stop.is_set():
-                self._maintain(table)
+                branches = sorted({o.branch for o in outcomes if not o.already_committed})
+                maintained = [branch for branch in branches if self._maintain(table, branch)]
+                if any(branch != MAIN_BRANCH for branch in maintained):
+                    self._publish(table)  # maintenance changes no row: main follows it when it follows its parent
         for table in set(self._retry_at) - set(pending):  # discarded, or committed by someone else
             self._forget_failure(table, report)
         return waiting
@@ -210,20 +214,22 @@ class CommitterDaemon:
             known.pop(table, None)
         self._terminal.discard(table)
 
-    def _maintain(self, table: str) -> None:
-        """Maintenance between this table's commits; its own failures never stop the commits."""
+    def _maintain(self, table: str, branch: str) -> bool:
+        """Maintenance between this table's commits, on the branch they went to; whether it committed (its own
+        failures never stop the commits)."""
         assert self._maintainer is not None
         try:
             current = self._committer.table(table)
         except IcesinkError as e:
             log.warning("table=%s: maintenance skipped: %s", table, e)
-            return
+            return False
         # The commit lease stays renewed while maintenance runs: a compaction longer than its ttl would
         # otherwise find it expired at its own commit and fail every time (maintenance checks it too).
         with LeaseKeeper(self.lease):
-            maintained = self._maintainer.between_commits(current, table)
+            maintained = self._maintainer.between_commits(current, table, branch)
         if maintained is not None:
             self._committer.forget(table)
+        return maintained is not None
 
     def _publish(self, table: str) -> None:
         """Audit and publish the branches of the jobs that declared it for this table, as their inline committer
@@ -253,14 +259,7 @@ class CommitterDaemon:
             for entry in published.audited:
                 self.metrics.audits.labels(entry.identifier, "passed" if entry.passed else "failed").inc()
                 if not entry.passed:
-                    self._held_by_audit[entry.identifier] = {
-                        "table": entry.identifier,
-                        "branch": entry.branch,
-                        "snapshot_id": entry.snapshot_id,
-                        "checkpoint_id": entry.checkpoint_id,
-                        "job_id": entry.job_id,
-                        "problems": entry.problems,
-                    }
+                    self._held_by_audit[entry.identifier] = entry.held()
             for identifier in published.published:
                 self.metrics.published.labels(identifier).inc()
                 self._held_by_audit.pop(identifier, None)

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from pyiceberg.table.refs import MAIN_BRANCH
+
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.lease import Lease, LeaseKeeper, default_owner, maintenance_scope
 from icesink.errors import CatalogReplacedError, ConfigError, MaintenanceBusyError
@@ -58,14 +60,15 @@ class Maintainer:
         self._lease_ttl = lease_ttl
         self.reports: list[MaintenanceReport] = []
 
-    def between_commits(self, table: Table, identifier: str) -> MaintenanceReport | None:
-        """Do what is due on the table, within the time bound; None when nothing was due or possible."""
+    def between_commits(self, table: Table, identifier: str, branch: str = MAIN_BRANCH) -> MaintenanceReport | None:
+        """Do what is due on the table's ``branch`` (the one the commits went to), within the time bound; None when
+        nothing was due or possible."""
         try:
             policy = MaintenancePolicy.of(table.properties, identifier)
         except ConfigError as e:
             log.warning("table=%s: maintenance skipped: %s", identifier, e)
             return None
-        if not due(table, policy):
+        if not due(table, policy, branch):
             return None
         started = time.monotonic()
 
@@ -76,9 +79,8 @@ class Maintainer:
             # With checkpoints waiting, bulk conversion (one pass, it cannot stop halfway) runs only as far as
             # a commit would convert: up to convert-max-rows rows to read.
             limit = policy.convert_max_rows if self._waiting(identifier) else None
-            return self.run(
-                table, identifier, MaintenanceRequest(policy, keep_going=keep_going, convert_max_rows=limit)
-            )
+            request = MaintenanceRequest(policy, keep_going=keep_going, convert_max_rows=limit)
+            return self.run(table, identifier, request, branch)
         except MaintenanceBusyError as e:
             log.info("table=%s: %s", identifier, e)
         except CatalogReplacedError:
@@ -87,8 +89,11 @@ class Maintainer:
             log.exception("table=%s: maintenance failed; commits go on", identifier)
         return None
 
-    def run(self, table: Table, identifier: str, request: MaintenanceRequest) -> MaintenanceReport:
-        """One maintenance run under the table's maintenance lease."""
+    def run(
+        self, table: Table, identifier: str, request: MaintenanceRequest, branch: str = MAIN_BRANCH
+    ) -> MaintenanceReport:
+        """One maintenance run on the table's ``branch``, under the table's maintenance lease (one per table,
+        whatever the branch: maintenance runs of two branches would compete for the same sequence numbers)."""
         lease = Lease(self._config, maintenance_scope(identifier), self._owner, ttl=self._lease_ttl)
         if not lease.acquire():
             raise MaintenanceBusyError(
@@ -101,14 +106,15 @@ class Maintainer:
             if self._before_commit is not None:
                 self._before_commit()
 
-        target = MaintenanceTarget(self._catalog, self._config, identifier, before_commit)
+        target = MaintenanceTarget(self._catalog, self._config, identifier, before_commit, branch)
         try:
             with LeaseKeeper(lease):
                 _, report = maintain_table(target, table, request)
         finally:
             lease.release()
         self.reports.append(report)
-        log.info("table=%s maintenance: %s", identifier, describe(report))
+        where = identifier if branch == MAIN_BRANCH else f"{identifier} branch={branch}"
+        log.info("table=%s maintenance: %s", where, describe(report))
         return report
 
 

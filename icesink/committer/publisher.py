@@ -186,7 +186,7 @@ class Publisher:
             report.held.append(message)
             return chain
         for index, link in enumerate(chain.links):
-            if link.entry is not None:
+            if link.entry is not None or link.maintenance:
                 continue
             entry = audit_link(chain, index, branch.checks, self._ledger)
             failpoint("audit.before-record")  # the snapshot is on the branch; its audit is not recorded

@@ -67,6 +67,21 @@ def branch_line(table: Table, branch: str) -> BranchLine:
     return BranchLine(main_id, ref.snapshot_id, tuple(reversed(ahead)))
 
 
+def branches_following_main(table: Table) -> list[str]:
+    """The branches main can still be fast-forwarded along: those whose head is main's head or descends from it.
+    A commit to main that is not on such a branch (maintenance of main, say) would make them diverge."""
+    metadata = table.metadata
+    if MAIN_BRANCH not in metadata.refs:
+        return []
+    return sorted(
+        name
+        for name, ref in metadata.refs.items()
+        if name != MAIN_BRANCH
+        and ref.snapshot_ref_type == SnapshotRefType.BRANCH
+        and not branch_line(table, name).diverged
+    )
+
+
 def descends_from_main(table: Table, snapshot_id: int) -> bool:
     """Whether ``snapshot_id`` is main's head or one of its descendants (so main can be fast-forwarded to it)."""
     metadata = table.metadata

@@ -25,7 +25,7 @@ from icesink.failpoints import failpoint
 from icesink.iceberg.history import HistoryLostError, changes_since
 from icesink.iceberg.references import delete_quietly
 from icesink.iceberg.scan import ManifestCache
-from icesink.iceberg.snapshots import RemovedFileMissingError, commit_prepared, prepare_change
+from icesink.iceberg.snapshots import RemovedFileMissingError, commit_prepared, head_snapshot_id, prepare_change
 from icesink.iceberg.watermarks import watermark_carried
 from icesink.properties import WATERMARK_PROPERTY
 
@@ -39,10 +39,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("icesink.maintenance")
 
-# Its values: what the maintenance commit did.
-CONVERT = "convert-equality-deletes"
-COMPACT = "compact"
-
 
 class ConflictError(Exception):
     """Raised by a change's validation when a commit since its base makes the work invalid."""
@@ -50,15 +46,25 @@ class ConflictError(Exception):
 
 @dataclass(frozen=True)
 class MaintenanceTarget:
-    """Where maintenance commits: the catalog and the table, and what to check right before each swap."""
+    """Where maintenance commits: the catalog, the table and its branch, and what to check right before each swap.
+
+    Maintenance reads and rewrites the branch's head and commits to that branch: a stream into a branch keeps
+    ``main`` an ancestor of it, so ``main`` can still be fast-forwarded to the maintained snapshots.
+    """
 
     catalog: SqlCatalog
     config: CatalogConfig
     identifier: str
     before_commit: Callable[[], None] | None = None
+    branch: str = MAIN_BRANCH
+
+    def head_id(self, table: Table) -> int | None:
+        """The snapshot at the head of the branch (None: the branch has no snapshot)."""
+        return head_snapshot_id(table.metadata, self.branch)
 
 
 def _prepare_on_head(
+    target: MaintenanceTarget,
     table: Table,
     base_snapshot_id: int | None,
     build: Callable[[Table, ChangesSince], SnapshotChange],
@@ -67,16 +73,16 @@ def _prepare_on_head(
     """The change built and written on the table's head; a :class:`ConflictError` when it no longer applies."""
 
     try:
-        since = changes_since(table, base_snapshot_id)
+        since = changes_since(table, base_snapshot_id, target.branch)
     except HistoryLostError as e:
         raise ConflictError(str(e)) from e
     change = build(table, since)
-    # A reader of the head's summary keeps seeing the watermark (maintenance works on main).
-    watermark = watermark_carried(table.metadata, MAIN_BRANCH, None)
+    # A reader of the head's summary keeps seeing the watermark.
+    watermark = watermark_carried(table.metadata, target.branch, None)
     if watermark is not None:
         change = replace(change, properties={**change.properties, WATERMARK_PROPERTY: watermark})
     try:
-        return prepare_change(table, change, cache=cache)
+        return prepare_change(table, change, target.branch, cache=cache)
     except RemovedFileMissingError as e:
         raise ConflictError(str(e)) from e
 
@@ -103,7 +109,7 @@ def commit_change(
     outcome_unknown = False
     try:
         for _ in range(attempts):
-            prepared = _prepare_on_head(table, base_snapshot_id, build, cache)
+            prepared = _prepare_on_head(target, table, base_snapshot_id, build, cache)
             try:
                 if target.before_commit is not None:
                     target.before_commit()

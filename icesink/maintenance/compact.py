@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.manifest import DataFileContent
+from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.snapshots import Operation
 
 from icesink.arrays import repeated
@@ -47,9 +48,9 @@ from icesink.iceberg.manifests import AddedFile, to_data_file
 from icesink.iceberg.scan import live_files, plan_scan, position_deletes_by_file, read_files
 from icesink.iceberg.schemas import with_dropped_keys
 from icesink.iceberg.snapshots import SnapshotChange
-from icesink.maintenance.committing import COMPACT, ConflictError, MaintenanceTarget, commit_change
+from icesink.maintenance.committing import ConflictError, MaintenanceTarget, commit_change
 from icesink.maintenance.verify import check_read, check_written
-from icesink.properties import BASE_SNAPSHOT_PROPERTY, MAINTENANCE_PROPERTY
+from icesink.properties import BASE_SNAPSHOT_PROPERTY, MAINTENANCE_COMPACT, MAINTENANCE_PROPERTY
 from icesink.writer.conform import conform
 from icesink.writer.files import FileNamer, RollingFileWriter
 from icesink.writer.partitioning import partition_path
@@ -96,17 +97,19 @@ class CompactionPlan:
         return sum(len(g.files) for g in self.groups)
 
 
-def plan_compaction(table: Table, policy: MaintenancePolicy, everything: bool = False) -> CompactionPlan:
+def plan_compaction(
+    table: Table, policy: MaintenancePolicy, everything: bool = False, branch: str = MAIN_BRANCH
+) -> CompactionPlan:
     """Files to rewrite, grouped by partition and bin-packed up to ``max_group_bytes``.
 
     A file is a candidate when it is smaller than ``min_file_ratio`` of the
     target size or has ``delete_file_threshold`` delete files applying to it.
     A partition is rewritten when it has ``min_input_files`` candidates, or a
-    candidate with deletes (or, with ``everything``, two candidates).
+    candidate with deletes (or, with ``everything``, two candidates). Planned on the head of ``branch``.
     """
 
-    snapshot = table.current_snapshot()
-    planned = plan_scan(table, None, AlwaysTrue())
+    snapshot = table.metadata.snapshot_by_name(branch)
+    planned = plan_scan(table, snapshot.snapshot_id if snapshot else None, AlwaysTrue())
     deletes = EqualityDeletes(table, planned.schema, planned.equality_deletes)
     small = policy.min_file_ratio * target_file_size(table, ".".join(table.name()))
     default_spec = table.metadata.default_spec_id
@@ -192,9 +195,9 @@ def compact(
             result.groups_failed.append(str(e))
             log.info("table=%s: compaction group %d left for the next run: %s", target.identifier, number, e)
             continue
-        snapshot = table.current_snapshot()
-        if snapshot is not None:
-            result.snapshot_ids.append(snapshot.snapshot_id)
+        head = target.head_id(table)
+        if head is not None:
+            result.snapshot_ids.append(head)
         result.groups_committed += 1
         result.files_rewritten += len(group.files)
         result.bytes_rewritten += group.bytes
@@ -272,13 +275,13 @@ def _commit_group(
 
     def build(head: Table, since: ChangesSince) -> SnapshotChange:
         _check_no_new_position_deletes(head, since, group, plan.base_sequence_number)
-        obsolete = _obsolete_deletes(head, replaced, plan.base_sequence_number, group.scope)
+        obsolete = _obsolete_deletes(head, target.head_id(head), replaced, plan.base_sequence_number, group.scope)
         dropped[0] = len(obsolete)
         return SnapshotChange(
             added=added,
             removed=replaced | obsolete,
             operation=Operation.REPLACE,
-            properties={MAINTENANCE_PROPERTY: COMPACT, BASE_SNAPSHOT_PROPERTY: str(plan.base_snapshot_id)},
+            properties={MAINTENANCE_PROPERTY: MAINTENANCE_COMPACT, BASE_SNAPSHOT_PROPERTY: str(plan.base_snapshot_id)},
         )
 
     committed = commit_change(target, table, plan.base_snapshot_id, build, [r.path for r in records])
@@ -310,11 +313,12 @@ def _may_reference(delete: DataFile, locations: set[str]) -> bool:
 
 
 def _obsolete_deletes(
-    head: Table, replaced: frozenset[str], output_sequence: int, scope: PartitionKey
+    head: Table, head_id: int | None, replaced: frozenset[str], output_sequence: int, scope: PartitionKey
 ) -> frozenset[str]:
-    """Delete files reaching ``scope`` with nothing left to do once ``replaced`` are gone (judged on the head)."""
+    """Delete files reaching ``scope`` with nothing left to do once ``replaced`` are gone (judged on the branch's
+    head, ``head_id``)."""
 
-    live = live_files(head)
+    live = live_files(head, head_id)
     remaining = [d for d in live.data if d.path not in replaced]
     remaining_paths = {d.path for d in remaining}
     obsolete: set[str] = set()

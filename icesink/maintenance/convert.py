@@ -39,10 +39,10 @@ from icesink.iceberg.manifests import AddedFile, to_data_file
 from icesink.iceberg.scan import LiveFile, live_files
 from icesink.iceberg.schemas import with_dropped_keys
 from icesink.iceberg.snapshots import SnapshotChange
-from icesink.maintenance.committing import CONVERT, ConflictError, MaintenanceTarget, commit_change
+from icesink.maintenance.committing import ConflictError, MaintenanceTarget, commit_change
 from icesink.maintenance.positions import DeletedRows, KeyRead, deleted_rows, plan_key_reads
 from icesink.maintenance.pruning import KeyPruning, PruningCounts
-from icesink.properties import BASE_SNAPSHOT_PROPERTY, MAINTENANCE_PROPERTY, POLICY_PROPERTIES
+from icesink.properties import BASE_SNAPSHOT_PROPERTY, MAINTENANCE_CONVERT, MAINTENANCE_PROPERTY, POLICY_PROPERTIES
 from icesink.results import FileRecord
 from icesink.writer.position_deletes import write_position_deletes
 from icesink.writer.storage import storage_options
@@ -194,13 +194,14 @@ class ConversionResult:
 def convert_equality_deletes(
     target: MaintenanceTarget, table: Table, label: str = "maintenance", max_rows: int | None = None
 ) -> ConversionResult:
-    """Replace every equality delete of the table by position deletes, in one commit.
+    """Replace every equality delete of the table (at the head of the target's branch) by position deletes, in one
+    commit.
 
     With ``max_rows``, a conversion that would read the keys of more rows is left for later.
     """
 
     started = time.monotonic()
-    live = live_files(table)
+    live = live_files(table, target.head_id(table))
     schema = with_dropped_keys(
         table, table.schema(), (i for d in live.equality_deletes for i in d.file.equality_ids or ())
     )
@@ -235,13 +236,12 @@ def convert_equality_deletes(
     except ConflictError as e:
         log.info("table=%s: equality delete conversion left for the next run: %s", target.identifier, e)
         return ConversionResult(len(removed), 0, 0, len(reads), None, time.monotonic() - started, str(e))
-    snapshot = committed.current_snapshot()
     return ConversionResult(
         equality_delete_files=len(removed),
         position_delete_files=len(records),
         deleted_rows=sum(len(f.positions) for f in found),
         data_files_read=len(reads),
-        snapshot_id=snapshot.snapshot_id if snapshot else None,
+        snapshot_id=target.head_id(committed),
         seconds=time.monotonic() - started,
     )
 
@@ -268,7 +268,7 @@ def _conversion_change(
         added=added,
         removed=removed,
         operation=Operation.DELETE,
-        properties={MAINTENANCE_PROPERTY: CONVERT, BASE_SNAPSHOT_PROPERTY: str(base_snapshot_id)},
+        properties={MAINTENANCE_PROPERTY: MAINTENANCE_CONVERT, BASE_SNAPSHOT_PROPERTY: str(base_snapshot_id)},
     )
 
 

@@ -8,14 +8,17 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pyiceberg.table.refs import MAIN_BRANCH
+
 from icesink.catalog.loader import load_table
 from icesink.iceberg.describe import check_format_version, writer_spec
 from icesink.iceberg.scan import live_files
-from icesink.maintenance.committing import COMPACT, MaintenanceTarget
+from icesink.iceberg.snapshots import head_snapshot_id
+from icesink.maintenance.committing import MaintenanceTarget
 from icesink.maintenance.compact import compact, plan_compaction
 from icesink.maintenance.convert import convert_equality_deletes
 from icesink.maintenance.policy import MaintenancePolicy
-from icesink.properties import MAINTENANCE_PROPERTY
+from icesink.properties import MAINTENANCE_COMPACT, MAINTENANCE_PROPERTY
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -38,8 +41,11 @@ class TableStats:
     delete_bytes: int
 
     @classmethod
-    def of(cls, table: Table) -> TableStats:
-        live = live_files(table)
+    def of(cls, table: Table, branch: str = MAIN_BRANCH) -> TableStats:
+        head = head_snapshot_id(table.metadata, branch)
+        if head is None:
+            return cls(0, 0, 0, 0, 0)
+        live = live_files(table, head)
         deletes = live.position_deletes + live.equality_deletes
         return cls(
             data_files=len(live.data),
@@ -61,39 +67,40 @@ class Due:
         return self.convert or self.compact
 
 
-def equality_deletes_in(metadata: TableMetadata) -> bool:
-    """From the current snapshot's summary totals: no manifest is read."""
-    snapshot = metadata.current_snapshot()
+def equality_deletes_in(metadata: TableMetadata, branch: str = MAIN_BRANCH) -> bool:
+    """From the branch head's summary totals: no manifest is read."""
+    snapshot = metadata.snapshot_by_name(branch)
     if snapshot is None or snapshot.summary is None:
         return False
     return int(snapshot.summary["total-equality-deletes"] or 0) > 0
 
 
-def commits_since_compaction(metadata: TableMetadata, limit: int) -> int:
-    """Snapshots on the head's ancestry since the last compaction, counting at most ``limit``."""
-    snapshot = metadata.current_snapshot()
+def commits_since_compaction(metadata: TableMetadata, limit: int, branch: str = MAIN_BRANCH) -> int:
+    """Snapshots on the branch head's ancestry since the last compaction, counting at most ``limit``."""
+    snapshot = metadata.snapshot_by_name(branch)
     count = 0
     while snapshot is not None and count < limit:
-        if snapshot.summary is not None and snapshot.summary[MAINTENANCE_PROPERTY] == COMPACT:
+        if snapshot.summary is not None and snapshot.summary[MAINTENANCE_PROPERTY] == MAINTENANCE_COMPACT:
             break
         count += 1
         snapshot = metadata.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
     return count
 
 
-def due(table: Table, policy: MaintenancePolicy) -> Due:
+def due(table: Table, policy: MaintenancePolicy, branch: str = MAIN_BRANCH) -> Due:
     """Cheap to ask after every commit: conversion from the summary, compaction every ``min_commits``.
 
     Only a threshold above one equality delete file makes the question read manifests (to count them).
     """
 
     metadata = table.metadata
-    convert = equality_deletes_in(metadata)
+    convert = equality_deletes_in(metadata, branch)
     if convert and policy.equality_delete_files > 1:
-        convert = len(live_files(table).equality_deletes) >= policy.equality_delete_files
+        head = head_snapshot_id(metadata, branch)
+        convert = len(live_files(table, head).equality_deletes) >= policy.equality_delete_files
     return Due(
         convert=convert,
-        compact=commits_since_compaction(metadata, policy.min_commits) >= policy.min_commits,
+        compact=commits_since_compaction(metadata, policy.min_commits, branch) >= policy.min_commits,
     )
 
 
@@ -104,6 +111,7 @@ class MaintenanceReport:
     table: str
     dry_run: bool
     before: TableStats
+    branch: str = MAIN_BRANCH
     after: TableStats | None = None
     conversion: ConversionResult | None = None
     compaction: CompactionResult | None = None
@@ -134,18 +142,20 @@ class MaintenanceRequest:
 def maintain_table(
     target: MaintenanceTarget, table: Table, request: MaintenanceRequest
 ) -> tuple[Table, MaintenanceReport]:
-    """Convert equality deletes and compact what is due (everything with ``request.everything``)."""
+    """Convert equality deletes and compact what is due (everything with ``request.everything``), on the target's
+    branch."""
 
     started = time.monotonic()
     check_format_version(table, target.identifier)
     # What the rewrite will refuse (a codec no writer honours, say), a dry run refuses too.
     writer_spec(table, target.identifier, "maintenance")
     policy, everything, dry_run = request.policy, request.everything, request.dry_run
-    report = MaintenanceReport(table=target.identifier, dry_run=dry_run, before=TableStats.of(table))
-    if table.current_snapshot() is None:
-        report.notes.append("the table has no snapshot yet")
+    branch = target.branch
+    report = MaintenanceReport(target.identifier, dry_run, TableStats.of(table, branch), branch)
+    if target.head_id(table) is None:
+        report.notes.append("the table has no snapshot yet" if branch == MAIN_BRANCH else f"it has no branch {branch}")
         return table, report
-    todo = Due(convert=True, compact=True) if everything else due(table, policy)
+    todo = Due(convert=True, compact=True) if everything else due(table, policy, branch)
     todo = Due(convert=todo.convert and report.before.equality_delete_files > 0, compact=todo.compact)
     if todo.convert and not dry_run:
         report.conversion = convert_equality_deletes(target, table, max_rows=request.convert_max_rows)
@@ -153,7 +163,7 @@ def maintain_table(
             report.notes.append(report.conversion.skipped)
         table = load_table(target.catalog, target.config, target.identifier)
     if todo.compact:
-        plan = plan_compaction(table, policy, everything=everything)
+        plan = plan_compaction(table, policy, everything=everything, branch=branch)
         report.planned_groups, report.planned_files = len(plan.groups), plan.files
         report.older_spec_files = plan.older_spec_files
         if plan.older_spec_files:
@@ -162,6 +172,6 @@ def maintain_table(
             table, report.compaction = compact(target, table, plan, request.keep_going, request.progress)
     if dry_run and report.before.equality_delete_files:
         report.notes.append(f"would convert {report.before.equality_delete_files} equality delete file(s)")
-    report.after = TableStats.of(table) if not dry_run else None
+    report.after = TableStats.of(table, branch) if not dry_run else None
     report.seconds = time.monotonic() - started
     return table, report

@@ -261,10 +261,15 @@ class MicroBatchHandler:
                 if self._publisher is not None:
                     self._publisher.after_commit(job_id)
                     phases.done("publish")
-                for sink in self._sinks.values():
-                    if any(o.snapshot_id is not None and o.identifier == sink.table for o in outcomes):
-                        sink.maintain(self._committer)
+                maintained = [
+                    sink.maintain(self._committer)
+                    for sink in self._sinks.values()
+                    if any(o.snapshot_id is not None and o.identifier == sink.table for o in outcomes)
+                ]
                 phases.done("maintain")
+                if any(maintained) and self._publisher is not None:
+                    # Maintenance of a branch changes no row: main follows it at once when it follows its parent.
+                    self._publisher.after_commit(job_id)
                 return
             except IcesinkError as e:
                 if not e.transient or attempt == self._stream.commit_attempts:

@@ -207,11 +207,6 @@ class StreamOptions(TableOptions, StreamWideOptions):
             return
         if not self.branch.strip():
             raise ConfigError(f"table {table}: branch names a branch of the table; it is empty")
-        if self.maintain and self.branch != MAIN_BRANCH:
-            raise ConfigError(
-                f"table {table}: maintain works on main, not yet on branch {self.branch!r}; leave it out, and "
-                "maintain main with icesink maintain"
-            )
 
     def _check_audit(self, table: str) -> None:
         audit = self.audit

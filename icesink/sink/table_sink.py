@@ -110,10 +110,15 @@ class TableSink:
     def staged(self, written: Written) -> None:
         self._schema.remember(written.projection)
 
-    def maintain(self, committer: TableCommitter) -> None:
-        """The table's due maintenance, between commits (``maintain=True``)."""
-        if self._maintainer is not None and self._maintainer.between_commits(committer.table(self.table), self.table):
-            committer.forget(self.table)
+    def maintain(self, committer: TableCommitter) -> bool:
+        """The table's due maintenance on its branch, between commits (``maintain=True``); whether it committed."""
+        if self._maintainer is None:
+            return False
+        branch = self._settings.branch
+        if self._maintainer.between_commits(committer.table(self.table), self.table, branch) is None:
+            return False
+        committer.forget(self.table)
+        return True
 
     def write(self, batch_df: DataFrame | None, prepared: PreparedWrite, phases: Phases) -> list[WriteResult]:
         """The one action on the batch: files are written, their results come back to the driver."""
