@@ -282,3 +282,78 @@ def test_a_branch_the_table_does_not_have_is_reported_not_maintained(sqlite_cata
         and report.compaction is None
         and len(list(open_catalog(config).load_table(TABLE).snapshots())) == 1
     )
+
+
+def test_rows_main_held_before_are_not_audited_again_after_the_branch_is_compacted(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    config = sqlite_catalog
+    table = create(config)
+    append(table, [(500, None)])  # main's own row, from before the stream: it fails not_null, and is not the stream's
+    append(table, [(501, "x")])
+    stream = BranchChanges(config)
+    stream.model.update({500: None, 501: "x"})
+    stream.batch([(1, "a", "I"), (2, "b", "I")])
+    stream.batch([(3, None, "I")])  # fails its audit
+    stream.batch([(6, "f", "I")])  # held with it
+    report = maintain_branch(config)
+    # Main's three files (its two rows and the published checkpoint) and the branch's two are not mixed.
+    assert report.compaction is not None and report.compaction.groups_committed == 2
+    assert report.compaction.files_rewritten == 5
+    table = open_catalog(config).load_table(TABLE)
+    main_sequence = table.metadata.snapshot_by_name("main").sequence_number
+    compacted = {f.sequence_number for f in live_files(table, head(config, BRANCH)).data}
+    assert main_sequence in compacted  # main's rows keep counting as main's
+
+    table.delete("v is null and id < 100", branch=BRANCH)  # the fix of the stream's own row
+    stream.model.pop(3)
+    fixed = stream.batch([(4, "d", "I")])
+    assert not fixed.failed and fixed.published == {TABLE: head(config, BRANCH)}
+    assert rows_of_main_by_every_reader(config)[0] == sorted(
+        (k, v) for k, v in stream.model.items()
+    )  # row 500 is still there: main's rows are main's business
+
+    # Looking again from the command line agrees (the head is checked on everything since main, main's rows aside).
+    stream.batch([(5, "e", "I")])
+    maintain_branch(config)
+    again = CliRunner().invoke(
+        cli, ["--catalog", config.name, "--uri", config.uri, "audit", TABLE, "--branch", BRANCH], catch_exceptions=False
+    )
+    assert again.exit_code == 0, again.output
+
+
+def test_a_snapshot_that_only_says_it_is_maintenance_is_audited(sqlite_catalog: CatalogConfig) -> None:
+    config = sqlite_catalog
+    create(config)
+    stream = BranchChanges(config)
+    stream.batch([(1, "a", "I")])
+    table = open_catalog(config).load_table(TABLE)
+    spoofed = pa.Table.from_pylist([{"id": 666, "v": None}], table.schema().as_arrow())
+    table.append(spoofed, branch=BRANCH, snapshot_properties={"icesink.maintenance": "compact"})
+    report = stream.publisher.after_commit(JOB)
+    assert not report.published and [e.problems for e in report.failed] == [
+        {"not_null(v)": ["1 of 1 added row(s) have a null v, e.g. {id: 666, v: None}"]}
+    ]
+    assert rows_of_main_by_every_reader(config)[0] == [(1, "a")]
+
+
+def test_icesink_maintain_tells_a_tag_from_a_branch_and_a_table_whose_main_is_empty(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    config = sqlite_catalog
+    create(config)
+    stream = BranchChanges(config)
+    stream.batch([(1, None, "I")])  # fails its audit: main is not created
+
+    def run(*args: str) -> Any:
+        base = ["--catalog", config.name, "--uri", config.uri, "maintain", TABLE]
+        return CliRunner().invoke(cli, [*base, *args], catch_exceptions=False)
+
+    empty = run()
+    assert empty.exit_code == 2 and f"main has no snapshot yet, and its branches do ({BRANCH})" in empty.output
+    table = open_catalog(config).load_table(TABLE)
+    table.manage_snapshots().create_tag(head(config, BRANCH), "v1").commit()
+    tagged = run("--branch", "v1")
+    assert tagged.exit_code == 2 and f"table {TABLE}: 'v1' is a tag, not a branch (its branches: {BRANCH})" in (
+        tagged.output
+    )

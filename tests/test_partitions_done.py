@@ -372,6 +372,34 @@ def test_a_done_partition_gets_its_success_file_and_its_post_once_and_gc_and_rea
     assert marker.exists() and str(marker) not in " ".join(report.deleted)
 
 
+def test_the_daemon_tries_a_failed_done_action_again_while_no_commit_comes(catalog_config: CatalogConfig) -> None:
+    from icesink.committer.daemon import CommitterDaemon
+
+    config = catalog_config
+    receiver = Receiver()
+    try:
+        table = create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+        with table.transaction() as change:
+            change.set_properties({"icesink.partition-done.http-post": receiver.url})
+        stream = Stream(config)
+        stream.batch([(1, "a", 10)], commit=False)
+        stream.batch([(2, "a", 70)], commit=False)  # hour 00 done
+        receiver.refusing = True
+        CommitterDaemon(config, lease_ttl=4, actions_retry_seconds=0).run(once=True)
+        assert receiver.received == []  # committed; the action failed
+        receiver.refusing = False
+        elsewhere = CommitterDaemon(config, tables=["shop.other"], lease_ttl=4, actions_retry_seconds=0)
+        elsewhere.run(once=True)
+        assert receiver.received == []  # a daemon of other tables leaves it alone
+        daemon = CommitterDaemon(config, lease_ttl=4, actions_retry_seconds=0)
+        daemon.run(once=True)  # nothing to commit: the action that waits is tried again
+        assert [r["partition"] for r in receiver.received] == ["ts_hour=2026-11-25-00"]
+        daemon.run(once=True)
+        assert len(receiver.received) == 1  # once
+    finally:
+        receiver.close()
+
+
 def test_a_done_action_a_committer_died_before_runs_after_the_next_commit(sqlite_catalog: CatalogConfig) -> None:
     from pathlib import Path
 

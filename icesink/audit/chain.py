@@ -12,10 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pyiceberg.table.snapshots import Operation
+
 from icesink.iceberg.publish import BranchLine, branch_line
 from icesink.properties import (
     CHECKPOINT_RANGE_PROPERTY,
     JOB_ID_PROPERTY,
+    MAINTENANCE_COMPACT,
+    MAINTENANCE_CONVERT,
     MAINTENANCE_KINDS,
     MAINTENANCE_PROPERTY,
     MAX_CHECKPOINT_PROPERTY,
@@ -72,6 +76,20 @@ class Chain:
         return next((link for link in found if link.makes_partitions_done or not made_partitions_done), None)
 
 
+def changes_no_row(snapshot: Snapshot) -> bool:
+    """Whether the snapshot is icesink's maintenance: its summary says so, and what it did cannot add a row (a
+    ``replace`` that adds no more rows than it removes, or a ``delete``). The summary alone would let any writer
+    skip the audit."""
+    summary = snapshot.summary
+    if summary is None or summary.get(MAINTENANCE_PROPERTY) not in MAINTENANCE_KINDS:
+        return False
+    if summary.operation == Operation.DELETE:
+        return summary.get(MAINTENANCE_PROPERTY) == MAINTENANCE_CONVERT and not int(summary.get("added-records") or 0)
+    if summary.operation != Operation.REPLACE or summary.get(MAINTENANCE_PROPERTY) != MAINTENANCE_COMPACT:
+        return False
+    return int(summary.get("added-records") or 0) <= int(summary.get("deleted-records") or 0)
+
+
 def _int(text: str | None) -> int | None:
     try:
         return int(text) if text is not None else None
@@ -92,7 +110,7 @@ def read_chain(table: Table, identifier: str, branch: str, record: AuditRecord) 
     for snapshot in line.ahead:
         summary = snapshot.summary
         entry = entries.get(snapshot.snapshot_id)
-        maintenance = summary is not None and summary.get(MAINTENANCE_PROPERTY) in MAINTENANCE_KINDS
+        maintenance = changes_no_row(snapshot)
         if maintenance and entry is None:
             parent = snapshot.parent_snapshot_id
             ok = parent == line.main_id or parent in publishable

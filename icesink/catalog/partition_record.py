@@ -322,6 +322,18 @@ class PartitionRecord:
         c = partitions.c
         return self.statuses(identifier, branch, c.done_snapshot_id.is_not(None), c.actions_at.is_(None))
 
+    def awaiting_tables(self) -> list[tuple[str, str]]:
+        """Every (table, branch) of the catalog with a done partition whose done actions have not succeeded yet."""
+        c = partitions.c
+        query = (
+            sa.select(c.table_identifier, c.branch)
+            .where(c.catalog_name == self._config.name, c.done_snapshot_id.is_not(None), c.actions_at.is_(None))
+            .distinct()
+            .order_by(c.table_identifier, c.branch)
+        )
+        with database_errors(self._config), self._engine.connect() as connection:
+            return [(str(t), str(b)) for t, b in connection.execute(query)]
+
     def actions_done(self, identifier: str, branch: str, status: PartitionStatus) -> None:
         c = partitions.c
         key = partition_key(status.values)

@@ -335,8 +335,16 @@ def maintained_branch(iceberg_table: Table, table: str, branch: str | None) -> s
     if branch is not None:
         if branch != MAIN_BRANCH and (branch not in refs or refs[branch].snapshot_ref_type != SnapshotRefType.BRANCH):
             known = ", ".join(sorted(n for n, r in refs.items() if r.snapshot_ref_type == SnapshotRefType.BRANCH))
-            raise ConfigError(f"table {table} has no branch {branch!r} (its branches: {known or 'none'})", table=table)
+            what = f": {branch!r} is a tag, not a branch" if branch in refs else f" has no branch {branch!r}"
+            raise ConfigError(f"table {table}{what} (its branches: {known or 'none'})", table=table)
         return branch
+    others = sorted(n for n, r in refs.items() if n != MAIN_BRANCH and r.snapshot_ref_type == SnapshotRefType.BRANCH)
+    if MAIN_BRANCH not in refs and others:
+        raise ConfigError(
+            f"table {table}: main has no snapshot yet, and its branches do ({', '.join(others)}); name the one to "
+            f"maintain, e.g. --branch {quote(others[0])}",
+            table=table,
+        )
     following = branches_following_main(iceberg_table)
     if following:
         names = ", ".join(following)

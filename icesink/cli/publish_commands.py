@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 UNPUBLISHED_COLUMNS: list[Column[dict[str, Any]]] = [
     Column("snapshot", lambda s: s["snapshot_id"]),
     Column("committed at", lambda s: s["committed_at"]),
-    Column("job", lambda s: s["job_id"] or "(another tool)"),
+    Column("job", lambda s: s["job_id"] or ("(icesink maintenance)" if s["maintenance"] else "(another tool)")),
     Column("checkpoint", lambda s: s["checkpoint_id"]),
     Column("added rows", lambda s: s["added_rows"]),
     Column("audit", lambda s: s["audit"]),

@@ -65,6 +65,7 @@ def link_json(link: Link) -> dict[str, object]:
         "added_rows": int(summary.get("added-records") or 0) if summary is not None else 0,
         "audit": audit_state(link),
         "publishable": link.publishable,
+        "maintenance": link.maintenance,
         "audited_against": link.entry.base_snapshot_id if link.entry else None,
         "problems": {k: list(v) for k, v in link.entry.problems.items()} if link.entry else {},
     }

@@ -9,19 +9,18 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table.refs import MAIN_BRANCH
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.lease import Lease, LeaseHolder, LeaseKeeper, LeaseLostError, default_owner
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
-from icesink.catalog.publishing_record import Declared, PublishingRecord
 from icesink.committer.build import CommitOutcome
 from icesink.committer.commit import TableCommitter
+from icesink.committer.done_actions import RETRY_SECONDS, retry_waiting
 from icesink.committer.maintainer import Maintainer
 from icesink.committer.observability import CommitterMetrics
-from icesink.committer.publisher import Publisher, publisher_of_job
+from icesink.committer.publisher import DeclaredPublishers
 from icesink.errors import CatalogReplacedError, IcesinkError, LeaseHeldError
 from icesink.maintenance.run import MaintenanceReport
 from icesink.retry import Backoff
@@ -56,8 +55,11 @@ class CommitterDaemon:
         max_failures: int = 5,
         expire_snapshots: bool = False,
         maintain: bool = False,
+        actions_retry_seconds: float = RETRY_SECONDS,
     ) -> None:
         self._config = config
+        self._actions_retry_seconds = actions_retry_seconds
+        self._actions_retry_at = time.monotonic() + actions_retry_seconds
         self._tables = tuple(tables)
         self._poll_interval = poll_interval
         self._backoff = Backoff(first=1.0, cap=max_backoff)
@@ -97,7 +99,7 @@ class CommitterDaemon:
         self.metrics = CommitterMetrics()
         # Write-audit-publish for streams that declared it (icesink_publishing): a publisher per job, and the
         # tables whose publishing a failed audit holds, for /healthz.
-        self._publishers: dict[str, tuple[list[Declared], Publisher]] = {}
+        self._publishers = DeclaredPublishers(self._catalog, config, self._ledger)
         self._held_by_audit: dict[str, dict[str, object]] = {}
 
     @property
@@ -158,6 +160,10 @@ class CommitterDaemon:
                     self._publish(table)  # maintenance changes no row: main follows it when it follows its parent
         for table in set(self._retry_at) - set(pending):  # discarded, or committed by someone else
             self._forget_failure(table, report)
+        if time.monotonic() >= self._actions_retry_at and not self._stop.is_set():
+            # Done actions whose first try failed would otherwise wait for their table's next commit.
+            self._actions_retry_at = time.monotonic() + self._actions_retry_seconds
+            retry_waiting(self._catalog, self._config, self._tables, skip=pending)
         return waiting
 
     def _counted(self, table: str, outcomes: list[CommitOutcome], report: DaemonReport, failed: bool = False) -> int:
@@ -234,28 +240,7 @@ class CommitterDaemon:
     def _publish(self, table: str) -> None:
         """Audit and publish the branches of the jobs that declared it for this table, as their inline committer
         would; a failure here is logged and never stops the commits."""
-        try:
-            jobs = sorted({d.job_id for d in PublishingRecord(self._config).of_tables([table])})
-        except IcesinkError as e:
-            log.warning("table=%s: publishing skipped: %s", table, e)
-            return
-        for job in jobs:
-            try:
-                # Made again when the stream declared anew (restarted with other checks); kept otherwise, for the
-                # interval a duration policy counts.
-                declared = PublishingRecord(self._config).of_job(job)
-                known = self._publishers.get(job)
-                if known is None or known[0] != declared:
-                    made = publisher_of_job(self._catalog, self._config, self._ledger, declared)
-                    if made is None:
-                        continue
-                    known = self._publishers[job] = (declared, made)
-                publisher = known[1]
-                self.lease.check()  # only the committer holding the lease moves main
-                published = publisher.after_commit(job)
-            except (IcesinkError, CommitFailedException) as e:
-                log.warning("table=%s job=%s: publishing failed (tried again after the next commit): %s", table, job, e)
-                continue
+        for published in self._publishers.after_commit(table, before=self.lease.check):
             for entry in published.audited:
                 self.metrics.audits.labels(entry.identifier, "passed" if entry.passed else "failed").inc()
                 if not entry.passed:

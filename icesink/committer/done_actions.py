@@ -3,7 +3,8 @@ POST, as the table's properties ask (``icesink.partition-done.*``), and a stream
 (``icesink.stream(..., on_partition_done=...)``).
 
 They run after the commit that made the partitions done, never inside it: a failure is logged and the action
-tried again after the table's next commit, so it can lose nothing. They run on the committer's path, so a
+tried again after the table's next commit, so it can lose nothing; the committer daemon also tries the actions that
+wait again every ``RETRY_SECONDS`` while no commit comes (:func:`retry_waiting`). They run on the committer's path, so a
 receiver that does not answer delays the next commit by at most one timeout: after a failure the others wait for
 the next commit, and at most ``ACTIONS_PER_COMMIT`` partitions get theirs per commit. The ``_SUCCESS`` file is
 written for ``main`` only (a branch's rows are not where readers of the directory look), in the layout of the
@@ -17,19 +18,22 @@ from __future__ import annotations
 import json
 import logging
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
 
 from pyiceberg.table.refs import MAIN_BRANCH
 
 from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import load_table
 from icesink.catalog.partition_record import PartitionRecord
+from icesink.errors import IcesinkError
 from icesink.failpoints import failpoint
 from icesink.iceberg.describe import writer_spec
 from icesink.properties import HTTP_POST_PROPERTY, SUCCESS_FILE_PROPERTY
 from icesink.writer.partitioning import partition_path
 
 if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.table import Table
 
     from icesink.catalog.partition_record import PartitionStatus
@@ -42,6 +46,8 @@ SUCCESS_FILE = "_SUCCESS"
 # for the next commit, as do partitions beyond ACTIONS_PER_COMMIT (a backlog, or actions newly set on an old table).
 HTTP_TIMEOUT_SECONDS = 5
 ACTIONS_PER_COMMIT = 16
+# How often the daemon tries waiting actions again between commits; it stops at the first that fails.
+RETRY_SECONDS = 30.0
 
 
 class DoneActions:
@@ -51,12 +57,14 @@ class DoneActions:
         self._record = PartitionRecord(config)
         self._callback = callback
 
-    def run(self, table: Table, identifier: str, branch: str) -> None:
+    def run(self, table: Table, identifier: str, branch: str) -> bool:
+        """The actions of the partitions that wait for them, up to ``ACTIONS_PER_COMMIT``; False when one failed
+        (logged; it waits for the next try)."""
         properties = table.properties
         success_file = properties.get(SUCCESS_FILE_PROPERTY, "false").strip().lower() == "true"
         url = properties.get(HTTP_POST_PROPERTY)
         if not success_file and not url and self._callback is None:
-            return
+            return True
         failpoint("committer.before-done-actions")  # the commit is in; its actions are not
         try:
             self._record.keep_up(table, identifier, branch)
@@ -74,6 +82,8 @@ class DoneActions:
             log.warning(
                 "table=%s: a partition-done action failed (%s); it is tried again after the next commit", identifier, e
             )
+            return False
+        return True
 
     def _write_marker(self, table: Table, identifier: str, status: PartitionStatus, body: bytes) -> None:
         spec = writer_spec(table, identifier, "done-actions")
@@ -101,3 +111,25 @@ def _post(url: str, body: bytes) -> None:
     with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT_SECONDS) as response:
         if not 200 <= response.status < 300:
             raise OSError(f"POST {url} answered {response.status}")
+
+
+def retry_waiting(
+    catalog: SqlCatalog, config: CatalogConfig, scope: Collection[str] = (), skip: Collection[str] = ()
+) -> int:
+    """Try the done actions that wait (their first try failed, and no commit came since), table by table, until
+    one fails again (a receiver that is down delays the daemon by one timeout, not one per table). ``scope``: only
+    these tables (default all); ``skip``: tables that just had their try. Returns the tables tried."""
+    actions = DoneActions(config)
+    tried = 0
+    for identifier, branch in PartitionRecord(config).awaiting_tables():
+        if (scope and identifier not in scope) or identifier in skip:
+            continue
+        try:
+            table = load_table(catalog, config, identifier)
+        except IcesinkError as e:
+            log.warning("table=%s: partition-done actions not tried again: %s", identifier, e)
+            continue
+        tried += 1
+        if not actions.run(table, identifier, branch):
+            break
+    return tried

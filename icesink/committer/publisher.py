@@ -31,7 +31,7 @@ from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
 from icesink.catalog.publishing_record import Declared, PublishingRecord
 from icesink.committer.done_actions import DoneActions
-from icesink.errors import AuditFailedError, CommitConflictError, PublishError
+from icesink.errors import AuditFailedError, CommitConflictError, IcesinkError, PublishError
 from icesink.failpoints import failpoint
 from icesink.iceberg.catalog_commit import TableSwap, commit_tables
 from icesink.iceberg.publish import descends_from_main, move_main
@@ -348,6 +348,42 @@ def publisher_of_job(
     policy = PublishPolicy(first.policy)
     settings = PublishSettings(policy, first.interval_seconds, AuditFailure.CONTINUE)
     return Publisher(catalog, config, ledger, branches, settings, first.atomic, lambda _: None)
+
+
+class DeclaredPublishers:
+    """The committer daemon's publishers: one per job that declared publishing, kept between passes (for the
+    interval a duration policy counts) and made again when its stream declares anew (restarted with other checks)."""
+
+    def __init__(self, catalog: SqlCatalog, config: CatalogConfig, ledger: Ledger) -> None:
+        self._catalog = catalog
+        self._config = config
+        self._ledger = ledger
+        self._known: dict[str, tuple[list[Declared], Publisher]] = {}
+
+    def after_commit(self, table: str, before: Callable[[], None]) -> list[PublishReport]:
+        """Audit and publish for every job that declared ``table``; ``before`` runs right before each job's pass
+        (the daemon's lease check: only the committer holding it moves main). A failure is logged, not raised."""
+        record = PublishingRecord(self._config)
+        try:
+            jobs = sorted({d.job_id for d in record.of_tables([table])})
+        except IcesinkError as e:
+            log.warning("table=%s: publishing skipped: %s", table, e)
+            return []
+        reports = []
+        for job in jobs:
+            try:
+                declared = record.of_job(job)
+                known = self._known.get(job)
+                if known is None or known[0] != declared:
+                    made = publisher_of_job(self._catalog, self._config, self._ledger, declared)
+                    if made is None:
+                        continue
+                    known = self._known[job] = (declared, made)
+                before()
+                reports.append(known[1].after_commit(job))
+            except (IcesinkError, CommitFailedException) as e:
+                log.warning("table=%s job=%s: publishing failed (tried again after the next commit): %s", table, job, e)
+        return reports
 
 
 def _cannot_be_made(identifier: str) -> Check:

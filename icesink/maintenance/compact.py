@@ -75,6 +75,9 @@ class FileGroup:
 
     scope: PartitionKey
     files: tuple[PlannedDataFile, ...]
+    # The data sequence number of what it writes; None: the plan's base. Any number from the newest of its files'
+    # to the base's reads the same: the deletes in between were applied by the rewrite, and apply to nothing again.
+    sequence_number: int | None = None
 
     @property
     def bytes(self) -> int:
@@ -98,7 +101,11 @@ class CompactionPlan:
 
 
 def plan_compaction(
-    table: Table, policy: MaintenancePolicy, everything: bool = False, branch: str = MAIN_BRANCH
+    table: Table,
+    policy: MaintenancePolicy,
+    everything: bool = False,
+    branch: str = MAIN_BRANCH,
+    published_sequence: int | None = None,
 ) -> CompactionPlan:
     """Files to rewrite, grouped by partition and bin-packed up to ``max_group_bytes``.
 
@@ -106,6 +113,12 @@ def plan_compaction(
     target size or has ``delete_file_threshold`` delete files applying to it.
     A partition is rewritten when it has ``min_input_files`` candidates, or a
     candidate with deletes (or, with ``everything``, two candidates). Planned on the head of ``branch``.
+
+    ``published_sequence`` is the sequence number of main's head, for a branch main has not caught up with: the
+    files main holds and those after it are then never rewritten together, and main's are written with main's
+    sequence number. So the rows main holds never count as added since main, which is what a branch's audit
+    after a failure reads (rewritten into a file of the branch, they would be audited again, though the branch
+    cannot change them).
     """
 
     snapshot = table.metadata.snapshot_by_name(branch)
@@ -113,7 +126,8 @@ def plan_compaction(
     deletes = EqualityDeletes(table, planned.schema, planned.equality_deletes)
     small = policy.min_file_ratio * target_file_size(table, ".".join(table.name()))
     default_spec = table.metadata.default_spec_id
-    by_partition: dict[PartitionKey, list[tuple[PlannedDataFile, bool]]] = defaultdict(list)
+    # By partition, and (a branch ahead of main) by whether main holds the file: main's sequence number, or None.
+    by_partition: dict[tuple[PartitionKey, int | None], list[tuple[PlannedDataFile, bool]]] = defaultdict(list)
     older = 0
     for data in planned.data:
         if data.file.spec_id != default_spec:
@@ -123,23 +137,14 @@ def plan_compaction(
         applying = len(data.position_deletes) + deletes.files_applying(scope, data.sequence_number)
         has_deletes = applying >= policy.delete_file_threshold
         if has_deletes or data.file.file_size_in_bytes < small:
-            by_partition[scope].append((data, has_deletes))
+            in_main = published_sequence is not None and data.sequence_number <= published_sequence
+            by_partition[scope, published_sequence if in_main else None].append((data, has_deletes))
     groups: list[FileGroup] = []
-    for scope, candidates in by_partition.items():
+    for (scope, sequence), candidates in by_partition.items():
         with_deletes = any(d for _, d in candidates)
         enough = len(candidates) >= (2 if everything else policy.min_input_files)
-        if not (enough or with_deletes):
-            continue
-        current: list[PlannedDataFile] = []
-        size = 0
-        for data, _ in sorted(candidates, key=lambda c: str(c[0].file.file_path)):
-            if current and size + data.file.file_size_in_bytes > policy.max_group_bytes:
-                groups.append(FileGroup(scope, tuple(current)))
-                current, size = [], 0
-            current.append(data)
-            size += data.file.file_size_in_bytes
-        if current:
-            groups.append(FileGroup(scope, tuple(current)))
+        if enough or with_deletes:
+            groups += _bin_packed(scope, sequence, [data for data, _ in candidates], policy.max_group_bytes)
     return CompactionPlan(
         base_snapshot_id=snapshot.snapshot_id if snapshot else None,
         base_sequence_number=(snapshot.sequence_number or 0) if snapshot else 0,
@@ -269,13 +274,14 @@ def _commit_group(
     target: MaintenanceTarget, table: Table, plan: CompactionPlan, group: FileGroup, records: list[FileRecord]
 ) -> tuple[Table, int]:
     version = table.metadata.format_version
-    added = tuple(AddedFile(to_data_file(r, version), plan.base_sequence_number) for r in records)
+    sequence = group.sequence_number if group.sequence_number is not None else plan.base_sequence_number
+    added = tuple(AddedFile(to_data_file(r, version), sequence) for r in records)
     replaced = frozenset(str(f.file.file_path) for f in group.files)
     dropped: list[int] = [0]
 
     def build(head: Table, since: ChangesSince) -> SnapshotChange:
         _check_no_new_position_deletes(head, since, group, plan.base_sequence_number)
-        obsolete = _obsolete_deletes(head, target.head_id(head), replaced, plan.base_sequence_number, group.scope)
+        obsolete = _obsolete_deletes(head, target.head_id(head), replaced, sequence, group.scope)
         dropped[0] = len(obsolete)
         return SnapshotChange(
             added=added,
@@ -300,6 +306,24 @@ def _check_no_new_position_deletes(head: Table, since: ChangesSince, group: File
         # The bounds say "maybe" for a delete file naming many data files; its file_path column says for sure.
         if _may_reference(new.file, replaced) and _referenced_paths(head, new) & replaced:
             raise ConflictError(f"position delete {new.path} was committed since against a file being rewritten")
+
+
+def _bin_packed(
+    scope: PartitionKey, sequence: int | None, files: list[PlannedDataFile], max_bytes: int
+) -> list[FileGroup]:
+    """``files`` in groups of at most ``max_bytes`` (a larger file alone)."""
+    groups: list[FileGroup] = []
+    current: list[PlannedDataFile] = []
+    size = 0
+    for data in sorted(files, key=lambda f: str(f.file.file_path)):
+        if current and size + data.file.file_size_in_bytes > max_bytes:
+            groups.append(FileGroup(scope, tuple(current), sequence))
+            current, size = [], 0
+        current.append(data)
+        size += data.file.file_size_in_bytes
+    if current:
+        groups.append(FileGroup(scope, tuple(current), sequence))
+    return groups
 
 
 def _may_reference(delete: DataFile, locations: set[str]) -> bool:

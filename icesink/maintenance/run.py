@@ -12,6 +12,7 @@ from pyiceberg.table.refs import MAIN_BRANCH
 
 from icesink.catalog.loader import load_table
 from icesink.iceberg.describe import check_format_version, writer_spec
+from icesink.iceberg.publish import branch_line
 from icesink.iceberg.scan import live_files
 from icesink.iceberg.snapshots import head_snapshot_id
 from icesink.maintenance.committing import MaintenanceTarget
@@ -139,6 +140,18 @@ class MaintenanceRequest:
     convert_max_rows: int | None = None  # a conversion that would read more rows is left to a later run
 
 
+def published_sequence(table: Table, branch: str) -> int | None:
+    """The sequence number of main's head, for a branch main can follow but has not caught up with (see
+    :func:`~icesink.maintenance.compact.plan_compaction`); None otherwise."""
+    if branch == MAIN_BRANCH:
+        return None
+    line = branch_line(table, branch)
+    main = table.metadata.snapshot_by_id(line.main_id) if line.main_id is not None else None
+    if not line.ahead or main is None:  # diverged (main cannot follow), caught up, or no main
+        return None
+    return main.sequence_number or 0
+
+
 def maintain_table(
     target: MaintenanceTarget, table: Table, request: MaintenanceRequest
 ) -> tuple[Table, MaintenanceReport]:
@@ -163,7 +176,7 @@ def maintain_table(
             report.notes.append(report.conversion.skipped)
         table = load_table(target.catalog, target.config, target.identifier)
     if todo.compact:
-        plan = plan_compaction(table, policy, everything=everything, branch=branch)
+        plan = plan_compaction(table, policy, everything, branch, published_sequence(table, branch))
         report.planned_groups, report.planned_files = len(plan.groups), plan.files
         report.older_spec_files = plan.older_spec_files
         if plan.older_spec_files:
