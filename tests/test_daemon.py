@@ -181,7 +181,7 @@ def test_committer_run_once_beside_a_daemon_holding_the_lease_exits_3_naming_it_
     config = catalog_config
     create_orders_table(config, TABLE)
     log = (tmp_path / "daemon.log").open("w")
-    daemon = subprocess.Popen(_committer_args(config, "--lease-ttl", "5"), cwd=ROOT, stdout=log, stderr=log, text=True)
+    daemon = subprocess.Popen(_committer_args(config, "--lease-ttl", "10"), cwd=ROOT, stdout=log, stderr=log, text=True)
     try:
         wait_for(lambda: _holder(config) is not None, "the daemon to hold the lease", 60)
         holder = _holder(config)

@@ -448,8 +448,10 @@ def test_operator_commands_show_audit_again_and_publish(sqlite_catalog: CatalogC
     stream.batch({TABLE: negative(4, 1)})
     result = cli_run(config, "audit", TABLE, "--branch", BRANCH)
     assert result.exit_code == 1 and "FAILED" in result.output
-    result = cli_run(config, "publish", TABLE, "--branch", BRANCH, "--force")
+    result = cli_run(config, "publish", TABLE, "--branch", BRANCH, "--force", "--json")
     assert result.exit_code == 0 and ids_at(config, TABLE) == [0, 1, 3, 4]
+    moved = json.loads(result.output)
+    assert moved["table"] == TABLE and moved["main_after"] == main_snapshot(config, TABLE) != moved["main_before"]
     published = [e for e in AuditRecord(config).of_branch(TABLE, BRANCH).values() if e.published_at]
     assert any(e.published_by and "@" in e.published_by for e in published)  # the operator, user@host
 

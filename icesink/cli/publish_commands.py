@@ -104,8 +104,9 @@ def audit(obj: CliContext, table: str, branch: str, as_json: bool) -> None:
     "--snapshot", type=int, help="Move main to this snapshot of the branch (default: the newest that passed)."
 )
 @click.option("--force", is_flag=True, help="Publish even a snapshot that failed its audit or has none.")
+@click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
-def publish(obj: CliContext, table: str, branch: str, snapshot: int | None, force: bool) -> None:
+def publish(obj: CliContext, table: str, branch: str, snapshot: int | None, force: bool, as_json: bool) -> None:
     """Move TABLE's main forward to a snapshot of BRANCH, by compare-and-swap: the newest one that passed its audit,
     or --snapshot (which must descend from main's head). Refuses when main moved on its own."""
     from icesink.committer.branches import publish_branch
@@ -113,7 +114,7 @@ def publish(obj: CliContext, table: str, branch: str, snapshot: int | None, forc
 
     by = default_operator()
     before, after = publish_branch(obj.catalog(), obj.config, table, branch, by, snapshot, force)
-    obj.output().emit(
+    obj.output(as_json).emit(
         {"table": table, "branch": branch, "main_before": before, "main_after": after, "by": by},
         f"table {table}: main moved from {before} to snapshot {after} of branch {branch}",
     )
