@@ -45,7 +45,7 @@ class IcesinkDataSource(DataSource):
         options = ReadOptions.of(self.options)
         table = options.load()
         check_mode(options.table, options.mode, options.net_changes, table)
-        return spark_schema(table.schema(), options.mode)
+        return spark_schema(table.schema(), options.mode, options.with_watermark)
 
     def streamReader(self, schema: StructType) -> ChangelogStreamReader | TablesStreamReader:
         from icesink.changelog.source import ChangelogStreamReader, ReadOptions

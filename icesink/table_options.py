@@ -107,14 +107,24 @@ class TableOptions:
             "latest event time by it. Default: none."
         ),
     )
+    watermark_from: str | None = field(
+        default=None,
+        metadata=doc(
+            "a column holding an upstream watermark, as ``_commit_watermark`` of "
+            "``icesink.read_stream(..., with_watermark=True)``: the stream's watermark follows it (the largest value "
+            "seen) instead of trailing ``event_time``, so completeness passes down a pipeline of tables. "
+            "``event_time`` then names the column whose time partitions the watermark makes done and whose rows "
+            "arriving below it are counted late. A column the table does not have is read and not written."
+        ),
+    )
 
     branch: str | None = field(
         default=None,
         metadata=doc(
             "commit every checkpoint to this branch of the table instead of ``main`` (created from ``main``'s head "
             "on first use): the job's exactly-once marker, its watermark and its partitions are the branch's, and "
-            "``main`` does not move. Not yet with ``maintain``, which works on ``main``. With ``expire_snapshots``, "
-            "expiry keeps every snapshot between ``main`` and the branch's head."
+            "``main`` does not move. With ``maintain``, maintenance commits to the branch too. With "
+            "``expire_snapshots``, expiry keeps every snapshot between ``main`` and the branch's head."
         ),
     )
     audit: Sequence[Callable[..., list[str]]] = field(

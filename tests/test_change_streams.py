@@ -220,3 +220,71 @@ def test_the_spark_native_sink_appends_each_batch_once(
     table = open_catalog(sqlite_catalog).load_table("shop.orders")
     assert {s.summary["icesink.job-id"] for s in table.metadata.snapshots} == {"native"}
     assert table.current_snapshot().summary["icesink.max-committed-checkpoint-id"] == "2"
+
+
+def test_a_pipeline_passes_the_upstream_watermark_on_and_makes_the_same_partitions_done(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    """bronze (a stream with event_time) → read_stream(with_watermark=True) → silver, watermark_from the upstream."""
+    from tests.helpers.event_streams import START, Stream
+    from tests.helpers.event_streams import TABLE as BRONZE
+    from tests.helpers.support import create_orders_table
+
+    config = sqlite_catalog
+    create_orders_table(config, BRONZE, partition_by=("hour(ts)",))
+    create_orders_table(config, "shop.silver", partition_by=("hour(ts)",))
+    bronze = Stream(config, lateness=5 * 60_000_000)  # its own watermark trails its event times by 5 minutes
+
+    def run() -> None:
+        changes = icesink.read_stream(spark, BRONZE, catalog=config, mode="append", with_watermark=True)
+        icesink.stream(
+            changes,
+            table="shop.silver",
+            catalog=config,
+            checkpoint_location=str(tmp_path / "silver"),
+            trigger={"availableNow": True},
+            event_time="ts",
+            watermark_from="_commit_watermark",
+        ).awaitTermination()
+
+    bronze.batch([(1, "a", 10), (2, "a", 50)])
+    bronze.batch([(3, "a", 70)])
+    run()
+    upstream = icesink.watermark(BRONZE, catalog=config)
+    assert upstream == START + datetime.timedelta(minutes=65)
+    assert icesink.watermark("shop.silver", catalog=config) == upstream  # passed on, not trailing silver's rows
+    assert icesink.wait_for_partition("shop.silver", "ts_hour=2026-11-25-00", timeout="0s", catalog=config)
+    assert not icesink.wait_for_partition("shop.silver", "ts_hour=2026-11-25-01", timeout="0s", catalog=config)
+
+    bronze.batch([(4, "a", 130), (5, "a", 40)])  # a late row upstream: written there, counted late here too
+    run()
+    assert icesink.watermark("shop.silver", catalog=config) == START + datetime.timedelta(minutes=125)
+    assert icesink.wait_for_partition("shop.silver", "ts_hour=2026-11-25-01", timeout="0s", catalog=config)
+    silver = open_catalog(config).load_table("shop.silver")
+    assert "_commit_watermark" not in silver.schema().column_names  # read, not written
+    assert sorted(silver.scan().to_arrow().column("id").to_pylist()) == [1, 2, 3, 4, 5]
+    summary = silver.current_snapshot().summary  # what any reader of the summary sees (pyiceberg here)
+    assert summary["icesink.watermark"] == "2026-11-25T02:05:00.000000+00:00" and summary["icesink.late-rows"] == "1"
+
+
+def test_watermark_from_refuses_what_it_cannot_follow(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    from icesink.errors import ConfigError
+    from tests.helpers.event_streams import TABLE as BRONZE
+    from tests.helpers.support import create_orders_table
+
+    create_orders_table(sqlite_catalog, BRONZE)
+    changes = icesink.read_stream(spark, BRONZE, catalog=sqlite_catalog, mode="append", with_watermark=True)
+    assert changes.schema.names[-1] == "_commit_watermark"
+    for options, refusal in (
+        ({"watermark_from": "_commit_watermark", "lateness": "1 minute", "event_time": "ts"}, "leave lateness out"),
+        ({"watermark_from": "id"}, "watermark_from column 'id' is bigint, not a timestamp"),
+        ({"watermark_from": "nope"}, "watermark_from"),
+    ):
+        with pytest.raises(ConfigError, match=refusal):
+            icesink.stream(
+                changes, table=BRONZE, catalog=sqlite_catalog, checkpoint_location=str(tmp_path / "c"), **options
+            )
+    with pytest.raises(ConfigError, match="with-watermark='maybe' must be true or false"):
+        icesink.read_stream(spark, BRONZE, catalog=sqlite_catalog, with_watermark="maybe")

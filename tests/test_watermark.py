@@ -387,3 +387,33 @@ def test_debezium_event_time_options_are_checked_when_given(options: dict[str, A
 
     with pytest.raises(ConfigError, match=rf"icesink.debezium: {refusal}"):
         icesink.debezium("inventory", **options)
+
+
+def test_the_changes_carry_the_watermark_as_of_each_commit_through_other_tools_and_maintenance(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    from icesink.maintenance.committing import MaintenanceTarget as Target
+
+    config = sqlite_catalog
+    table = create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    plain = icesink.changes(TABLE, None, catalog=config, with_watermark=True)
+    assert plain.num_rows == 0 and plain.column_names[-1] == "_commit_watermark"
+    stream = Stream(config)
+    stream.batch([(1, "a", 10)])
+    table = open_catalog(config).load_table(TABLE)
+    table.append(pa.Table.from_pylist([{"id": 50, "name": "x", "amount": 1.0, "ts": at(5)}], table.schema().as_arrow()))
+    stream.batch([(2, "a", 70), (3, "b", 20)])
+    table = open_catalog(config).load_table(TABLE)
+    policy = MaintenancePolicy.of({"icesink.maintain.min-input-files": "2"}, TABLE)
+    compact(Target(open_catalog(config), config, TABLE), table, plan_compaction(table, policy, everything=True))
+    stream.batch([(4, "a", 90)])
+
+    def marks(**options: Any) -> list[tuple[int, datetime.datetime | None]]:
+        rows = icesink.changes(TABLE, None, catalog=config, with_watermark=True, **options).to_pylist()
+        return sorted((r["id"], r["_commit_watermark"]) for r in rows)
+
+    # Another tool's snapshot carries the watermark before it; compaction yields no change rows.
+    expected = [(1, at(10)), (2, at(20)), (3, at(20)), (4, at(20)), (50, at(10))]  # split b holds it at 20
+    assert marks() == expected
+    assert marks(mode="append") == expected
+    assert "_commit_watermark" not in icesink.changes(TABLE, None, catalog=config).column_names

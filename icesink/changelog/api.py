@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from icesink.arrays import empty_table
 from icesink.changelog.modes import check_mode
 
 if TYPE_CHECKING:
@@ -25,6 +24,7 @@ def changes(
     catalog: str | CatalogConfig | Mapping[str, str] | None = None,
     progress: Callable[[int, int], None] | None = None,
     branch: str | None = None,
+    with_watermark: bool = False,
 ) -> pa.Table:
     """The changes committed to ``main`` (or ``branch``) after ``start_snapshot`` up to ``end_snapshot`` (its head).
 
@@ -38,10 +38,11 @@ def changes(
             rows each snapshot added, table columns only).
         net_changes: collapse each key's changes to its net change (needs the table's identifier fields).
         progress: called with (steps done, steps): one step per snapshot planned, one for reading the files.
+        with_watermark: add ``_commit_watermark``, the watermark as of each change's commit (None: none recorded).
     """
     from icesink.catalog.config import resolve_catalog
     from icesink.catalog.loader import load_table, open_catalog
-    from icesink.changelog.compute import compute_changes, empty_changelog
+    from icesink.changelog.compute import compute_changes
     from icesink.changelog.plan import Planner
     from icesink.errors import SnapshotNotFoundError
 
@@ -59,11 +60,9 @@ def changes(
             )
     end = end_snapshot if end_snapshot is not None else _head_id(table, identifier, branch)
     schema = table.schema()
-    if end is None or end == start_snapshot:
-        return empty_changelog(schema) if mode == "changelog" else empty_table(schema.as_arrow())
     planner = Planner(table)
     parts = []
-    snapshots = planner.snapshots(start_snapshot, end)
+    snapshots = planner.snapshots(start_snapshot, end) if end is not None and end != start_snapshot else []
     if start_snapshot is None and snapshots and snapshots[0].parent_snapshot_id is not None:
         parts += planner.state(snapshots[0])  # older history expired: the oldest state kept, as inserts
         snapshots = snapshots[1:]
@@ -72,7 +71,7 @@ def changes(
         report(done, len(snapshots) + 1)
         parts += planner.changes(snapshot)
     report(len(snapshots), len(snapshots) + 1)  # the last step: reading the files the plan names
-    changed = compute_changes(table, schema, parts, mode, net_changes)
+    changed = compute_changes(table, schema, parts, mode, net_changes, with_watermark)
     report(len(snapshots) + 1, len(snapshots) + 1)
     return changed
 

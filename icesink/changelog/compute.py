@@ -37,6 +37,10 @@ CHANGE_TYPE = "_change_type"
 CHANGE_ORDINAL = "_change_ordinal"
 COMMIT_SNAPSHOT_ID = "_commit_snapshot_id"
 COMMIT_TIMESTAMP = "_commit_timestamp"
+# With the option with-watermark: the source table's watermark as of the commit (icesink.watermark), so that a
+# stream of the changes can take its own watermark from it (icesink.stream(..., watermark_from=...)).
+COMMIT_WATERMARK = "_commit_watermark"
+WATERMARK_FIELD = pa.field(COMMIT_WATERMARK, pa.timestamp("us", tz="UTC"), nullable=True)
 INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER = "insert", "delete", "update_before", "update_after"
 CHANGE_FIELDS = pa.schema(
     [
@@ -232,32 +236,49 @@ def changelog(
 
 
 def compute_changes(
-    table: Table, schema: Schema, parts: Sequence[SnapshotChanges], mode: str, net_changes: bool
+    table: Table,
+    schema: Schema,
+    parts: Sequence[SnapshotChanges],
+    mode: str,
+    net_changes: bool,
+    with_watermark: bool = False,
 ) -> pa.Table:
     """The changes of ``parts`` (one or more snapshots, oldest first) as one Arrow table.
 
     ``mode`` ``"changelog"``: every change with the change columns; ``"append"``:
     the rows each snapshot added, table columns only. With ``net_changes``,
-    the changes of one key across all parts collapse to the net change.
+    the changes of one key across all parts collapse to the net change. ``with_watermark`` adds
+    ``_commit_watermark`` last.
     """
     reader = _Reader(table, schema, parts)
     keys = [schema.find_column_name(i) or "" for i in schema.identifier_field_ids]
     paths = {name: field_path(schema, i) for name, i in zip(keys, schema.identifier_field_ids, strict=True)}
+
+    def marked(rows: pa.Table, part: SnapshotChanges) -> pa.Table:
+        return _watermarked(rows, part) if with_watermark else rows
+
     if mode == "append":
-        inserted = [deleted_and_inserted(reader, part)[1] for part in parts if part.added]
-        return pa.concat_tables(inserted or [empty_table(schema.as_arrow())], promote_options="permissive")
+        inserted = [marked(deleted_and_inserted(reader, part)[1], part) for part in parts if part.added]
+        empty = empty_table(pa.schema([*schema.as_arrow(), *([WATERMARK_FIELD] if with_watermark else [])]))
+        return pa.concat_tables(inserted or [empty], promote_options="permissive")
     labelled = []
     for part in parts:
         deleted, inserted = deleted_and_inserted(reader, part)
-        labelled.append(changelog(deleted, inserted, keys, part, paths))
+        labelled.append(marked(changelog(deleted, inserted, keys, part, paths), part))
     if not labelled:
-        return empty_changelog(schema)
+        return empty_changelog(schema, with_watermark)
     changes = pa.concat_tables(labelled, promote_options="permissive")
     return net(changes, keys, paths) if net_changes else changes
 
 
-def empty_changelog(schema: Schema) -> pa.Table:
-    fields = [*schema.as_arrow(), *CHANGE_FIELDS]
+def _watermarked(rows: pa.Table, part: SnapshotChanges) -> pa.Table:
+    micros = part.commit.watermark
+    values = repeated(micros, rows.num_rows) if micros is not None else pa.nulls(rows.num_rows, pa.int64())
+    return rows.append_column(WATERMARK_FIELD, values.cast(WATERMARK_FIELD.type))
+
+
+def empty_changelog(schema: Schema, with_watermark: bool = False) -> pa.Table:
+    fields = [*schema.as_arrow(), *CHANGE_FIELDS, *([WATERMARK_FIELD] if with_watermark else [])]
     return empty_table(pa.schema(fields))
 
 

@@ -31,6 +31,7 @@ class Commit:
     snapshot_id: int
     sequence_number: int
     timestamp_ms: int
+    watermark: int | None = None  # the table's watermark as of the snapshot (microseconds), if any is recorded
 
 
 @dataclass(frozen=True)
@@ -84,12 +85,21 @@ class Planner:
     table: Table
     cache: ManifestCache | None = None
     _planned: dict[int, PlannedScan] = field(default_factory=dict)
+    _watermarks: dict[int, int | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from icesink.iceberg.scan import ManifestCache
 
         if self.cache is None:
             self.cache = ManifestCache()
+
+    def _commit(self, snapshot: Snapshot) -> Commit:
+        from icesink.iceberg.watermarks import ever_had_watermark, watermark_at
+
+        metadata = self.table.metadata
+        timed = ever_had_watermark(metadata)  # a table that never had one is not walked
+        watermark = watermark_at(metadata, snapshot.snapshot_id, self._watermarks) if timed else None
+        return Commit(snapshot.snapshot_id, snapshot.sequence_number or 0, snapshot.timestamp_ms, watermark)
 
     def _files(self, snapshot_id: int) -> PlannedScan:
         from icesink.iceberg.scan import planned_files
@@ -138,7 +148,7 @@ class Planner:
         summary = snapshot.summary
         if summary is not None and (summary.operation.value == "replace" or summary[MAINTENANCE_PROPERTY] is not None):
             return []
-        commit = Commit(snapshot.snapshot_id, snapshot.sequence_number or 0, snapshot.timestamp_ms)
+        commit = self._commit(snapshot)
         after = self._files(snapshot.snapshot_id)
         parent = snapshot.parent_snapshot_id
         if parent is None:
@@ -152,7 +162,7 @@ class Planner:
 
     def state(self, snapshot: Snapshot) -> list[SnapshotChanges]:
         """The table's rows at ``snapshot``, as inserts: where a read starts whose history has expired."""
-        commit = Commit(snapshot.snapshot_id, snapshot.sequence_number or 0, snapshot.timestamp_ms)
+        commit = self._commit(snapshot)
         return self._state(commit, self._files(snapshot.snapshot_id))
 
     def _state(self, commit: Commit, files: PlannedScan) -> list[SnapshotChanges]:

@@ -67,7 +67,7 @@ STARTING_FORMS = (
     "(2026-11-23T10:00:00Z; UTC when it has no zone)"
 )
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-OPTIONS = ("mode", "starting", "max-files-per-trigger", "max-rows-per-trigger", "net-changes")
+OPTIONS = ("mode", "starting", "max-files-per-trigger", "max-rows-per-trigger", "net-changes", "with-watermark")
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,7 @@ class ReadOptions:
     max_files: int | None
     max_rows: int | None
     net_changes: bool
+    with_watermark: bool = False  # _commit_watermark: the table's watermark as of each change's commit
 
     @classmethod
     def of(cls, options: Mapping[str, str]) -> ReadOptions:
@@ -117,9 +118,8 @@ class ReadOptions:
         mode = options.get("mode", "changelog")
         if mode not in MODES:
             raise ConfigError(f"table {table}: option mode={mode!r} must be one of {', '.join(MODES)}")
-        net = str(options.get("net-changes", "false")).lower()
-        if net not in ("true", "false"):
-            raise ConfigError(f"table {table}: option net-changes={net!r} must be true or false")
+        net = _flag(table, options, "net-changes")
+        with_watermark = _flag(table, options, "with-watermark")
         catalog = tuple(sorted((k, str(v)) for k, v in options.items() if k == "catalog" or k.startswith("catalog.")))
         return cls(
             table=table,
@@ -128,7 +128,8 @@ class ReadOptions:
             starting=Starting.parse(table, options.get("starting", "earliest")),
             max_files=_limit(table, options, "max-files-per-trigger"),
             max_rows=_limit(table, options, "max-rows-per-trigger"),
-            net_changes=net == "true",
+            net_changes=net,
+            with_watermark=with_watermark,
         )
 
     def load(self) -> Table:
@@ -139,8 +140,15 @@ class ReadOptions:
         return load_table(open_catalog(config), config, self.table)
 
 
-def spark_schema(schema: Schema, mode: str) -> StructType:
-    """The DataFrame schema of a change stream: the table's columns, then the change columns."""
+def _flag(table: str, options: Mapping[str, str], name: str) -> bool:
+    value = str(options.get(name, "false")).lower()
+    if value not in ("true", "false"):
+        raise ConfigError(f"table {table}: option {name}={value!r} must be true or false")
+    return value == "true"
+
+
+def spark_schema(schema: Schema, mode: str, with_watermark: bool = False) -> StructType:
+    """The DataFrame schema of a change stream: the table's columns, then the change columns, the watermark's."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
     from icesink.spark_types import spark_type_of
@@ -153,6 +161,8 @@ def spark_schema(schema: Schema, mode: str) -> StructType:
             StructField("_commit_snapshot_id", LongType(), False),
             StructField("_commit_timestamp", TimestampType(), False),
         ]
+    if with_watermark:
+        fields.append(StructField("_commit_watermark", TimestampType(), True))
     return StructType(fields)
 
 
@@ -166,6 +176,7 @@ class ChangeTask:
     parts: tuple[SnapshotChanges, ...]
     mode: str
     net_changes: bool
+    with_watermark: bool = False
 
 
 class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -323,6 +334,7 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             parts=tuple(parts),
             mode=self._options.mode,
             net_changes=self._options.net_changes,
+            with_watermark=self._options.with_watermark,
         )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -332,7 +344,7 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
         task: ChangeTask = partition.value
         table = StaticTable.from_metadata(task.metadata_location, properties=dict(task.io_properties))
-        rows = compute_changes(table, task.schema, task.parts, task.mode, task.net_changes)
+        rows = compute_changes(table, task.schema, task.parts, task.mode, task.net_changes, task.with_watermark)
         yield from conformed(rows, self._declared).to_batches()
 
     def commit(self, end: dict[str, Any]) -> None:

@@ -60,6 +60,35 @@ def recorded_watermark(metadata: TableMetadata, branch: str = MAIN_BRANCH, job_i
     return _from_properties(metadata, branch, job_id) if history_cut(oldest) else None
 
 
+def watermark_at(metadata: TableMetadata, snapshot_id: int, known: dict[int, int | None] | None = None) -> int | None:
+    """The watermark (microseconds) as of ``snapshot_id``: the newest on its ancestry, None when none is recorded
+    there (or history expired below the snapshots that did: what the table properties hold is later). ``known``
+    remembers answers between calls, so walking a range costs one pass."""
+    known = known if known is not None else {}
+    walked: list[int] = []
+    found: int | None = None
+    current: int | None = snapshot_id
+    while current is not None and current not in known:
+        snapshot = metadata.snapshot_by_id(current)
+        if snapshot is None:
+            break
+        walked.append(current)
+        text = snapshot.summary[WATERMARK_PROPERTY] if snapshot.summary is not None else None
+        try:
+            found = parse_watermark(text) if text is not None else None
+        except ValueError:
+            found = None
+        if found is not None:
+            break
+        current = snapshot.parent_snapshot_id
+    else:
+        if current is not None:
+            found = known[current]
+    for one in walked:
+        known[one] = found
+    return found
+
+
 def history_cut(oldest: Snapshot | None) -> bool:
     """Whether the oldest snapshot a walk reached had ancestors that expiry removed: pyiceberg's expiry also cuts
     the parent link of the oldest snapshot it keeps, so a first snapshot of a later sequence number (format 2 and

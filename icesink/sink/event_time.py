@@ -28,38 +28,53 @@ class EventTimeSettings:
     column: str
     lateness: int
     split_columns: tuple[str, ...]
+    watermark_column: str | None = None  # watermark_from: the watermark follows this column's largest value
 
     @property
     def columns(self) -> tuple[str, ...]:
-        """The DataFrame columns the write tasks read: the event time's and the splits'."""
-        return tuple(dict.fromkeys((self.column, *self.split_columns)))
+        """The DataFrame columns the write tasks read: the event time's, the splits' and the watermark's."""
+        watermark = (self.watermark_column,) if self.watermark_column is not None else ()
+        return tuple(dict.fromkeys((self.column, *self.split_columns, *watermark)))
 
     def spec(self, projection: Projection, late_before: int | None) -> EventTimeSpec:
         """What the write tasks observe, named as the projected rows name the columns (a table column under
         the table's name, which another tool may have changed; any other column under the DataFrame's)."""
         named = {c.source: c.name for c in projection.columns if c.source is not None}
+        watermark = self.watermark_column
         return EventTimeSpec(
             named.get(self.column, self.column),
             tuple(named.get(c, c) for c in self.split_columns),
             late_before,
+            named.get(watermark, watermark) if watermark is not None else None,
         )
 
 
 def resolve_event_time(options: StreamOptions, schema: StructType) -> EventTimeSettings | None:
     """The stream's event-time settings, or a :class:`ConfigError` naming the column where they do not fit."""
-    if options.event_time is None:
+    if options.event_time is None and options.watermark_from is None:
         return None
     identifier = options.table
-    column = _column(schema, options.event_time, identifier, "event_time")
-    kind = schema[column].dataType
-    if not isinstance(kind, TimestampType | TimestampNTZType | DateType):
-        raise ConfigError(
-            f"table {identifier}: event_time column {column!r} is {kind.simpleString()}, not a timestamp or a date; "
-            "convert it in the DataFrame (F.timestamp_millis for epoch milliseconds, F.to_timestamp for text)"
-        )
+    watermark = _time_column(schema, options.watermark_from, identifier, "watermark_from")
+    column = _time_column(schema, options.event_time, identifier, "event_time") or watermark
+    assert column is not None
+    if watermark is not None:  # the upstream's watermark is already the whole table's
+        return EventTimeSettings(column, 0, (), watermark)
     splits = _split_columns(options.split_by, schema, identifier)
     lateness = duration_micros(options.lateness) if options.lateness is not None else 0
     return EventTimeSettings(column, lateness, splits)
+
+
+def _time_column(schema: StructType, name: str | None, identifier: str, option: str) -> str | None:
+    if name is None:
+        return None
+    column = _column(schema, name, identifier, option)
+    kind = schema[column].dataType
+    if not isinstance(kind, TimestampType | TimestampNTZType | DateType):
+        raise ConfigError(
+            f"table {identifier}: {option} column {column!r} is {kind.simpleString()}, not a timestamp or a date; "
+            "convert it in the DataFrame (F.timestamp_millis for epoch milliseconds, F.to_timestamp for text)"
+        )
+    return column
 
 
 def _split_columns(given: Sequence[str] | None, schema: StructType, identifier: str) -> tuple[str, ...]:

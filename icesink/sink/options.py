@@ -259,8 +259,16 @@ class StreamOptions(TableOptions, StreamWideOptions):
             raise ConfigError(
                 f"table {table}: lateness applies to a stream with event_time; name the event-time column too"
             )
-        if self.event_time is not None and not self.event_time.strip():
-            raise ConfigError(f"table {table}: event_time names a column; it is empty")
+        for option in ("event_time", "watermark_from"):
+            value = getattr(self, option)
+            if value is not None and not value.strip():
+                raise ConfigError(f"table {table}: {option} names a column; it is empty")
+        if self.watermark_from is not None and (self.lateness is not None or self.split_by is not None):
+            given = "lateness" if self.lateness is not None else "split_by"
+            raise ConfigError(
+                f"table {table}: watermark_from takes the watermark as the upstream table recorded it, lateness and "
+                f"splits included; leave {given} out"
+            )
 
     @classmethod
     def reference(cls) -> list[tuple[str, str, str]]:

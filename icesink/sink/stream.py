@@ -65,6 +65,7 @@ def stream(  # Over 60 lines: one keyword argument per option, spelled out as us
     evolve_schema: bool = False,
     event_time: str | None = None,
     lateness: str | datetime.timedelta | None = None,
+    watermark_from: str | None = None,
     branch: str | None = None,
     split_by: Sequence[str] | None = None,
     idle_timeout: str | datetime.timedelta = "5 minutes",
@@ -93,6 +94,7 @@ def stream(  # Over 60 lines: one keyword argument per option, spelled out as us
         evolve_schema=evolve_schema,
         event_time=event_time,
         lateness=lateness,
+        watermark_from=watermark_from,
         branch=branch,
         audit=audit,
     )
@@ -210,7 +212,7 @@ def _stream_tables(
 
 def _refuse_split_by_alone(own: StreamWideOptions, per_table: Sequence[TableOptions], where: str) -> None:
     """split_by and idle_timeout say how a watermark is kept: given without any event_time, they would do nothing."""
-    timed = any(options.event_time is not None for options in per_table)
+    timed = any(options.event_time is not None or options.watermark_from is not None for options in per_table)
     given = [name for name in ("split_by", "on_partition_done") if getattr(own, name) is not None]
     if own.idle_timeout != StreamWideOptions.idle_timeout:
         given.append("idle_timeout")

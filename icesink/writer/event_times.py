@@ -70,6 +70,9 @@ class EventTimes:
             late_rows = 0
             if late_before is not None and low is not None and low < late_before:
                 late_rows = int(pc.sum(pc.less(micros, pa.scalar(late_before, pa.int64()))).as_py() or 0)
+            if spec.watermark_column is not None:  # the watermark follows the upstream's, not the event times
+                high = pc.max(event_micros(rows.column(spec.watermark_column), self._table, spec.watermark_column))
+                high = high.as_py()
             self._add("[]", high, rows.num_rows, late_rows, micros.null_count)
             return
         if late_before is None or low is None or low >= late_before:

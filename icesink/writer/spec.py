@@ -114,6 +114,7 @@ class EventTimeSpec:
     column: str
     split_columns: tuple[str, ...] = ()
     late_before: int | None = None
+    watermark_column: str | None = None  # holds the upstream watermark the stream's follows (watermark_from)
 
 
 # With no level set, Iceberg Java's writer (parquet-mr) compresses zstd at 3 and gzip at zlib's 6; pyarrow's
