@@ -399,7 +399,8 @@ class World:
         from icesink.maintenance.policy import MaintenancePolicy
         from icesink.maintenance.run import MaintenanceRequest, maintain_table
 
-        target = MaintenanceTarget(self.catalog, self.config, IDENTIFIER)
+        # A stream into a branch is maintained on its branch, so that main can still follow it (and does, at once).
+        target = MaintenanceTarget(self.catalog, self.config, IDENTIFIER, branch=self.branch)
         policy = MaintenancePolicy.of(self.table().properties, IDENTIFIER)
         if mode == "convert":
             from icesink.maintenance.convert import convert_equality_deletes
@@ -408,6 +409,8 @@ class World:
         else:
             maintain_table(target, self.table(), MaintenanceRequest(policy, everything=mode == "all"))
         self.committer.forget(IDENTIFIER)
+        if self.publisher is not None:
+            self.publisher.after_commit(JOB)
 
     # --- the oracle ----------------------------------------------------------------------------------------------
 
