@@ -118,6 +118,7 @@ class World:
         self.clock_ms = 0
         self.watermark = StreamWatermark(Ledger(config), 60_000_000, clock=lambda: self.clock_ms / 1000)
         self.last_watermark: int | None = None
+        self.late_rows: dict[int, int] = {}  # checkpoint -> its rows below the watermark it started with, as staged
 
     def table(self) -> Any:
         return self.catalog.load_table(IDENTIFIER)
@@ -194,6 +195,7 @@ class World:
         writer.write(rows)
         result = writer.complete()
         state, properties = None, {}
+        late = _rows_below(rows, event_time.column, late_before) if event_time is not None else 0
         if event_time is not None:
             state, shared, counts = self.watermark.fold([TableTimes(IDENTIFIER, event_time, [result])])
             properties = {**shared, **counts[IDENTIFIER], EVENT_TIME_FIELD_PROPERTY: str(self.event_field)}
@@ -202,7 +204,7 @@ class World:
         if self.companion is None:
             staged = stage_tables(Ledger(self.config), JOB, checkpoint, written)
             if staged and state is not None:
-                self.watermark.staged(checkpoint, state)
+                self._staged(checkpoint, state, late)
             return checkpoint, staged
         companion = self.catalog.load_table(COMPANION)
         written.append(self.companion.results(companion, JOB, checkpoint, rows.num_rows, attempt))
@@ -210,8 +212,12 @@ class World:
         if staged:
             self.companion.expected[checkpoint] = rows.num_rows
             if state is not None:
-                self.watermark.staged(checkpoint, state)
+                self._staged(checkpoint, state, late)
         return checkpoint, staged
+
+    def _staged(self, checkpoint: int, state: Any, late: int) -> None:
+        self.watermark.staged(checkpoint, state)
+        self.late_rows[checkpoint] = late
 
     def _event_time(self, table: Any) -> EventTimeSettings | None:
         """The event-time column as the rows name it now (another tool may have renamed or dropped it)."""
@@ -512,10 +518,37 @@ class World:
                     raise Mismatch(f"snapshot {snapshot.snapshot_id} made {done} done below its end")
         if recorded != sorted(recorded):
             raise Mismatch(f"the watermark went back along main: {recorded}")
+        self._check_late_rows(seen)
         now = recorded_watermark(table.metadata, self.branch)
         if self.last_watermark is not None and (now is None or now < self.last_watermark):
             raise Mismatch(f"the table's watermark went back from {self.last_watermark} to {now}")
         self.last_watermark = now
+
+    def _check_late_rows(self, snapshots: list[Any]) -> None:
+        """Each snapshot of the job counts exactly the late rows of the checkpoints it holds (those staged and
+        committed; a discarded one's rows never reached the table)."""
+        from icesink.catalog.checkpoints import CheckpointState
+        from icesink.properties import CHECKPOINT_RANGE_PROPERTY, JOB_ID_PROPERTY, LATE_ROWS_PROPERTY
+
+        committed = {
+            row.checkpoint_id
+            for row in Ledger(self.config).for_table(IDENTIFIER)
+            if row.job_id == JOB and row.state == CheckpointState.COMMITTED
+        }
+        for snapshot in snapshots:
+            summary = snapshot.summary.additional_properties if snapshot.summary else {}
+            if summary.get(JOB_ID_PROPERTY) != JOB or CHECKPOINT_RANGE_PROPERTY not in summary:
+                continue
+            first, _, last = summary[CHECKPOINT_RANGE_PROPERTY].partition("-")
+            held = [c for c in range(int(first), int(last or first) + 1) if c in committed]
+            if not held or any(c not in self.late_rows for c in held):
+                continue  # pruned from the ledger, or staged before the table had an event time
+            expected = sum(self.late_rows[c] for c in held)
+            if int(summary.get(LATE_ROWS_PROPERTY, "0")) != expected:
+                raise Mismatch(
+                    f"snapshot {snapshot.snapshot_id} (checkpoints {held}) counts "
+                    f"{summary.get(LATE_ROWS_PROPERTY)} late rows, not {expected}"
+                )
 
     def referenced_files(self, identifier: str = IDENTIFIER) -> set[str]:
         """Every file a snapshot (current or not), the metadata log or a staged checkpoint still names."""
@@ -595,3 +628,24 @@ def _fresh_name(schema: Any, parent: tuple[str, ...], rng: random.Random, retire
 
 def _local(uri: str) -> str:
     return uri.removeprefix("file://").removeprefix("file:")
+
+
+def _rows_below(rows: pa.Table, column: str, late_before: int | None) -> int:
+    """Rows whose event time is below ``late_before``: what the stream must count late, told independently of the
+    writer (Python datetimes, not Arrow kernels)."""
+    import datetime
+
+    if late_before is None or column not in rows.column_names:
+        return 0
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+    count = 0
+    for value in rows.column(column).to_pylist():
+        if value is None:
+            continue
+        if not isinstance(value, datetime.datetime):  # a date: its midnight, UTC
+            value = datetime.datetime(value.year, value.month, value.day, tzinfo=datetime.UTC)
+        elif value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.UTC)
+        if (value - epoch) // datetime.timedelta(microseconds=1) < late_before:
+            count += 1
+    return count
