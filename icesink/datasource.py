@@ -79,8 +79,10 @@ def read_stream(
 
     Options: ``mode`` (``changelog``/``append``), ``starting`` (``earliest``, ``latest``, a snapshot id (an int,
     or a string of digits), an ISO 8601 timestamp (UTC unless it has a zone) or a ``datetime`` (naive: UTC)),
-    ``max-files-per-trigger``, ``max-rows-per-trigger``, ``net-changes``; ``catalog`` is a catalog name, a
-    ``CatalogConfig`` or pyiceberg properties as for :func:`icesink.stream`. Any other option is refused.
+    ``max-files-per-trigger``, ``max-rows-per-trigger``, ``net-changes``, ``with-watermark`` (``_commit_watermark``,
+    the table's watermark as of each change's commit, for ``icesink.stream(..., watermark_from=...)``);
+    ``catalog`` is a catalog name, a ``CatalogConfig`` or pyiceberg properties as for :func:`icesink.stream`. Any
+    other option is refused.
 
     ``tables=[...]`` instead of ``table``: the changes of several tables in one stream, every micro-batch
     ending at one consistent cut of the catalog (``_table`` names a row's table, a struct column per table
