@@ -400,6 +400,29 @@ def test_the_daemon_tries_a_failed_done_action_again_while_no_commit_comes(catal
         receiver.close()
 
 
+def test_a_table_with_done_partitions_and_no_action_is_not_loaded_at_every_retry(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    from icesink.committer.done_actions import retry_waiting
+
+    config = sqlite_catalog
+    create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    stream = Stream(config)
+    stream.batch([(1, "a", 10)])
+    stream.batch([(2, "a", 70)])  # hour 00 done, no action set: it waits, in case one is set later
+    from icesink.catalog.partition_record import PartitionRecord
+
+    PartitionRecord(config).keep_up(open_catalog(config).load_table(TABLE), TABLE)  # as `icesink partitions` does
+    quiet: dict[str, float] = {}
+    catalog = open_catalog(config)
+    assert retry_waiting(catalog, config, quiet=quiet) == 0 and list(quiet) == [TABLE]
+    assert retry_waiting(catalog, config, quiet=quiet) == 0  # not loaded again for a while
+    with open_catalog(config).load_table(TABLE).transaction() as change:
+        change.set_properties({"icesink.partition-done.success-file": "true"})
+    assert retry_waiting(catalog, config, quiet={}) == 1  # an action set later: the waiting partition gets it
+    assert retry_waiting(catalog, config, quiet={}) == 0  # and only once
+
+
 def test_a_done_action_a_committer_died_before_runs_after_the_next_commit(sqlite_catalog: CatalogConfig) -> None:
     from pathlib import Path
 

@@ -60,6 +60,7 @@ class CommitterDaemon:
         self._config = config
         self._actions_retry_seconds = actions_retry_seconds
         self._actions_retry_at = time.monotonic() + actions_retry_seconds
+        self._quiet_tables: dict[str, float] = {}  # tables with done partitions and no action: when to look again
         self._tables = tuple(tables)
         self._poll_interval = poll_interval
         self._backoff = Backoff(first=1.0, cap=max_backoff)
@@ -163,7 +164,7 @@ class CommitterDaemon:
         if time.monotonic() >= self._actions_retry_at and not self._stop.is_set():
             # Done actions whose first try failed would otherwise wait for their table's next commit.
             self._actions_retry_at = time.monotonic() + self._actions_retry_seconds
-            retry_waiting(self._catalog, self._config, self._tables, skip=pending)
+            retry_waiting(self._catalog, self._config, self._tables, pending, self._quiet_tables)
         return waiting
 
     def _counted(self, table: str, outcomes: list[CommitOutcome], report: DaemonReport, failed: bool = False) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import urllib.request
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING
@@ -48,6 +49,9 @@ HTTP_TIMEOUT_SECONDS = 5
 ACTIONS_PER_COMMIT = 16
 # How often the daemon tries waiting actions again between commits; it stops at the first that fails.
 RETRY_SECONDS = 30.0
+# A table with done partitions but no action set is looked at again after this long (its partitions wait, in case
+# actions are set later), not at every retry.
+QUIET_SECONDS = 600.0
 
 
 class DoneActions:
@@ -57,14 +61,20 @@ class DoneActions:
         self._record = PartitionRecord(config)
         self._callback = callback
 
+    def configured(self, table: Table) -> bool:
+        """Whether the table (or the stream) asks for any done action."""
+        properties = table.properties
+        success_file = properties.get(SUCCESS_FILE_PROPERTY, "false").strip().lower() == "true"
+        return success_file or bool(properties.get(HTTP_POST_PROPERTY)) or self._callback is not None
+
     def run(self, table: Table, identifier: str, branch: str) -> bool:
         """The actions of the partitions that wait for them, up to ``ACTIONS_PER_COMMIT``; False when one failed
         (logged; it waits for the next try)."""
+        if not self.configured(table):
+            return True
         properties = table.properties
         success_file = properties.get(SUCCESS_FILE_PROPERTY, "false").strip().lower() == "true"
         url = properties.get(HTTP_POST_PROPERTY)
-        if not success_file and not url and self._callback is None:
-            return True
         failpoint("committer.before-done-actions")  # the commit is in; its actions are not
         try:
             self._record.keep_up(table, identifier, branch)
@@ -114,20 +124,29 @@ def _post(url: str, body: bytes) -> None:
 
 
 def retry_waiting(
-    catalog: SqlCatalog, config: CatalogConfig, scope: Collection[str] = (), skip: Collection[str] = ()
+    catalog: SqlCatalog,
+    config: CatalogConfig,
+    scope: Collection[str] = (),
+    skip: Collection[str] = (),
+    quiet: dict[str, float] | None = None,
 ) -> int:
     """Try the done actions that wait (their first try failed, and no commit came since), table by table, until
     one fails again (a receiver that is down delays the daemon by one timeout, not one per table). ``scope``: only
-    these tables (default all); ``skip``: tables that just had their try. Returns the tables tried."""
+    these tables (default all); ``skip``: tables that just had their try; ``quiet``: tables found without actions,
+    each with when to look again (kept by the caller between retries). Returns the tables tried."""
     actions = DoneActions(config)
+    quiet = quiet if quiet is not None else {}
     tried = 0
     for identifier, branch in PartitionRecord(config).awaiting_tables():
-        if (scope and identifier not in scope) or identifier in skip:
+        if (scope and identifier not in scope) or identifier in skip or quiet.get(identifier, 0.0) > time.monotonic():
             continue
         try:
             table = load_table(catalog, config, identifier)
         except IcesinkError as e:
             log.warning("table=%s: partition-done actions not tried again: %s", identifier, e)
+            continue
+        if not actions.configured(table):
+            quiet[identifier] = time.monotonic() + QUIET_SECONDS
             continue
         tried += 1
         if not actions.run(table, identifier, branch):
