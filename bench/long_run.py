@@ -11,8 +11,11 @@ and compacts as it would in production.
 Reported: the daemon's commit latency (its per-commit log lines), p50 and p99
 per tenth of the run; and every ``--every`` batches, the read time of the
 table (``icesink.read``) against a compacted copy of the same rows (written
-once, no deletes), with the live data and delete files. The table is checked
-against the expected rows at the end.
+once, no deletes), with the live data and delete files; and each maintenance
+run of the daemon (its log lines): seconds and bytes rewritten, which should
+follow the change, not the table (compare ``--rows 20000000`` with
+``--rows 80000000``). The table is checked against the expected rows at the
+end.
 
     .venv/bin/python bench/long_run.py [--rows 20000000] [--batches 200] [--every 25]
 
@@ -44,6 +47,38 @@ from upsert_scale import build, changes
 PG_ADMIN = os.environ.get("ICESINK_TEST_PG_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432/test")
 TABLE = "bench.orders"
 COMMIT_LINE = re.compile(r"table=bench\.orders job=\S+ checkpoints=\S+ snapshot=\d+ .* seconds=([0-9.]+)")
+MAINTENANCE_LINE = re.compile(r"table=bench\.orders maintenance: (.*); ([0-9.]+)s$", re.MULTILINE)
+REWRITTEN = (
+    re.compile(r"compacted \d+ file\(s\) \((\d+) bytes\)"),
+    re.compile(r"merged \d+ position delete file\(s\) \((\d+) bytes\)"),
+)
+
+
+def maintenance_runs(log: str) -> list[dict[str, float]]:
+    """Each maintenance run of the daemon's log that did something: its seconds and the bytes it rewrote."""
+    runs = []
+    for match in MAINTENANCE_LINE.finditer(log):
+        text = match.group(1)
+        rewritten = sum(int(m.group(1)) for pattern in REWRITTEN for m in pattern.finditer(text))
+        if "compacted" in text or "merged" in text or "converted" in text:
+            runs.append({"seconds": float(match.group(2)), "bytes_rewritten": rewritten})
+    return runs
+
+
+def summarise_maintenance(runs: list[dict[str, float]]) -> dict[str, Any]:
+    if not runs:
+        return {"runs": 0}
+    seconds = [r["seconds"] for r in runs]
+    rewritten = [r["bytes_rewritten"] for r in runs]
+    return {
+        "runs": len(runs),
+        "p50_seconds": round(statistics.median(seconds), 3),
+        "max_seconds": round(max(seconds), 3),
+        "mean_seconds": round(statistics.mean(seconds), 3),
+        "p50_bytes_rewritten": int(statistics.median(rewritten)),
+        "max_bytes_rewritten": int(max(rewritten)),
+        "mean_bytes_rewritten": int(statistics.mean(rewritten)),
+    }
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -147,17 +182,22 @@ def main() -> None:
         from upsert_scale import check
 
         check(config, TABLE, args.rows, written)
+        runs = maintenance_runs((work / "daemon.log").read_text())
+        half = len(runs) // 2
         report = {
             "rows": args.rows,
             "batches": args.batches,
             "stream_seconds": round(seconds, 1),
             "commits": len(commits),
             "commit_latency": latency,
+            # The second half, once the table is in its steady state, and the whole run.
+            "maintenance": {"all": summarise_maintenance(runs), "second_half": summarise_maintenance(runs[half:])},
             "reads": reads,
             "equality_delete_files_at_end": len(live_files(catalog.load_table(TABLE)).equality_deletes),
         }
         print(json.dumps(report, indent=2))
-        out = Path(__file__).parent / "results" / "long_run-raw.json"
+        suffix = "" if args.rows == 20_000_000 else f"-{args.rows // 1_000_000}M"
+        out = Path(__file__).parent / "results" / f"long_run{suffix}-raw.json"
         out.write_text(json.dumps({"command": " ".join(["bench/long_run.py", *sys.argv[1:]]), **report}, indent=2))
     except BaseException:
         log_path = work / "daemon.log"

@@ -20,11 +20,12 @@ STREAM_ID_PROPERTY = "icesink.stream-id"  # the Spark query whose checkpoint his
 CHECKPOINT_RANGE_PROPERTY = "icesink.checkpoint-ids"  # "first-last" of the checkpoints in the snapshot
 CONVERTED_PROPERTY = "icesink.converted-equality-deletes"
 DISCARDED_PROPERTY = "icesink.discarded-checkpoints"
-MAINTENANCE_PROPERTY = "icesink.maintenance"  # which maintenance made the snapshot: convert or compact
-# Its values. Both keep every row as it was: a branch's audit passes them through (icesink.audit.chain).
+MAINTENANCE_PROPERTY = "icesink.maintenance"  # which maintenance made the snapshot
+# Its values. Each keeps every row as it was: a branch's audit passes them through (icesink.audit.chain).
 MAINTENANCE_CONVERT = "convert-equality-deletes"
 MAINTENANCE_COMPACT = "compact"
-MAINTENANCE_KINDS = frozenset({MAINTENANCE_CONVERT, MAINTENANCE_COMPACT})
+MAINTENANCE_MERGE_DELETES = "rewrite-position-deletes"
+MAINTENANCE_KINDS = frozenset({MAINTENANCE_CONVERT, MAINTENANCE_COMPACT, MAINTENANCE_MERGE_DELETES})
 BASE_SNAPSHOT_PROPERTY = "icesink.maintenance.base-snapshot-id"
 # Shared by the snapshots one atomic commit made in several tables (one transaction of the catalog).
 COMMIT_ID_PROPERTY = "icesink.commit-id"
@@ -76,6 +77,7 @@ POLICY_PROPERTIES = {
     "equality_delete_files": "icesink.maintain.equality-delete-files",
     "min_input_files": "icesink.maintain.min-input-files",
     "min_file_ratio": "icesink.maintain.min-file-ratio",
+    "delete_ratio_threshold": "icesink.maintain.delete-ratio-threshold",
     "delete_file_threshold": "icesink.maintain.delete-file-threshold",
     "min_commits": "icesink.maintain.min-commits",
     "max_group_bytes": "icesink.maintain.max-group-bytes",
@@ -147,7 +149,8 @@ SNAPSHOT_SUMMARY_REFERENCE: dict[str, str] = {
     CONVERTED_PROPERTY: "the number of equality-delete files the commit turned into position deletes.",
     DISCARDED_PROPERTY: "checkpoints an operator discarded (``icesink checkpoints discard``) that this snapshot "
     "records as done.",
-    MAINTENANCE_PROPERTY: "on a snapshot maintenance made: ``convert-equality-deletes`` or ``compact``.",
+    MAINTENANCE_PROPERTY: "on a snapshot maintenance made: ``convert-equality-deletes``, ``compact`` or "
+    "``rewrite-position-deletes``.",
     BASE_SNAPSHOT_PROPERTY: "the snapshot maintenance read; a stream commit made since then is checked against it.",
     COMMIT_ID_PROPERTY: "shared by the snapshots one atomic commit made in several tables, in one transaction of the "
     "catalog database.",

@@ -375,12 +375,12 @@ def test_a_mistake_in_a_maintenance_setting_holds_up_maintenance_not_commits(sql
 MAINTAIN_LEASE_TTL = 3
 
 
-def run_maintain(config: CatalogConfig, failpoint: str = "") -> int:
+def run_maintain(config: CatalogConfig, failpoint: str = "", everything: bool = True) -> int:
     env = {k: v for k, v in os.environ.items() if k != "ICESINK_FAILPOINTS"}
     if failpoint:
         env["ICESINK_FAILPOINTS"] = failpoint
     base = ["--catalog", config.name, "--uri", config.uri, "--warehouse", config.warehouse]
-    maintain = ["maintain", TABLE, "--all", "--lease-ttl", str(MAINTAIN_LEASE_TTL)]
+    maintain = ["maintain", TABLE, *(["--all"] if everything else []), "--lease-ttl", str(MAINTAIN_LEASE_TTL)]
     done = subprocess.run(
         [sys.executable, "-m", "icesink.cli", *base, *maintain],
         cwd=ROOT,

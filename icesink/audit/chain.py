@@ -21,6 +21,7 @@ from icesink.properties import (
     MAINTENANCE_COMPACT,
     MAINTENANCE_CONVERT,
     MAINTENANCE_KINDS,
+    MAINTENANCE_MERGE_DELETES,
     MAINTENANCE_PROPERTY,
     MAX_CHECKPOINT_PROPERTY,
     PARTITIONS_DONE_PROPERTY,
@@ -85,7 +86,14 @@ def changes_no_row(snapshot: Snapshot) -> bool:
         return False
     if summary.operation == Operation.DELETE:
         return summary.get(MAINTENANCE_PROPERTY) == MAINTENANCE_CONVERT and not int(summary.get("added-records") or 0)
-    if summary.operation != Operation.REPLACE or summary.get(MAINTENANCE_PROPERTY) != MAINTENANCE_COMPACT:
+    if summary.operation != Operation.REPLACE:
+        return False
+    if summary.get(MAINTENANCE_PROPERTY) == MAINTENANCE_MERGE_DELETES:
+        # Delete files only, every position kept (a merge that dropped positions naming gone files is audited).
+        touched = (int(summary.get(k) or 0) for k in ("added-data-files", "deleted-data-files", "added-records"))
+        kept = int(summary.get("added-position-deletes") or 0) == int(summary.get("removed-position-deletes") or 0)
+        return kept and not any(touched)
+    if summary.get(MAINTENANCE_PROPERTY) != MAINTENANCE_COMPACT:
         return False
     return int(summary.get("added-records") or 0) <= int(summary.get("deleted-records") or 0)
 

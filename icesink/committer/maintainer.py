@@ -136,6 +136,13 @@ def describe(report: MaintenanceReport) -> str:
             f"{k.delete_files_dropped} delete file(s)"
             + (", stopped for waiting checkpoints" if k.stopped_early else "")
         )
+    if report.merge is not None and (report.merge.delete_files_written or report.merge.conflict):
+        m = report.merge
+        parts.append(
+            f"merged {m.delete_files_rewritten} position delete file(s) ({m.bytes_rewritten} bytes) into "
+            f"{m.delete_files_written}, one per data file ({m.positions} positions)"
+            + (f" [left for later: {m.conflict}]" if m.conflict else "")
+        )
     if after is not None:
         parts.append(
             f"data files {before.data_files} -> {after.data_files}, delete files "

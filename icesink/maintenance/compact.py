@@ -48,6 +48,7 @@ from icesink.iceberg.manifests import AddedFile, to_data_file
 from icesink.iceberg.scan import live_files, plan_scan, position_deletes_by_file, read_files
 from icesink.iceberg.schemas import with_dropped_keys
 from icesink.iceberg.snapshots import SnapshotChange
+from icesink.maintenance.choosing import Candidate, candidate, chosen, count_position_deletes
 from icesink.maintenance.committing import ConflictError, MaintenanceTarget, commit_change
 from icesink.maintenance.verify import check_read, check_written
 from icesink.properties import BASE_SNAPSHOT_PROPERTY, MAINTENANCE_COMPACT, MAINTENANCE_PROPERTY
@@ -109,10 +110,9 @@ def plan_compaction(
 ) -> CompactionPlan:
     """Files to rewrite, grouped by partition and bin-packed up to ``max_group_bytes``.
 
-    A file is a candidate when it is smaller than ``min_file_ratio`` of the
-    target size or has ``delete_file_threshold`` delete files applying to it.
-    A partition is rewritten when it has ``min_input_files`` candidates, or a
-    candidate with deletes (or, with ``everything``, two candidates). Planned on the head of ``branch``.
+    Which files, :mod:`icesink.maintenance.choosing` says: those whose deletes remove ``delete_ratio_threshold``
+    of their rows (or number ``delete_file_threshold``), and small files by size tier; with ``everything``, every
+    file with a delete and every small file of a partition with two. Planned on the head of ``branch``.
 
     ``published_sequence`` is the sequence number of main's head, for a branch main has not caught up with: the
     files main holds and those after it are then never rewritten together, and main's are written with main's
@@ -124,27 +124,27 @@ def plan_compaction(
     snapshot = table.metadata.snapshot_by_name(branch)
     planned = plan_scan(table, snapshot.snapshot_id if snapshot else None, AlwaysTrue())
     deletes = EqualityDeletes(table, planned.schema, planned.equality_deletes)
+    counts = count_position_deletes(table.io, (d for f in planned.data for d in f.position_deletes))
     small = policy.min_file_ratio * target_file_size(table, ".".join(table.name()))
     default_spec = table.metadata.default_spec_id
     # By partition, and (a branch ahead of main) by whether main holds the file: main's sequence number, or None.
-    by_partition: dict[tuple[PartitionKey, int | None], list[tuple[PlannedDataFile, bool]]] = defaultdict(list)
+    by_partition: dict[tuple[PartitionKey, int | None], list[Candidate]] = defaultdict(list)
     older = 0
     for data in planned.data:
         if data.file.spec_id != default_spec:
             older += 1
             continue
         scope = partition_scope(table, data.file)
-        applying = len(data.position_deletes) + deletes.files_applying(scope, data.sequence_number)
-        has_deletes = applying >= policy.delete_file_threshold
-        if has_deletes or data.file.file_size_in_bytes < small:
+        equality = deletes.files_applying(scope, data.sequence_number)
+        found = candidate(data, counts, equality, policy, small, everything)
+        if found is not None:
             in_main = published_sequence is not None and data.sequence_number <= published_sequence
-            by_partition[scope, published_sequence if in_main else None].append((data, has_deletes))
+            by_partition[scope, published_sequence if in_main else None].append(found)
     groups: list[FileGroup] = []
     for (scope, sequence), candidates in by_partition.items():
-        with_deletes = any(d for _, d in candidates)
-        enough = len(candidates) >= (2 if everything else policy.min_input_files)
-        if enough or with_deletes:
-            groups += _bin_packed(scope, sequence, [data for data, _ in candidates], policy.max_group_bytes)
+        files = chosen(candidates, policy.min_input_files, everything)
+        if files:
+            groups += _bin_packed(scope, sequence, files, policy.max_group_bytes)
     return CompactionPlan(
         base_snapshot_id=snapshot.snapshot_id if snapshot else None,
         base_sequence_number=(snapshot.sequence_number or 0) if snapshot else 0,

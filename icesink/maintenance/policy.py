@@ -47,18 +47,28 @@ class MaintenancePolicy:
     min_input_files: int = field(
         default=5,
         metadata=_doc(
-            "a partition is compacted once it has this many files to rewrite (smaller than "
-            "``icesink.maintain.min-file-ratio`` of the target size, or with deletes applying to them); fewer are "
-            "left alone unless one has deletes."
+            "small files (below ``icesink.maintain.min-file-ratio`` of the target size) are compacted once a "
+            "partition has this many of about the same size (within a factor of 4), with the smaller ones; so each "
+            "row is rewritten a few times on its way to a full-size file, not once per pass. A file rewritten for "
+            "its deletes takes the partition's smaller files with it."
         ),
     )
     min_file_ratio: float = field(
         default=0.75, metadata=_doc("files below this share of ``write.target-file-size-bytes`` are small.")
     )
-    delete_file_threshold: int = field(
-        default=1,
+    delete_ratio_threshold: float = field(
+        default=0.3,
         metadata=_doc(
-            "a data file with at least this many delete files applying to it is rewritten, whatever its size."
+            "a data file whose position deletes remove at least this share of its rows is rewritten, whatever its "
+            "size (0: at its first delete). Below it, its position deletes are merged into one delete file of its "
+            "own and its rows are not rewritten, so a pass costs what changed, not the size of the files it touched."
+        ),
+    )
+    delete_file_threshold: int = field(
+        default=20,
+        metadata=_doc(
+            "a data file with at least this many delete files applying to it (position or equality) is rewritten, "
+            "whatever its size and deleted share."
         ),
     )
     min_commits: int = field(
@@ -155,6 +165,7 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "equality_delete_files": (1, math.inf, "a number of files"),
     "min_input_files": (2, math.inf, "a lone small file would be rewritten into the same small file on every pass"),
     "min_file_ratio": (0, 1, "a share of the target file size; above 1, full-size files would be rewritten forever"),
+    "delete_ratio_threshold": (0, 1, "a share of a file's rows"),
     "delete_file_threshold": (1, math.inf, "at 0 every data file would be rewritten on every pass"),
     "min_commits": (1, math.inf, "a number of commits"),
     "max_group_bytes": (1, math.inf, "a number of bytes"),

@@ -18,6 +18,7 @@ from icesink.iceberg.snapshots import head_snapshot_id
 from icesink.maintenance.committing import MaintenanceTarget
 from icesink.maintenance.compact import compact, plan_compaction
 from icesink.maintenance.convert import convert_equality_deletes
+from icesink.maintenance.merge_deletes import merge_position_deletes, plan_delete_merges
 from icesink.maintenance.policy import MaintenancePolicy
 from icesink.properties import MAINTENANCE_COMPACT, MAINTENANCE_PROPERTY
 
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
     from icesink.maintenance.compact import CompactionResult, FileGroup
     from icesink.maintenance.convert import ConversionResult
+    from icesink.maintenance.merge_deletes import MergeResult
 
 log = logging.getLogger("icesink.maintenance")
 
@@ -116,8 +118,10 @@ class MaintenanceReport:
     after: TableStats | None = None
     conversion: ConversionResult | None = None
     compaction: CompactionResult | None = None
+    merge: MergeResult | None = None
     planned_groups: int = 0
     planned_files: int = 0
+    planned_delete_merges: int = 0  # partitions whose position deletes are to be merged
     older_spec_files: int = 0
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
@@ -183,6 +187,13 @@ def maintain_table(
             report.notes.append(f"{plan.older_spec_files} data file(s) of older partition specs are left as they are")
         if plan.groups and not dry_run:
             table, report.compaction = compact(target, table, plan, request.keep_going, request.progress)
+        stopped = report.compaction is not None and report.compaction.stopped_early
+        if not stopped and (not plan.groups or request.keep_going()):
+            # After compaction, which applies the deletes of what it rewrites: what is left is merged.
+            merges = plan_delete_merges(table, target, everything)
+            report.planned_delete_merges = len(merges.merges)
+            if merges.merges and not dry_run:
+                table, report.merge = merge_position_deletes(target, table, merges)
     if dry_run and report.before.equality_delete_files:
         report.notes.append(f"would convert {report.before.equality_delete_files} equality delete file(s)")
     report.after = TableStats.of(table, branch) if not dry_run else None

@@ -42,6 +42,7 @@ class Tally:
     steps: Counter[str] = field(default_factory=Counter)
     readers: Counter[str] = field(default_factory=Counter)
     features: Counter[str] = field(default_factory=Counter)
+    maintenance: Counter[str] = field(default_factory=Counter)  # snapshots maintenance made, by kind
     failures: list[str] = field(default_factory=list)
 
     def failed(self, failure: str, seed: int, replay: str) -> None:
@@ -60,6 +61,7 @@ class Tally:
         print("steps:    " + ", ".join(f"{k} {v}" for k, v in sorted(self.steps.items())))
         print("readers:  " + ", ".join(f"{k} {v}" for k, v in sorted(self.readers.items())))
         print("features: " + ", ".join(f"{k} {v}" for k, v in sorted(self.features.items())))
+        print("maintenance snapshots: " + ", ".join(f"{k} {v}" for k, v in sorted(self.maintenance.items())))
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,7 @@ def _run_one(history: History, root: Path, database_url: str | None, tally: Tall
     tally.histories += 1
     tally.steps.update(outcome.steps)
     tally.readers.update(outcome.readers)
+    tally.maintenance.update(outcome.maintenance)
     tally.features.update(_features(history) + (["PostgreSQL"] if database_url else []))
     if outcome.failure is not None:
         like = signature(outcome.failure)

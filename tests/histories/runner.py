@@ -104,6 +104,7 @@ class Outcome:
 
     steps: Counter[str] = field(default_factory=Counter)
     readers: Counter[str] = field(default_factory=Counter)  # how often each reader was compared with the model
+    maintenance: Counter[str] = field(default_factory=Counter)  # the snapshots maintenance made, by kind
     failure: str | None = None
     failed_at: int | None = None
     java: JavaCheck | None = None  # what Iceberg Java must read at the end, asked in one JVM for many histories
@@ -114,6 +115,17 @@ class JavaCheck:
     metadata_location: str
     schema: Any
     expected: list[dict[str, Any]]
+
+
+def _maintenance_made(world: World) -> Counter[str]:
+    from icesink.properties import MAINTENANCE_PROPERTY
+
+    made: Counter[str] = Counter()
+    for snapshot in world.table().snapshots():
+        kind = snapshot.summary.additional_properties.get(MAINTENANCE_PROPERTY) if snapshot.summary else None
+        if kind is not None:
+            made[kind] += 1
+    return made
 
 
 def run(history: History, directory: Path, readers: bool = True, database_url: str | None = None) -> Outcome:
@@ -156,6 +168,7 @@ def run(history: History, directory: Path, readers: bool = True, database_url: s
             _check_other_readers(world)
             outcome.java = _java_check(world)
         outcome.readers = world.readers_asked
+        outcome.maintenance = _maintenance_made(world)
     except Exception as e:  # every failure is a finding: report it with the step
         outcome.failure = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-8)}"
         if world is not None and world.notes:
@@ -196,7 +209,10 @@ def _do(world: World, step: Step) -> None:
     elif step.kind == "alter":
         world.notes.append(world.alter(rng))
     elif step.kind == "maintain":
-        world.maintain(("convert", "compact", "all")[step.seed % 3])
+        mode = ("convert", "compact", "all")[step.seed % 3]
+        if mode == "compact":  # the thresholds that choose between rewriting files and merging their deletes
+            world.notes.append(world.tune_maintenance(rng))
+        world.maintain(mode)
 
 
 State = tuple[int, int, list[dict[str, Any]]]  # a snapshot id, the schema id and the model's rows then

@@ -400,6 +400,18 @@ class World:
             self._change_values(lambda row: widen_id(row, target.field_id, wider))
             return f"widen {path} to {wider}"
 
+    def tune_maintenance(self, rng: random.Random) -> str:
+        """Maintenance thresholds set as another tool would: each choice of rewrite, merge and tier gets its turn."""
+        settings = {
+            "icesink.maintain.delete-ratio-threshold": rng.choice(["0", "0.05", "0.3", "1"]),
+            "icesink.maintain.delete-file-threshold": rng.choice(["2", "20"]),
+            "icesink.maintain.min-file-ratio": rng.choice(["0", "0.75", "1"]),
+            "icesink.maintain.min-input-files": rng.choice(["2", "5"]),
+        }
+        with self.table().transaction() as change:
+            change.set_properties(settings)
+        return "maintenance settings " + ", ".join(f"{k.rsplit('.', 1)[1]}={v}" for k, v in settings.items())
+
     def maintain(self, mode: str) -> None:
         from icesink.maintenance.committing import MaintenanceTarget
         from icesink.maintenance.policy import MaintenancePolicy

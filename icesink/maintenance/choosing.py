@@ -1,0 +1,153 @@
+"""Which data files a compaction rewrites: the choice that makes a pass cost what changed, not what the table holds.
+
+Two rules, as Iceberg's ``rewrite_data_files`` has them and beyond:
+
+* A file is rewritten for its deletes only once they remove a real share of its rows
+  (``icesink.maintain.delete-ratio-threshold``) or pile up (``icesink.maintain.delete-file-threshold``). Below
+  that, its position deletes are merged into one delete file of its own
+  (:mod:`icesink.maintenance.merge_deletes`), which reads the deletes and never the rows: a 20 GB file with a
+  thousand deleted rows costs a thousand positions, not 20 GB.
+* Small files are compacted by size tier, as an LSM tree's size-tiered compaction does: files within a factor of
+  ``TIER_FACTOR`` of one another wait until a partition has ``icesink.maintain.min-input-files`` of them, and the
+  smaller ones go with them. A row is rewritten about log4(target size / first size) times on its way to a
+  full-size file, and a large file is never rewritten to take in a few small ones (which made every pass of a
+  long stream rewrite the whole table).
+
+How many rows a delete file removes from which data file is counted exactly: a delete file naming one data file
+says it in its record count, one naming several is read (its ``file_path`` column: the deletes, not the data).
+pyiceberg's delete index goes by ``file_path`` bounds, which admit every file between the first and last name.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pyarrow.parquet as pq
+
+from icesink.writer.position_deletes import FILE_PATH_ID
+
+if TYPE_CHECKING:
+    from pyiceberg.io import FileIO
+    from pyiceberg.manifest import DataFile
+
+    from icesink.iceberg.scan import PlannedDataFile
+    from icesink.maintenance.policy import MaintenancePolicy
+
+TIER_FACTOR = 4
+# Tiers below the small-file size; files smaller than its 1/4**TIERS are all one tier (rewriting a few of them
+# together costs little whatever their sizes): for a 512 MiB target, below 1.5 MiB.
+TIERS = 4
+
+
+def size_tier(size: int, small_bytes: float) -> int:
+    """From 0 (below ``small_bytes / TIER_FACTOR**TIERS``) to ``TIERS`` (within a factor of 4 of ``small_bytes``)."""
+    tier, bound = 0, small_bytes / TIER_FACTOR**TIERS
+    while size >= bound and tier < TIERS:
+        tier, bound = tier + 1, bound * TIER_FACTOR
+    return tier
+
+
+def named_by(delete: DataFile) -> str | None:
+    """The one data file a position delete file names, when its ``file_path`` bounds say so; None: several."""
+    lower = (delete.lower_bounds or {}).get(FILE_PATH_ID)
+    upper = (delete.upper_bounds or {}).get(FILE_PATH_ID)
+    return lower.decode("utf-8") if lower is not None and lower == upper else None
+
+
+@dataclass(frozen=True)
+class PositionDeleteCounts:
+    """Per data file location: the position delete files naming it, with how many positions each names."""
+
+    by_data_file: dict[str, dict[str, int]]
+
+    def deleted(self, data_path: str) -> int:
+        return sum(self.by_data_file.get(data_path, {}).values())
+
+    def files_naming(self, data_path: str) -> int:
+        return len(self.by_data_file.get(data_path, {}))
+
+
+def count_position_deletes(io: FileIO, deletes: Iterable[DataFile], threads: int = 8) -> PositionDeleteCounts:
+    """How many positions each position delete file names in each data file (files naming several are read)."""
+
+    unique = {str(d.file_path): d for d in deletes}
+    by_data_file: dict[str, dict[str, int]] = {}
+    shared = []
+    for path, delete in unique.items():
+        one = named_by(delete)
+        if one is None:
+            shared.append(delete)
+        else:
+            by_data_file.setdefault(one, {})[path] = delete.record_count
+
+    def read(delete: DataFile) -> dict[str, int]:
+        with io.new_input(str(delete.file_path)).open() as stream:
+            column = pq.ParquetFile(stream).read(columns=["file_path"]).column("file_path")
+        counts = column.value_counts()
+        return dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True))
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for delete, counts in zip(shared, pool.map(read, shared), strict=True):
+            for data_path, count in counts.items():
+                by_data_file.setdefault(data_path, {})[str(delete.file_path)] = count
+    return PositionDeleteCounts(by_data_file)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A data file compaction may rewrite, and why."""
+
+    data: PlannedDataFile
+    for_deletes: bool  # its deletes ask for a rewrite, whatever its size
+    tier: int | None  # a small file's size tier; None: a full-size file
+
+
+def candidate(
+    data: PlannedDataFile,
+    counts: PositionDeleteCounts,
+    equality_deletes: int,
+    policy: MaintenancePolicy,
+    small_bytes: float,
+    everything: bool,
+) -> Candidate | None:
+    """Whether and why ``data`` is a candidate; ``equality_deletes`` is how many equality delete files reach it."""
+
+    path = str(data.file.file_path)
+    delete_files = counts.files_naming(path) + equality_deletes
+    if everything:
+        for_deletes = delete_files > 0
+    else:
+        deleted = counts.deleted(path)
+        share = deleted / data.file.record_count if data.file.record_count else 1.0
+        by_share = deleted > 0 and share >= policy.delete_ratio_threshold
+        for_deletes = by_share or delete_files >= policy.delete_file_threshold
+    size = data.file.file_size_in_bytes
+    tier = size_tier(size, small_bytes) if size < small_bytes else None
+    if not for_deletes and tier is None:
+        return None
+    return Candidate(data, for_deletes, tier)
+
+
+def chosen(candidates: list[Candidate], min_input_files: int, everything: bool) -> list[PlannedDataFile]:
+    """The candidates of one partition to rewrite now.
+
+    With ``everything``: all of them, once there are two or one has deletes. Otherwise the highest tier with
+    ``min_input_files`` small files, or of a file rewritten for its deletes, decides: every file of that tier and
+    below goes, and every file rewritten for its deletes.
+    """
+
+    if everything:
+        enough = len(candidates) >= 2 or any(c.for_deletes for c in candidates)
+        return [c.data for c in candidates] if enough else []
+    tiers = Counter(c.tier for c in candidates if c.tier is not None)
+    full = [tier for tier, count in tiers.items() if count >= min_input_files]
+    # A full-size file rewritten for its deletes takes every small file with it.
+    for_deletes = [c.tier if c.tier is not None else max(tiers, default=0) for c in candidates if c.for_deletes]
+    if not full and not for_deletes:
+        return []
+    top = max(full + for_deletes)
+    return [c.data for c in candidates if c.for_deletes or (c.tier is not None and c.tier <= top)]
