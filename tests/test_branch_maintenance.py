@@ -12,9 +12,9 @@ import random
 from typing import Any
 
 import pyarrow as pa
-from click.testing import CliRunner
 
 import icesink
+import tests.test_maintenance
 from icesink import checks
 from icesink.audit.chain import read_chain
 from icesink.audit.publish_policy import PublishSettings
@@ -22,7 +22,6 @@ from icesink.catalog.audit_record import AuditRecord
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
-from icesink.cli.app import main as cli
 from icesink.committer.commit import TableCommitter
 from icesink.committer.maintainer import Maintainer
 from icesink.committer.publisher import AuditedBranch, Publisher
@@ -37,6 +36,7 @@ from icesink.table_ref import TableRef
 from icesink.writer.spec import ChangeSpec
 from icesink.writer.task import TaskWriter
 from tests.helpers.outcomes import iceberg_rust_sql
+from tests.test_write_audit_publish import cli_run
 
 TABLE = "shop.kv %ü"
 BRANCH = "audit ✓"
@@ -45,17 +45,7 @@ KEEP = {"icesink.equality-deletes.convert-at-commit": "false"}  # leave equality
 
 
 def create(config: CatalogConfig, properties: dict[str, str] | None = None) -> Any:
-    from pyiceberg.schema import Schema
-    from pyiceberg.types import LongType, NestedField, StringType
-
-    schema = Schema(
-        NestedField(1, "id", LongType(), required=True),
-        NestedField(2, "v", StringType(), required=False),
-        identifier_field_ids=[1],
-    )
-    catalog = open_catalog(config)
-    catalog.create_namespace_if_not_exists("shop")
-    return catalog.create_table(TABLE, schema, properties={**KEEP, **(properties or {})})
+    return tests.test_maintenance.create(config, {**KEEP, **(properties or {})}, identifier=TABLE)
 
 
 def append(table: Any, rows: list[tuple[int, str]]) -> None:
@@ -208,9 +198,7 @@ def test_maintenance_after_a_failed_audit_waits_with_what_it_maintained_and_is_p
         (True, False),
     ]
     assert not stream.publisher.after_commit(JOB).published and head(config, "main") == published
-    shown = CliRunner().invoke(
-        cli, ["--catalog", config.name, "--uri", config.uri, "branches", TABLE, "--json"], catch_exceptions=False
-    )
+    shown = cli_run(config, "branches", TABLE, "--json")
     assert shown.exit_code == 0 and shown.output.count('"maintenance, rows unchanged"') == 2
 
     table.delete("v is null", branch=BRANCH)  # the fix, by another tool (maintenance left no equality delete)
@@ -228,8 +216,7 @@ def test_icesink_maintain_names_the_branch_main_would_diverge_from(sqlite_catalo
     stream.batch([(1, "b", "U"), (2, "c", "I")])
 
     def run(*args: str) -> Any:
-        base = ["--catalog", config.name, "--uri", config.uri, "maintain", TABLE]
-        return CliRunner().invoke(cli, [*base, *args], catch_exceptions=False)
+        return cli_run(config, "maintain", TABLE, *args)
 
     refused = run("--all")
     assert refused.exit_code == 2 and f"main can be fast-forwarded along branch {BRANCH}" in refused.output
@@ -316,9 +303,7 @@ def test_rows_main_held_before_are_not_audited_again_after_the_branch_is_compact
     # Looking again from the command line agrees (the head is checked on everything since main, main's rows aside).
     stream.batch([(5, "e", "I")])
     maintain_branch(config)
-    again = CliRunner().invoke(
-        cli, ["--catalog", config.name, "--uri", config.uri, "audit", TABLE, "--branch", BRANCH], catch_exceptions=False
-    )
+    again = cli_run(config, "audit", TABLE, "--branch", BRANCH)
     assert again.exit_code == 0, again.output
 
 
@@ -346,8 +331,7 @@ def test_icesink_maintain_tells_a_tag_from_a_branch_and_a_table_whose_main_is_em
     stream.batch([(1, None, "I")])  # fails its audit: main is not created
 
     def run(*args: str) -> Any:
-        base = ["--catalog", config.name, "--uri", config.uri, "maintain", TABLE]
-        return CliRunner().invoke(cli, [*base, *args], catch_exceptions=False)
+        return cli_run(config, "maintain", TABLE, *args)
 
     empty = run()
     assert empty.exit_code == 2 and f"main has no snapshot yet, and its branches do ({BRANCH})" in empty.output

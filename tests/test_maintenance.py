@@ -65,7 +65,13 @@ class Model:
         return sorted(self.rows.items())
 
 
-def create(config: CatalogConfig, properties: dict[str, str] | None = None, partition_by: tuple[str, ...] = ()) -> Any:
+def create(
+    config: CatalogConfig,
+    properties: dict[str, str] | None = None,
+    partition_by: tuple[str, ...] = (),
+    identifier: str = TABLE,
+) -> Any:
+    """A keyed table (id, v) in namespace ``shop``."""
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField, StringType
 
@@ -78,8 +84,8 @@ def create(config: CatalogConfig, properties: dict[str, str] | None = None, part
     )
     catalog = open_catalog(config)
     catalog.create_namespace_if_not_exists("shop")
-    spec = parse_partition_by(TABLE, schema, partition_by)
-    return catalog.create_table(TABLE, schema, partition_spec=spec, properties=properties or {})
+    spec = parse_partition_by(identifier, schema, partition_by)
+    return catalog.create_table(identifier, schema, partition_spec=spec, properties=properties or {})
 
 
 def random_changes(rng: random.Random, checkpoint: int, keys: int = 120, size: int = 60) -> list[tuple[int, str, str]]:

@@ -28,6 +28,16 @@ from tests.helpers.event_streams import MINUTE, TABLE, Stream, summaries
 from tests.helpers.support import create_orders_table
 from tests.test_cli import invoke
 
+
+def hourly_table(config: CatalogConfig, properties: dict[str, str] | None = None) -> Any:
+    """The orders table partitioned by hour, with ``properties`` set as a user sets them after creating it."""
+    table = create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    if properties:
+        with table.transaction() as change:
+            change.set_properties(properties)
+    return table
+
+
 OTHER = "shop.lines"
 
 
@@ -69,7 +79,7 @@ def test_the_commit_whose_watermark_reaches_an_hours_end_marks_it_done_and_rows_
     catalog_config: CatalogConfig,
 ) -> None:
     config = catalog_config
-    create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    hourly_table(config)
     stream = Stream(config, lateness=10 * MINUTE)
     stream.batch([(1, "a", 5), (2, "a", 50)])  # watermark 00:40: hour 00 open
     stream.batch([(3, "a", 75)])  # 01:05: hour 00 done
@@ -147,7 +157,7 @@ def test_icesink_wait_as_a_scheduler_runs_it_exits_0_exactly_when_done_1_on_time
     sqlite_catalog: CatalogConfig,
 ) -> None:
     config = sqlite_catalog
-    create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    hourly_table(config)
     stream = Stream(config)
     stream.batch([(1, "a", 10)])
     args = [sys.executable, "-m", "icesink.cli", "--catalog", config.name, "--uri", config.uri]
@@ -188,7 +198,7 @@ def test_icesink_wait_returns_only_once_a_restarted_committer_has_committed_the_
     from tests.test_faults import run_committer
 
     config = sqlite_catalog
-    create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    hourly_table(config)
     stream = Stream(config)
     stream.batch([(1, "a", 10)])
     args = [sys.executable, "-m", "icesink.cli", "--catalog", config.name, "--uri", config.uri]
@@ -216,7 +226,7 @@ def test_a_mistake_in_any_table_of_a_wait_is_refused_at_once_whatever_their_orde
     sqlite_catalog: CatalogConfig,
 ) -> None:
     config = sqlite_catalog
-    create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    hourly_table(config)
     create_orders_table(config, OTHER, partition_by=("day(ts)",))
     for tables in ([TABLE, OTHER], [OTHER, TABLE]):
         with pytest.raises(ConfigError, match=r"table shop.lines: it has no partition field 'ts_hour'"):
@@ -261,7 +271,7 @@ def test_partitions_of_another_time_column_than_the_event_times_are_never_done_b
 
 def test_the_watermark_outlives_the_expiry_of_the_snapshots_that_recorded_it(sqlite_catalog: CatalogConfig) -> None:
     config = sqlite_catalog
-    create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    hourly_table(config)
     fast = Stream(config, job="fast")
     fast.batch([(1, "a", 600)])
     table = open_catalog(config).load_table(TABLE)
@@ -343,11 +353,9 @@ def test_a_done_partition_gets_its_success_file_and_its_post_once_and_gc_and_rea
     config = sqlite_catalog
     receiver = Receiver()
     try:
-        table = create_orders_table(config, TABLE, partition_by=("hour(ts)",))
-        with table.transaction() as change:
-            change.set_properties(
-                {"icesink.partition-done.success-file": "true", "icesink.partition-done.http-post": receiver.url}
-            )
+        table = hourly_table(
+            config, {"icesink.partition-done.success-file": "true", "icesink.partition-done.http-post": receiver.url}
+        )
         stream = Stream(config)
         stream.batch([(1, "a", 10)])
         receiver.refusing = True  # the receiver is down: the commit goes in all the same
@@ -378,9 +386,7 @@ def test_the_daemon_tries_a_failed_done_action_again_while_no_commit_comes(catal
     config = catalog_config
     receiver = Receiver()
     try:
-        table = create_orders_table(config, TABLE, partition_by=("hour(ts)",))
-        with table.transaction() as change:
-            change.set_properties({"icesink.partition-done.http-post": receiver.url})
+        hourly_table(config, {"icesink.partition-done.http-post": receiver.url})
         stream = Stream(config)
         stream.batch([(1, "a", 10)], commit=False)
         stream.batch([(2, "a", 70)], commit=False)  # hour 00 done
@@ -406,7 +412,7 @@ def test_a_table_with_done_partitions_and_no_action_is_not_loaded_at_every_retry
     from icesink.committer.done_actions import retry_waiting
 
     config = sqlite_catalog
-    create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    hourly_table(config)
     stream = Stream(config)
     stream.batch([(1, "a", 10)])
     stream.batch([(2, "a", 70)])  # hour 00 done, no action set: it waits, in case one is set later
@@ -429,9 +435,7 @@ def test_a_done_action_a_committer_died_before_runs_after_the_next_commit(sqlite
     from tests.test_faults import run_committer
 
     config = sqlite_catalog
-    table = create_orders_table(config, TABLE, partition_by=("hour(ts)",))
-    with table.transaction() as change:
-        change.set_properties({"icesink.partition-done.success-file": "true"})
+    hourly_table(config, {"icesink.partition-done.success-file": "true"})
     stream = Stream(config)
     stream.batch([(1, "a", 10)])
     stream.batch([(2, "a", 61)], commit=False)
@@ -447,7 +451,7 @@ def test_a_streams_callback_is_called_once_per_done_partition_and_again_after_it
     sqlite_catalog: CatalogConfig,
 ) -> None:
     config = sqlite_catalog
-    create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    hourly_table(config)
     calls: list[dict[str, Any]] = []
     failing = [True]
 
@@ -479,7 +483,7 @@ def test_a_partition_another_tool_starts_below_the_watermark_is_done_alike_wheth
     from icesink.catalog.partition_record import partitions, progress
 
     config = sqlite_catalog
-    create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    hourly_table(config)
     stream = Stream(config)
     stream.batch([(1, "a", 200)])
     assert partition_statuses(TABLE, catalog=config)  # the record is kept up to here
@@ -500,7 +504,7 @@ def test_a_partition_another_tool_starts_below_the_watermark_is_done_alike_wheth
 
 def test_a_rollback_below_every_watermark_leaves_the_table_without_one(sqlite_catalog: CatalogConfig) -> None:
     config = sqlite_catalog
-    table = create_orders_table(config, TABLE, partition_by=("hour(ts)",))
+    table = hourly_table(config)
     rows = {"id": [9], "name": ["x"], "amount": [1.0], "ts": [datetime.datetime(2026, 11, 25, tzinfo=datetime.UTC)]}
     table.append(pa.table(rows, schema=table.schema().as_arrow()))  # another tool's first snapshot
     first = open_catalog(config).load_table(TABLE).current_snapshot().snapshot_id  # type: ignore[union-attr]
@@ -519,9 +523,7 @@ def test_a_branchs_done_partitions_get_their_post_but_no_success_file_in_mains_d
 
     config = sqlite_catalog
     calls: list[dict[str, Any]] = []
-    table = create_orders_table(config, TABLE, partition_by=("hour(ts)",))
-    with table.transaction() as change:
-        change.set_properties({"icesink.partition-done.success-file": "true"})
+    hourly_table(config, {"icesink.partition-done.success-file": "true"})
     Stream(config, job="main").batch([(1, "a", 10)])  # main has a snapshot: the branch starts there
     open_catalog(config).load_table(TABLE).manage_snapshots().create_branch(
         open_catalog(config).load_table(TABLE).current_snapshot().snapshot_id,  # type: ignore[union-attr]

@@ -74,3 +74,32 @@ def test_a_delete_only_checkpoint_writes_no_data_file_and_is_a_delete_snapshot(f
     assert snapshot.summary.operation.value == "delete"
     assert snapshot.summary["added-data-files"] is None and snapshot.summary["added-delete-files"] == "1"
     assert sorted(icesink.read(TABLE, catalog=filled).column("id").to_pylist()) == [0, 1, 5, 6, 7, 8, 9]
+
+
+def test_deleted_positions_leave_exactly_their_rows_out_of_every_batch_and_the_filter_applies_after() -> None:
+    """Batches no position falls in pass as they are; the others lose exactly the positions in them (duplicates
+    and positions of several delete files included), and the row filter sees only what is left."""
+    import random
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from icesink.iceberg.file_reads import _sorted_positions, _without_deleted
+
+    rng = random.Random(4)
+    for _ in range(30):
+        rows = rng.randrange(1, 3000)
+        table = pa.table({"n": pa.array(range(rows), pa.int64())})
+        deleted = [rng.randrange(rows) for _ in range(rng.randrange(0, 60))]
+        files = [pa.chunked_array([pa.array(sorted(deleted[i::2]), pa.int64())]) for i in range(2)]
+        wanted_filter = pc.field("n") >= rows // 3 if rng.random() < 0.5 else None
+        positions = _sorted_positions(files)
+        kept, start = [], 0
+        for batch in table.to_batches(max_chunksize=rng.randrange(1, 500)):
+            out = _without_deleted(batch, positions, start, wanted_filter)
+            if not set(deleted) & set(range(start, start + len(batch))) and wanted_filter is None:
+                assert out is batch  # no copy
+            kept += out.column("n").to_pylist()
+            start += len(batch)
+        expected = [n for n in range(rows) if n not in set(deleted) and (wanted_filter is None or n >= rows // 3)]
+        assert kept == expected

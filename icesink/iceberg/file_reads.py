@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
 from pyiceberg.io import FileIO
@@ -131,22 +132,34 @@ def read_data_file(
             filter=arrow_filter if not positions else None,
             columns=[column.name for column in file_projection.columns],
         )
+        deleted = _sorted_positions(positions) if positions else None
         start = 0
         for batch in scanner.to_batches():
-            end = start + len(batch)
-            kept = _without_deleted(batch, positions, start, arrow_filter) if positions else batch
-            start = end
+            kept = _without_deleted(batch, deleted, start, arrow_filter) if deleted is not None else batch
+            start += len(batch)
             if kept.num_rows:
                 yield project_batch(requested, file_projection, kept, missing)
 
 
-def _without_deleted(
-    batch: pa.RecordBatch, positions: list[pa.ChunkedArray], start: int, arrow_filter: Any
-) -> pa.RecordBatch:
-    """Rows of ``batch`` (starting at file row ``start``) that no position names and that pass the filter."""
-    from pyiceberg.io.pyarrow import _combine_positional_deletes
+def _sorted_positions(positions: list[pa.ChunkedArray]) -> np.ndarray:
+    """Every deleted position of the file, once, in order: looked up per batch by bisection."""
+    arrays = [np.asarray(chunk, dtype=np.int64) for p in positions for chunk in p.chunks]
+    return np.unique(np.concatenate(arrays)) if arrays else np.empty(0, np.int64)
 
-    kept = batch.take(_combine_positional_deletes(positions, start, start + len(batch)))
+
+def _without_deleted(batch: pa.RecordBatch, deleted: np.ndarray, start: int, arrow_filter: Any) -> pa.RecordBatch:
+    """Rows of ``batch`` (starting at file row ``start``) that no position names and that pass the filter.
+
+    A batch no position falls in is passed on as it is, without a copy: a large file with a few deletes reads
+    at the speed of one without (pyiceberg's own combination walks every position for every batch and copies
+    every batch)."""
+    low, high = np.searchsorted(deleted, [start, start + len(batch)])
+    if low == high:
+        kept = batch
+    else:
+        mask = np.ones(len(batch), dtype=bool)
+        mask[deleted[low:high] - start] = False
+        kept = batch.filter(pa.array(mask))
     if arrow_filter is None or not kept.num_rows:
         return kept
     filtered = pa.Table.from_batches([kept]).filter(arrow_filter)
