@@ -27,6 +27,9 @@ MAINTENANCE_COMPACT = "compact"
 MAINTENANCE_MERGE_DELETES = "rewrite-position-deletes"
 MAINTENANCE_KINDS = frozenset({MAINTENANCE_CONVERT, MAINTENANCE_COMPACT, MAINTENANCE_MERGE_DELETES})
 BASE_SNAPSHOT_PROPERTY = "icesink.maintenance.base-snapshot-id"
+# On a merge of position deletes: the positions it removed and did not write again (named twice, or naming a data
+# file no longer live). Added positions plus these are the removed ones.
+MERGE_DROPPED_PROPERTY = "icesink.maintenance.dropped-positions"
 # Shared by the snapshots one atomic commit made in several tables (one transaction of the catalog).
 COMMIT_ID_PROPERTY = "icesink.commit-id"
 # A stream with event_time: its watermark (ISO 8601, microseconds, zone) in every snapshot icesink makes, and the
@@ -51,6 +54,7 @@ COMMITTER_SUMMARY_NAMES = frozenset(
         DISCARDED_PROPERTY,
         MAINTENANCE_PROPERTY,
         BASE_SNAPSHOT_PROPERTY,
+        MERGE_DROPPED_PROPERTY,
         COMMIT_ID_PROPERTY,
     }
 )
@@ -152,6 +156,8 @@ SNAPSHOT_SUMMARY_REFERENCE: dict[str, str] = {
     MAINTENANCE_PROPERTY: "on a snapshot maintenance made: ``convert-equality-deletes``, ``compact`` or "
     "``rewrite-position-deletes``.",
     BASE_SNAPSHOT_PROPERTY: "the snapshot maintenance read; a stream commit made since then is checked against it.",
+    MERGE_DROPPED_PROPERTY: "on a merge of position deletes: the positions it did not write again, named twice or "
+    "naming a data file no longer live (added plus dropped positions are the removed ones).",
     COMMIT_ID_PROPERTY: "shared by the snapshots one atomic commit made in several tables, in one transaction of the "
     "catalog database.",
     WATERMARK_PROPERTY: "the event-time watermark of the stream (``event_time``) as of this snapshot, ISO 8601 with "

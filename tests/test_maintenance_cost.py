@@ -184,7 +184,12 @@ def test_positions_naming_a_rewritten_file_are_dropped_and_the_others_merged(sql
     after = live_files(load(sqlite_catalog))
     assert base.path in {d.path for d in after.data} and len(after.data) == 2
     assert len(after.position_deletes) == 1
-    assert not changes_no_row(load(sqlite_catalog).current_snapshot())  # positions dropped: a branch audits it
+    merge = load(sqlite_catalog).current_snapshot()  # positions naming gone files dropped, and said so
+    dropped = int(merge.summary["icesink.maintenance.dropped-positions"])
+    assert dropped > 0 and int(merge.summary["added-position-deletes"]) + dropped == int(
+        merge.summary["removed-position-deletes"]
+    )
+    assert changes_no_row(merge)
     counts = count_position_deletes(load(sqlite_catalog).io, (d.file for d in after.position_deletes))
     assert counts.deleted(base.path) == 3  # keys 1, 2 and 7 of the base
     check_readers_and_changelog(sqlite_catalog, model, head)
@@ -238,7 +243,7 @@ def test_a_checkpoint_committed_during_a_merge_keeps_its_deletes(sqlite_catalog:
 
     plan = plan_delete_merges(table, target(sqlite_catalog))
     assert len(plan.merges) == 1
-    _, result = merge_position_deletes(target(sqlite_catalog, commit_meanwhile), table, plan)
+    _, result = merge_position_deletes(target(sqlite_catalog, commit_meanwhile), table, plan, 2**30)
     model.apply(late)
     assert raced[0] and result.conflict is None and result.delete_files_rewritten == 2
     for rows in rows_by_every_reader(sqlite_catalog):
@@ -250,7 +255,7 @@ def test_a_merge_whose_delete_file_was_removed_since_is_left_for_the_next_pass(s
     table = load(sqlite_catalog)
     plan = plan_delete_merges(table, target(sqlite_catalog))
     maintain(sqlite_catalog, everything=True)  # another maintenance rewrote the file and dropped its deletes
-    _, result = merge_position_deletes(target(sqlite_catalog), table, plan)
+    _, result = merge_position_deletes(target(sqlite_catalog), table, plan, 2**30)
     assert result.conflict is not None and "removed since" in result.conflict
     for rows in rows_by_every_reader(sqlite_catalog):
         assert rows == model.expected()
@@ -291,5 +296,115 @@ def test_a_merge_that_drops_positions_or_adds_rows_is_audited(merge_kind: str) -
 
     kept = {"added-position-deletes": "8", "removed-position-deletes": "8"}
     assert changes_no_row(snapshot(**kept))
-    assert not changes_no_row(snapshot(**{**kept, "added-position-deletes": "7"}))
+    assert not changes_no_row(snapshot(**{**kept, "added-position-deletes": "7"}))  # a position gone, unsaid
+    assert changes_no_row(
+        snapshot(**{**kept, "added-position-deletes": "7", "icesink.maintenance.dropped-positions": "1"})
+    )
     assert not changes_no_row(snapshot(**kept, **{"added-data-files": "1", "added-records": "3"}))
+
+
+def test_a_pass_that_only_merges_counts_as_a_pass(sqlite_catalog: CatalogConfig) -> None:
+    """Delete-only commits: maintenance is due every min-commits commits, not after every commit once due."""
+    create(sqlite_catalog, {"icesink.maintain.min-file-ratio": "0"})
+    model = Model()
+    inserts = [(key, f"first-{key}", "I") for key in range(1000)]
+    commit_changes(sqlite_catalog, 0, inserts)
+    model.apply(inserts)
+    maintainer = Maintainer(open_catalog(sqlite_catalog), sqlite_catalog)
+    for checkpoint in range(1, 31):
+        changes = [(checkpoint * 3, "", "D"), (checkpoint * 3 + 1, "", "D")]
+        commit_changes(sqlite_catalog, checkpoint, changes)
+        model.apply(changes)
+        maintainer.between_commits(load(sqlite_catalog), TABLE)
+    kinds = [s.summary.get("icesink.maintenance") for s in load(sqlite_catalog).snapshots()]
+    assert kinds.count("rewrite-position-deletes") == 3  # after commits 10, 20 and 30
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()
+
+
+def test_a_row_deleted_again_by_later_updates_counts_once(sqlite_catalog: CatalogConfig) -> None:
+    """Each commit's conversion names the rows of an updated key again: five updates of one key of a 20-row file
+    delete one row of it (5%), not five (25%, over a 0.2 threshold)."""
+    create(sqlite_catalog, {**NOTHING_SMALL, "icesink.maintain.delete-ratio-threshold": "0.2"})
+    model = Model()
+    inserts = [(key, f"first-{key}", "I") for key in range(20)]
+    commit_changes(sqlite_catalog, 0, inserts)
+    model.apply(inserts)
+    for checkpoint in range(1, 6):
+        changes = [(1, f"v{checkpoint}", "U")]
+        commit_changes(sqlite_catalog, checkpoint, changes)
+        model.apply(changes)
+    table = load(sqlite_catalog)
+    base = oldest(table)
+    counts = count_position_deletes(table.io, (d.file for d in live_files(table).position_deletes))
+    assert counts.deleted(base.path) == 5 and counts.distinct_deleted(table.io, base.path) == 1
+    report = maintain(sqlite_catalog)
+    assert base.path in {d.path for d in live_files(load(sqlite_catalog)).data}  # kept its rows
+    assert report.merge is not None and changes_no_row(load(sqlite_catalog).current_snapshot())
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()
+
+
+def test_delete_files_naming_only_files_another_tool_rewrote_are_dropped(sqlite_catalog: CatalogConfig) -> None:
+    from pyiceberg.expressions import In
+
+    model = base_and_updates(sqlite_catalog, NOTHING_SMALL, [[1, 2], [3, 4]])
+    load(sqlite_catalog).delete(In("id", [10]))  # pyiceberg rewrites the base file without row 10 (copy-on-write)
+    model.rows.pop(10)
+    assert len(live_files(load(sqlite_catalog)).position_deletes) == 2  # naming only the old base now
+
+    report = maintain(sqlite_catalog)
+
+    assert report.merge is not None and report.merge.delete_files_rewritten == 2
+    assert report.merge.delete_files_written == 0
+    assert live_files(load(sqlite_catalog)).position_deletes == []
+    assert changes_no_row(load(sqlite_catalog).current_snapshot())
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()
+
+
+def test_a_dry_run_says_what_it_would_merge_and_all_plans_no_merge_compaction_makes_needless(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    from tests.test_write_audit_publish import cli_run
+
+    base_and_updates(sqlite_catalog, NOTHING_SMALL, [[1], [2]])
+    dry = cli_run(sqlite_catalog, "maintain", TABLE, "--dry-run")
+    assert dry.exit_code == 0 and "merge the position deletes of 1 partition(s)" in dry.output, dry.output
+    everything = cli_run(sqlite_catalog, "maintain", TABLE, "--dry-run", "--all")
+    assert "merge the position deletes of 0 partition(s)" in everything.output, everything.output
+
+
+def test_merges_commit_by_groups_of_max_group_bytes_and_stop_when_checkpoints_wait(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    properties = {**NOTHING_SMALL, "icesink.maintain.max-group-bytes": "1"}  # one partition a group
+    create(sqlite_catalog, properties, partition_by=("bucket(4, id)",))
+    model = Model()
+    inserts = [(key, f"first-{key}", "I") for key in range(400)]
+    commit_changes(sqlite_catalog, 0, inserts)
+    model.apply(inserts)
+    for checkpoint in (1, 2):
+        changes = [(key, f"v{checkpoint}", "U") for key in range(checkpoint, 400, 37)]
+        commit_changes(sqlite_catalog, checkpoint, changes)
+        model.apply(changes)
+    table = load(sqlite_catalog)
+    plan = plan_delete_merges(table, target(sqlite_catalog))
+    assert len(plan.merges) == 4
+    asked = [0]
+
+    def stop() -> bool:
+        asked[0] += 1
+        return False
+
+    _, result = merge_position_deletes(target(sqlite_catalog), table, plan, max_bytes=1, keep_going=stop)
+    assert result.commits == 1 and result.stopped_early and asked[0] == 1
+    _, result = merge_position_deletes(
+        target(sqlite_catalog),
+        load(sqlite_catalog),
+        plan_delete_merges(load(sqlite_catalog), target(sqlite_catalog)),
+        max_bytes=1,
+    )
+    assert result.commits == 3
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()

@@ -24,6 +24,7 @@ from icesink.properties import (
     MAINTENANCE_MERGE_DELETES,
     MAINTENANCE_PROPERTY,
     MAX_CHECKPOINT_PROPERTY,
+    MERGE_DROPPED_PROPERTY,
     PARTITIONS_DONE_PROPERTY,
 )
 
@@ -89,10 +90,10 @@ def changes_no_row(snapshot: Snapshot) -> bool:
     if summary.operation != Operation.REPLACE:
         return False
     if summary.get(MAINTENANCE_PROPERTY) == MAINTENANCE_MERGE_DELETES:
-        # Delete files only, every position kept (a merge that dropped positions naming gone files is audited).
+        # Delete files only, every position accounted for: written again, or dropped as deleting nothing.
         touched = (int(summary.get(k) or 0) for k in ("added-data-files", "deleted-data-files", "added-records"))
-        kept = int(summary.get("added-position-deletes") or 0) == int(summary.get("removed-position-deletes") or 0)
-        return kept and not any(touched)
+        added = int(summary.get("added-position-deletes") or 0) + int(summary.get(MERGE_DROPPED_PROPERTY) or 0)
+        return added == int(summary.get("removed-position-deletes") or 0) and not any(touched)
     if summary.get(MAINTENANCE_PROPERTY) != MAINTENANCE_COMPACT:
         return False
     return int(summary.get("added-records") or 0) <= int(summary.get("deleted-records") or 0)

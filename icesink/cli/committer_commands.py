@@ -314,7 +314,8 @@ def maintain(
         text = (
             f"table {table}: {report.before.data_files} data file(s), {report.before.position_delete_files} position "
             f"and {report.before.equality_delete_files} equality delete file(s); would rewrite "
-            f"{report.planned_files} file(s) in {report.planned_groups} group(s)"
+            f"{report.planned_files} file(s) in {report.planned_groups} group(s), and merge the position deletes of "
+            f"{report.planned_delete_merges} partition(s)"
         )
         if report.notes:
             text += "; " + "; ".join(report.notes)

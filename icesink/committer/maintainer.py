@@ -140,8 +140,9 @@ def describe(report: MaintenanceReport) -> str:
         m = report.merge
         parts.append(
             f"merged {m.delete_files_rewritten} position delete file(s) ({m.bytes_rewritten} bytes) into "
-            f"{m.delete_files_written}, one per data file ({m.positions} positions)"
+            f"{m.delete_files_written}, one per data file ({m.positions} positions) in {m.commits} commit(s)"
             + (f" [left for later: {m.conflict}]" if m.conflict else "")
+            + (", stopped for waiting checkpoints" if m.stopped_early else "")
         )
     if after is not None:
         parts.append(

@@ -115,7 +115,14 @@ def parse_row_filter(row_filter: str | BooleanExpression) -> BooleanExpression:
 def position_deletes_of(
     table: Table, delete_files: Iterable[DataFile], threads: int = 8
 ) -> dict[str, dict[str, pa.Array]]:
-    """Per position delete file: the positions it names, by data file location (each file read once).
+    """Per position delete file: the positions it names, by data file location (each file read once)."""
+    return position_deletes_read(table.io, delete_files, threads)
+
+
+def position_deletes_read(
+    io: FileIO, delete_files: Iterable[DataFile], threads: int = 8
+) -> dict[str, dict[str, pa.Array]]:
+    """:func:`position_deletes_of` with the table's ``io``.
 
     pyiceberg's own reader splits a delete file with one filter per data file
     it names (quadratic for delete files that name many); one group-by does it
@@ -124,7 +131,7 @@ def position_deletes_of(
     import pyarrow.parquet as pq
 
     def read(delete_file: DataFile) -> dict[str, pa.Array]:
-        with table.io.new_input(str(delete_file.file_path)).open() as stream:
+        with io.new_input(str(delete_file.file_path)).open() as stream:
             rows = pq.ParquetFile(stream).read(columns=["file_path", "pos"])
         grouped = rows.group_by("file_path", use_threads=False).aggregate([("pos", "list")])
         lists = grouped.column("pos_list").combine_chunks()

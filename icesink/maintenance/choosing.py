@@ -23,11 +23,14 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from icesink.iceberg.scan import position_deletes_read
 from icesink.writer.position_deletes import FILE_PATH_ID
 
 if TYPE_CHECKING:
@@ -63,9 +66,19 @@ class PositionDeleteCounts:
     """Per data file location: the position delete files naming it, with how many positions each names."""
 
     by_data_file: dict[str, dict[str, int]]
+    files: dict[str, DataFile] = field(default_factory=dict)  # the delete files, by location
 
     def deleted(self, data_path: str) -> int:
+        """At least the rows deleted from the file: a row deleted again (each commit's conversion names the rows of
+        an updated key again) counts once per delete file naming it."""
         return sum(self.by_data_file.get(data_path, {}).values())
+
+    def distinct_deleted(self, io: FileIO, data_path: str) -> int:
+        """The rows deleted from the file, each once: the delete files naming it are read."""
+        naming = [self.files[p] for p in self.by_data_file.get(data_path, {})]
+        found = position_deletes_read(io, naming)
+        arrays = [by_path[data_path] for by_path in found.values() if data_path in by_path]
+        return len(pc.unique(pa.concat_arrays(arrays))) if arrays else 0
 
     def files_naming(self, data_path: str) -> int:
         return len(self.by_data_file.get(data_path, {}))
@@ -94,7 +107,7 @@ def count_position_deletes(io: FileIO, deletes: Iterable[DataFile], threads: int
         for delete, counts in zip(shared, pool.map(read, shared), strict=True):
             for data_path, count in counts.items():
                 by_data_file.setdefault(data_path, {})[str(delete.file_path)] = count
-    return PositionDeleteCounts(by_data_file)
+    return PositionDeleteCounts(by_data_file, unique)
 
 
 @dataclass(frozen=True)
@@ -106,9 +119,20 @@ class Candidate:
     tier: int | None  # a small file's size tier; None: a full-size file
 
 
+def _over_share(data: PlannedDataFile, counts: PositionDeleteCounts, io: FileIO, policy: MaintenancePolicy) -> bool:
+    """Whether the file's deletes remove ``delete_ratio_threshold`` of its rows: the bound from the delete files'
+    counts first, the delete files read only when it says so."""
+    path, rows = str(data.file.file_path), data.file.record_count
+    bound = counts.deleted(path)
+    if bound == 0 or (rows and bound < policy.delete_ratio_threshold * rows):
+        return False
+    return not rows or counts.distinct_deleted(io, path) >= policy.delete_ratio_threshold * rows
+
+
 def candidate(
     data: PlannedDataFile,
     counts: PositionDeleteCounts,
+    io: FileIO,
     equality_deletes: int,
     policy: MaintenancePolicy,
     small_bytes: float,
@@ -121,10 +145,7 @@ def candidate(
     if everything:
         for_deletes = delete_files > 0
     else:
-        deleted = counts.deleted(path)
-        share = deleted / data.file.record_count if data.file.record_count else 1.0
-        by_share = deleted > 0 and share >= policy.delete_ratio_threshold
-        for_deletes = by_share or delete_files >= policy.delete_file_threshold
+        for_deletes = delete_files >= policy.delete_file_threshold or _over_share(data, counts, io, policy)
     size = data.file.file_size_in_bytes
     tier = size_tier(size, small_bytes) if size < small_bytes else None
     if not for_deletes and tier is None:

@@ -136,7 +136,7 @@ def plan_compaction(
             continue
         scope = partition_scope(table, data.file)
         equality = deletes.files_applying(scope, data.sequence_number)
-        found = candidate(data, counts, equality, policy, small, everything)
+        found = candidate(data, counts, table.io, equality, policy, small, everything)
         if found is not None:
             in_main = published_sequence is not None and data.sequence_number <= published_sequence
             by_partition[scope, published_sequence if in_main else None].append(found)

@@ -8,10 +8,15 @@ per commit, each read by every reader of it; merging them costs a read and a wri
 * A partition is merged when one of its data files is named by two or more position delete files. All the
   position delete files of the partition are then read, and written again as one file per data file they name:
   a file naming several data files can only go once every one of them has its own.
-* Positions naming a data file that is no longer live (rewritten since) are dropped: they delete nothing.
+* Positions naming a data file that is no longer live (rewritten since) are dropped: they delete nothing; so is
+  a delete file naming no live data file. So are positions named twice (each commit's conversion names the rows
+  of an updated key again, those deleted before included). The summary says how many were dropped
+  (``icesink.maintenance.dropped-positions``), so that a branch's audit can tell the merge changed no row.
+* A partition whose delete files reach another partition (another writer's) is left as it is.
 * Each merged file takes the newest data sequence number of the files it merges, so it applies to exactly the
   data files they applied to.
-* The commit is a ``replace`` of delete files only: no data file and no row changes. A data file or delete file
+* Each commit is a ``replace`` of delete files only, of partitions of up to ``icesink.maintain.max-group-bytes``
+  of delete files: no data file and no row changes. A data file or delete file
   removed since planning sends the merge back to the next pass; delete files added since stay as they are.
 """
 
@@ -21,7 +26,8 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -38,7 +44,12 @@ from icesink.iceberg.scan import live_files, position_deletes_of
 from icesink.iceberg.snapshots import SnapshotChange
 from icesink.maintenance.choosing import count_position_deletes
 from icesink.maintenance.committing import ConflictError, MaintenanceTarget, commit_change
-from icesink.properties import BASE_SNAPSHOT_PROPERTY, MAINTENANCE_MERGE_DELETES, MAINTENANCE_PROPERTY
+from icesink.properties import (
+    BASE_SNAPSHOT_PROPERTY,
+    MAINTENANCE_MERGE_DELETES,
+    MAINTENANCE_PROPERTY,
+    MERGE_DROPPED_PROPERTY,
+)
 from icesink.writer.position_deletes import write_position_deletes
 from icesink.writer.storage import storage_options
 
@@ -76,24 +87,32 @@ class MergeResult:
     """What merging position deletes did."""
 
     partitions: int = 0
+    commits: int = 0
     delete_files_rewritten: int = 0
     delete_files_written: int = 0
     bytes_rewritten: int = 0
     bytes_written: int = 0
     positions: int = 0
-    snapshot_id: int | None = None
+    snapshot_ids: list[int] = field(default_factory=list)
     conflict: str | None = None
+    stopped_early: bool = False
     seconds: float = 0.0
 
 
-def plan_delete_merges(table: Table, target: MaintenanceTarget, everything: bool = False) -> MergePlan:
+def plan_delete_merges(
+    table: Table, target: MaintenanceTarget, everything: bool = False, rewriting: frozenset[str] = frozenset()
+) -> MergePlan:
     """The partitions with a data file named by two or more position delete files (with ``everything``: by one
-    that also names another data file, or by two)."""
+    that also names another data file), or with a delete file naming no live data file.
+
+    ``rewriting`` are data files a compaction planned in the same pass will rewrite (a dry run's plan): they
+    count as gone.
+    """
 
     head = target.head_id(table)
     live = live_files(table, head)
     counts = count_position_deletes(table.io, (d.file for d in live.position_deletes))
-    data_by_path = {d.path: d for d in live.data}
+    data_by_path = {d.path: d for d in live.data if d.path not in rewriting}
     deletes_by_path = {d.path: d for d in live.position_deletes}
     names: dict[str, set[str]] = defaultdict(set)  # delete file → the data files it names
     for data_path, naming in counts.by_data_file.items():
@@ -101,6 +120,12 @@ def plan_delete_merges(table: Table, target: MaintenanceTarget, everything: bool
             names[delete_path].add(data_path)
     by_scope: dict[PartitionKey, set[str]] = defaultdict(set)
     due: set[PartitionKey] = set()
+    live_paths = {d.path for d in live.data}
+    for delete in live.position_deletes:
+        if not names[delete.path] & live_paths:  # it deletes nothing any more: dropped
+            scope = partition_scope(table, delete.file)
+            by_scope[scope].add(delete.path)
+            due.add(scope)
     for data_path, naming in counts.by_data_file.items():
         data = data_by_path.get(data_path)
         if data is None:
@@ -113,33 +138,82 @@ def plan_delete_merges(table: Table, target: MaintenanceTarget, everything: bool
     merges = []
     for scope in sorted(due, key=str):
         deletes = [deletes_by_path[p] for p in sorted(by_scope[scope])]
-        # A delete file reaching other partitions than this one (another writer's) is left as it is.
-        if any(partition_scope(table, d.file) != scope for d in deletes):
-            continue
         named = sorted({p for d in deletes for p in names[d.path]} & data_by_path.keys())
+        # A delete file of another partition, or naming a data file of another (another writer's; a reader that
+        # follows the spec ignores such an entry, so moving it into a file of that partition would change rows),
+        # leaves the partition as it is.
+        scopes = {partition_scope(table, d.file) for d in deletes}
+        scopes |= {partition_scope(table, data_by_path[p].file) for p in named}
+        if scopes != {scope}:
+            continue
         merges.append(DeleteMerge(scope, tuple(deletes), tuple(data_by_path[p] for p in named)))
     return MergePlan(head, tuple(merges))
 
 
-def merge_position_deletes(target: MaintenanceTarget, table: Table, plan: MergePlan) -> tuple[Table, MergeResult]:
-    """Write each planned partition's merged delete files and swap them in, in one ``replace`` commit."""
+def merge_position_deletes(
+    target: MaintenanceTarget,
+    table: Table,
+    plan: MergePlan,
+    max_bytes: int,
+    keep_going: Callable[[], bool] = lambda: True,
+) -> tuple[Table, MergeResult]:
+    """Write the planned partitions' merged delete files and swap them in: one ``replace`` commit per group of
+    partitions of up to ``max_bytes`` of delete files, asking ``keep_going()`` before each group but the first."""
 
     started = time.monotonic()
     result = MergeResult(partitions=len(plan.merges))
-    if not plan.merges:
-        return table, result
+    for number, group in enumerate(_grouped(plan.merges, max_bytes)):
+        if number and not keep_going():
+            result.stopped_early = True
+            break
+        try:
+            table, commit = _merge_group(target, table, plan.base_snapshot_id, group)
+        except ConflictError as e:
+            log.info("table=%s: merging position deletes left for the next run: %s", target.identifier, e)
+            result.conflict = str(e)
+            continue
+        head = target.head_id(table)
+        if head is not None:
+            result.snapshot_ids.append(head)
+        result.commits += 1
+        result.delete_files_rewritten += commit.delete_files_rewritten
+        result.delete_files_written += commit.delete_files_written
+        result.bytes_rewritten += commit.bytes_rewritten
+        result.bytes_written += commit.bytes_written
+        result.positions += commit.positions
+    result.seconds = time.monotonic() - started
+    return table, result
+
+
+def _grouped(merges: tuple[DeleteMerge, ...], max_bytes: int) -> list[list[DeleteMerge]]:
+    groups: list[list[DeleteMerge]] = []
+    size = 0
+    for merge in merges:
+        if not groups or size + merge.bytes > max_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(merge)
+        size += merge.bytes
+    return groups
+
+
+def _merge_group(
+    target: MaintenanceTarget, table: Table, base_snapshot_id: int | None, group: list[DeleteMerge]
+) -> tuple[Table, MergeResult]:
     records: list[tuple[FileRecord, int]] = []
     try:
-        for merge in plan.merges:
+        for merge in group:
             records += _write_merged(table, merge)
         failpoint("maintain.merge.after-write")
         version = table.metadata.format_version
         added = tuple(AddedFile(to_data_file(record, version), sequence) for record, sequence in records)
-        removed = frozenset(d.path for m in plan.merges for d in m.deletes)
-        named = frozenset(d.path for m in plan.merges for d in m.data)
+        removed = frozenset(d.path for m in group for d in m.deletes)
+        named = frozenset(d.path for m in group for d in m.data)
     except BaseException:
         delete_quietly(table.io, [r.path for r, _ in records])
         raise
+    removed_positions = sum(d.file.record_count for m in group for d in m.deletes)
+    written_positions = sum(r.record_count for r, _ in records)
 
     def build(head: Table, since: ChangesSince) -> SnapshotChange:
         gone = (removed | named) & since.removed
@@ -151,25 +225,21 @@ def merge_position_deletes(target: MaintenanceTarget, table: Table, plan: MergeP
             operation=Operation.REPLACE,
             properties={
                 MAINTENANCE_PROPERTY: MAINTENANCE_MERGE_DELETES,
-                BASE_SNAPSHOT_PROPERTY: str(plan.base_snapshot_id),
+                BASE_SNAPSHOT_PROPERTY: str(base_snapshot_id),
+                # Named twice, or naming a data file no longer live: what the merge did not write again.
+                MERGE_DROPPED_PROPERTY: str(removed_positions - written_positions),
             },
         )
 
-    try:
-        table = commit_change(target, table, plan.base_snapshot_id, build, [r.path for r, _ in records])
-    except ConflictError as e:
-        log.info("table=%s: merging position deletes left for the next run: %s", target.identifier, e)
-        result.conflict = str(e)
-        result.seconds = time.monotonic() - started
-        return table, result
-    result.snapshot_id = target.head_id(table)
-    result.delete_files_rewritten = len(removed)
-    result.delete_files_written = len(records)
-    result.bytes_rewritten = sum(m.bytes for m in plan.merges)
-    result.bytes_written = sum(r.file_size_bytes for r, _ in records)
-    result.positions = sum(r.record_count for r, _ in records)
-    result.seconds = time.monotonic() - started
-    return table, result
+    table = commit_change(target, table, base_snapshot_id, build, [r.path for r, _ in records])
+    return table, MergeResult(
+        partitions=len(group),
+        delete_files_rewritten=len(removed),
+        delete_files_written=len(records),
+        bytes_rewritten=sum(m.bytes for m in group),
+        bytes_written=sum(r.file_size_bytes for r, _ in records),
+        positions=written_positions,
+    )
 
 
 def _write_merged(table: Table, merge: DeleteMerge) -> list[tuple[FileRecord, int]]:

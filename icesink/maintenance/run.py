@@ -20,7 +20,7 @@ from icesink.maintenance.compact import compact, plan_compaction
 from icesink.maintenance.convert import convert_equality_deletes
 from icesink.maintenance.merge_deletes import merge_position_deletes, plan_delete_merges
 from icesink.maintenance.policy import MaintenancePolicy
-from icesink.properties import MAINTENANCE_COMPACT, MAINTENANCE_PROPERTY
+from icesink.properties import MAINTENANCE_COMPACT, MAINTENANCE_MERGE_DELETES, MAINTENANCE_PROPERTY
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from icesink.maintenance.merge_deletes import MergeResult
 
 log = logging.getLogger("icesink.maintenance")
+# What a compaction pass leaves in the history when it does something (conversion is checked at every commit).
+PASS_KINDS = frozenset({MAINTENANCE_COMPACT, MAINTENANCE_MERGE_DELETES})
 
 
 @dataclass(frozen=True)
@@ -79,11 +81,12 @@ def equality_deletes_in(metadata: TableMetadata, branch: str = MAIN_BRANCH) -> b
 
 
 def commits_since_compaction(metadata: TableMetadata, limit: int, branch: str = MAIN_BRANCH) -> int:
-    """Snapshots on the branch head's ancestry since the last compaction, counting at most ``limit``."""
+    """Snapshots on the branch head's ancestry since the last compaction pass, counting at most ``limit``."""
     snapshot = metadata.snapshot_by_name(branch)
     count = 0
     while snapshot is not None and count < limit:
-        if snapshot.summary is not None and snapshot.summary[MAINTENANCE_PROPERTY] == MAINTENANCE_COMPACT:
+        # A pass that merged deletes without compacting counts as one too: else every commit would be a pass.
+        if snapshot.summary is not None and snapshot.summary[MAINTENANCE_PROPERTY] in PASS_KINDS:
             break
         count += 1
         snapshot = metadata.snapshot_by_id(snapshot.parent_snapshot_id) if snapshot.parent_snapshot_id else None
@@ -188,12 +191,15 @@ def maintain_table(
         if plan.groups and not dry_run:
             table, report.compaction = compact(target, table, plan, request.keep_going, request.progress)
         stopped = report.compaction is not None and report.compaction.stopped_early
-        if not stopped and (not plan.groups or request.keep_going()):
+        if not stopped and (not report.compaction or request.keep_going()):
             # After compaction, which applies the deletes of what it rewrites: what is left is merged.
-            merges = plan_delete_merges(table, target, everything)
+            rewriting = frozenset(str(f.file.file_path) for g in plan.groups for f in g.files) if dry_run else None
+            merges = plan_delete_merges(table, target, everything, rewriting or frozenset())
             report.planned_delete_merges = len(merges.merges)
             if merges.merges and not dry_run:
-                table, report.merge = merge_position_deletes(target, table, merges)
+                table, report.merge = merge_position_deletes(
+                    target, table, merges, policy.max_group_bytes, request.keep_going
+                )
     if dry_run and report.before.equality_delete_files:
         report.notes.append(f"would convert {report.before.equality_delete_files} equality delete file(s)")
     report.after = TableStats.of(table, branch) if not dry_run else None
