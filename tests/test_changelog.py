@@ -171,3 +171,60 @@ def test_a_start_snapshot_that_expired_is_an_error_naming_it_and_the_retention(s
     table = open_catalog(sqlite_catalog).load_table(TABLE)
     with pytest.raises(StartingSnapshotExpiredError, match=rf"snapshot {ids[0]}.*history\.expire\.max-snapshot-age-ms"):
         Planner(table).snapshots(ids[0], ids[-1])
+
+
+def test_the_old_rows_of_a_large_file_are_read_from_the_row_groups_holding_them(
+    sqlite_catalog: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An update of two rows of a 1,000-row file of ten row groups reads two row groups, and the changelog holds
+    exactly their old and new values."""
+    import dataclasses
+
+    import icesink.iceberg.file_reads as file_reads
+    from icesink.catalog.ledger import Ledger
+    from icesink.committer.commit import TableCommitter
+    from icesink.committer.staging import stage_checkpoint
+    from icesink.iceberg.describe import writer_spec
+    from icesink.writer.spec import ChangeSpec
+    from icesink.writer.task import TaskWriter
+    from tests.test_maintenance import TABLE as KV
+    from tests.test_maintenance import commit_changes
+    from tests.test_maintenance import create as create_kv
+
+    table = create_kv(sqlite_catalog)
+    changes = ChangeSpec(equality_field_ids=(1,), op_column="op")
+    spec = dataclasses.replace(writer_spec(table, KV, "cdc", changes).for_checkpoint(0), row_group_rows=100)
+    writer = TaskWriter(spec, 0, 0)
+    keys = list(range(1000))
+    writer.write(
+        pa.table(
+            {
+                "id": pa.array(keys, pa.int64()),
+                "v": [f"first-{k}" for k in keys],
+                "op": ["I"] * 1000,
+                "__icesink_order": pa.array(keys, pa.int64()),
+            }
+        )
+    )
+    stage_checkpoint(Ledger(sqlite_catalog), table, KV, "cdc", 0, [writer.complete()])
+    TableCommitter.of(sqlite_catalog).commit_pending(KV)
+    before = open_catalog(sqlite_catalog).load_table(KV).current_snapshot().snapshot_id
+    commit_changes(sqlite_catalog, 1, [(5, "new-5", "U"), (950, "new-950", "U")])
+    groups_read: list[int] = []
+    narrowing = file_reads._row_groups_holding
+
+    def counted(fragment: Any, only_at: Any) -> Any:
+        narrowed, rows = narrowing(fragment, only_at)
+        groups_read.append(len(narrowed.row_groups))
+        return narrowed, rows
+
+    monkeypatch.setattr(file_reads, "_row_groups_holding", counted)
+    found = icesink.changes(KV, before, catalog=sqlite_catalog)
+    pairs = sorted((c["_change_type"], c["id"], c["v"]) for c in found.to_pylist())
+    assert pairs == [
+        ("update_after", 5, "new-5"),
+        ("update_after", 950, "new-950"),
+        ("update_before", 5, "first-5"),
+        ("update_before", 950, "first-950"),
+    ]
+    assert groups_read == [2]  # of ten

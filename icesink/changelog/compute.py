@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -86,6 +87,27 @@ class _Reader:
 
         return read_files(self.table, self.schema, [(live.file, frozenset())], None, {})
 
+    def rows_at(self, live: LiveFile, at: np.ndarray) -> pa.Table:
+        """The file's rows at positions ``at`` (sorted, distinct), read from the row groups holding them only."""
+        from pyiceberg.expressions import AlwaysTrue
+
+        from icesink.iceberg.file_reads import read_data_file
+
+        metadata = self.table.metadata
+        batches = list(read_data_file(metadata, self.table.io, self.schema, live.file, AlwaysTrue(), None, at))
+        if not batches:
+            return empty_table(self.schema.as_arrow())
+        return pa.Table.from_batches(batches)
+
+    def named(self, live: LiveFile, position_deletes: frozenset[DataFile]) -> np.ndarray:
+        """The distinct positions of the file that these position delete files name, in order."""
+        arrays = [
+            np.asarray(self._positions[str(f.file_path)][live.path], dtype=np.int64)
+            for f in position_deletes
+            if live.path in self._positions.get(str(f.file_path), {})
+        ]
+        return np.unique(np.concatenate(arrays)) if arrays else np.empty(0, np.int64)
+
     def alive(
         self,
         rows: pa.Table,
@@ -116,6 +138,13 @@ def deleted_and_inserted(reader: _Reader, part: SnapshotChanges) -> tuple[pa.Tab
     empty = empty_table(schema.as_arrow())
     deleted = [empty]
     for changed in part.changed:
+        if changed.after is not None and not before and not after:
+            # Only position deletes changed: the rows newly named, read from their row groups alone, so a large
+            # file a few rows of which changed costs those row groups, not the file.
+            newly = np.setdiff1d(reader.named(changed.data, changed.after), reader.named(changed.data, changed.before))
+            if len(newly):
+                deleted.append(reader.rows_at(changed.data, newly))
+            continue
         rows = reader.rows(changed.data)
         was = reader.alive(rows, changed.data, changed.before, before, part.scope)
         if changed.after is None:

@@ -89,10 +89,13 @@ def read_data_file(
     data_file: DataFile,
     row_filter: BooleanExpression,
     positions: list[pa.ChunkedArray] | None,
+    only_at: np.ndarray | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Rows of one data file, its deleted positions left out, filtered, as rows of ``requested``.
 
-    ``row_filter`` is bound to the table's current schema (as pyiceberg's scan binds it).
+    ``row_filter`` is bound to the table's current schema (as pyiceberg's scan binds it). ``only_at`` (sorted,
+    distinct file positions; no ``positions`` nor filter with it) reads those rows alone, in order, and only the
+    row groups holding them: what a change reader needs of a large file a few rows of which changed.
     """
     import pyarrow.dataset as ds
     from pyiceberg.expressions.visitors import bind, extract_field_ids, translate_column_names
@@ -125,6 +128,9 @@ def read_data_file(
             i for i in requested.field_ids if not isinstance(requested.find_type(i), (MapType, ListType))
         } | extract_field_ids(row_filter)
         file_projection = prune_columns(file_schema, wanted, select_full_types=False)
+        scanned_rows = None  # with only_at: the file position of each row the scanner gives
+        if only_at is not None:
+            fragment, scanned_rows = _row_groups_holding(fragment, only_at)
         scanner = ds.Scanner.from_fragment(
             fragment=fragment,
             schema=physical,
@@ -135,10 +141,35 @@ def read_data_file(
         deleted = _sorted_positions(positions) if positions else None
         start = 0
         for batch in scanner.to_batches():
-            kept = _without_deleted(batch, deleted, start, arrow_filter) if deleted is not None else batch
+            if scanned_rows is not None and only_at is not None:
+                kept = batch.filter(pa.array(_found(only_at, scanned_rows[start : start + len(batch)])))
+            elif deleted is not None:
+                kept = _without_deleted(batch, deleted, start, arrow_filter)
+            else:
+                kept = batch
             start += len(batch)
             if kept.num_rows:
                 yield project_batch(requested, file_projection, kept, missing)
+
+
+def _row_groups_holding(fragment: Any, only_at: np.ndarray) -> tuple[Any, np.ndarray]:
+    """The fragment narrowed to the row groups holding ``only_at``, and the file position of each of their rows."""
+    metadata = fragment.metadata
+    counts = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+    starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+    groups = np.unique(np.searchsorted(starts, only_at, side="right") - 1)
+    groups = groups[(groups >= 0) & (groups < len(counts))]
+    rows = [np.arange(starts[g], starts[g + 1], dtype=np.int64) for g in groups]
+    return fragment.subset(row_group_ids=groups.tolist()), (np.concatenate(rows) if rows else np.empty(0, np.int64))
+
+
+def _found(wanted: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Which of ``rows`` (file positions) are among ``wanted`` (sorted)."""
+    if not len(wanted):
+        return np.zeros(len(rows), dtype=bool)
+    at = np.searchsorted(wanted, rows)
+    found: np.ndarray = (at < len(wanted)) & (wanted[np.minimum(at, len(wanted) - 1)] == rows)
+    return found
 
 
 def _sorted_positions(positions: list[pa.ChunkedArray]) -> np.ndarray:
