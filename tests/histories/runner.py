@@ -117,17 +117,6 @@ class JavaCheck:
     expected: list[dict[str, Any]]
 
 
-def _maintenance_made(world: World) -> Counter[str]:
-    from icesink.properties import MAINTENANCE_PROPERTY
-
-    made: Counter[str] = Counter()
-    for snapshot in world.table().snapshots():
-        kind = snapshot.summary.additional_properties.get(MAINTENANCE_PROPERTY) if snapshot.summary else None
-        if kind is not None:
-            made[kind] += 1
-    return made
-
-
 def run(history: History, directory: Path, readers: bool = True, database_url: str | None = None) -> Outcome:
     """Run every step, checking the table against the model after each; the other readers at the end.
 
@@ -168,7 +157,7 @@ def run(history: History, directory: Path, readers: bool = True, database_url: s
             _check_other_readers(world)
             outcome.java = _java_check(world)
         outcome.readers = world.readers_asked
-        outcome.maintenance = _maintenance_made(world)
+        outcome.maintenance = world.maintenance_made
     except Exception as e:  # every failure is a finding: report it with the step
         outcome.failure = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-8)}"
         if world is not None and world.notes:

@@ -28,7 +28,7 @@ from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
 from icesink.committer.publisher import AuditedBranch, Publisher
-from icesink.properties import EVENT_TIME_FIELD_PROPERTY
+from icesink.properties import EVENT_TIME_FIELD_PROPERTY, MAINTENANCE_PROPERTY
 from icesink.sink.event_time import EventTimeSettings
 from icesink.sink.stream_watermark import StreamWatermark, TableTimes
 from icesink.table_ref import MAIN_BRANCH, TableRef
@@ -107,6 +107,7 @@ class World:
         self.publisher = self._publisher() if branch else None
         self.last_marker = -1
         self.readers_asked: Counter[str] = Counter()
+        self.maintenance_made: Counter[str] = Counter()  # the snapshots maintenance made, by kind
         # Names dropped or renamed away, by struct: a new field may take one again (the name-reuse trap:
         # files of the old field hold that name with another field id).
         self.retired: dict[tuple[str, ...], list[str]] = {}
@@ -403,10 +404,12 @@ class World:
     def tune_maintenance(self, rng: random.Random) -> str:
         """Maintenance thresholds set as another tool would: each choice of rewrite, merge and tier gets its turn."""
         settings = {
-            "icesink.maintain.delete-ratio-threshold": rng.choice(["0", "0.05", "0.3", "1"]),
-            "icesink.maintain.delete-file-threshold": rng.choice(["2", "20"]),
-            "icesink.maintain.min-file-ratio": rng.choice(["0", "0.75", "1"]),
+            # Small tables: mostly nothing small and few rewrites for deletes, so that deletes get merged.
+            "icesink.maintain.delete-ratio-threshold": rng.choice(["0", "0.05", "0.3", "1", "1"]),
+            "icesink.maintain.delete-file-threshold": rng.choice(["3", "20", "20"]),
+            "icesink.maintain.min-file-ratio": rng.choice(["0", "0", "0", "0.75", "1"]),
             "icesink.maintain.min-input-files": rng.choice(["2", "5"]),
+            "icesink.maintain.min-commits": rng.choice(["1", "1", "10"]),
         }
         with self.table().transaction() as change:
             change.set_properties(settings)
@@ -420,12 +423,16 @@ class World:
         # A stream into a branch is maintained on its branch, so that main can still follow it (and does, at once).
         target = MaintenanceTarget(self.catalog, self.config, IDENTIFIER, branch=self.branch)
         policy = MaintenancePolicy.of(self.table().properties, IDENTIFIER)
+        before = {s.snapshot_id for s in self.table().snapshots()}
         if mode == "convert":
             from icesink.maintenance.convert import convert_equality_deletes
 
             convert_equality_deletes(target, self.table())
         else:
             maintain_table(target, self.table(), MaintenanceRequest(policy, everything=mode == "all"))
+        for snapshot in self.table().snapshots():
+            if snapshot.snapshot_id not in before and snapshot.summary is not None:
+                self.maintenance_made[snapshot.summary.get(MAINTENANCE_PROPERTY) or "other"] += 1
         self.committer.forget(IDENTIFIER)
         if self.publisher is not None:
             self.publisher.after_commit(JOB)
