@@ -139,17 +139,29 @@ def read_data_file(
             columns=[column.name for column in file_projection.columns],
         )
         deleted = _sorted_positions(positions) if positions else None
-        start = 0
-        for batch in scanner.to_batches():
-            if scanned_rows is not None and only_at is not None:
-                kept = batch.filter(pa.array(_found(only_at, scanned_rows[start : start + len(batch)])))
-            elif deleted is not None:
-                kept = _without_deleted(batch, deleted, start, arrow_filter)
-            else:
-                kept = batch
-            start += len(batch)
-            if kept.num_rows:
-                yield project_batch(requested, file_projection, kept, missing)
+        for kept in _kept(scanner.to_batches(), deleted, arrow_filter, only_at, scanned_rows):
+            yield project_batch(requested, file_projection, kept, missing)
+
+
+def _kept(
+    batches: Iterator[pa.RecordBatch],
+    deleted: np.ndarray | None,
+    arrow_filter: Any,
+    only_at: np.ndarray | None,
+    scanned_rows: np.ndarray | None,
+) -> Iterator[pa.RecordBatch]:
+    """What is left of each batch: the rows at ``only_at``, or those no position names that pass the filter."""
+    start = 0
+    for batch in batches:
+        if scanned_rows is not None and only_at is not None:
+            kept = batch.filter(pa.array(_found(only_at, scanned_rows[start : start + len(batch)])))
+        elif deleted is not None:
+            kept = _without_deleted(batch, deleted, start, arrow_filter)
+        else:
+            kept = batch
+        start += len(batch)
+        if kept.num_rows:
+            yield kept
 
 
 def _row_groups_holding(fragment: Any, only_at: np.ndarray) -> tuple[Any, np.ndarray]:

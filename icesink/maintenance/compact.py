@@ -50,6 +50,7 @@ from icesink.iceberg.schemas import with_dropped_keys
 from icesink.iceberg.snapshots import SnapshotChange
 from icesink.maintenance.choosing import Candidate, candidate, chosen, count_position_deletes
 from icesink.maintenance.committing import ConflictError, MaintenanceTarget, commit_change
+from icesink.maintenance.packing import packed
 from icesink.maintenance.verify import check_read, check_written
 from icesink.properties import BASE_SNAPSHOT_PROPERTY, MAINTENANCE_COMPACT, MAINTENANCE_PROPERTY
 from icesink.writer.conform import conform
@@ -312,18 +313,11 @@ def _bin_packed(
     scope: PartitionKey, sequence: int | None, files: list[PlannedDataFile], max_bytes: int
 ) -> list[FileGroup]:
     """``files`` in groups of at most ``max_bytes`` (a larger file alone)."""
-    groups: list[FileGroup] = []
-    current: list[PlannedDataFile] = []
-    size = 0
-    for data in sorted(files, key=lambda f: str(f.file.file_path)):
-        if current and size + data.file.file_size_in_bytes > max_bytes:
-            groups.append(FileGroup(scope, tuple(current), sequence))
-            current, size = [], 0
-        current.append(data)
-        size += data.file.file_size_in_bytes
-    if current:
-        groups.append(FileGroup(scope, tuple(current), sequence))
-    return groups
+    ordered = sorted(files, key=lambda f: str(f.file.file_path))
+    return [
+        FileGroup(scope, tuple(group), sequence)
+        for group in packed(ordered, lambda f: f.file.file_size_in_bytes, max_bytes)
+    ]
 
 
 def _may_reference(delete: DataFile, locations: set[str]) -> bool:

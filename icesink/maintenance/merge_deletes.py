@@ -44,6 +44,7 @@ from icesink.iceberg.scan import live_files, position_deletes_of
 from icesink.iceberg.snapshots import SnapshotChange
 from icesink.maintenance.choosing import count_position_deletes
 from icesink.maintenance.committing import ConflictError, MaintenanceTarget, commit_change
+from icesink.maintenance.packing import packed
 from icesink.properties import (
     BASE_SNAPSHOT_PROPERTY,
     MAINTENANCE_MERGE_DELETES,
@@ -162,7 +163,7 @@ def merge_position_deletes(
 
     started = time.monotonic()
     result = MergeResult(partitions=len(plan.merges))
-    for number, group in enumerate(_grouped(plan.merges, max_bytes)):
+    for number, group in enumerate(packed(plan.merges, lambda m: m.bytes, max_bytes)):
         if number and not keep_going():
             result.stopped_early = True
             break
@@ -183,18 +184,6 @@ def merge_position_deletes(
         result.positions += commit.positions
     result.seconds = time.monotonic() - started
     return table, result
-
-
-def _grouped(merges: tuple[DeleteMerge, ...], max_bytes: int) -> list[list[DeleteMerge]]:
-    groups: list[list[DeleteMerge]] = []
-    size = 0
-    for merge in merges:
-        if not groups or size + merge.bytes > max_bytes:
-            groups.append([])
-            size = 0
-        groups[-1].append(merge)
-        size += merge.bytes
-    return groups
 
 
 def _merge_group(

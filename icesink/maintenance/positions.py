@@ -27,6 +27,7 @@ from pyiceberg.schema import Schema as IcebergSchema
 from icesink.arrays import FIELD_ID, nested_column, repeated
 from icesink.iceberg.deletes import EqualityDeletes, PartitionKey, partition_scope
 from icesink.iceberg.schemas import field_path
+from icesink.maintenance.packing import packed
 from icesink.maintenance.pruning import KeyPruning, PruningCounts
 
 if TYPE_CHECKING:
@@ -174,9 +175,9 @@ def deleted_rows(
         return _match(table, pieces, [read_key_columns(table, schema, p, field_ids) for p in pieces], deletes)
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        for batch in _batches(_pieces(reads, PIECE_ROWS), MATCH_ROWS):
+        for batch in packed(_pieces(reads, PIECE_ROWS), lambda p: p.rows, MATCH_ROWS):
             # Each thread reads and matches a share of the batch: Arrow's lookups release the GIL too.
-            shares = _batches(batch, -(-sum(p.rows for p in batch) // threads))
+            shares = packed(batch, lambda p: p.rows, -(-sum(p.rows for p in batch) // threads))
             for found_in_share in pool.map(read_and_match, shares):
                 for piece, scope, found in found_in_share:
                     positions[piece.data.path].append(found)
@@ -203,18 +204,6 @@ def _pieces(reads: Sequence[KeyRead], rows: int) -> list[KeyRead]:
         if run:
             pieces.append(KeyRead(read.data, read.metadata, tuple(run)))
     return pieces
-
-
-def _batches(pieces: list[KeyRead], rows: int) -> list[list[KeyRead]]:
-    batches: list[list[KeyRead]] = []
-    size = 0
-    for piece in pieces:
-        if not batches or (size + piece.rows > rows and batches[-1]):
-            batches.append([])
-            size = 0
-        batches[-1].append(piece)
-        size += piece.rows
-    return batches
 
 
 def _match(
