@@ -24,6 +24,8 @@ from tests.histories.group import COMPANION, GROUP_FAILPOINTS
 from tests.histories.spark_world import SparkWorld
 from tests.histories.world import FAILPOINTS, Mismatch, World
 
+# "merge": thresholds under which no file is rewritten, so the position deletes of a keyed table are merged.
+MAINTAIN_MODES = ("convert", "compact", "all", "merge")
 KINDS = ("write", "write", "write", "write", "alter", "maintain", "expire", "crash", "discard", "replay")
 
 
@@ -41,7 +43,7 @@ class Step:
         if self.kind == "crash":
             return f"write a checkpoint, the committer is killed at {failpoints[self.seed % len(failpoints)]}"
         if self.kind == "maintain":
-            return f"icesink maintain ({('convert', 'compact', 'all')[self.seed % 3]})"
+            return f"icesink maintain ({MAINTAIN_MODES[self.seed % len(MAINTAIN_MODES)]})"
         return {
             "poison": f"write a checkpoint its audit refuses ({self.size} change(s))",
             "cure": f"write a checkpoint that cures the poison ({self.size} change(s))",
@@ -198,10 +200,10 @@ def _do(world: World, step: Step) -> None:
     elif step.kind == "alter":
         world.notes.append(world.alter(rng))
     elif step.kind == "maintain":
-        mode = ("convert", "compact", "all")[step.seed % 3]
-        if mode == "compact":  # the thresholds that choose between rewriting files and merging their deletes
-            world.notes.append(world.tune_maintenance(rng))
-        world.maintain(mode)
+        mode = MAINTAIN_MODES[step.seed % len(MAINTAIN_MODES)]
+        if mode in ("compact", "merge"):  # the thresholds that choose between rewriting files and merging deletes
+            world.notes.append(world.tune_maintenance(rng, merge_only=mode == "merge"))
+        world.maintain("compact" if mode == "merge" else mode)
 
 
 State = tuple[int, int, list[dict[str, Any]]]  # a snapshot id, the schema id and the model's rows then

@@ -401,8 +401,9 @@ class World:
             self._change_values(lambda row: widen_id(row, target.field_id, wider))
             return f"widen {path} to {wider}"
 
-    def tune_maintenance(self, rng: random.Random) -> str:
-        """Maintenance thresholds set as another tool would: each choice of rewrite, merge and tier gets its turn."""
+    def tune_maintenance(self, rng: random.Random, merge_only: bool = False) -> str:
+        """Maintenance thresholds set as another tool would: each choice of rewrite, merge and tier gets its turn
+        (``merge_only``: none that rewrites a file, so deletes are merged)."""
         settings = {
             # Small tables: mostly nothing small and few rewrites for deletes, so that deletes get merged.
             "icesink.maintain.delete-ratio-threshold": rng.choice(["0", "0.05", "0.3", "1", "1"]),
@@ -411,6 +412,13 @@ class World:
             "icesink.maintain.min-input-files": rng.choice(["2", "5"]),
             "icesink.maintain.min-commits": rng.choice(["1", "1", "10"]),
         }
+        if merge_only:
+            settings = {
+                "icesink.maintain.delete-ratio-threshold": "1",
+                "icesink.maintain.delete-file-threshold": "1000",
+                "icesink.maintain.min-file-ratio": "0",
+                "icesink.maintain.min-commits": "1",
+            }
         with self.table().transaction() as change:
             change.set_properties(settings)
         return "maintenance settings " + ", ".join(f"{k.rsplit('.', 1)[1]}={v}" for k, v in settings.items())
