@@ -40,7 +40,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from figures import record_values
-from upsert import JAVA_PYTHON, SPARK_SCHEMA, build_table, change_batch, hadoop_copy, iceberg_schema, run_java
+from upsert import (
+    JAVA_PYTHON,
+    build_table,
+    change_batch,
+    hadoop_copy,
+    iceberg_schema,
+    run_java,
+    stream_upserts,
+)
 
 
 def java_rewrite(warehouse: Path, metadata_location: str, name: str) -> dict[str, Any]:
@@ -115,14 +123,7 @@ def main() -> None:
                 with table.transaction() as transaction:
                     transaction.set_properties({"icesink.equality-deletes.convert-at-commit": "false"})
             started = time.perf_counter()
-            icesink.stream(
-                spark.readStream.schema(SPARK_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(inputs)),
-                table=name,
-                checkpoint_location=str(work / f"ckpt-{mode}"),
-                trigger={"availableNow": True},
-                equality_fields=["id"],
-                catalog=config,
-            ).awaitTermination()
+            stream_upserts(spark, inputs, name, work / f"ckpt-{mode}", config)
             stream_seconds = time.perf_counter() - started
             state = catalog.load_table(name)
             before = live_files(state)

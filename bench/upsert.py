@@ -110,6 +110,20 @@ def run_java(script: str, *arguments: str) -> dict[str, Any]:
     return report
 
 
+def stream_upserts(spark: Any, inputs: Path, table: str, checkpoint: Path, config: Any) -> None:
+    """Upsert the change batches in ``inputs`` into ``table`` by ``id``, one micro-batch each, to the end."""
+    import icesink
+
+    icesink.stream(
+        spark.readStream.schema(SPARK_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(inputs)),
+        table=table,
+        checkpoint_location=str(checkpoint),
+        trigger={"availableNow": True},
+        equality_fields=["id"],
+        catalog=config,
+    ).awaitTermination()
+
+
 def change_batch(total: int, size: int, number: int) -> Any:
     """Half updates of existing keys, half inserts of new keys; distinct per batch number."""
     import numpy as np
@@ -152,15 +166,7 @@ def main() -> None:
 
         def stream_changes(table: str, checkpoint: str) -> float:
             started = time.perf_counter()
-            df = spark.readStream.schema(SPARK_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(inputs))
-            icesink.stream(
-                df,
-                table=table,
-                checkpoint_location=str(work / checkpoint),
-                trigger={"availableNow": True},
-                equality_fields=["id"],
-                catalog=config,
-            ).awaitTermination()
+            stream_upserts(spark, inputs, table, work / checkpoint, config)
             return time.perf_counter() - started
 
         # Warm up Spark (JVM, Python workers) on a table of its own so that (a) measures icesink, not start-up.

@@ -185,6 +185,7 @@ def test_the_old_rows_of_a_large_file_are_read_from_the_row_groups_holding_them(
     from icesink.committer.commit import TableCommitter
     from icesink.committer.staging import stage_checkpoint
     from icesink.iceberg.describe import writer_spec
+    from icesink.iceberg.read_caches import RowGroups
     from icesink.writer.spec import ChangeSpec
     from icesink.writer.task import TaskWriter
     from tests.test_maintenance import TABLE as KV
@@ -210,21 +211,80 @@ def test_the_old_rows_of_a_large_file_are_read_from_the_row_groups_holding_them(
     TableCommitter.of(sqlite_catalog).commit_pending(KV)
     before = open_catalog(sqlite_catalog).load_table(KV).current_snapshot().snapshot_id
     commit_changes(sqlite_catalog, 1, [(5, "new-5", "U"), (950, "new-950", "U")])
-    groups_read: list[int] = []
-    narrowing = file_reads._row_groups_holding
+    decoded: list[object] = []
 
-    def counted(fragment: Any, only_at: Any) -> Any:
-        narrowed, rows = narrowing(fragment, only_at)
-        groups_read.append(len(narrowed.row_groups))
-        return narrowed, rows
+    class CountingRowGroups(RowGroups):
+        def put(self, key: tuple[object, ...], batches: list[pa.RecordBatch]) -> None:
+            decoded.append(key[2])  # the row group's index in its file
+            super().put(key, batches)
 
-    monkeypatch.setattr(file_reads, "_row_groups_holding", counted)
-    found = icesink.changes(KV, before, catalog=sqlite_catalog)
-    pairs = sorted((c["_change_type"], c["id"], c["v"]) for c in found.to_pylist())
-    assert pairs == [
+    monkeypatch.setattr(file_reads, "ROW_GROUP_CACHE", CountingRowGroups())
+    expected = [
         ("update_after", 5, "new-5"),
         ("update_after", 950, "new-950"),
         ("update_before", 5, "first-5"),
         ("update_before", 950, "first-950"),
     ]
-    assert groups_read == [2]  # of ten
+    found = icesink.changes(KV, before, catalog=sqlite_catalog)
+    assert sorted((c["_change_type"], c["id"], c["v"]) for c in found.to_pylist()) == expected
+    assert sorted(decoded) == [0, 9]  # of ten: the groups of rows 5 and 950
+    # Read again in the same process: the row groups decoded are kept, the large file is not even opened, and
+    # the changes are the same.
+    large = {
+        str(t.file.file_path) for t in open_catalog(sqlite_catalog).load_table(KV).scan(snapshot_id=before).plan_files()
+    }
+    opened: list[str] = []
+    opening = file_reads._File.fragment
+
+    def counted(self: Any) -> Any:
+        opened.append(self.path)
+        return opening(self)
+
+    monkeypatch.setattr(file_reads._File, "fragment", counted)
+    again = icesink.changes(KV, before, catalog=sqlite_catalog)
+    assert sorted((c["_change_type"], c["id"], c["v"]) for c in again.to_pylist()) == expected
+    assert sorted(decoded) == [0, 9]
+    assert opened and not large & set(opened)
+
+
+def test_tasks_follow_the_distinct_rows_read_not_the_snapshots() -> None:
+    """Twenty upsert snapshots changing the same 1,000,000 rows make as many tasks as cores, not twenty; twenty
+    appends of 200,000 rows each make tasks of about ROWS_PER_TASK rows; the order of the parts is kept."""
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+
+    from icesink.changelog.plan import ChangedFile, Commit, NewFile, SnapshotChanges
+    from icesink.changelog.tasks import ROWS_PER_TASK, group_parts
+    from icesink.iceberg.deletes import GLOBAL
+    from icesink.iceberg.scan import LiveFile
+
+    def live(path: str, rows: int) -> LiveFile:
+        file = DataFile.from_args(
+            content=DataFileContent.DATA, file_path=path, file_format=FileFormat.PARQUET, record_count=rows
+        )
+        return LiveFile(file, 1)
+
+    base = [live(f"base-{n}", 10_000) for n in range(100)]
+    upserts = [
+        SnapshotChanges(
+            Commit(n, n, 0),
+            GLOBAL,
+            changed=tuple(ChangedFile(f, frozenset(), frozenset()) for f in base),
+            added=(NewFile(live(f"new-{n}", 10_000), frozenset()),),
+        )
+        for n in range(20)
+    ]
+    for cores in (1, 2, 4):
+        groups = group_parts(upserts, False, tasks=cores)
+        assert len(groups) == cores
+        assert [p for g in groups for p in g] == upserts
+        assert max(len(g) for g in groups) - min(len(g) for g in groups) <= 1
+    appends = [
+        SnapshotChanges(Commit(n, n, 0), GLOBAL, added=(NewFile(live(f"a-{n}", 200_000), frozenset()),))
+        for n in range(20)
+    ]
+    groups = group_parts(appends, False, tasks=1)
+    assert len(groups) == -(-20 * 200_000 // ROWS_PER_TASK)
+    assert all(sum(p.rows for p in g) <= ROWS_PER_TASK for g in groups)
+    assert [p for g in groups for p in g] == appends
+    assert group_parts(appends[:1], False, tasks=8) == [appends[:1]]  # never more tasks than parts
+    assert group_parts([], False, tasks=2) == []

@@ -196,3 +196,8 @@ def test_a_database_a_later_release_migrated_says_which_release_to_use(own_catal
     assert f"icesink db downgrade {migrations.head_revision()}" in output
     code, output = invoke(own_catalog, "db", "downgrade", "0006")
     assert code == 2 and "take it back with that release" in output and "Traceback" not in output, output
+
+
+def test_the_head_every_catalog_is_compared_with_is_alembics_head() -> None:
+    """A new migration must move migrations.HEAD too: a catalog at the new revision would otherwise be refused."""
+    assert migrations.HEAD == migrations.head_revision() == migrations.revisions()[-1]

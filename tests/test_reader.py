@@ -103,3 +103,43 @@ def test_deleted_positions_leave_exactly_their_rows_out_of_every_batch_and_the_f
             start += len(batch)
         expected = [n for n in range(rows) if n not in set(deleted) and (wanted_filter is None or n >= rows // 3)]
         assert kept == expected
+
+
+def test_files_of_one_layout_share_their_schema_work_but_never_across_field_ids_or_types(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    """Files whose Parquet schemas look alike by name and type but differ in field ids (a column dropped and
+    added again under its name) or in type (a promoted int) are each read by their own layout, however often."""
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import IntegerType, LongType, NestedField, StringType
+
+    catalog = open_catalog(sqlite_catalog)
+    catalog.create_namespace("evolving")
+    readded = catalog.create_table(
+        "evolving.readded",
+        Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "v", StringType(), required=False)),
+    )
+    readded.append(pa.table({"id": pa.array([1, 2], pa.int64()), "v": ["a", "b"]}))
+    readded.append(pa.table({"id": pa.array([3], pa.int64()), "v": ["c"]}))  # a second file, same layout
+    with readded.update_schema() as update:
+        update.delete_column("v")
+    with readded.update_schema() as update:
+        update.add_column("v", StringType())
+    readded = catalog.load_table("evolving.readded")
+    readded.append(pa.table({"id": pa.array([4], pa.int64()), "v": ["new"]}))  # same names and types, new id
+    promoted = catalog.create_table(
+        "evolving.promoted",
+        Schema(NestedField(1, "id", LongType(), required=False), NestedField(2, "n", IntegerType(), required=False)),
+    )
+    promoted.append(pa.table({"id": pa.array([1], pa.int64()), "n": pa.array([7], pa.int32())}))
+    with promoted.update_schema() as update:
+        update.update_column("n", LongType())
+    catalog.load_table("evolving.promoted").append(
+        pa.table({"id": pa.array([2], pa.int64()), "n": pa.array([2**40], pa.int64())})
+    )
+    for _ in range(2):  # the second read finds every layout known
+        rows = icesink.read("evolving.readded", catalog=sqlite_catalog).to_pylist()
+        assert sorted((r["id"], r["v"]) for r in rows) == [(1, None), (2, None), (3, None), (4, "new")]
+        rows = icesink.read("evolving.promoted", catalog=sqlite_catalog).to_pylist()
+        assert sorted((r["id"], r["n"]) for r in rows) == [(1, 7), (2, 2**40)]

@@ -213,7 +213,7 @@ def ensure_migrated(config: CatalogConfig) -> None:
     refuse_missing_file(config)
     with database_errors(config):
         current = migrations.current_revision(engine(config))
-    head = migrations.head_revision()
+    head = migrations.HEAD
     if current == head:
         return
     if current is not None and current not in migrations.revisions():

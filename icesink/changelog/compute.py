@@ -13,46 +13,36 @@ rewrite) are no change at all.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icesink.arrays import FieldStep, empty_table, positions, repeated
+from icesink.arrays import empty_table, positions, repeated
+from icesink.changelog.change_columns import (
+    CHANGE_FIELDS,
+    DELETE,
+    INSERT,
+    JOIN_ROW,
+    JOIN_SIDE,
+    UPDATE_AFTER,
+    UPDATE_BEFORE,
+    WATERMARK_FIELD,
+    KeyPaths,
+)
+from icesink.changelog.net import net
 from icesink.iceberg.deletes import EqualityDeletes, PartitionKey, comparable_keys
 from icesink.iceberg.schemas import field_path, with_dropped_keys
-
-KeyPaths = Mapping[str, tuple[FieldStep, ...]]  # key name → where it is, inside structs or not
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
 
-    from icesink.changelog.plan import SnapshotChanges
+    from icesink.changelog.plan import NewFile, SnapshotChanges
     from icesink.iceberg.scan import LiveFile
-
-CHANGE_TYPE = "_change_type"
-CHANGE_ORDINAL = "_change_ordinal"
-COMMIT_SNAPSHOT_ID = "_commit_snapshot_id"
-COMMIT_TIMESTAMP = "_commit_timestamp"
-# With the option with-watermark: the source table's watermark as of the commit (icesink.watermark), so that a
-# stream of the changes can take its own watermark from it (icesink.stream(..., watermark_from=...)).
-COMMIT_WATERMARK = "_commit_watermark"
-WATERMARK_FIELD = pa.field(COMMIT_WATERMARK, pa.timestamp("us", tz="UTC"), nullable=True)
-INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER = "insert", "delete", "update_before", "update_after"
-CHANGE_FIELDS = pa.schema(
-    [
-        pa.field(CHANGE_TYPE, pa.string(), nullable=False),
-        pa.field(CHANGE_ORDINAL, pa.int64(), nullable=False),
-        pa.field(COMMIT_SNAPSHOT_ID, pa.int64(), nullable=False),
-        pa.field(COMMIT_TIMESTAMP, pa.timestamp("us", tz="UTC"), nullable=False),
-    ]
-)
-_ROW = "__icesink_row"
-_SIDE = "__icesink_side"
 
 
 class _Reader:
@@ -87,6 +77,21 @@ class _Reader:
 
         return read_files(self.table, self.schema, [(live.file, frozenset())], None, {})
 
+    def new_rows(self, added: NewFile) -> Iterator[pa.RecordBatch]:
+        """The rows of an added file that its position deletes leave, batch by batch as the file is read."""
+        from pyiceberg.expressions import AlwaysTrue
+
+        from icesink.iceberg.file_reads import read_data_file
+
+        live = added.data
+        named = [
+            pa.chunked_array([self._positions[str(f.file_path)][live.path]])
+            for f in added.after
+            if live.path in self._positions.get(str(f.file_path), {})
+        ]
+        metadata = self.table.metadata
+        yield from read_data_file(metadata, self.table.io, self.schema, live.file, AlwaysTrue(), named or None)
+
     def rows_at(self, live: LiveFile, at: np.ndarray) -> pa.Table:
         """The file's rows at positions ``at`` (sorted, distinct), read from the row groups holding them only."""
         from pyiceberg.expressions import AlwaysTrue
@@ -106,6 +111,8 @@ class _Reader:
             for f in position_deletes
             if live.path in self._positions.get(str(f.file_path), {})
         ]
+        if len(arrays) == 1 and bool(np.all(arrays[0][1:] > arrays[0][:-1])):
+            return arrays[0]  # one file, in order already (as the spec writes position deletes): nothing to sort
         return np.unique(np.concatenate(arrays)) if arrays else np.empty(0, np.int64)
 
     def alive(
@@ -141,7 +148,9 @@ def deleted_and_inserted(reader: _Reader, part: SnapshotChanges) -> tuple[pa.Tab
         if changed.after is not None and not before and not after:
             # Only position deletes changed: the rows newly named, read from their row groups alone, so a large
             # file a few rows of which changed costs those row groups, not the file.
-            newly = np.setdiff1d(reader.named(changed.data, changed.after), reader.named(changed.data, changed.before))
+            newly = reader.named(changed.data, changed.after - changed.before)
+            if len(newly) and changed.before:  # a position named again (a key updated twice) was deleted before
+                newly = newly[~np.isin(newly, reader.named(changed.data, changed.before), assume_unique=False)]
             if len(newly):
                 deleted.append(reader.rows_at(changed.data, newly))
             continue
@@ -168,16 +177,18 @@ def _matches(
     """Row indices of ``left`` and ``right`` equal on ``names`` (null equal to null), each row used once."""
     left_keys, join_names = comparable_keys(left, names, paths)
     right_keys, _ = comparable_keys(right, names, paths)
-    left_keys = left_keys.append_column(_ROW, positions(left.num_rows))
-    right_keys = right_keys.append_column(_SIDE, positions(right.num_rows))
+    left_keys = left_keys.append_column(JOIN_ROW, positions(left.num_rows))
+    right_keys = right_keys.append_column(JOIN_SIDE, positions(right.num_rows))
     joined = left_keys.join(right_keys, keys=join_names, join_type="inner")
     if joined.num_rows == 0:
         empty = pa.array([], pa.int64())
         return empty, empty
     # One partner per row on either side, in a stable order.
-    joined = joined.sort_by([(_ROW, "ascending"), (_SIDE, "ascending")])
-    left_index = joined.column(_ROW).to_pylist()
-    right_index = joined.column(_SIDE).to_pylist()
+    joined = joined.sort_by([(JOIN_ROW, "ascending"), (JOIN_SIDE, "ascending")])
+    lefts, rights = joined.column(JOIN_ROW).to_numpy(), joined.column(JOIN_SIDE).to_numpy()
+    if len(np.unique(lefts)) == len(lefts) and len(np.unique(rights)) == len(rights):
+        return pa.array(lefts, pa.int64()), pa.array(rights, pa.int64())  # every row has one partner already
+    left_index, right_index = lefts.tolist(), rights.tolist()
     used_left: set[int] = set()
     used_right: set[int] = set()
     pairs_left, pairs_right = [], []
@@ -203,7 +214,7 @@ def _labelled(rows: pa.Table, kind: str, part: SnapshotChanges) -> pa.Table:
     return pa.table(
         [
             *rows.columns,
-            pa.array([kind] * count, pa.string()),
+            pa.repeat(pa.scalar(kind, pa.string()), count),
             repeated(commit.sequence_number, count),
             repeated(commit.snapshot_id, count),
             repeated(commit.timestamp_ms * 1000, count).cast(pa.timestamp("us", tz="UTC")),
@@ -279,25 +290,49 @@ def compute_changes(
     the changes of one key across all parts collapse to the net change. ``with_watermark`` adds
     ``_commit_watermark`` last.
     """
+    pieces = list(change_pieces(table, schema, parts, mode, with_watermark))
+    if not pieces:
+        if mode == "append":
+            return empty_table(pa.schema([*schema.as_arrow(), *([WATERMARK_FIELD] if with_watermark else [])]))
+        return empty_changelog(schema, with_watermark)
+    changes = pa.concat_tables(pieces, promote_options="permissive")
+    if net_changes and mode != "append":
+        keys = [schema.find_column_name(i) or "" for i in schema.identifier_field_ids]
+        return net(changes, keys, _key_paths(schema, keys))
+    return changes
+
+
+def change_pieces(
+    table: Table, schema: Schema, parts: Sequence[SnapshotChanges], mode: str, with_watermark: bool = False
+) -> Iterator[pa.Table]:
+    """The changes of ``parts``, oldest first, in pieces as they are read (:func:`compute_changes` without
+    ``net_changes``).
+
+    Rows a snapshot only added (no row of it deleted, no equality delete after it) come batch by batch as the
+    file is read, so that a task hands rows on while it reads rather than after its last file.
+    """
     reader = _Reader(table, schema, parts)
     keys = [schema.find_column_name(i) or "" for i in schema.identifier_field_ids]
-    paths = {name: field_path(schema, i) for name, i in zip(keys, schema.identifier_field_ids, strict=True)}
+    paths = _key_paths(schema, keys)
 
     def marked(rows: pa.Table, part: SnapshotChanges) -> pa.Table:
         return _watermarked(rows, part) if with_watermark else rows
 
-    if mode == "append":
-        inserted = [marked(deleted_and_inserted(reader, part)[1], part) for part in parts if part.added]
-        empty = empty_table(pa.schema([*schema.as_arrow(), *([WATERMARK_FIELD] if with_watermark else [])]))
-        return pa.concat_tables(inserted or [empty], promote_options="permissive")
-    labelled = []
     for part in parts:
+        if mode == "append" and not part.added:
+            continue
+        if not part.equality_after and (mode == "append" or not (part.changed or part.equality_before)):
+            for added in part.added:
+                for batch in reader.new_rows(added):
+                    rows = pa.Table.from_batches([batch]).select(reader.columns)
+                    yield marked(rows if mode == "append" else _labelled(rows, INSERT, part), part)
+            continue
         deleted, inserted = deleted_and_inserted(reader, part)
-        labelled.append(marked(changelog(deleted, inserted, keys, part, paths), part))
-    if not labelled:
-        return empty_changelog(schema, with_watermark)
-    changes = pa.concat_tables(labelled, promote_options="permissive")
-    return net(changes, keys, paths) if net_changes else changes
+        yield marked(inserted if mode == "append" else changelog(deleted, inserted, keys, part, paths), part)
+
+
+def _key_paths(schema: Schema, keys: list[str]) -> KeyPaths:
+    return {name: field_path(schema, i) for name, i in zip(keys, schema.identifier_field_ids, strict=True)}
 
 
 def _watermarked(rows: pa.Table, part: SnapshotChanges) -> pa.Table:
@@ -309,58 +344,3 @@ def _watermarked(rows: pa.Table, part: SnapshotChanges) -> pa.Table:
 def empty_changelog(schema: Schema, with_watermark: bool = False) -> pa.Table:
     fields = [*schema.as_arrow(), *CHANGE_FIELDS, *([WATERMARK_FIELD] if with_watermark else [])]
     return empty_table(pa.schema(fields))
-
-
-def net(changes: pa.Table, keys: list[str], paths: KeyPaths | None = None) -> pa.Table:
-    """Per key, the net change over all the changes (oldest first): what a reader of just the end state sees.
-
-    A key whose row existed before the first change and after the last is one
-    update (nothing, if the row is unchanged); one that existed only before is
-    a delete; only after, an insert; neither, nothing.
-    """
-    if changes.num_rows == 0:
-        return changes
-    kinds = changes.column(CHANGE_TYPE)
-    side = pc.if_else(pc.is_in(kinds, value_set=pa.array([DELETE, UPDATE_BEFORE])), 0, 1)
-    ordered = changes.append_column(_SIDE, side).append_column(_ROW, positions(changes.num_rows))
-    key_table, join_names = comparable_keys(ordered, keys, paths)
-    sort = [(name, "ascending") for name in join_names]
-    sort += [(CHANGE_ORDINAL, "ascending"), (_SIDE, "ascending"), (_ROW, "ascending")]
-    combined = pa.table(
-        [*key_table.columns, ordered.column(CHANGE_ORDINAL), ordered.column(_SIDE), ordered.column(_ROW)],
-        names=[*join_names, CHANGE_ORDINAL, _SIDE, _ROW],
-    )
-    order = pc.sort_indices(combined, sort_keys=sort)
-    sorted_keys = key_table.take(order)
-    rows = sorted_keys.num_rows
-    differs = repeated(False, max(rows - 1, 0))
-    for name in join_names:
-        column = sorted_keys.column(name).combine_chunks()
-        differs = pc.or_(differs, pc.not_equal(column.slice(0, rows - 1), column.slice(1)))
-    first = pa.concat_arrays([pa.array([True]), differs])
-    last = pa.concat_arrays([differs, pa.array([True])])
-    ordered_rows = ordered.take(order)
-    firsts, lasts = ordered_rows.filter(first), ordered_rows.filter(last)  # aligned: one row per key each
-    existed = pc.equal(firsts.column(_SIDE), 0)
-    exists = pc.equal(lasts.column(_SIDE), 1)
-    data_names = [n for n in changes.column_names if n not in CHANGE_FIELDS.names]
-    unchanged = pa.array(
-        [
-            a == b
-            for a, b in zip(firsts.select(data_names).to_pylist(), lasts.select(data_names).to_pylist(), strict=True)
-        ],
-        pa.bool_(),
-    )
-    updated = pc.and_(pc.and_(existed, exists), pc.invert(unchanged))
-    out = [
-        _relabel(firsts.filter(updated), UPDATE_BEFORE),
-        _relabel(lasts.filter(updated), UPDATE_AFTER),
-        _relabel(firsts.filter(pc.and_(existed, pc.invert(exists))), DELETE),
-        _relabel(lasts.filter(pc.and_(pc.invert(existed), exists)), INSERT),
-    ]
-    return pa.concat_tables(out).select(changes.column_names)
-
-
-def _relabel(rows: pa.Table, kind: str) -> pa.Table:
-    index = rows.column_names.index(CHANGE_TYPE)
-    return rows.set_column(index, CHANGE_TYPE, pa.array([kind] * rows.num_rows, pa.string()))

@@ -73,9 +73,13 @@ class SnapshotChanges:
     @property
     def rows(self) -> int:
         """Rows the read of this part touches (an upper bound of the changes it yields)."""
-        return sum(int(c.data.file.record_count) for c in self.changed) + sum(
-            int(a.data.file.record_count) for a in self.added
-        )
+        return sum(self.data_files.values())
+
+    @property
+    def data_files(self) -> dict[str, int]:
+        """The data files the read of this part touches, with their rows."""
+        files = [c.data for c in self.changed] + [a.data for a in self.added]
+        return {f.path: int(f.file.record_count) for f in files}
 
 
 @dataclass

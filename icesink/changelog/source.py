@@ -45,6 +45,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from icesink.changelog.offsets import offset, offset_snapshot
+from icesink.changelog.tasks import ChangeTask, conformed, group_parts, task_changes
 from icesink.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -56,10 +57,6 @@ if TYPE_CHECKING:
     from icesink.changelog.plan import Planner, SnapshotChanges
 
 BEFORE_FIRST = -1  # the offset before a table's first snapshot (or its oldest one kept)
-
-
-# Parts are grouped into one Spark task until it reads about this many rows.
-ROWS_PER_TASK = 2_000_000
 
 
 STARTING_FORMS = (
@@ -164,19 +161,6 @@ def spark_schema(schema: Schema, mode: str, with_watermark: bool = False) -> Str
     if with_watermark:
         fields.append(StructField("_commit_watermark", TimestampType(), True))
     return StructType(fields)
-
-
-@dataclass(frozen=True)
-class ChangeTask:
-    """One Spark task (the value of its ``InputPartition``): snapshot parts read in order on one executor."""
-
-    metadata_location: str
-    io_properties: tuple[tuple[str, str], ...]
-    schema: Schema
-    parts: tuple[SnapshotChanges, ...]
-    mode: str
-    net_changes: bool
-    with_watermark: bool = False
 
 
 class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -338,57 +322,15 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from pyiceberg.table import StaticTable
-
-        from icesink.changelog.compute import compute_changes
+        from pyspark.sql.pandas.types import to_arrow_schema
 
         task: ChangeTask = partition.value
-        table = StaticTable.from_metadata(task.metadata_location, properties=dict(task.io_properties))
-        rows = compute_changes(table, task.schema, task.parts, task.mode, task.net_changes, task.with_watermark)
-        yield from conformed(rows, self._declared).to_batches()
+        declared = to_arrow_schema(self._declared, timezone="UTC")
+        for rows in task_changes(task):
+            yield from conformed(rows, declared).to_batches()
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: the offsets live in the reading query's checkpoint."""
-
-
-def group_parts(parts: list[SnapshotChanges], net_changes: bool) -> list[list[SnapshotChanges]]:
-    """The parts of one table's changes, grouped into Spark tasks of about ``ROWS_PER_TASK`` rows."""
-    if net_changes:  # a key's changes must meet in one task: all of its partition's
-        by_scope: dict[Any, list[SnapshotChanges]] = {}
-        for part in parts:
-            by_scope.setdefault(part.scope, []).append(part)
-        return list(by_scope.values())
-    groups: list[list[SnapshotChanges]] = []
-    rows = 0
-    for part in parts:
-        if not groups or rows + part.rows > ROWS_PER_TASK:
-            groups.append([])
-            rows = 0
-        groups[-1].append(part)
-        rows += part.rows
-    return groups
-
-
-def conformed(rows: pa.Table, declared: StructType) -> pa.Table:
-    """The declared columns in exactly the declared Arrow types and nullability, as Spark checks them."""
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    schema = to_arrow_schema(declared, timezone="UTC")
-    columns = [_as_spark_value(rows.column(f.name), f.type) for f in schema]
-    return pa.Table.from_arrays(columns, schema=schema)
-
-
-def _as_spark_value(column: pa.ChunkedArray, wanted: pa.DataType) -> pa.ChunkedArray:
-    """A column in the Arrow type Spark declared; uuids (which Spark reads as strings) in their text form."""
-    import uuid
-
-    import pyarrow as pa
-
-    if isinstance(column.type, pa.UuidType):
-        text = [None if b is None else str(uuid.UUID(bytes=b)) for b in column.combine_chunks().storage.to_pylist()]
-        return pa.chunked_array([pa.array(text, wanted)])
-    return column.cast(wanted)
 
 
 def _limit(table: str, options: Mapping[str, str], name: str) -> int | None:

@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from icesink.changelog.source import BEFORE_FIRST, ChangeTask, conformed, group_parts
+from icesink.changelog.source import BEFORE_FIRST
+from icesink.changelog.tasks import ChangeTask, conformed, group_parts, task_changes
 from icesink.errors import ConfigError, StartingSnapshotExpiredError
 
 if TYPE_CHECKING:
@@ -251,32 +252,28 @@ class TablesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
-        from pyiceberg.table import StaticTable
         from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import StructType
 
-        from icesink.changelog.compute import compute_changes
-
         value: TableTask = partition.value
-        task = value.task
-        table = StaticTable.from_metadata(task.metadata_location, properties=dict(task.io_properties))
-        rows = compute_changes(table, task.schema, task.parts, task.mode, task.net_changes)
         declared = to_arrow_schema(self._declared, timezone="UTC")
         tables = len(self._options.tables)
         own = self._declared[value.table].dataType
         assert isinstance(own, StructType)
         change = self._declared.fields[1 + tables :]
-        columns = conformed(rows, StructType(list(own.fields) + change))
-        count = columns.num_rows
-        arrays: list[pa.Array] = [pa.array([value.table] * count, pa.string())]
-        for field in list(declared)[1 : 1 + tables]:  # this table's struct; null in the others
-            if field.name != value.table:
-                arrays.append(pa.nulls(count, field.type))
-                continue
-            children = [columns.column(f.name).combine_chunks() for f in field.type]
-            arrays.append(pa.StructArray.from_arrays(children, fields=list(field.type)))
-        arrays += [columns.column(f.name).combine_chunks() for f in change]
-        yield from pa.Table.from_arrays(arrays, schema=declared).to_batches()
+        own_columns = to_arrow_schema(StructType(list(own.fields) + change), timezone="UTC")
+        for rows in task_changes(value.task):
+            columns = conformed(rows, own_columns)
+            count = columns.num_rows
+            arrays: list[pa.Array] = [pa.repeat(pa.scalar(value.table, pa.string()), count)]
+            for field in list(declared)[1 : 1 + tables]:  # this table's struct; null in the others
+                if field.name != value.table:
+                    arrays.append(pa.nulls(count, field.type))
+                    continue
+                children = [columns.column(f.name).combine_chunks() for f in field.type]
+                arrays.append(pa.StructArray.from_arrays(children, fields=list(field.type)))
+            arrays += [columns.column(f.name).combine_chunks() for f in change]
+            yield from pa.Table.from_arrays(arrays, schema=declared).to_batches()
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: the offsets live in the reading query's checkpoint."""

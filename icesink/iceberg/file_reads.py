@@ -11,6 +11,7 @@ through :func:`read_data_file`, which follows pyiceberg's per-file read
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +26,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.types import ListType, MapType
 
 from icesink.arrays import null_mask, offsets_for_mask
+from icesink.iceberg.read_caches import FOOTER_CACHE, LAYOUT_CACHE, ROW_GROUP_CACHE, Footer, Layout
 
 
 class _ValueKeepingProjection(ArrowProjectionVisitor):
@@ -99,22 +101,15 @@ def read_data_file(
     """
     import pyarrow.dataset as ds
     from pyiceberg.expressions.visitors import bind, extract_field_ids, translate_column_names
-    from pyiceberg.io.pyarrow import (
-        _get_column_projection_values,
-        expression_to_pyarrow,
-        pyarrow_to_schema,
-    )
-    from pyiceberg.schema import prune_columns
+    from pyiceberg.io.pyarrow import _get_column_projection_values, expression_to_pyarrow
 
-    with io.new_input(str(data_file.file_path)).open() as stream:
-        fragment = ds.ParquetFileFormat(pre_buffer=True).make_fragment(stream)
-        physical = fragment.physical_schema
-        file_schema = pyarrow_to_schema(
-            physical,
-            metadata.name_mapping(),
-            downcast_ns_timestamp_to_us=metadata.format_version <= 2,
-            format_version=metadata.format_version,
+    with _File(io, data_file) as file:
+        wanted = frozenset(
+            {i for i in requested.field_ids if not isinstance(requested.find_type(i), (MapType, ListType))}
+            | extract_field_ids(row_filter)
         )
+        layout = _layout(metadata, requested, file.footer().physical, wanted)
+        file_schema, file_projection = layout.file_schema, layout.projection
         missing = _get_column_projection_values(
             data_file, requested, metadata.schema(), metadata.specs().get(data_file.spec_id), file_schema.field_ids
         )
@@ -124,64 +119,119 @@ def read_data_file(
                 row_filter, file_schema, case_sensitive=True, projected_field_values=missing
             )
             arrow_filter = expression_to_pyarrow(bind(file_schema, translated, case_sensitive=True), file_schema)
-        wanted = {
-            i for i in requested.field_ids if not isinstance(requested.find_type(i), (MapType, ListType))
-        } | extract_field_ids(row_filter)
-        file_projection = prune_columns(file_schema, wanted, select_full_types=False)
-        scanned_rows = None  # with only_at: the file position of each row the scanner gives
+        columns = [column.name for column in file_projection.columns]
         if only_at is not None:
-            fragment, scanned_rows = _row_groups_holding(fragment, only_at)
-        scanner = ds.Scanner.from_fragment(
-            fragment=fragment,
-            schema=physical,
-            # Deleted positions count rows of the whole file: filter only after they are left out.
-            filter=arrow_filter if not positions else None,
-            columns=[column.name for column in file_projection.columns],
+            kept_batches = _rows_at(file, columns, only_at)
+        else:
+            scanner = ds.Scanner.from_fragment(
+                fragment=file.fragment(),
+                schema=file.footer().physical,
+                # Deleted positions count rows of the whole file: filter only after they are left out.
+                filter=arrow_filter if not positions else None,
+                columns=columns,
+            )
+            deleted = _sorted_positions(positions) if positions else None
+            kept_batches = _kept(scanner.to_batches(), deleted, arrow_filter)
+        in_order = not missing and [f.field_id for f in file_projection.fields] == [
+            f.field_id for f in requested.fields
+        ]
+        for kept in kept_batches:
+            if in_order:
+                yield LAYOUT_CACHE.project(
+                    layout, kept, lambda batch: project_batch(requested, file_projection, batch, missing)
+                )
+            else:
+                yield project_batch(requested, file_projection, kept, missing)
+
+
+class _File:
+    """A data file, opened when first needed: a read that kept row groups serve whole never opens it."""
+
+    def __init__(self, io: FileIO, data_file: DataFile) -> None:
+        self._io = io
+        self.path = str(data_file.file_path)
+        self.key = (self.path, int(data_file.file_size_in_bytes))
+        self._opened = contextlib.ExitStack()
+        self._fragment: Any = None
+        self._footer = FOOTER_CACHE.get(self.key)
+
+    def __enter__(self) -> _File:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._opened.close()
+
+    def fragment(self) -> Any:
+        import pyarrow.dataset as ds
+
+        if self._fragment is None:
+            stream = self._opened.enter_context(self._io.new_input(self.path).open())
+            self._fragment = ds.ParquetFileFormat(pre_buffer=True).make_fragment(stream)
+        return self._fragment
+
+    def footer(self) -> Footer:
+        if self._footer is None:
+            fragment = self.fragment()
+            metadata = fragment.metadata
+            counts = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+            starts = tuple(int(s) for s in np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]))
+            self._footer = Footer(fragment.physical_schema, starts)
+            FOOTER_CACHE.put(self.key, self._footer)
+        return self._footer
+
+
+def _layout(metadata: TableMetadata, requested: Schema, physical: pa.Schema, wanted: frozenset[int]) -> Layout:
+    """The file's schema as pyiceberg converts it, and the part of it read: once per layout, not per file."""
+    from pyiceberg.io.pyarrow import pyarrow_to_schema
+    from pyiceberg.schema import prune_columns
+
+    mapping = metadata.properties.get("schema.name-mapping.default")
+    # The physical schema's bytes hold its field ids (pyarrow's schema equality ignores them).
+    key = (physical.serialize().to_pybytes(), mapping, metadata.format_version, wanted, str(requested))
+
+    def make() -> tuple[Schema, Schema]:
+        file_schema = pyarrow_to_schema(
+            physical,
+            metadata.name_mapping(),
+            downcast_ns_timestamp_to_us=metadata.format_version <= 2,
+            format_version=metadata.format_version,
         )
-        deleted = _sorted_positions(positions) if positions else None
-        for kept in _kept(scanner.to_batches(), deleted, arrow_filter, only_at, scanned_rows):
-            yield project_batch(requested, file_projection, kept, missing)
+        return file_schema, prune_columns(file_schema, set(wanted), select_full_types=False)
+
+    return LAYOUT_CACHE.of(key, make)
 
 
-def _kept(
-    batches: Iterator[pa.RecordBatch],
-    deleted: np.ndarray | None,
-    arrow_filter: Any,
-    only_at: np.ndarray | None,
-    scanned_rows: np.ndarray | None,
-) -> Iterator[pa.RecordBatch]:
-    """What is left of each batch: the rows at ``only_at``, or those no position names that pass the filter."""
+def _kept(batches: Iterator[pa.RecordBatch], deleted: np.ndarray | None, arrow_filter: Any) -> Iterator[pa.RecordBatch]:
+    """What is left of each batch: the rows no position names that pass the filter."""
     start = 0
     for batch in batches:
-        if scanned_rows is not None and only_at is not None:
-            kept = batch.filter(pa.array(_found(only_at, scanned_rows[start : start + len(batch)])))
-        elif deleted is not None:
-            kept = _without_deleted(batch, deleted, start, arrow_filter)
-        else:
-            kept = batch
+        kept = _without_deleted(batch, deleted, start, arrow_filter) if deleted is not None else batch
         start += len(batch)
         if kept.num_rows:
             yield kept
 
 
-def _row_groups_holding(fragment: Any, only_at: np.ndarray) -> tuple[Any, np.ndarray]:
-    """The fragment narrowed to the row groups holding ``only_at``, and the file position of each of their rows."""
-    metadata = fragment.metadata
-    counts = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
-    starts = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+def _rows_at(file: _File, columns: list[str], only_at: np.ndarray) -> Iterator[pa.RecordBatch]:
+    """The rows at ``only_at``, from the row groups holding them, each decoded once per process while it is
+    kept (:data:`~icesink.iceberg.read_caches.ROW_GROUP_CACHE`)."""
+    import pyarrow.dataset as ds
+
+    starts = np.asarray(file.footer().starts, dtype=np.int64)
     groups = np.unique(np.searchsorted(starts, only_at, side="right") - 1)
-    groups = groups[(groups >= 0) & (groups < len(counts))]
-    rows = [np.arange(starts[g], starts[g + 1], dtype=np.int64) for g in groups]
-    return fragment.subset(row_group_ids=groups.tolist()), (np.concatenate(rows) if rows else np.empty(0, np.int64))
-
-
-def _found(wanted: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Which of ``rows`` (file positions) are among ``wanted`` (sorted)."""
-    if not len(wanted):
-        return np.zeros(len(rows), dtype=bool)
-    at = np.searchsorted(wanted, rows)
-    found: np.ndarray = (at < len(wanted)) & (wanted[np.minimum(at, len(wanted) - 1)] == rows)
-    return found
+    for group in (int(g) for g in groups if 0 <= g < len(starts) - 1):
+        key = (*file.key, group, tuple(columns))
+        batches = ROW_GROUP_CACHE.get(key)
+        if batches is None:
+            part = file.fragment().subset(row_group_ids=[group])
+            scanner = ds.Scanner.from_fragment(fragment=part, schema=file.footer().physical, columns=columns)
+            batches = [b for b in scanner.to_batches() if b.num_rows]
+            ROW_GROUP_CACHE.put(key, batches)
+        first = int(starts[group])
+        for batch in batches:
+            low, high = np.searchsorted(only_at, [first, first + len(batch)])
+            if low < high:  # the batch holds some of the positions: take those rows alone
+                yield batch.take(pa.array(only_at[low:high] - first))
+            first += len(batch)
 
 
 def _sorted_positions(positions: list[pa.ChunkedArray]) -> np.ndarray:

@@ -280,27 +280,12 @@ def planned_files(table: Table, snapshot_id: int | None, cache: ManifestCache | 
 
     Unlike :func:`plan_scan`, nothing is pruned, and manifests already read (``cache``) are not read again.
     """
-    from pyiceberg.manifest import ManifestEntry, ManifestEntryStatus
-    from pyiceberg.table.delete_file_index import DeleteFileIndex
+    from icesink.iceberg.delete_index import PositionDeleteIndex
 
     live = live_files(table, snapshot_id, cache)
-    index = DeleteFileIndex()
-    for delete in live.position_deletes:
-        entry = ManifestEntry.from_args(
-            status=ManifestEntryStatus.EXISTING,
-            snapshot_id=0,
-            sequence_number=delete.sequence_number,
-            file_sequence_number=delete.sequence_number,
-            data_file=delete.file,
-        )
-        index.add_delete_file(entry, partition_key=delete.file.partition)
+    index = PositionDeleteIndex(live.position_deletes)
     data = [
-        PlannedDataFile(
-            d.file,
-            d.sequence_number,
-            frozenset(index.for_data_file(d.sequence_number, d.file, partition_key=d.file.partition)),
-        )
-        for d in live.data
+        PlannedDataFile(d.file, d.sequence_number, index.for_data_file(d.sequence_number, d.file)) for d in live.data
     ]
     equality = [PlannedDelete(e.file, e.sequence_number) for e in live.equality_deletes]
     return PlannedScan(scan_schema(table, snapshot_id), data, equality)

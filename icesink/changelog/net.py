@@ -1,0 +1,76 @@
+"""Net changes: what a reader of only the end state of a range of snapshots would see change, per key."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from icesink.arrays import positions, repeated
+from icesink.changelog.change_columns import (
+    CHANGE_FIELDS,
+    CHANGE_ORDINAL,
+    CHANGE_TYPE,
+    DELETE,
+    INSERT,
+    JOIN_ROW,
+    JOIN_SIDE,
+    UPDATE_AFTER,
+    UPDATE_BEFORE,
+    KeyPaths,
+)
+from icesink.iceberg.deletes import comparable_keys
+
+
+def net(changes: pa.Table, keys: list[str], paths: KeyPaths | None = None) -> pa.Table:
+    """Per key, the net change over all the changes (oldest first): what a reader of just the end state sees.
+
+    A key whose row existed before the first change and after the last is one
+    update (nothing, if the row is unchanged); one that existed only before is
+    a delete; only after, an insert; neither, nothing.
+    """
+    if changes.num_rows == 0:
+        return changes
+    kinds = changes.column(CHANGE_TYPE)
+    side = pc.if_else(pc.is_in(kinds, value_set=pa.array([DELETE, UPDATE_BEFORE])), 0, 1)
+    ordered = changes.append_column(JOIN_SIDE, side).append_column(JOIN_ROW, positions(changes.num_rows))
+    key_table, join_names = comparable_keys(ordered, keys, paths)
+    sort = [(name, "ascending") for name in join_names]
+    sort += [(CHANGE_ORDINAL, "ascending"), (JOIN_SIDE, "ascending"), (JOIN_ROW, "ascending")]
+    combined = pa.table(
+        [*key_table.columns, ordered.column(CHANGE_ORDINAL), ordered.column(JOIN_SIDE), ordered.column(JOIN_ROW)],
+        names=[*join_names, CHANGE_ORDINAL, JOIN_SIDE, JOIN_ROW],
+    )
+    order = pc.sort_indices(combined, sort_keys=sort)
+    sorted_keys = key_table.take(order)
+    rows = sorted_keys.num_rows
+    differs = repeated(False, max(rows - 1, 0))
+    for name in join_names:
+        column = sorted_keys.column(name).combine_chunks()
+        differs = pc.or_(differs, pc.not_equal(column.slice(0, rows - 1), column.slice(1)))
+    first = pa.concat_arrays([pa.array([True]), differs])
+    last = pa.concat_arrays([differs, pa.array([True])])
+    ordered_rows = ordered.take(order)
+    firsts, lasts = ordered_rows.filter(first), ordered_rows.filter(last)  # aligned: one row per key each
+    existed = pc.equal(firsts.column(JOIN_SIDE), 0)
+    exists = pc.equal(lasts.column(JOIN_SIDE), 1)
+    data_names = [n for n in changes.column_names if n not in CHANGE_FIELDS.names]
+    unchanged = pa.array(
+        [
+            a == b
+            for a, b in zip(firsts.select(data_names).to_pylist(), lasts.select(data_names).to_pylist(), strict=True)
+        ],
+        pa.bool_(),
+    )
+    updated = pc.and_(pc.and_(existed, exists), pc.invert(unchanged))
+    out = [
+        _relabel(firsts.filter(updated), UPDATE_BEFORE),
+        _relabel(lasts.filter(updated), UPDATE_AFTER),
+        _relabel(firsts.filter(pc.and_(existed, pc.invert(exists))), DELETE),
+        _relabel(lasts.filter(pc.and_(pc.invert(existed), exists)), INSERT),
+    ]
+    return pa.concat_tables(out).select(changes.column_names)
+
+
+def _relabel(rows: pa.Table, kind: str) -> pa.Table:
+    index = rows.column_names.index(CHANGE_TYPE)
+    return rows.set_column(index, CHANGE_TYPE, pa.repeat(pa.scalar(kind, pa.string()), rows.num_rows))
