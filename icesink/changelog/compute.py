@@ -99,7 +99,10 @@ class _Reader:
         from icesink.iceberg.file_reads import read_data_file
 
         metadata = self.table.metadata
-        batches = list(read_data_file(metadata, self.table.io, self.schema, live.file, AlwaysTrue(), None, at))
+        # Kept by the worker under the table and the file's data sequence number as well as its location: a
+        # location can be reused (add_files of a regenerated file), a table's sequence numbers cannot.
+        kept_as = (str(metadata.table_uuid), live.path, int(live.file.file_size_in_bytes), live.sequence_number)
+        batches = list(read_data_file(metadata, self.table.io, self.schema, live.file, AlwaysTrue(), None, at, kept_as))
         if not batches:
             return empty_table(self.schema.as_arrow())
         return pa.Table.from_batches(batches)

@@ -92,18 +92,23 @@ def read_data_file(
     row_filter: BooleanExpression,
     positions: list[pa.ChunkedArray] | None,
     only_at: np.ndarray | None = None,
+    kept_as: tuple[object, ...] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Rows of one data file, its deleted positions left out, filtered, as rows of ``requested``.
 
     ``row_filter`` is bound to the table's current schema (as pyiceberg's scan binds it). ``only_at`` (sorted,
     distinct file positions; no ``positions`` nor filter with it) reads those rows alone, in order, and only the
     row groups holding them: what a change reader needs of a large file a few rows of which changed.
+    ``kept_as`` names the file for the process's footer and row-group caches (``read_caches``); without it
+    the file is read as it is now. A location alone does not name a file's contents: ``add_files`` can attach a
+    regenerated file at a location an earlier one had, so the name must tell those apart (the table's uuid and
+    the file's data sequence number do).
     """
     import pyarrow.dataset as ds
     from pyiceberg.expressions.visitors import bind, extract_field_ids, translate_column_names
     from pyiceberg.io.pyarrow import _get_column_projection_values, expression_to_pyarrow
 
-    with _File(io, data_file) as file:
+    with _File(io, data_file, kept_as) as file:
         wanted = frozenset(
             {i for i in requested.field_ids if not isinstance(requested.find_type(i), (MapType, ListType))}
             | extract_field_ids(row_filter)
@@ -147,13 +152,13 @@ def read_data_file(
 class _File:
     """A data file, opened when first needed: a read that kept row groups serve whole never opens it."""
 
-    def __init__(self, io: FileIO, data_file: DataFile) -> None:
+    def __init__(self, io: FileIO, data_file: DataFile, kept_as: tuple[object, ...] | None) -> None:
         self._io = io
         self.path = str(data_file.file_path)
-        self.key = (self.path, int(data_file.file_size_in_bytes))
+        self.kept_as = kept_as  # None: nothing of it is kept or taken from the caches
         self._opened = contextlib.ExitStack()
         self._fragment: Any = None
-        self._footer = FOOTER_CACHE.get(self.key)
+        self._footer = FOOTER_CACHE.get(kept_as) if kept_as is not None else None
 
     def __enter__(self) -> _File:
         return self
@@ -176,7 +181,8 @@ class _File:
             counts = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
             starts = tuple(int(s) for s in np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]))
             self._footer = Footer(fragment.physical_schema, starts)
-            FOOTER_CACHE.put(self.key, self._footer)
+            if self.kept_as is not None:
+                FOOTER_CACHE.put(self.kept_as, self._footer)
         return self._footer
 
 
@@ -212,20 +218,21 @@ def _kept(batches: Iterator[pa.RecordBatch], deleted: np.ndarray | None, arrow_f
 
 
 def _rows_at(file: _File, columns: list[str], only_at: np.ndarray) -> Iterator[pa.RecordBatch]:
-    """The rows at ``only_at``, from the row groups holding them, each decoded once per process while it is
-    kept (:data:`~icesink.iceberg.read_caches.ROW_GROUP_CACHE`)."""
+    """The rows at ``only_at``, from the row groups holding them; a file with a name for the caches has each
+    decoded once per process while it is kept (:data:`~icesink.iceberg.read_caches.ROW_GROUP_CACHE`)."""
     import pyarrow.dataset as ds
 
     starts = np.asarray(file.footer().starts, dtype=np.int64)
     groups = np.unique(np.searchsorted(starts, only_at, side="right") - 1)
     for group in (int(g) for g in groups if 0 <= g < len(starts) - 1):
-        key = (*file.key, group, tuple(columns))
-        batches = ROW_GROUP_CACHE.get(key)
+        key = None if file.kept_as is None else (*file.kept_as, group, tuple(columns))
+        batches = ROW_GROUP_CACHE.get(key) if key is not None else None
         if batches is None:
             part = file.fragment().subset(row_group_ids=[group])
             scanner = ds.Scanner.from_fragment(fragment=part, schema=file.footer().physical, columns=columns)
             batches = [b for b in scanner.to_batches() if b.num_rows]
-            ROW_GROUP_CACHE.put(key, batches)
+            if key is not None:
+                ROW_GROUP_CACHE.put(key, batches)
         first = int(starts[group])
         for batch in batches:
             low, high = np.searchsorted(only_at, [first, first + len(batch)])

@@ -127,18 +127,18 @@ class RowGroups:
 
 
 class Footers:
-    """Footers by file (location and size: a data file is never rewritten in place), within ``limit`` files."""
+    """Footers by file (by what names its contents: see ``read_data_file``'s ``kept_as``), within ``limit``."""
 
     def __init__(self, limit: int = FOOTERS) -> None:
         self._limit = limit
-        self._footers: dict[tuple[str, int], Footer] = {}
+        self._footers: dict[tuple[object, ...], Footer] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, int]) -> Footer | None:
+    def get(self, key: tuple[object, ...]) -> Footer | None:
         with self._lock:
             return self._footers.get(key)
 
-    def put(self, key: tuple[str, int], footer: Footer) -> None:
+    def put(self, key: tuple[object, ...], footer: Footer) -> None:
         with self._lock:
             if len(self._footers) >= self._limit:
                 self._footers.clear()
