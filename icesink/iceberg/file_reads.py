@@ -105,8 +105,8 @@ def read_data_file(
     the file's data sequence number do).
     """
     import pyarrow.dataset as ds
-    from pyiceberg.expressions.visitors import bind, extract_field_ids, translate_column_names
-    from pyiceberg.io.pyarrow import _get_column_projection_values, expression_to_pyarrow
+    from pyiceberg.expressions.visitors import extract_field_ids
+    from pyiceberg.io.pyarrow import _get_column_projection_values
 
     with _File(io, data_file, kept_as) as file:
         wanted = frozenset(
@@ -118,12 +118,7 @@ def read_data_file(
         missing = _get_column_projection_values(
             data_file, requested, metadata.schema(), metadata.specs().get(data_file.spec_id), file_schema.field_ids
         )
-        arrow_filter = None
-        if row_filter is not AlwaysTrue():
-            translated = translate_column_names(
-                row_filter, file_schema, case_sensitive=True, projected_field_values=missing
-            )
-            arrow_filter = expression_to_pyarrow(bind(file_schema, translated, case_sensitive=True), file_schema)
+        arrow_filter = _arrow_filter(row_filter, file_schema, missing)
         columns = [column.name for column in file_projection.columns]
         if only_at is not None:
             kept_batches = _rows_at(file, columns, only_at)
@@ -147,6 +142,17 @@ def read_data_file(
                 )
             else:
                 yield project_batch(requested, file_projection, kept, missing)
+
+
+def _arrow_filter(row_filter: BooleanExpression, file_schema: Schema, missing: dict[int, Any]) -> Any:
+    """The row filter in pyarrow's terms for this file's columns (None: every row)."""
+    from pyiceberg.expressions.visitors import bind, translate_column_names
+    from pyiceberg.io.pyarrow import expression_to_pyarrow
+
+    if row_filter is AlwaysTrue():
+        return None
+    translated = translate_column_names(row_filter, file_schema, case_sensitive=True, projected_field_values=missing)
+    return expression_to_pyarrow(bind(file_schema, translated, case_sensitive=True), file_schema)
 
 
 class _File:
