@@ -174,28 +174,36 @@ def deleted_and_inserted(reader: _Reader, part: SnapshotChanges) -> tuple[pa.Tab
     )
 
 
-def _matches(
-    left: pa.Table, right: pa.Table, names: list[str], paths: KeyPaths | None = None
-) -> tuple[pa.Array, pa.Array]:
-    """Row indices of ``left`` and ``right`` equal on ``names`` (null equal to null), each row used once."""
+def _joined(left: pa.Table, right: pa.Table, names: list[str], paths: KeyPaths | None) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair of row indices of ``left`` and ``right`` equal on ``names`` (null equal to null), in order."""
     left_keys, join_names = comparable_keys(left, names, paths)
     right_keys, _ = comparable_keys(right, names, paths)
     left_keys = left_keys.append_column(JOIN_ROW, positions(left.num_rows))
     right_keys = right_keys.append_column(JOIN_SIDE, positions(right.num_rows))
     joined = left_keys.join(right_keys, keys=join_names, join_type="inner")
     if joined.num_rows == 0:
-        empty = pa.array([], pa.int64())
-        return empty, empty
-    # One partner per row on either side, in a stable order.
+        return np.empty(0, np.int64), np.empty(0, np.int64)
     joined = joined.sort_by([(JOIN_ROW, "ascending"), (JOIN_SIDE, "ascending")])
-    lefts, rights = joined.column(JOIN_ROW).to_numpy(), joined.column(JOIN_SIDE).to_numpy()
-    if len(np.unique(lefts)) == len(lefts) and len(np.unique(rights)) == len(rights):
-        return pa.array(lefts, pa.int64()), pa.array(rights, pa.int64())  # every row has one partner already
-    left_index, right_index = lefts.tolist(), rights.tolist()
+    return joined.column(JOIN_ROW).to_numpy(), joined.column(JOIN_SIDE).to_numpy()
+
+
+def _one_each(lefts: np.ndarray, rights: np.ndarray) -> bool:
+    """Whether no row is in two of these pairs."""
+    return len(np.unique(lefts)) == len(lefts) and len(np.unique(rights)) == len(rights)
+
+
+def _matches(
+    left: pa.Table, right: pa.Table, names: list[str], paths: KeyPaths | None = None
+) -> tuple[pa.Array, pa.Array]:
+    """Row indices of ``left`` and ``right`` equal on ``names`` (null equal to null), each row used once."""
+    lefts, rights = _joined(left, right, names, paths)
+    if _one_each(lefts, rights):
+        return pa.array(lefts, pa.int64()), pa.array(rights, pa.int64())
+    # One partner per row on either side, in a stable order.
     used_left: set[int] = set()
     used_right: set[int] = set()
     pairs_left, pairs_right = [], []
-    for a, b in zip(left_index, right_index, strict=True):
+    for a, b in zip(lefts.tolist(), rights.tolist(), strict=True):
         if a in used_left or b in used_right:
             continue
         used_left.add(a)
@@ -203,6 +211,24 @@ def _matches(
         pairs_left.append(a)
         pairs_right.append(b)
     return pa.array(pairs_left, pa.int64()), pa.array(pairs_right, pa.int64())
+
+
+def _same_rows(left: pa.Table, right: pa.Table) -> pa.Array:
+    """Whether each row of ``left`` equals the row of ``right`` at its index, as a join on every column decides
+    (null equal to null, floats by their bits: NaN equal to NaN, -0.0 not to 0.0; nested values by their text)."""
+    names = list(left.column_names)
+    ours, _ = comparable_keys(_joinable(left), names)
+    theirs, _ = comparable_keys(_joinable(right), names)
+    same = repeated(True, ours.num_rows)
+    for mine, other in zip(ours.columns, theirs.columns, strict=True):
+        other = other if other.type == mine.type else other.cast(mine.type)
+        if pa.types.is_floating(mine.type):
+            bits = np.dtype(f"int{mine.type.bit_width}")
+            equal = pa.array(mine.to_numpy().view(bits) == other.to_numpy().view(bits))
+        else:
+            equal = pc.equal(mine, other)
+        same = pc.and_(same, equal)
+    return same
 
 
 def _without(table: pa.Table, indices: pa.Array) -> pa.Table:
@@ -251,31 +277,47 @@ def changelog(
     """One snapshot's changes in one partition, labelled; updates paired by ``keys`` (none: no pairing).
 
     ``paths`` locates keys inside structs."""
-    if deleted.num_rows and inserted.num_rows:
+    pairs = None
+    if keys and deleted.num_rows and inserted.num_rows:
+        pairs = _joined(deleted, inserted, keys, paths)
+        if not _one_each(*pairs):
+            pairs = None
+    parts = []
+    if pairs is not None:
+        # No row has two partners by key, so a row rewritten unchanged can only be its own key's partner: the
+        # pairs are compared value by value, with no join on every column.
+        old, new = pa.array(pairs[0], pa.int64()), pa.array(pairs[1], pa.int64())
+        changed = pc.invert(_same_rows(deleted.take(old), inserted.take(new)))
+        if len(old):
+            parts.append(_updates(deleted, inserted, old.filter(changed), new.filter(changed), part))
+        deleted, inserted = _without(deleted, old), _without(inserted, new)
+    elif deleted.num_rows and inserted.num_rows:
         # Rows rewritten unchanged (copy-on-write) are not changes.
         same_left, same_right = _matches(_joinable(deleted), _joinable(inserted), list(deleted.column_names))
         deleted, inserted = _without(deleted, same_left), _without(inserted, same_right)
-    parts = []
-    if keys and deleted.num_rows and inserted.num_rows:
-        old, new = _matches(deleted, inserted, keys, paths)
-        if len(old):
-            befores = _labelled(deleted.take(old), UPDATE_BEFORE, part)
-            afters = _labelled(inserted.take(new), UPDATE_AFTER, part)
-            # Each update_before right before its update_after.
-            order = pc.sort_indices(
-                pa.table(
-                    {
-                        "i": pa.concat_arrays([positions(len(old)), positions(len(new))]),
-                        "s": pa.concat_arrays([repeated(0, len(old)), repeated(1, len(new))]),
-                    }
-                ),
-                sort_keys=[("i", "ascending"), ("s", "ascending")],
-            )
-            parts.append(pa.concat_tables([befores, afters]).take(order))
+        if keys and deleted.num_rows and inserted.num_rows:
+            old, new = _matches(deleted, inserted, keys, paths)
+            parts.append(_updates(deleted, inserted, old, new, part))
             deleted, inserted = _without(deleted, old), _without(inserted, new)
     parts.append(_labelled(deleted, DELETE, part))
     parts.append(_labelled(inserted, INSERT, part))
     return pa.concat_tables(parts, promote_options="permissive")
+
+
+def _updates(deleted: pa.Table, inserted: pa.Table, old: pa.Array, new: pa.Array, part: SnapshotChanges) -> pa.Table:
+    """The pairs as updates: each update_before right before its update_after."""
+    befores = _labelled(deleted.take(old), UPDATE_BEFORE, part)
+    afters = _labelled(inserted.take(new), UPDATE_AFTER, part)
+    order = pc.sort_indices(
+        pa.table(
+            {
+                "i": pa.concat_arrays([positions(len(old)), positions(len(new))]),
+                "s": pa.concat_arrays([repeated(0, len(old)), repeated(1, len(new))]),
+            }
+        ),
+        sort_keys=[("i", "ascending"), ("s", "ascending")],
+    )
+    return pa.concat_tables([befores, afters]).take(order)
 
 
 def compute_changes(
