@@ -3,8 +3,11 @@
 A change read touches the same files again and again: every upsert snapshot
 names rows of the same base files, and a reader catching up reads many
 snapshots in one Python worker (Spark reuses its workers across tasks and
-micro-batches). Data files never change once written, so a row group decoded
-once serves every later read of it until the memory is wanted for another.
+micro-batches). A data file of a table never changes once committed, so a row
+group decoded once serves every later read of it until the memory is wanted for
+another. A location alone does not say which file it is (``add_files`` can attach
+a regenerated file where an earlier one was): callers name a file by its table,
+location, size and data sequence number (``read_data_file``'s ``kept_as``).
 And pyiceberg's schema work for a file (converting the Parquet schema, pruning
 it, projecting each batch by field id) costs more than decoding a small file,
 while it depends only on the file's layout, which most files of a table share.
