@@ -15,6 +15,13 @@ def doc(text: str) -> dict[str, str]:
     return {"doc": text}
 
 
+class Late(enum.StrEnum):
+    """What a stream with ``event_time`` does with a row that arrives below the watermark."""
+
+    WRITE = "write"  # written with the others, counted in icesink.late-rows
+    DEAD_LETTER = "dead_letter"  # set aside in the stream's dead_letter table, counted all the same
+
+
 class Writer(enum.StrEnum):
     """Who writes a stream's Parquet files."""
 
@@ -115,6 +122,15 @@ class TableOptions:
             "seen) instead of trailing ``event_time``, so completeness passes down a pipeline of tables. "
             "``event_time`` then names the column whose time partitions the watermark makes done and whose rows "
             "arriving below it are counted late. A column the table does not have is read and not written."
+        ),
+    )
+    late: Late = field(
+        default=Late.WRITE,
+        metadata=doc(
+            "with ``event_time``: what becomes of a row that arrives below the watermark its micro-batch started "
+            'with. ``"write"`` (default): it is written with the others and counted in ``icesink.late-rows``; '
+            '``"dead_letter"``: it goes to the stream\'s ``dead_letter`` table instead (counted all the same), as '
+            "a row of JSON with its table, event time and the watermark it missed, in the same commit."
         ),
     )
 

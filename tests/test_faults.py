@@ -505,3 +505,41 @@ def test_catalog_connections_killed_during_commits_lose_and_duplicate_nothing(
     check_outcome(
         f"catalog connections killed x{killed} during commits", pg_catalog, TABLE, list(range(checkpoints * 100))
     )
+
+
+@pytest.mark.parametrize("moment", ["driver.after-stage", "group.during-transaction", "group.after-transaction"])
+def test_a_stream_setting_late_rows_aside_killed_mid_commit_lands_every_row_once(
+    sqlite_catalog: CatalogConfig, tmp_path: Path, moment: str
+) -> None:
+    """The rows on time and the late rows of a micro-batch go into two tables in one catalog transaction: a kill
+    before it, or after it and before the ledger knows, loses and repeats none of either."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.helpers.streams import order_for_file_source
+
+    start = datetime.datetime(2026, 11, 25, 10, 0, tzinfo=datetime.UTC)
+    minutes = [[30, 30], [0, 40, 5, 45], [10, 50, 39, 60], [50, 70]]  # per file; the watermark: latest - 10 min
+    expected_late, expected_on_time, watermark, next_id = [], [], None, 0
+    (tmp_path / "in").mkdir()
+    for number, times in enumerate(minutes):
+        ids = list(range(next_id, next_id + len(times)))
+        next_id += len(times)
+        for i, m in zip(ids, times, strict=True):
+            (expected_late if watermark is not None and m < watermark else expected_on_time).append(i)
+        watermark = max([*times, *([watermark + 10] if watermark is not None else [])]) - 10
+        ts = [start + datetime.timedelta(minutes=m) for m in times]
+        path = tmp_path / "in" / f"part-{number:05d}.parquet"
+        pq.write_table(pa.table({"id": pa.array(ids, pa.int64()), "ts": pa.array(ts, pa.timestamp("us", "UTC"))}), path)
+        order_for_file_source(path, number)
+    assert expected_late == [2, 4, 6]  # 10:00 and 10:05 below 10:20; 10:10 below 10:35
+
+    assert wait(start_stream(sqlite_catalog, tmp_path, failpoints=moment, mode="late")) != 0
+    run_to_completion(sqlite_catalog, tmp_path, mode="late")
+    catalog = open_catalog(sqlite_catalog)
+    assert sorted(catalog.load_table(TABLE).scan().to_arrow().column("id").to_pylist()) == expected_on_time
+    late = catalog.load_table(f"{TABLE} late").scan().to_arrow()
+    assert sorted(json.loads(r)["id"] for r in late.column("row").to_pylist()) == expected_late
+    check_outcome(f"late rows set aside, SIGKILL at {moment}", sqlite_catalog, TABLE, expected_on_time)

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Sequence
@@ -33,6 +34,7 @@ from icesink.committer.staging import stage_tables
 from icesink.errors import ConfigError, IcesinkError, SchemaMismatchError
 from icesink.failpoints import failpoint
 from icesink.retry import Backoff
+from icesink.sink.dead_letter import LATE_ROWS_SCHEMA
 from icesink.sink.executor_errors import executor_errors
 from icesink.sink.phases import Phases
 from icesink.sink.routing import Routed, RoutedTarget, Router, StaticRouter
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from icesink.completeness.watermark import WatermarkState
+    from icesink.results import WriteResult
 
 
 log = logging.getLogger("icesink.stream")
@@ -65,10 +68,16 @@ class MicroBatchHandler:
     """
 
     def __init__(
-        self, stream: SinkSettings, router: Router, catalog: SqlCatalog | None = None, atomic: bool = False
+        self,
+        stream: SinkSettings,
+        router: Router,
+        catalog: SqlCatalog | None = None,
+        atomic: bool = False,
+        dead_letter: SinkSettings | None = None,
     ) -> None:
         self._stream = stream  # the stream's own settings (job, catalog, committer); its table names it in logs
         self._router = router
+        self._dead_letter = dead_letter  # the table of late rows set aside (late="dead_letter")
         # Named in the errors of its micro-batches when the stream writes one table.
         self._single_table = router.only_table if isinstance(router, StaticRouter) else None
         self._atomic = atomic
@@ -181,6 +190,8 @@ class MicroBatchHandler:
         if not routed.targets:
             return None  # nothing for any table (a micro-batch of tombstones, say)
         targets = routed.targets
+        if self._dead_letter is not None:  # staged only when the micro-batch had late rows
+            targets = [*targets, RoutedTarget(self._dead_letter, LATE_ROWS_SCHEMA, optional=True)]
         sinks = [self._sink(t.settings) for t in targets]
         tables = [load_table(self._catalog, t.settings.catalog, t.settings.table) for t in targets]
         if not self._admitted(sinks, tables, job_id, checkpoint_id, stream):
@@ -196,10 +207,16 @@ class MicroBatchHandler:
             for sink, target, table in zip(sinks, targets, tables, strict=True)
         ]
         phases.done("check")
+        routed_count = len(routed.targets)
         if routed.write_all is not None:
             results = routed.write_all(prepared, phases)
         else:
-            results = [sink.write(t.rows, p, phases) for sink, t, p in zip(sinks, targets, prepared, strict=True)]
+            results = [
+                sink.write(t.rows, p, phases)
+                for sink, t, p in zip(sinks[:routed_count], targets, prepared[:routed_count], strict=False)
+            ]
+        if self._dead_letter is not None:
+            results.append(self._write_late_rows(sinks, targets, prepared, results, phases))
         watermark: WatermarkState | None = None
         shared: dict[str, str] = {}
         counts: dict[str, dict[str, str]] = {}
@@ -214,6 +231,28 @@ class MicroBatchHandler:
             if not target.optional or any(r.data_files or r.delete_files for r in result)
         ]
         return written, watermark
+
+    def _write_late_rows(
+        self,
+        sinks: Sequence[TableSink],
+        targets: Sequence[RoutedTarget],
+        prepared: Sequence[PreparedWrite],
+        results: Sequence[list[WriteResult]],
+        phases: Phases,
+    ) -> list[WriteResult]:
+        """The late rows the tables' writes left out, written to the dead-letter table (the last target) in one
+        job; none when no table had any (its tasks counted them)."""
+        frames = [
+            sink.late_rows(target.rows, one)
+            for sink, target, one, written in zip(sinks, targets, prepared, results, strict=False)
+            if target.rows is not None and _sets_aside(one) and late_rows_of(written) > 0
+        ]
+        if not frames:
+            return []
+        rows = functools.reduce(lambda a, b: a.unionByName(b), frames)
+        written = sinks[-1].write(rows, prepared[-1], phases)
+        phases.done("late rows")
+        return written
 
     def _admitted(
         self,
@@ -276,6 +315,16 @@ class MicroBatchHandler:
                     raise
                 log.warning("table=%s: commit attempt %d failed (%s); retrying", self._stream.table, attempt, e)
                 time.sleep(COMMIT_BACKOFF.delay(attempt))
+
+
+def _sets_aside(prepared: PreparedWrite) -> bool:
+    event_time = prepared.spec.event_time
+    return event_time is not None and event_time.set_aside_late and event_time.late_before is not None
+
+
+def late_rows_of(results: Sequence[WriteResult]) -> int:
+    """The late rows a table's write tasks saw."""
+    return sum(times.late_rows for result in results for times in result.event_times)
 
 
 def _prepare(

@@ -10,6 +10,7 @@ from pyspark.sql.types import ArrayType, DateType, MapType, StructType, Timestam
 
 from icesink.completeness.durations import duration_micros
 from icesink.errors import ConfigError
+from icesink.table_options import Late
 from icesink.writer.spec import EventTimeSpec
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ class EventTimeSettings:
     lateness: int
     split_columns: tuple[str, ...]
     watermark_column: str | None = None  # watermark_from: the watermark follows this column's largest value
+    set_aside_late: bool = False  # late="dead_letter": late rows go to the stream's dead-letter table
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -46,6 +48,7 @@ class EventTimeSettings:
             tuple(named.get(c, c) for c in self.split_columns),
             late_before,
             named.get(watermark, watermark) if watermark is not None else None,
+            self.set_aside_late,
         )
 
 
@@ -57,11 +60,12 @@ def resolve_event_time(options: StreamOptions, schema: StructType) -> EventTimeS
     watermark = _time_column(schema, options.watermark_from, identifier, "watermark_from")
     column = _time_column(schema, options.event_time, identifier, "event_time") or watermark
     assert column is not None
+    set_aside = options.late == Late.DEAD_LETTER
     if watermark is not None:  # the upstream's watermark is already the whole table's
-        return EventTimeSettings(column, 0, (), watermark)
+        return EventTimeSettings(column, 0, (), watermark, set_aside)
     splits = _split_columns(options.split_by, schema, identifier)
     lateness = duration_micros(options.lateness) if options.lateness is not None else 0
-    return EventTimeSettings(column, lateness, splits)
+    return EventTimeSettings(column, lateness, splits, set_aside_late=set_aside)
 
 
 def _time_column(schema: StructType, name: str | None, identifier: str, option: str) -> str | None:

@@ -19,7 +19,7 @@ from icesink.audit.running import describe_check, import_check
 from icesink.completeness.durations import DurationError, duration_micros
 from icesink.errors import ConfigError
 from icesink.properties import check_user_properties
-from icesink.table_options import TABLE_OPTIONS, TableOptions, Writer, doc, refuse_wrong_types
+from icesink.table_options import TABLE_OPTIONS, Late, TableOptions, Writer, doc, refuse_wrong_types
 from icesink.table_ref import MAIN_BRANCH
 
 if TYPE_CHECKING:
@@ -106,6 +106,14 @@ class StreamWideOptions:
             "watermark back until it has rows again."
         ),
     )
+    dead_letter: str | None = field(
+        default=None,
+        metadata=doc(
+            'with ``late="dead_letter"``: the table (``namespace.table``) that takes the late rows of every '
+            "table of the stream, created if missing; its rows are committed in the same catalog transaction as "
+            "the rows on time. (A Debezium stream names its own in ``icesink.debezium(dead_letter=...)``.)"
+        ),
+    )
 
     on_partition_done: Callable[[dict[str, object]], None] | None = field(
         default=None,
@@ -180,6 +188,7 @@ class StreamOptions(TableOptions, StreamWideOptions):
             )
         object.__setattr__(self, "committer", _member(Committer, self.committer, table, "committer"))
         object.__setattr__(self, "writer", _member(Writer, self.writer, table, "writer"))
+        object.__setattr__(self, "late", _member(Late, self.late, table, "late"))
         object.__setattr__(self, "partition_by", tuple(self.partition_by))
         check_user_properties(self.table_properties, f"table {table}")
         for option in (f.name for f in fields(self) if isinstance(f.default, bool)):
@@ -263,11 +272,29 @@ class StreamOptions(TableOptions, StreamWideOptions):
             value = getattr(self, option)
             if value is not None and not value.strip():
                 raise ConfigError(f"table {table}: {option} names a column; it is empty")
+        if self.late == Late.DEAD_LETTER:
+            self._check_dead_letter(table)
         if self.watermark_from is not None and (self.lateness is not None or self.split_by is not None):
             given = "lateness" if self.lateness is not None else "split_by"
             raise ConfigError(
                 f"table {table}: watermark_from takes the watermark as the upstream table recorded it, lateness and "
                 f"splits included; leave {given} out"
+            )
+
+    def _check_dead_letter(self, table: str) -> None:
+        if self.event_time is None:
+            raise ConfigError(
+                f"table {table}: late='dead_letter' sets aside the rows whose event time is below the watermark; "
+                "name the event-time column with event_time too"
+            )
+        if self.dead_letter is None or not self.dead_letter.strip():
+            raise ConfigError(
+                f"table {table}: late='dead_letter' needs the table that takes the late rows: "
+                "dead_letter='namespace.table' (created if missing)"
+            )
+        if self.dead_letter == table:
+            raise ConfigError(
+                f"table {table}: dead_letter names the table itself; late rows go to a table of their own, name another"
             )
 
     @classmethod

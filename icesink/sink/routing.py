@@ -65,8 +65,10 @@ class Router(Protocol):
 class StaticRouter:
     """The tables named when the stream started, each taking its ``select`` of the micro-batch."""
 
-    def __init__(self, targets: Sequence[TargetSettings]) -> None:
+    def __init__(self, targets: Sequence[TargetSettings], read_twice: bool = False) -> None:
         self._targets = list(targets)
+        # The micro-batch is read by a second job (late rows set aside), which must see the rows the first saw.
+        self._read_twice = read_twice
 
     @property
     def only_table(self) -> str | None:
@@ -74,7 +76,7 @@ class StaticRouter:
         return self._targets[0].settings.table if len(self._targets) == 1 else None
 
     def route(self, batch_df: DataFrame, job_id: str) -> Routed:
-        if len(self._targets) == 1:
+        if len(self._targets) == 1 and not self._read_twice:
             target = self._targets[0]
             rows = target.select(batch_df) if target.select else batch_df
             return Routed([RoutedTarget(target.settings, rows.schema, rows)])

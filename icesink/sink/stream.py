@@ -6,12 +6,10 @@ import datetime
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame as SparkDataFrame
 
-from icesink import paths
 from icesink.catalog.config import CatalogConfig, resolve_catalog
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
@@ -19,9 +17,10 @@ from icesink.debezium_events.decode_task import INPUT_COLUMNS
 from icesink.debezium_events.stream_spec import Debezium
 from icesink.errors import ConfigError, IcesinkError, NotStreamingError
 from icesink.iceberg.pending_tables import PendingAwareCatalog
-from icesink.paths import segment
 from icesink.settings import check_environment
 from icesink.sink.batch import MicroBatchHandler
+from icesink.sink.checkpoint_location import checkpoint_location, clear_unfinished_first_offset
+from icesink.sink.dead_letter import check_dead_letter, dead_letter_settings
 from icesink.sink.debezium_router import DebeziumRouter
 from icesink.sink.options import Committer, StreamOptions, StreamWideOptions, Target, args_doc
 from icesink.sink.preflight import preflight
@@ -66,6 +65,8 @@ def stream(  # Over 60 lines: one keyword argument per option, spelled out as us
     event_time: str | None = None,
     lateness: str | datetime.timedelta | None = None,
     watermark_from: str | None = None,
+    late: str = "write",
+    dead_letter: str | None = None,
     branch: str | None = None,
     split_by: Sequence[str] | None = None,
     idle_timeout: str | datetime.timedelta = "5 minutes",
@@ -95,6 +96,7 @@ def stream(  # Over 60 lines: one keyword argument per option, spelled out as us
         event_time=event_time,
         lateness=lateness,
         watermark_from=watermark_from,
+        late=late,  # type: ignore[arg-type]  # a string: StreamOptions makes it a Late, or refuses it
         branch=branch,
         audit=audit,
     )
@@ -109,6 +111,7 @@ def stream(  # Over 60 lines: one keyword argument per option, spelled out as us
         atomic=atomic,
         split_by=split_by,
         idle_timeout=idle_timeout,
+        dead_letter=dead_letter,
         on_partition_done=on_partition_done,
         publish=publish,
         on_audit_failure=on_audit_failure,
@@ -138,9 +141,10 @@ def _stream(
         e.located(table)
         raise
     _check_streaming(df, table)
-    location = _checkpoint_location(df, own.checkpoint_location, own.query_name, table)
+    location = checkpoint_location(df, own.checkpoint_location, own.query_name, table)
     try:
         options = own.joined(table, per_table, checkpoint_location=location)
+        check_dead_letter(own.dead_letter, [options], f"table {table}")
         settings, catalog_handle = preflight(df, options)
     except IcesinkError as e:
         e.located(table)
@@ -168,14 +172,7 @@ def _stream_tables(
             f"{', '.join(StreamWideOptions.names())})"
         )
     if isinstance(tables, Debezium):
-        if own.split_by is not None:
-            raise ConfigError(
-                f"tables {named}: a Debezium stream's splits are its Kafka topics and partitions; leave split_by out"
-            )
-        _refuse_split_by_alone(own, [tables.table_options], f"tables {named}")
-        _check_streaming(df, named)
-        location = _checkpoint_location(df, own.checkpoint_location, own.query_name, f"debezium-{tables.namespace}")
-        return _stream_debezium(df, tables, replace(own, checkpoint_location=location))
+        return _stream_debezium_checked(df, tables, own, named)
     if not isinstance(tables, Mapping) or not tables:
         raise ConfigError(
             f'tables= needs at least one table ({{"ns.table": icesink.Target(...), ...}}) or icesink.debezium(...), '
@@ -183,11 +180,12 @@ def _stream_tables(
         )
     _refuse_split_by_alone(own, [t for t in tables.values() if isinstance(t, TableOptions)], f"tables {named}")
     _check_streaming(df, named)
-    location = _checkpoint_location(df, own.checkpoint_location, own.query_name, ",".join(sorted(tables)))
+    location = checkpoint_location(df, own.checkpoint_location, own.query_name, ",".join(sorted(tables)))
     own = replace(own, checkpoint_location=location)
     # Every target's options are checked before any table is created: a mistake in the last one's options leaves
     # no pending table of the first one behind.
     planned = [_target_options(df, identifier, target, own) for identifier, target in tables.items()]
+    check_dead_letter(own.dead_letter, [options for options, _, _ in planned], f"tables {named}")
     check_environment()
     config = resolve_catalog(own.catalog)
     # Without a location the first preflight refuses the stream before it creates anything.
@@ -208,6 +206,24 @@ def _stream_tables(
         targets.append(TargetSettings(settings, target.select))
     assert catalog_handle is not None
     return start(df, planned[-1][0], targets, catalog_handle)
+
+
+def _stream_debezium_checked(df: DataFrame, tables: Debezium, own: StreamWideOptions, named: str) -> StreamingQuery:
+    """A Debezium stream, once the options it cannot take are refused."""
+    if own.dead_letter is not None:
+        raise ConfigError(
+            f"tables {named}: a Debezium stream names its dead-letter table in icesink.debezium(dead_letter=...); "
+            "its late changes are applied like the others, since setting one aside would leave its row at an "
+            "older state"
+        )
+    if own.split_by is not None:
+        raise ConfigError(
+            f"tables {named}: a Debezium stream's splits are its Kafka topics and partitions; leave split_by out"
+        )
+    _refuse_split_by_alone(own, [tables.table_options], f"tables {named}")
+    _check_streaming(df, named)
+    location = checkpoint_location(df, own.checkpoint_location, own.query_name, f"debezium-{tables.namespace}")
+    return _stream_debezium(df, tables, replace(own, checkpoint_location=location))
 
 
 def _refuse_split_by_alone(own: StreamWideOptions, per_table: Sequence[TableOptions], where: str) -> None:
@@ -310,21 +326,6 @@ def _stream_debezium(df: DataFrame, spec: Debezium, own: StreamWideOptions) -> S
     return _start_query(df, options, MicroBatchHandler(stream_settings, router, catalog, atomic=options.atomic))
 
 
-def _checkpoint_location(df: DataFrame, given: str | None, query_name: str | None, written: str) -> str | None:
-    """The location given, else a directory of the stream's own under the session's default location.
-
-    As Spark does for a named query, the directory is named after the query, else after what the stream
-    writes, so that two streams relying on the default never share a checkpoint, and a restart finds its own.
-    """
-    if given:
-        return given
-    default = df.sparkSession.conf.get("spark.sql.streaming.checkpointLocation", None)
-    if not default:
-        return None
-
-    return f"{default.rstrip('/')}/{segment(query_name or written)}"
-
-
 def _check_streaming(df: DataFrame, table: str) -> None:
     if not isinstance(df, SparkDataFrame):
         raise NotStreamingError(f"table {table}: icesink.stream needs a Spark DataFrame, got {type(df).__name__}")
@@ -340,39 +341,23 @@ def start(
 ) -> StreamingQuery:
     """The streaming query, writing every micro-batch through icesink into its tables."""
 
-    atomic = options.atomic and len(targets) > 1
-    return _start_query(df, options, MicroBatchHandler(targets[0].settings, StaticRouter(targets), catalog, atomic))
+    dead_letter = None
+    if any(t.settings.event_time is not None and t.settings.event_time.set_aside_late for t in targets):
+        dead_letter, _ = dead_letter_settings(df, options)
+    # A table's rows on time and its late rows are committed together, or neither.
+    atomic = options.atomic and (len(targets) > 1 or dead_letter is not None)
+    router = StaticRouter(targets, read_twice=dead_letter is not None)
+    return _start_query(df, options, MicroBatchHandler(targets[0].settings, router, catalog, atomic, dead_letter))
 
 
 def _start_query(df: DataFrame, options: StreamOptions, handler: Any) -> StreamingQuery:
-    _clear_unfinished_first_offset(options.checkpoint_location)
+    clear_unfinished_first_offset(options.checkpoint_location)
     stream_writer = df.writeStream.foreachBatch(handler).option("checkpointLocation", options.checkpoint_location)
     if options.trigger:
         stream_writer = stream_writer.trigger(**options.trigger)
     if options.query_name:
         stream_writer = stream_writer.queryName(options.query_name)
     return stream_writer.start()
-
-
-def _clear_unfinished_first_offset(location: str | None) -> None:
-    """Spark 4 refuses a checkpoint location whose ``offsets`` directory holds files while it records no
-    micro-batch, and a stream killed while writing its very first offset leaves just that: the unfinished
-    temporary file (and its checksum). It names no batch Spark ever ran, so nothing was written or staged for
-    it; it goes, and the stream starts. Local locations only (object stores write offsets without one)."""
-
-    parsed = paths.parse(location or "")
-    offsets = Path(parsed.path) / "offsets"
-    if not location or not parsed.is_local or not offsets.is_dir():
-        return
-    names = [p.name for p in offsets.iterdir()]
-    if any(not name.startswith(".") for name in names):
-        return  # an offset was recorded: Spark's own recovery applies
-    for name in names:
-        if name.endswith((".tmp", ".tmp.crc")):
-            log.warning(
-                "checkpoint location %s: removing %s, left by a stream killed at its first offset", location, name
-            )
-            (offsets / name).unlink(missing_ok=True)
 
 
 stream.__doc__ = (stream.__doc__ or "").replace(

@@ -20,6 +20,7 @@ from icesink.properties import EVENT_TIME_FIELD_PROPERTY
 from icesink.results import decode_write_result
 from icesink.sink.change_stream import check_partition_keys
 from icesink.sink.columns import column, nested
+from icesink.sink.dead_letter import late_rows
 from icesink.sink.evolution import SchemaTracker
 from icesink.sink.phases import Phases
 from icesink.sink.projection import Projection
@@ -124,17 +125,14 @@ class TableSink:
         """The one action on the batch: files are written, their results come back to the driver."""
 
         assert batch_df is not None
-        table, spec, projection = prepared.table, prepared.spec, prepared.projection
+        spec = prepared.spec
         changes = self._settings.changes
-        if changes is not None:
-            # Input position, taken before the shuffle: the tie-breaker between changes of one key.
-            batch_df = batch_df.withColumn(changes.order_column, F.monotonically_increasing_id())
-        projected = projection.apply(batch_df, table.schema())
+        projected = self._projected(batch_df, prepared)
         if self._settings.writer != Writer.ARROW:
             refusal = spark_writer_refusal(spec, projected)
             if refusal is None:
                 self._note_writer(Writer.SPARK, "Spark's Parquet writer")
-                snapshot = table.current_snapshot()
+                snapshot = prepared.table.current_snapshot()
                 summary = snapshot.summary.additional_properties if snapshot and snapshot.summary else None
                 return self._spark_writer.write(projected, spec, table_bytes_per_row(summary), phases)
             if self._settings.writer == Writer.SPARK:
@@ -154,6 +152,21 @@ class TableSink:
         rows = positional.mapInArrow(write_task(spec, names), RESULT_SCHEMA_DDL).collect()
         phases.done("write")
         return [decode_write_result(row[0]) for row in rows]
+
+    def _projected(self, batch_df: DataFrame, prepared: PreparedWrite) -> DataFrame:
+        """The micro-batch as the table's write tasks get it: its columns named and typed as the table's."""
+        changes = self._settings.changes
+        if changes is not None:
+            # Input position, taken before the shuffle: the tie-breaker between changes of one key.
+            batch_df = batch_df.withColumn(changes.order_column, F.monotonically_increasing_id())
+        return prepared.projection.apply(batch_df, prepared.table.schema())
+
+    def late_rows(self, batch_df: DataFrame, prepared: PreparedWrite) -> DataFrame:
+        """The micro-batch's rows that its write left out as late (``late="dead_letter"``), as rows of the
+        dead-letter table."""
+        spec = prepared.spec
+        assert spec.event_time is not None
+        return late_rows(self._projected(batch_df, prepared), spec.event_time, self.table, spec.checkpoint_id)
 
     def _note_writer(self, writer: Writer, why: str) -> None:
         if writer != self._writer_in_use:

@@ -115,6 +115,7 @@ class EventTimeSpec:
     split_columns: tuple[str, ...] = ()
     late_before: int | None = None
     watermark_column: str | None = None  # holds the upstream watermark the stream's follows (watermark_from)
+    set_aside_late: bool = False  # late="dead_letter": late rows are counted, not written (the dead-letter job is)
 
 
 # With no level set, Iceberg Java's writer (parquet-mr) compresses zstd at 3 and gzip at zlib's 6; pyarrow's

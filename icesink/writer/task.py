@@ -17,6 +17,7 @@ from icesink.writer.collapse import check_keys, collapse
 from icesink.writer.conform import conform
 from icesink.writer.event_times import EventTimes
 from icesink.writer.files import FileNamer, RollingFileWriter, delete_files
+from icesink.writer.late_rows import on_time_rows
 from icesink.writer.partitioning import partition_path, split_by_partition
 from icesink.writer.spec import WriterSpec
 
@@ -62,6 +63,9 @@ class TaskWriter:
     def write(self, batch: pa.RecordBatch | pa.Table) -> None:
         if self._event_times is not None:
             self._event_times.observe(batch)
+            assert self._spec.event_time is not None
+            if self._spec.event_time.set_aside_late:  # counted above; the dead-letter job writes them
+                batch = on_time_rows(batch, self._spec.event_time, self._spec.table_name)
         if self._spec.changes is not None:
             check_keys(self._spec, batch, self._task_id)
             self._changes.append(conform(self._spec, batch, self._task_id))

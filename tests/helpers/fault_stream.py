@@ -2,8 +2,9 @@
 
 Usage: python -m tests.helpers.fault_stream INPUT CHECKPOINT CATALOG_NAME URI WAREHOUSE TABLE COMMITTER [MODE [WRITER]]
 
-MODE is ``append`` (default: orders), ``cdc`` (changes keyed by region and id) or ``changelog``
-(INPUT is then a table whose changelog, read with ``icesink.read_stream``, is applied to TABLE);
+MODE is ``append`` (default: orders), ``cdc`` (changes keyed by region and id), ``late`` (id and ts, with late
+rows set aside in ``<TABLE> late``) or ``changelog`` (INPUT is then a table whose changelog, read with
+``icesink.read_stream``, is applied to TABLE);
 WRITER is ``icesink.stream``'s ``writer`` (default ``auto``).
 """
 
@@ -34,6 +35,9 @@ def main(argv: list[str]) -> None:
         )
         df = source.drop("_commit_snapshot_id", "_commit_timestamp")
         changes = {"equality_fields": ["region", "id"], "op_column": "_change_type", "sequence_by": "_change_ordinal"}
+    elif mode == "late":  # rows below the watermark go to TABLE's dead-letter table, "<TABLE> late"
+        df = spark.readStream.schema("id long, ts timestamp").option("maxFilesPerTrigger", 1).parquet(input_dir)
+        changes = {"event_time": "ts", "lateness": "10 minutes", "late": "dead_letter", "dead_letter": f"{table} late"}
     else:
         schema = SPARK_CHANGE_SCHEMA if mode == "cdc" else SPARK_SCHEMA
         df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(input_dir)
