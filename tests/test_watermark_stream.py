@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from icesink.completeness.watermark import parse_watermark
 from icesink.errors import ConfigError
 from tests.helpers.outcomes import read_with_iceberg_java
 from tests.helpers.streams import order_for_file_source, run_available
-from tests.helpers.support import create_orders_table
+from tests.helpers.support import create_orders_table, wait_for
 
 TABLE = "shop.events ü"
 OTHER = "shop.lines"
@@ -145,6 +146,84 @@ def test_a_stream_of_several_tables_records_one_watermark_in_every_table_of_a_co
     # Split 0: 10:40 - 5 min (TABLE's lateness); split 1: 10:20 (OTHER's, none): the lower is the stream's.
     assert [s["icesink.watermark"] for s in summaries] == ["2026-11-25T10:20:00.000000+00:00"] * 2
     assert summaries[0]["icesink.commit-id"] == summaries[1]["icesink.commit-id"]
+
+
+def test_a_quiet_table_of_a_stream_of_several_tables_has_its_partitions_done_when_the_others_move_the_watermark(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    """TABLE gets rows of the 25th, then none: when OTHER's rows of the 26th move the stream's watermark past the
+    end of the 25th, TABLE gets a snapshot without files that makes the 25th done, in the same commit as OTHER's."""
+    config = sqlite_catalog
+    for identifier in (TABLE, OTHER):
+        create_orders_table(config, identifier, partition_by=("day(ts)",))
+    source = tmp_path / "in"
+    add_file(source, 0, [(1, 0, "t", 0), (2, 10, "t", 0)])
+    add_file(source, 1, [(4, 20, "t", 0)])  # nothing for TABLE, and the 25th goes on: nothing done
+
+    def run() -> None:
+        df = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(source))
+        run_available(
+            df,
+            tables={
+                TABLE: icesink.Target(lambda d: d.where("id % 2 = 1"), event_time="ts"),
+                OTHER: icesink.Target(lambda d: d.where("id % 2 = 0"), event_time="ts"),
+            },
+            idle_timeout="1 second",
+            catalog=config,
+            checkpoint_location=str(tmp_path / "ck"),
+        )
+
+    run()
+    time.sleep(1.5)  # TABLE's rows are over a second old: idle, it no longer holds the watermark at 10:00
+    add_file(source, 2, [(6, 26 * 60, "t", 0)])  # nothing for TABLE; the watermark passes the end of the 25th
+    run()
+    catalog = open_catalog(config)
+    quiet, busy = catalog.load_table(TABLE), catalog.load_table(OTHER)
+    # Checkpoint 1 moved no watermark past a partition end and counted no late row: no snapshot for TABLE.
+    assert [s.summary["icesink.max-committed-checkpoint-id"] for s in quiet.metadata.snapshots] == ["0", "2"]
+    head, other_head = quiet.current_snapshot(), busy.current_snapshot()
+    assert head is not None and other_head is not None
+    assert "added-data-files" not in head.summary.additional_properties
+    assert head.summary["icesink.partitions-done"] == '["ts_day=2026-11-25"]'
+    assert head.summary["icesink.commit-id"] == other_head.summary["icesink.commit-id"]
+    assert head.summary["icesink.watermark"] == other_head.summary["icesink.watermark"]
+    assert sorted(quiet.scan().to_arrow().column("id").to_pylist()) == [1]
+    assert icesink.wait_for_partition(TABLE, "ts_day=2026-11-25", timeout="0s", catalog=config)
+
+
+def test_a_done_callback_that_failed_is_called_again_while_the_stream_has_nothing_to_commit(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from icesink.committer import done_actions
+
+    monkeypatch.setattr(done_actions, "RETRY_SECONDS", 0.3)
+    config = sqlite_catalog
+    create_orders_table(config, TABLE, partition_by=("day(ts)",))
+    source = tmp_path / "in"
+    add_file(source, 0, [(1, 0, "t", 0)])
+    add_file(source, 1, [(2, 26 * 60, "t", 0)])  # the 25th done
+    calls: list[str] = []
+    failures = [2]
+
+    def on_done(partition: dict[str, Any]) -> None:
+        if failures[0]:
+            failures[0] -= 1
+            raise RuntimeError("the scheduler is away")
+        calls.append(str(partition["partition"]))
+
+    df = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(source))
+    run_available(
+        df.drop("topic", "partition"),
+        table=TABLE,
+        catalog=config,
+        checkpoint_location=str(tmp_path / "ck"),
+        event_time="ts",
+        on_partition_done=on_done,
+    )
+    assert calls == []  # the stream has ended: no commit will come to try again after
+    wait_for(lambda: calls == ["ts_day=2026-11-25"], "the callback called again", seconds=30)
+    time.sleep(1.0)
+    assert calls == ["ts_day=2026-11-25"] and failures == [0]  # once it passed, not again
 
 
 @pytest.mark.parametrize(

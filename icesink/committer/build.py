@@ -21,7 +21,7 @@ from icesink.catalog.checkpoints import CheckpointRow
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import load_table
-from icesink.committer.completeness import CommitCompleteness
+from icesink.committer.completeness import CommitCompleteness, records_completeness
 from icesink.committer.conversion import CommitConversions
 from icesink.committer.done_actions import DoneActions
 from icesink.errors import (
@@ -149,6 +149,7 @@ class SnapshotBuilder:
         self._conversions = CommitConversions()
         self._completeness = CommitCompleteness(config)
         self._done_actions = DoneActions(config, on_partition_done)
+        self.actions_waiting: set[str] = set()  # tables whose done actions failed after a commit
 
     def try_prepare(
         self,
@@ -227,6 +228,10 @@ class SnapshotBuilder:
         marker = marker_table_properties(job_id, last.checkpoint_id, last.stream_id, branch)
         if splits is not None:
             marker[splits_table_property(job_id, branch)] = splits
+        if not files and not deletes and not records_completeness(own):
+            # Checkpoints without files, staged for what they might record (see staging._to_commit): nothing
+            # made done, no row late, so no snapshot; the ledger marks them committed.
+            return PreparedCommit(table, identifier, job_id, group, None)
         converted = self._conversions.convert(table, last.ref, job_id, last.checkpoint_id, deletes) if deletes else None
         prepared = PreparedCommit(table, identifier, job_id, group, None, discarded=discarded)
         if converted is not None and not files and not converted.position_deletes:
@@ -271,8 +276,10 @@ class SnapshotBuilder:
         if prepared.discarded and head is not None and prepared.snapshot is not None:
             with contextlib.suppress(IcesinkError):  # the summary is what counts; the ledger only points to it
                 self._ledger.mark_discards_recorded([r.id for r in prepared.discarded], head.snapshot_id)
-        if prepared.rows and prepared.snapshot is not None:
-            self._done_actions.run(committed, prepared.identifier, prepared.rows[-1].branch)
+        if not prepared.rows or prepared.snapshot is None:
+            return
+        if not self._done_actions.run(committed, prepared.identifier, prepared.rows[-1].branch):
+            self.actions_waiting.add(prepared.identifier)  # tried again by the stream's ActionRetrier, or the daemon
 
     def _check_schema(
         self, table: Table, identifier: str, row: CheckpointRow, files: list[DataFile], deletes: list[DataFile]

@@ -94,6 +94,11 @@ class TableCommitter:
 
         return cls(open_catalog(config, pending_tables=True), config, Ledger(config), **options)
 
+    def take_actions_waiting(self) -> set[str]:
+        """The tables whose done actions failed after this committer's commits since the last call."""
+        waiting, self._builder.actions_waiting = self._builder.actions_waiting, set()
+        return waiting
+
     def forget(self, identifier: str) -> None:
         """Read the table from the catalog next time (someone else, maintenance say, committed)."""
         self._tables.pop(identifier, None)

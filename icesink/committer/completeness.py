@@ -28,6 +28,13 @@ if TYPE_CHECKING:
     from icesink.committer.build import CheckpointFiles
 
 
+def records_completeness(summary: dict[str, str]) -> bool:
+    """Whether a snapshot's completeness values say anything a snapshot without files must be made for:
+    partitions made done, or late rows counted."""
+    late = summary.get(LATE_ROWS_PROPERTY, "0")
+    return PARTITIONS_DONE_PROPERTY in summary or (late.isdigit() and int(late) > 0)
+
+
 class CommitCompleteness:
     """The completeness values of the snapshots one committer prepares."""
 

@@ -3,8 +3,9 @@ POST, as the table's properties ask (``icesink.partition-done.*``), and a stream
 (``icesink.stream(..., on_partition_done=...)``).
 
 They run after the commit that made the partitions done, never inside it: a failure is logged and the action
-tried again after the table's next commit, so it can lose nothing; the committer daemon also tries the actions that
-wait again every ``RETRY_SECONDS`` while no commit comes (:func:`retry_waiting`). They run on the committer's path, so a
+tried again after the table's next commit, so it can lose nothing; while no commit comes, the committer daemon
+(:func:`retry_waiting`) and the inline committer's driver (:class:`ActionRetrier`) try the actions that wait again
+every ``RETRY_SECONDS``. They run on the committer's path, so a
 receiver that does not answer delays the next commit by at most one timeout: after a failure the others wait for
 the next commit, and at most ``ACTIONS_PER_COMMIT`` partitions get theirs per commit. The ``_SUCCESS`` file is
 written for ``main`` only (a branch's rows are not where readers of the directory look), in the layout of the
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Collection
@@ -25,7 +27,7 @@ from typing import TYPE_CHECKING
 from pyiceberg.table.refs import MAIN_BRANCH
 
 from icesink.catalog.config import CatalogConfig
-from icesink.catalog.loader import load_table
+from icesink.catalog.loader import load_table, open_catalog
 from icesink.catalog.partition_record import PartitionRecord
 from icesink.errors import IcesinkError
 from icesink.failpoints import failpoint
@@ -129,12 +131,14 @@ def retry_waiting(
     scope: Collection[str] = (),
     skip: Collection[str] = (),
     quiet: dict[str, float] | None = None,
+    callback: Callable[[dict[str, object]], None] | None = None,
 ) -> int:
     """Try the done actions that wait (their first try failed, and no commit came since), table by table, until
     one fails again (a receiver that is down delays the daemon by one timeout, not one per table). ``scope``: only
     these tables (default all); ``skip``: tables that just had their try; ``quiet``: tables found without actions,
-    each with when to look again (kept by the caller between retries). Returns the tables tried."""
-    actions = DoneActions(config)
+    each with when to look again (kept by the caller between retries); ``callback``: the stream's own action.
+    Returns the tables tried."""
+    actions = DoneActions(config, callback)
     quiet = quiet if quiet is not None else {}
     tried = 0
     for identifier, branch in PartitionRecord(config).awaiting_tables():
@@ -152,3 +156,51 @@ def retry_waiting(
         if not actions.run(table, identifier, branch):
             break
     return tried
+
+
+class ActionRetrier:
+    """The inline committer's second tries: done actions that failed after a commit are tried again every
+    ``RETRY_SECONDS`` by a thread of the driver, since the stream may have no commit to run them after for hours.
+
+    The thread runs only while actions of the stream's tables wait, and ends when none is left; ``lock`` is held
+    while it tries, and by the stream while it commits, so that the two never run one partition's actions at once.
+    """
+
+    def __init__(
+        self, config: CatalogConfig, callback: Callable[[dict[str, object]], None] | None, lock: threading.Lock
+    ) -> None:
+        self._config = config
+        self._callback = callback
+        self._lock = lock
+        self._guard = threading.Lock()  # over the fields below
+        self._tables: set[str] = set()
+        self._thread: threading.Thread | None = None
+
+    def waiting(self, tables: Collection[str]) -> None:
+        """These tables' actions failed after their commit: try them again until they pass."""
+        if not tables:
+            return
+        with self._guard:
+            self._tables |= set(tables)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="icesink-done-actions", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        catalog = open_catalog(self._config)
+        while True:
+            time.sleep(RETRY_SECONDS)
+            with self._guard:
+                tables = set(self._tables)
+            left: set[str] = set(tables)
+            try:
+                with self._lock:
+                    retry_waiting(catalog, self._config, tables, callback=self._callback)
+                left = {identifier for identifier, _ in PartitionRecord(self._config).awaiting_tables()} & tables
+            except Exception as e:  # the catalog away for a moment: the next turn tries again
+                log.warning("partition-done actions of %s not tried again: %s", ", ".join(sorted(tables)), e)
+            with self._guard:
+                self._tables = left | (self._tables - tables)  # and any that failed meanwhile
+                if not self._tables:
+                    self._thread = None
+                    return

@@ -22,7 +22,7 @@ from icesink.failpoints import failpoint
 from icesink.iceberg.manifests import to_data_file, write_delta_manifest
 from icesink.iceberg.references import delete_quietly
 from icesink.iceberg.summaries import computed_by_iceberg
-from icesink.properties import COMMITTER_SUMMARY_NAMES
+from icesink.properties import COMMITTER_SUMMARY_NAMES, WATERMARK_PROPERTY
 from icesink.results import WriteResult
 from icesink.table_ref import MAIN_BRANCH, TableRef
 
@@ -101,7 +101,7 @@ def stage_tables(
     wrote_files = any(s.manifest_paths for s in staged)
     if wrote_files:
         failpoint("stage.after-manifest")
-    rows = [(s, CheckpointState.STAGED if s.manifest_paths else CheckpointState.COMMITTED) for s in staged]
+    rows = [(s, CheckpointState.STAGED if _to_commit(s) else CheckpointState.COMMITTED) for s in staged]
     if ledger.stage_all(rows):
         if wrote_files:
             failpoint("stage.after-ledger")
@@ -118,6 +118,14 @@ def stage_tables(
         )
         failpoint("stage.after-ledger")
     return False
+
+
+def _to_commit(staged: StagedCheckpoint) -> bool:
+    """Whether the committer has something to do with the checkpoint: files to commit, or a watermark that may
+    make the table's partitions done, or late rows to count, though the table got no rows (a quiet table of a
+    stream whose other tables move its watermark, or a table whose rows were all set aside as late). The
+    committer makes a snapshot of such a checkpoint only when it records something."""
+    return bool(staged.manifest_paths) or any(name == WATERMARK_PROPERTY for name, _ in staged.snapshot_properties)
 
 
 def _write_delta_manifests(
@@ -145,7 +153,7 @@ def _write_delta_manifests(
         branch=written.branch,
     )
     if not every_file:
-        # Nothing to commit; remembered (as committed) so a retry does not rewrite it.
+        # No files; remembered (as committed unless it carries a watermark) so a retry does not rewrite it.
         return empty
     format_version = table.metadata.format_version
     prefix = f"icesink-{paths.segment(job_id, 64)}-{checkpoint_id:010d}-{uuid.uuid4().hex}"

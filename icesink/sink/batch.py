@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -28,6 +29,7 @@ from icesink.catalog.checkpoints import StreamIdentity
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import load_table, open_catalog
 from icesink.committer.commit import TableCommitter
+from icesink.committer.done_actions import ActionRetrier
 from icesink.committer.protocol import Admission, admit
 from icesink.committer.publisher import AuditedBranch, Publisher, declare_publishing
 from icesink.committer.staging import stage_tables
@@ -91,6 +93,9 @@ class MicroBatchHandler:
             expire_snapshots=stream.expire_snapshots,
             on_partition_done=stream.on_partition_done,
         )
+        # Done actions that failed after a commit are tried again while the stream has no commit to run them after.
+        self._actions_lock = threading.Lock()
+        self._actions = ActionRetrier(stream.catalog, stream.on_partition_done, self._actions_lock)
         self._sinks: dict[str, TableSink] = {}
         # Write-audit-publish: the branches whose snapshots are audited and published after each commit; with the
         # daemon, those to declare to it (it needs the job id, known with the first micro-batch).
@@ -292,29 +297,35 @@ class MicroBatchHandler:
         phases = phases or Phases()
         for attempt in range(1, self._stream.commit_attempts + 1):
             try:
-                if self._atomic:
-                    outcomes = self._committer.commit_atomic(job_id)
-                else:
-                    outcomes = [o for table in self._sinks for o in self._committer.commit_pending(table, job_id)]
-                phases.done("commit")
-                if self._publisher is not None:
-                    self._publisher.after_commit(job_id)
-                    phases.done("publish")
-                maintained = [
-                    sink.maintain(self._committer)
-                    for sink in self._sinks.values()
-                    if any(o.snapshot_id is not None and o.identifier == sink.table for o in outcomes)
-                ]
-                phases.done("maintain")
-                if any(maintained) and self._publisher is not None:
-                    # Maintenance of a branch changes no row: main follows it at once when it follows its parent.
-                    self._publisher.after_commit(job_id)
+                with self._actions_lock:
+                    self._commit_once(job_id, phases)
+                self._actions.waiting(self._committer.take_actions_waiting())
                 return
             except IcesinkError as e:
                 if not e.transient or attempt == self._stream.commit_attempts:
                     raise
                 log.warning("table=%s: commit attempt %d failed (%s); retrying", self._stream.table, attempt, e)
                 time.sleep(COMMIT_BACKOFF.delay(attempt))
+
+    def _commit_once(self, job_id: str, phases: Phases) -> None:
+        """One try at committing the job's pending checkpoints, then publishing and maintaining what moved."""
+        if self._atomic:
+            outcomes = self._committer.commit_atomic(job_id)
+        else:
+            outcomes = [o for table in self._sinks for o in self._committer.commit_pending(table, job_id)]
+        phases.done("commit")
+        if self._publisher is not None:
+            self._publisher.after_commit(job_id)
+            phases.done("publish")
+        maintained = [
+            sink.maintain(self._committer)
+            for sink in self._sinks.values()
+            if any(o.snapshot_id is not None and o.identifier == sink.table for o in outcomes)
+        ]
+        phases.done("maintain")
+        if any(maintained) and self._publisher is not None:
+            # Maintenance of a branch changes no row: main follows it at once when it follows its parent.
+            self._publisher.after_commit(job_id)
 
 
 def _sets_aside(prepared: PreparedWrite) -> bool:

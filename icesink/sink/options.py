@@ -120,7 +120,8 @@ class StreamWideOptions:
         metadata=doc(
             "with ``event_time`` and the inline committer: called after a commit with each time partition it made "
             "done (a dict: ``table``, ``branch``, ``partition``, ``watermark``, ``snapshot_id``, ``done_at``), at "
-            "least once: an exception is logged and the call made again after the table's next commit."
+            "least once: an exception is logged and the call made again after the table's next commit, and every 30 "
+            "seconds by a thread of the driver until it passes."
         ),
     )
 
