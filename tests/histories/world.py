@@ -190,7 +190,8 @@ class World:
         if event_time is not None:
             self.clock_ms += 20_000
             late_before = self.watermark.start(JOB, checkpoint, [(table, TableRef(IDENTIFIER, self.branch))])
-            spec = replace(spec, event_time=EventTimeSpec(event_time.column, (), late_before))
+            spec = replace(spec, event_time=EventTimeSpec(event_time.column, (SPLIT_COLUMN,), late_before))
+            rows = rows.append_column(SPLIT_COLUMN, _splits(checkpoint, rows.num_rows))
         attempt = 0 if again is None else 1
         writer = TaskWriter(spec, task_id=0, attempt=attempt)
         writer.write(rows)
@@ -228,7 +229,7 @@ class World:
             name = table.schema().find_field(self.event_field).name
         except ValueError:
             return None
-        return EventTimeSettings(name, 0, ())
+        return EventTimeSettings(name, 0, (SPLIT_COLUMN,))
 
     def stage(self, rows: pa.Table, ops: list[str]) -> int:
         """The next checkpoint written and staged, left for a committer; returns its id."""
@@ -655,6 +656,19 @@ def _fresh_name(schema: Any, parent: tuple[str, ...], rng: random.Random, retire
 
 def _local(uri: str) -> str:
     return uri.removeprefix("file://").removeprefix("file:")
+
+
+# The input's splits (a Kafka topic's partitions): read by the tasks, not written.
+SPLIT_COLUMN = "__icesink_split"
+
+
+def _splits(checkpoint: int, rows: int) -> pa.Array:
+    """Each row's split: "a" has rows in every checkpoint, "b" in two of every five and "c" in one of every
+    seven, so that "b" and "c" fall idle (20 seconds of the world's clock pass per checkpoint, and a split is idle
+    after 60) and come back, while "a" goes on. A function of the checkpoint, so that a re-delivered checkpoint
+    splits its rows alike."""
+    active = ["a", *(["b"] if checkpoint % 5 < 2 else []), *(["c"] if checkpoint % 7 == 0 else [])]
+    return pa.array([active[i % len(active)] for i in range(rows)], pa.string())
 
 
 def _rows_below(rows: pa.Table, column: str, late_before: int | None) -> int:
