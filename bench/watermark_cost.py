@@ -9,7 +9,10 @@ times:
 * ``one_split``: the same with ``event_time="ts"`` and ``lateness="5 minutes"``, the stream one split
   (``split_by=[]``): the event time is a column the table has, so nothing more crosses to the Python workers;
 * ``splits``: the same with 8 splits (a ``partition`` column the table does not have, read by the tasks and not
-  written, as Spark's Kafka source gives it): its 4 bytes a row cross to the workers too.
+  written): its 4 bytes a row cross to the workers too, and every batch of rows mixes the 8 splits (the worst
+  case: each batch's splits are grouped);
+* ``kafka_splits``: the same 8 splits laid out as Spark's Kafka source delivers them, each topic partition's
+  records in a run of their own (a task reads one partition), so that a batch of rows is one split's.
 
 Each micro-batch is timed by Spark (its progress's ``triggerExecution``: reading, the tasks' observation of the
 event times, writing, the driver's fold, staging, and the inline committer's commit with the partition record,
@@ -36,7 +39,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
-SCHEMA = "id long, name string, amount double, ts timestamp, partition int"
+SCHEMA = "id long, name string, amount double, ts timestamp, partition int, kafka_partition int"
 
 
 def make_input(directory: Path, rows: int, files: int) -> None:
@@ -57,6 +60,9 @@ def make_input(directory: Path, rows: int, files: int) -> None:
                 "amount": rng.uniform(0, 1000, per_file),
                 "ts": pa.array(start + ids * 1_000_000, pa.timestamp("us", tz="UTC")),
                 "partition": pa.array((ids % 8).astype("int32")),
+                # Kafka's layout: Spark's Kafka source reads each topic partition's records in a task of its own,
+                # so each run of rows is one split's.
+                "kafka_partition": pa.array(((ids - ids[0]) * 8 // per_file).astype("int32")),
             }
         )
         path = directory / f"part-{number:03d}.parquet"
@@ -64,7 +70,7 @@ def make_input(directory: Path, rows: int, files: int) -> None:
         os.utime(path, (1_750_000_000 + number, 1_750_000_000 + number))  # the file source takes them in order
 
 
-KINDS = ("plain", "one_split", "splits")
+KINDS = ("plain", "one_split", "splits", "kafka_splits")
 
 
 def run_once(spark: Any, source: Path, root: Path, number: int, kind: str) -> list[float]:
@@ -75,9 +81,13 @@ def run_once(spark: Any, source: Path, root: Path, number: int, kind: str) -> li
     df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(source))
     options: dict[str, Any] = {"event_time": "ts", "lateness": "5 minutes", "split_by": ["partition"]}
     if kind == "plain":
-        df, options = df.drop("partition"), {}
+        df, options = df.drop("partition", "kafka_partition"), {}
     elif kind == "one_split":
-        df, options = df.drop("partition"), {**options, "split_by": []}
+        df, options = df.drop("partition", "kafka_partition"), {**options, "split_by": []}
+    elif kind == "splits":
+        df = df.drop("kafka_partition")
+    else:
+        df, options = df.drop("partition"), {**options, "split_by": ["kafka_partition"]}
     query = icesink.stream(
         df,
         table=f"bench.events_{number}",

@@ -288,3 +288,84 @@ def test_watermark_from_refuses_what_it_cannot_follow(
             )
     with pytest.raises(ConfigError, match="with-watermark='maybe' must be true or false"):
         icesink.read_stream(spark, BRONZE, catalog=sqlite_catalog, with_watermark="maybe")
+
+
+def test_a_pipeline_with_hostile_names_a_date_event_time_and_another_tool_in_between_passes_the_watermark_on(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    """bronze (a date event time, names Spark would parse) → silver with watermark_from; in between, another tool
+    adds a row below the watermark to silver and renames silver's event-time column."""
+    import pyarrow.parquet as pq
+
+    from icesink.readiness import partition_statuses
+    from tests.helpers.streams import order_for_file_source
+
+    config = sqlite_catalog
+    bronze, silver = "shop.`bronze` ü.x", "shop.silver `ü`"
+    source = tmp_path / "in"
+    source.mkdir()
+    day = datetime.date
+
+    def add(number: int, days: list[datetime.date]) -> None:
+        rows = {"id": list(range(number * 10, number * 10 + len(days))), "order.day": days, "a `b`": ["x"] * len(days)}
+        path = source / f"part-{number:05d}.parquet"
+        pq.write_table(
+            pa.table(rows, schema=pa.schema([("id", pa.int64()), ("order.day", pa.date32()), ("a `b`", pa.string())])),
+            path,
+        )
+        order_for_file_source(path, number)
+
+    def run_bronze() -> None:
+        df = spark.readStream.schema("id long, `order.day` date, `a ``b``` string").option("maxFilesPerTrigger", 1)
+        icesink.stream(
+            df.parquet(str(source)),
+            table=bronze,
+            catalog=config,
+            checkpoint_location=str(tmp_path / "bronze"),
+            trigger={"availableNow": True},
+            create_table=True,
+            partition_by=["`order.day`"],
+            event_time="ORDER.DAY",  # another spelling
+        ).awaitTermination()
+
+    def run_silver(partition_by: tuple[str, ...] = ()) -> None:
+        changes = icesink.read_stream(spark, bronze, catalog=config, mode="append", with_watermark=True)
+        icesink.stream(
+            changes,
+            table=silver,
+            catalog=config,
+            checkpoint_location=str(tmp_path / "silver"),
+            trigger={"availableNow": True},
+            create_table=True,
+            partition_by=partition_by,  # once the column is renamed, this name is refused: given at creation only
+            event_time="order.day",
+            watermark_from="_commit_watermark",
+        ).awaitTermination()
+
+    def done_days(identifier: str) -> list[str]:
+        return sorted(p.path for p in partition_statuses(identifier, catalog=config) if p.state.value == "done")
+
+    add(0, [day(2026, 11, 24), day(2026, 11, 25)])
+    run_bronze()
+    run_silver(("`order.day`",))
+    midnight = datetime.datetime(2026, 11, 25, tzinfo=datetime.UTC)
+    assert icesink.watermark(bronze, catalog=config) == midnight == icesink.watermark(silver, catalog=config)
+    assert done_days(silver) == done_days(bronze) == ["order.day=2026-11-24"]
+
+    # Another tool: a row of the 23rd (done long ago) into silver, and the event-time column renamed.
+    table = open_catalog(config).load_table(silver)
+    extra = {"id": [99], "order.day": [day(2026, 11, 23)], "a `b`": ["other tool"]}
+    table.append(pa.table(extra, schema=table.schema().as_arrow()))
+    with open_catalog(config).load_table(silver).update_schema() as update:
+        update.rename_column("order.day", "day of order")
+    add(1, [day(2026, 11, 26), day(2026, 11, 25)])
+    run_bronze()
+    run_silver()
+    upstream = icesink.watermark(bronze, catalog=config)
+    assert upstream == midnight + datetime.timedelta(days=1)
+    assert icesink.watermark(silver, catalog=config) == upstream  # through the other tool's snapshot
+    assert done_days(bronze) == ["order.day=2026-11-24", "order.day=2026-11-25"]
+    assert [p.rsplit("=", 1)[1] for p in done_days(silver)] == ["2026-11-23", "2026-11-24", "2026-11-25"]
+    table = open_catalog(config).load_table(silver)
+    assert "_commit_watermark" not in table.schema().column_names
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == [0, 1, 10, 11, 99]

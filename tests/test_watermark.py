@@ -104,6 +104,51 @@ def test_a_task_observes_each_splits_latest_time_its_late_rows_and_rows_without_
     }
 
 
+@given(
+    batches=st.lists(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["k0", "k1", "ü 2", None]), st.sampled_from([0, 1, 7]), st.integers(0, 50) | st.none()
+            ),
+            min_size=1,
+            max_size=30,
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    sorted_runs=st.booleans(),
+)
+@settings(max_examples=200, deadline=None)
+def test_batches_of_one_split_and_of_several_observe_the_same_as_a_plain_count(
+    batches: list[list[tuple[str | None, int, int | None]]], sorted_runs: bool
+) -> None:
+    """Batches whose rows are all one split's (as Spark's Kafka source gives them) skip the grouping; the splits'
+    latest times, rows, late rows and rows without a time are what counting them one by one says."""
+    spec = EventTimeSpec("t", ("topic", "partition"), late_before=20)
+    times = EventTimes(spec, "t")
+    expected: dict[str, list[int | None]] = {}
+    for rows in batches:
+        if sorted_runs:  # one split per batch, as Kafka's tasks read
+            rows = [(rows[0][0], rows[0][1], t) for _, _, t in rows]
+        times.observe(
+            pa.table(
+                {
+                    "topic": pa.array([r[0] for r in rows], pa.string()),
+                    "partition": pa.array([r[1] for r in rows], pa.int32()),
+                    "t": pa.array([r[2] for r in rows], pa.int64()).cast(pa.timestamp("us", "UTC")),
+                }
+            )
+        )
+        for topic, partition, t in rows:
+            name = json.dumps([topic, partition], ensure_ascii=False, separators=(",", ":"))
+            latest, count, late, untimed = expected.get(name, [None, 0, 0, 0])
+            if t is not None:
+                latest = t if latest is None else max(latest, t)
+            expected[name] = [latest, count + 1, late + (t is not None and t < 20), untimed + (t is None)]
+    observed = {s.split: [s.latest, s.rows, s.late_rows, s.untimed_rows] for s in times.results()}
+    assert observed == expected
+
+
 @pytest.mark.parametrize(
     ("array", "expected"),
     [

@@ -74,7 +74,8 @@ def preflight(df: DataFrame, options: StreamOptions, deferred: bool = False) -> 
         options.create_table,
         options.partition_by,
         options.equality_fields or (),
-        [c for c in (options.op_column,) if c],
+        # Not row data: a change stream's operation, and the upstream watermark the stream follows.
+        [c for c in (options.op_column, _named_column(df, options.watermark_from)) if c],
         properties={k: str(v) for k, v in (options.table_properties or {}).items()},
         deferred=deferred,
     )
@@ -82,6 +83,13 @@ def preflight(df: DataFrame, options: StreamOptions, deferred: bool = False) -> 
     changes, passthrough, event_time = _plan_pending_aware(df, options, iceberg_table, config)
     settings = SinkSettings.of(options, config, changes=changes, passthrough=tuple(passthrough), event_time=event_time)
     return settings, catalog_handle
+
+
+def _named_column(df: DataFrame, name: str | None) -> str | None:
+    """The DataFrame's column of this name, in any case (as ``event_time`` and ``watermark_from`` find theirs)."""
+    if name is None or name in df.columns:
+        return name
+    return next((c for c in df.columns if c.lower() == name.lower()), None)
 
 
 def _plan_pending_aware(

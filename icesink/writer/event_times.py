@@ -66,14 +66,17 @@ class EventTimes:
                 "which no watermark can be; fix or filter such rows in the DataFrame. Nothing was written"
             )
         late_before = spec.late_before
-        if not spec.split_columns:
+        split = _one_split([rows.column(name) for name in spec.split_columns])
+        if split is not None:
+            # No split columns, or one split in the whole batch: Spark's Kafka source reads each topic partition
+            # in a task of its own, so a batch of rows is nearly always one split's, and needs no grouping.
             late_rows = 0
             if late_before is not None and low is not None and low < late_before:
                 late_rows = int(pc.sum(pc.less(micros, pa.scalar(late_before, pa.int64()))).as_py() or 0)
             if spec.watermark_column is not None:  # the watermark follows the upstream's, not the event times
                 high = pc.max(event_micros(rows.column(spec.watermark_column), self._table, spec.watermark_column))
                 high = high.as_py()
-            self._add("[]", high, rows.num_rows, late_rows, micros.null_count)
+            self._add(split, high, rows.num_rows, late_rows, micros.null_count)
             return
         if late_before is None or low is None or low >= late_before:
             late = pa.repeat(pa.scalar(0, pa.int64()), rows.num_rows)  # no row of the batch is late
@@ -95,7 +98,7 @@ class EventTimes:
             [("t", "max"), ("t", "count"), ([], "count_all"), ("late", "sum")]
         )
         for row in grouped.to_pylist():
-            split = json.dumps([row[k] for k in self._keys], default=str, ensure_ascii=False, separators=(",", ":"))
+            split = _split_name([row[k] for k in self._keys])
             total = row["count_all"]
             self._add(split, row["t_max"], total, row["late_sum"] or 0, total - row["t_count"])
 
@@ -116,3 +119,31 @@ class EventTimes:
             SplitTimes(split, latest, rows or 0, late or 0, untimed or 0)
             for split, (latest, rows, late, untimed) in sorted(self._splits.items())
         )
+
+
+def _split_name(values: list[object]) -> str:
+    """A split as the watermark's state names it: its values, as JSON."""
+    return json.dumps(values, default=str, ensure_ascii=False, separators=(",", ":"))
+
+
+def _one_split(columns: list[pa.ChunkedArray]) -> str | None:
+    """The name of the one split every row of a batch is in (``[]`` without split columns); None when the rows are
+    in several."""
+    values: list[object] = []
+    for column in columns:
+        if len(column) == 0:
+            return None
+        if column.null_count == len(column):
+            values.append(None)
+            continue
+        if column.null_count or pa.types.is_floating(column.type):  # NaN is no value min or max would name
+            return None
+        try:
+            bounds = pc.min_max(column)
+        except pa.ArrowNotImplementedError:  # a type without an order: grouped like any batch
+            return None
+        low, high = bounds["min"], bounds["max"]
+        if low != high:
+            return None
+        values.append(column[0].as_py())
+    return _split_name(values)
