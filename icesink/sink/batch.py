@@ -255,9 +255,7 @@ class MicroBatchHandler:
         if not frames:
             return []
         rows = functools.reduce(lambda a, b: a.unionByName(b), frames)
-        written = sinks[-1].write(rows, prepared[-1], phases)
-        phases.done("late rows")
-        return written
+        return sinks[-1].write(rows, prepared[-1], phases)
 
     def _admitted(
         self,
