@@ -180,19 +180,30 @@ def test_a_stream_of_several_tables_sets_aside_the_late_rows_of_the_tables_that_
     assert len({h.summary["icesink.commit-id"] for h in heads.values()}) == 1  # type: ignore[union-attr]
 
 
-def test_a_change_stream_sets_aside_a_late_change_and_applies_the_rest(
+def test_a_table_with_identifier_fields_applies_late_changes_rather_than_set_one_aside(
     spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
 ) -> None:
-    config = sqlite_catalog
-    source = tmp_path / "in"
-    add_file(source, 0, [(1, 0, 0), (2, 30, 0)])
-    add_file(source, 1, [(1, 2, 0), (2, 40, 0)])  # key 1 again, late: set aside; key 2 again, on time: applied
-    stream(spark, config, tmp_path, table=TABLE, create_table=True, equality_fields=["id"], split_by=[])
-    catalog = open_catalog(config)
-    rows = catalog.load_table(TABLE).scan().to_arrow().sort_by("id").to_pylist()
-    assert [(r["id"], r["ts"]) for r in rows] == [(1, at(0)), (2, at(40))]
-    late = catalog.load_table(LATE).scan().to_arrow().to_pylist()
-    assert [(json.loads(r["row"])["id"], r["event_time"]) for r in late] == [(1, at(2))]
+    """Setting aside a late change of a key would let an older change win: a keyed table refuses late="dead_letter"
+    (its key given by the table, not the stream), before anything is written or created."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, TimestamptzType
+
+    catalog = open_catalog(sqlite_catalog)
+    catalog.create_namespace_if_not_exists("shop")
+    fields = [NestedField(1, "id", LongType(), required=True), NestedField(2, "ts", TimestamptzType())]
+    catalog.create_table(TABLE, Schema(*fields, identifier_field_ids=[1]))
+    df = spark.readStream.schema("id long, ts timestamp").parquet(str(tmp_path))
+    with pytest.raises(ConfigError, match=rf"table {TABLE}: late='dead_letter' applies to appends, and the table"):
+        icesink.stream(
+            df,
+            table=TABLE,
+            catalog=sqlite_catalog,
+            checkpoint_location=str(tmp_path / "ck"),
+            event_time="ts",
+            late="dead_letter",
+            dead_letter=LATE,
+        )
+    assert not open_catalog(sqlite_catalog).table_exists(LATE)
 
 
 @pytest.mark.parametrize(
@@ -204,6 +215,14 @@ def test_a_change_stream_sets_aside_a_late_change_and_applies_the_rest(
         ({"event_time": "ts", "dead_letter": LATE}, r"dead_letter takes the late rows of a table with late="),
         ({"event_time": "ts", "late": "dead_letter", "dead_letter": TABLE}, r"dead_letter names the table itself"),
         ({"event_time": "ts", "late": "dead_letter", "dead_letter": 5}, r"dead_letter takes a string"),
+        (
+            {"event_time": "ts", "late": "dead_letter", "dead_letter": LATE, "equality_fields": ["id"]},
+            r"late='dead_letter' applies to appends; a change stream's late changes are applied",
+        ),
+        (
+            {"event_time": "ts", "late": "dead_letter", "dead_letter": LATE, "atomic": False},
+            r"late='dead_letter' commits the late rows in the same catalog transaction .* leave atomic out",
+        ),
     ],
 )
 def test_late_options_that_cannot_work_are_refused_before_the_stream_starts(
@@ -248,6 +267,30 @@ def test_a_keyed_dead_letter_table_stops_the_stream_before_it_starts(
             late="dead_letter",
             dead_letter=LATE,
         )
+    assert not open_catalog(sqlite_catalog).table_exists(TABLE)  # refused before the table was created
+
+
+def test_a_dead_letter_table_created_for_a_stream_that_is_then_refused_goes_again(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    df = spark.readStream.schema(SPARK_SCHEMA).parquet(str(tmp_path))
+    with pytest.raises(ConfigError, match=rf"table {TABLE}: partition_by"):
+        icesink.stream(
+            df,
+            table=TABLE,
+            catalog=sqlite_catalog,
+            checkpoint_location=str(tmp_path / "ck"),
+            create_table=True,
+            partition_by=["no_such_column"],
+            event_time="ts",
+            late="dead_letter",
+            dead_letter=LATE,
+        )
+    from icesink.iceberg.pending_tables import PendingAwareCatalog
+
+    catalog = open_catalog(sqlite_catalog, pending_tables=True)
+    assert isinstance(catalog, PendingAwareCatalog)
+    assert not catalog.table_exists(LATE) and not catalog.table_exists(TABLE)
 
 
 def test_a_debezium_stream_is_told_where_its_dead_letter_table_is_named(spark: Any, tmp_path: Path) -> None:

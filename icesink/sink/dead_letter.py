@@ -15,16 +15,18 @@ from typing import TYPE_CHECKING
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from icesink.catalog.config import resolve_catalog
+from icesink.catalog.loader import open_catalog
 from icesink.completeness.watermark import format_watermark
 from icesink.errors import ConfigError
 from icesink.sink.columns import column
 from icesink.sink.options import StreamOptions
 from icesink.sink.preflight import preflight
+from icesink.sink.tables import table_exists
 from icesink.table_options import Late, TableOptions, Writer
 from icesink.writer.late_rows import MICROS_COLUMN, late_rows_task
 
 if TYPE_CHECKING:
-    from pyiceberg.catalog.sql import SqlCatalog
     from pyspark.sql import Column, DataFrame
 
     from icesink.sink.sink_settings import SinkSettings
@@ -75,9 +77,10 @@ def check_dead_letter(dead_letter: str | None, options: Sequence[StreamOptions],
         )
 
 
-def dead_letter_settings(df: DataFrame, options: StreamOptions) -> tuple[SinkSettings, SqlCatalog]:
-    """The dead-letter table's settings (found, or created when its first late rows commit), checked now: a
-    table that does not fit late rows stops the stream before it starts."""
+def dead_letter_settings(df: DataFrame, options: StreamOptions) -> tuple[SinkSettings, bool]:
+    """The dead-letter table's settings (found, or created pending: in the catalog with its first late rows),
+    checked now: a table that does not fit late rows stops the stream before it starts. The flag says whether
+    the table was created here (the caller drops it again if the stream is refused)."""
     identifier = options.dead_letter
     assert identifier is not None
     # The stream's own options, with those of a table that takes appends on main (rows to look at, not to publish).
@@ -87,15 +90,17 @@ def dead_letter_settings(df: DataFrame, options: StreamOptions) -> tuple[SinkSet
         publish=None,
         on_audit_failure="continue",
     )
+    config = resolve_catalog(options.catalog)
+    existed = table_exists(open_catalog(config, pending_tables=True), config, identifier)
     empty = df.sparkSession.createDataFrame([], LATE_ROWS_SCHEMA)
-    settings, catalog = preflight(empty, own, deferred=True)
+    settings, _ = preflight(empty, own, deferred=True)
     if settings.changes is not None:
         raise ConfigError(
             f"table {identifier}: it is the stream's dead_letter table, which takes every late row as a row of its "
             "own, but it has identifier fields, so rows would replace each other. Name a new table as dead_letter "
             "(icesink creates it), or drop the table's identifier fields"
         )
-    return settings, catalog
+    return settings, not existed
 
 
 def late_rows(projected: DataFrame, spec: EventTimeSpec, identifier: str, checkpoint_id: int) -> DataFrame:
@@ -110,7 +115,7 @@ def late_rows(projected: DataFrame, spec: EventTimeSpec, identifier: str, checkp
     late = positional.mapInArrow(late_rows_task(spec, identifier, names), handed_back)
     kinds = {name: late.schema[f"_{i}"].dataType for i, name in enumerate(names)}
     watermark = format_watermark(spec.late_before)
-    row = F.struct(*[F.col(f"_{i}").alias(n) for i, n in enumerate(names) if not n.startswith("__icesink_")])
+    row = F.struct(*[F.col(f"_{i}").alias(n) for i, n in enumerate(names)])
     return late.select(
         F.lit(identifier).alias("table"),
         F.timestamp_micros(F.col(MICROS_COLUMN)).alias("event_time"),

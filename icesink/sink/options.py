@@ -293,6 +293,17 @@ class StreamOptions(TableOptions, StreamWideOptions):
                 f"table {table}: late='dead_letter' needs the table that takes the late rows: "
                 "dead_letter='namespace.table' (created if missing)"
             )
+        if self.equality_fields:
+            raise ConfigError(
+                f"table {table}: late='dead_letter' applies to appends; a change stream's late changes are applied "
+                "like the others, since setting one change of a key aside would leave its row at an older state "
+                "(or let an older change win). Leave late out: late changes are written and counted"
+            )
+        if not self.atomic:
+            raise ConfigError(
+                f"table {table}: late='dead_letter' commits the late rows in the same catalog transaction as the "
+                "rows on time; leave atomic out"
+            )
         if self.dead_letter == table:
             raise ConfigError(
                 f"table {table}: dead_letter names the table itself; late rows go to a table of their own, name another"

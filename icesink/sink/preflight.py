@@ -35,7 +35,7 @@ from icesink.sink.projection import plan_schema, schema_refusal
 from icesink.sink.sink_settings import SinkSettings
 from icesink.sink.spark_writer import spark_writer_refusal
 from icesink.sink.tables import resolve_table, table_exists
-from icesink.table_options import Writer
+from icesink.table_options import Late, Writer
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -146,6 +146,12 @@ def _plan_changes(
             iceberg_table, table, df.schema, keys, options.op_column, options.op_values, options.sequence_by
         )
         passthrough = extra_columns(changes, iceberg_table)
+    if changes is not None and options.late == Late.DEAD_LETTER:  # a key the table's identifier fields give
+        raise ConfigError(
+            f"table {table}: late='dead_letter' applies to appends, and the table has identifier fields "
+            f"({', '.join(keys or ())}), so the stream applies changes; a late change is applied like the others, "
+            "since setting one change of a key aside would leave its row at an older state. Leave late out"
+        )
     plan = plan_schema(df.schema, iceberg_table.schema(), table, passthrough, known)
     event_time = resolve_event_time(options, df.schema)
     if event_time is not None and not options.evolve_schema:

@@ -289,7 +289,7 @@ class _Fitter:
 
     def _mismatch(self, path: str, target: IcebergType, spark_type: DataType) -> SchemaMismatchError:
         return SchemaMismatchError(
-            f"table {self._table}: column {path!r} is {target} in the table but {spark_type.simpleString()} in "
+            f"table {self._table}: column {path!r} is {_said(target)} in the table but {_spark_said(spark_type)} in "
             "the DataFrame, which is neither the same type nor a widening Iceberg allows (int to long, float to "
             "double, a decimal's precision); cast it in the DataFrame",
             column=path,
@@ -366,6 +366,18 @@ def _match(
             how[target.field_id] = way
         unmatched = rest
     return source_of
+
+
+def _said(kind: IcebergType) -> str:
+    """An Iceberg type as a refusal names it, the two kinds of timestamp told apart."""
+    return "timestamp (without a zone)" if isinstance(kind, it.TimestampType) else str(kind)
+
+
+def _spark_said(kind: DataType) -> str:
+    """A Spark type as a refusal names it: Spark's ``timestamp`` has a zone (Iceberg's timestamptz)."""
+    if isinstance(kind, st.TimestampType):
+        return "timestamp (with a zone: Iceberg's timestamptz)"
+    return kind.simpleString()
 
 
 def schema_refusal(table: str, change: SchemaChange) -> str:

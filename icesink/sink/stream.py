@@ -20,7 +20,7 @@ from icesink.iceberg.pending_tables import PendingAwareCatalog
 from icesink.settings import check_environment
 from icesink.sink.batch import MicroBatchHandler
 from icesink.sink.checkpoint_location import checkpoint_location, clear_unfinished_first_offset
-from icesink.sink.dead_letter import check_dead_letter, dead_letter_settings
+from icesink.sink.dead_letter import check_dead_letter, dead_letter_settings, sets_late_rows_aside
 from icesink.sink.debezium_router import DebeziumRouter
 from icesink.sink.options import Committer, StreamOptions, StreamWideOptions, Target, args_doc
 from icesink.sink.preflight import preflight
@@ -142,14 +142,19 @@ def _stream(
         raise
     _check_streaming(df, table)
     location = checkpoint_location(df, own.checkpoint_location, own.query_name, table)
+    dead_letter: tuple[SinkSettings, bool] | None = None
     try:
         options = own.joined(table, per_table, checkpoint_location=location)
         check_dead_letter(own.dead_letter, [options], f"table {table}")
+        # Before the table: a dead-letter table that cannot take late rows refuses the stream before it creates any.
+        dead_letter = dead_letter_settings(df, options) if sets_late_rows_aside([options]) else None
         settings, catalog_handle = preflight(df, options)
     except IcesinkError as e:
+        if dead_letter is not None and dead_letter[1]:
+            _drop_created(dead_letter[0].catalog, [dead_letter[0].table])
         e.located(table)
         raise
-    return start(df, options, [TargetSettings(settings)], catalog_handle)
+    return start(df, options, [TargetSettings(settings)], catalog_handle, dead_letter[0] if dead_letter else None)
 
 
 def _stream_tables(
@@ -192,6 +197,11 @@ def _stream_tables(
     existing = (
         _existing_tables(config, [options.table for options, _, _ in planned]) if own.checkpoint_location else set()
     )
+    stream_options = planned[-1][0]
+    # Before the tables: a dead-letter table that cannot take late rows refuses the stream before it creates any.
+    late = sets_late_rows_aside([options for options, _, _ in planned])
+    dead_letter = dead_letter_settings(df, stream_options) if late and own.checkpoint_location else None
+    created = [dead_letter[0].table] if dead_letter is not None and dead_letter[1] else []
     targets: list[TargetSettings] = []
     catalog_handle = None
     for options, selected, target in planned:
@@ -200,12 +210,12 @@ def _stream_tables(
         except IcesinkError as e:
             # The tables this start created for the targets before it go again: they hold no rows yet. (The refused
             # target's own stays pending, so that starting again with other options creates it anew.)
-            _drop_created(config, [t.settings.table for t in targets if t.settings.table not in existing])
+            _drop_created(config, created + [t.settings.table for t in targets if t.settings.table not in existing])
             e.located(options.table)
             raise
         targets.append(TargetSettings(settings, target.select))
     assert catalog_handle is not None
-    return start(df, planned[-1][0], targets, catalog_handle)
+    return start(df, stream_options, targets, catalog_handle, dead_letter[0] if dead_letter else None)
 
 
 def _stream_debezium_checked(df: DataFrame, tables: Debezium, own: StreamWideOptions, named: str) -> StreamingQuery:
@@ -337,13 +347,15 @@ def _check_streaming(df: DataFrame, table: str) -> None:
 
 
 def start(
-    df: DataFrame, options: StreamOptions, targets: Sequence[TargetSettings], catalog: SqlCatalog
+    df: DataFrame,
+    options: StreamOptions,
+    targets: Sequence[TargetSettings],
+    catalog: SqlCatalog,
+    dead_letter: SinkSettings | None = None,
 ) -> StreamingQuery:
-    """The streaming query, writing every micro-batch through icesink into its tables."""
+    """The streaming query, writing every micro-batch through icesink into its tables (and its late rows into
+    ``dead_letter``)."""
 
-    dead_letter = None
-    if any(t.settings.event_time is not None and t.settings.event_time.set_aside_late for t in targets):
-        dead_letter, _ = dead_letter_settings(df, options)
     # A table's rows on time and its late rows are committed together, or neither.
     atomic = options.atomic and (len(targets) > 1 or dead_letter is not None)
     router = StaticRouter(targets, read_twice=dead_letter is not None)
