@@ -58,6 +58,7 @@ _KAFKA_COLUMNS = (("topic", T.StringType()), ("partition", T.IntegerType()), ("o
 
 
 def sets_late_rows_aside(options: Sequence[TableOptions]) -> bool:
+    """Whether any table of the stream sets its late rows aside (and the stream needs its dead-letter table)."""
     return any(o.late == Late.DEAD_LETTER for o in options)
 
 
