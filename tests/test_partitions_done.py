@@ -473,6 +473,38 @@ def test_a_streams_callback_is_called_once_per_done_partition_and_again_after_it
     assert calls[0]["watermark"] == "2026-11-25T01:10:00.000000+00:00" and calls[0]["snapshot_id"] is not None
 
 
+def test_the_drivers_retrier_calls_a_failed_callback_again_until_it_passes_then_stops(
+    sqlite_catalog: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from icesink.committer import done_actions
+
+    monkeypatch.setattr(done_actions, "RETRY_SECONDS", 0.05)
+    config = sqlite_catalog
+    hourly_table(config)
+    calls: list[str] = []
+    failures = [3]  # the first try after the commit, then two of the retrier's
+
+    def on_done(partition: dict[str, Any]) -> None:
+        if failures[0]:
+            failures[0] -= 1
+            raise RuntimeError("the scheduler is away")
+        calls.append(str(partition["partition"]))
+
+    stream = Stream(config, on_partition_done=on_done)
+    stream.batch([(1, "a", 10)])
+    stream.batch([(2, "a", 70)])  # hour 00 done; the call fails
+    assert calls == [] and failures == [2]
+    retrier = done_actions.ActionRetrier(config, on_done, threading.Lock())
+    retrier.waiting([TABLE])
+    deadline = time.monotonic() + 10
+    while retrier._thread is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert retrier._thread is None  # nothing left to wait for: the thread ended
+    assert calls == ["ts_hour=2026-11-25-00"] and failures == [0]
+
+
 # --- after a second review --------------------------------------------------------------------------------------------
 
 

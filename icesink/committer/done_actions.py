@@ -195,8 +195,10 @@ class ActionRetrier:
             left: set[str] = set(tables)
             try:
                 with self._lock:
-                    retry_waiting(catalog, self._config, tables, callback=self._callback)
-                left = {identifier for identifier, _ in PartitionRecord(self._config).awaiting_tables()} & tables
+                    tried = retry_waiting(catalog, self._config, tables, callback=self._callback)
+                # None tried: the tables no longer ask for actions (their properties changed), nothing to wait for.
+                waiting = {identifier for identifier, _ in PartitionRecord(self._config).awaiting_tables()}
+                left = waiting & tables if tried else set()
             except Exception as e:  # the catalog away for a moment: the next turn tries again
                 log.warning("partition-done actions of %s not tried again: %s", ", ".join(sorted(tables)), e)
             with self._guard:
