@@ -72,6 +72,35 @@ def audit_of(table: Any, rows: list[dict[str, Any]]) -> AuditInput:
     return AuditInput(added=arrow, table=table, snapshot_id=1, checkpoint_id=7, identifier="shop.nested")
 
 
+def test_a_check_of_a_field_inside_a_list_or_map_says_so_rather_than_no_column() -> None:
+    from icesink.audit.added_rows import missing_column
+
+    rows = pa.table(
+        {
+            "id": [1],
+            "order": [{"items": [{"sku": "a"}], "tags": [("k", "v")]}],
+        },
+        schema=pa.schema(
+            [
+                ("id", pa.int64()),
+                (
+                    "order",
+                    pa.struct(
+                        [
+                            ("items", pa.list_(pa.struct([("sku", pa.string())]))),
+                            ("tags", pa.map_(pa.string(), pa.string())),
+                        ]
+                    ),
+                ),
+            ]
+        ),
+    )
+    said = missing_column(rows, "order.items.sku", "not_null(order.items.sku)")
+    assert "'order.items.sku' is inside 'order.items', a list" in said and "no column" not in said
+    assert "'order.tags', a map" in missing_column(rows, "order.tags.k", "not_null")
+    assert "no column 'order.nope'" in missing_column(rows, "order.nope", "not_null")
+
+
 def test_built_in_checks_find_what_they_say_at_every_depth_and_name_the_rows(nested_table: Any) -> None:
     rows = [
         {"id": 1, "amount": 3.0, "customer": {"name": "a", "x.y": 1}, "status": "open"},

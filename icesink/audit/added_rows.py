@@ -51,10 +51,37 @@ def _split(fields: Any, parts: list[str]) -> list[str] | None:
 
 
 def missing_column(rows: pa.Table, path: str, check: str) -> str:
+    within = _inside_collection(rows.schema, path.split("."))
+    if within is not None:
+        name, kind = within
+        return (
+            f"{check}: {path!r} is inside {name!r}, a {kind}; the built-in checks read columns and fields of "
+            f"structs, one value a row. Check the elements with a check of your own (a function given the rows, "
+            "see docs/write-audit-publish.md)"
+        )
     return (
         f"{check}: the rows have no column {path!r} (columns: {', '.join(rows.column_names)}); fix the check, or "
         "name the column as the table does"
     )
+
+
+def _inside_collection(fields: Any, parts: list[str]) -> tuple[str, str] | None:
+    """The list or map (its path, and which) that ``parts`` lead into, through structs; None when they do not."""
+    import pyarrow as pa
+
+    names = [f.name for f in fields]
+    for end in range(len(parts) - 1, 0, -1):
+        name = ".".join(parts[:end])
+        if name not in names:
+            continue
+        kind = fields[names.index(name)].type
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_map(kind):
+            return name, "map" if pa.types.is_map(kind) else "list"
+        if pa.types.is_struct(kind):
+            inner = _inside_collection([kind.field(i) for i in range(kind.num_fields)], parts[end:])
+            if inner is not None:
+                return f"{name}.{inner[0]}", inner[1]
+    return None
 
 
 def short(value: object) -> str:
