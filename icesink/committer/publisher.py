@@ -114,7 +114,13 @@ class Publisher:
         self._forget = forget
         self._record = AuditRecord(config)
         self._done_actions = DoneActions(config, on_partition_done)
+        self.actions_waiting: set[str] = set()  # tables whose done actions failed after main moved
         self._last_publish = float("-inf")
+
+    def take_actions_waiting(self) -> set[str]:
+        """The tables whose done actions failed after main moved, since the last call."""
+        waiting, self.actions_waiting = self.actions_waiting, set()
+        return waiting
 
     def add(self, branch: AuditedBranch) -> None:
         """A table's branch to audit and publish from now on (a stream meets its tables as rows come)."""
@@ -232,7 +238,8 @@ class Publisher:
                 chain.branch,
                 link.checkpoint_id,
             )
-            self._done_actions.run(table, chain.identifier, MAIN_BRANCH)
+            if not self._done_actions.run(table, chain.identifier, MAIN_BRANCH):
+                self.actions_waiting.add(chain.identifier)
 
 
 def group_cut(job_id: str, chains: Sequence[Chain], done_only: bool = False) -> list[tuple[Chain, Link]]:

@@ -298,6 +298,8 @@ class MicroBatchHandler:
                 with self._actions_lock:
                     self._commit_once(job_id, phases)
                 self._actions.waiting(self._committer.take_actions_waiting())
+                if self._publisher is not None:
+                    self._actions.waiting(self._publisher.take_actions_waiting())
                 return
             except IcesinkError as e:
                 if not e.transient or attempt == self._stream.commit_attempts:
