@@ -240,7 +240,7 @@ def test_icesink_maintain_names_the_branch_main_would_diverge_from(sqlite_catalo
 
 def test_the_daemon_maintains_the_branch_it_commits_to_and_main_follows(catalog_config: CatalogConfig) -> None:
     from icesink.committer.daemon import CommitterDaemon
-    from icesink.committer.publisher import declare_publishing
+    from icesink.committer.declared_publishing import declare_publishing
 
     config = catalog_config
     create(config, {"icesink.maintain.min-commits": "2"})

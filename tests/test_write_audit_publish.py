@@ -493,8 +493,9 @@ def test_the_committer_daemon_audits_and_publishes_what_a_stream_declared(catalo
 
     from icesink.audit.publish_policy import PublishSettings
     from icesink.committer.daemon import CommitterDaemon
+    from icesink.committer.declared_publishing import declare_publishing
     from icesink.committer.observability import StatusServer
-    from icesink.committer.publisher import AuditedBranch, declare_publishing
+    from icesink.committer.publisher import AuditedBranch
     from icesink.table_ref import TableRef
 
     config = catalog_config

@@ -17,10 +17,10 @@ from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.committer.build import CommitOutcome
 from icesink.committer.commit import TableCommitter
+from icesink.committer.declared_publishing import DeclaredPublishers
 from icesink.committer.done_actions import RETRY_SECONDS, retry_waiting
 from icesink.committer.maintainer import Maintainer
 from icesink.committer.observability import CommitterMetrics
-from icesink.committer.publisher import DeclaredPublishers
 from icesink.errors import CatalogReplacedError, IcesinkError, LeaseHeldError
 from icesink.maintenance.run import MaintenanceReport
 from icesink.retry import Backoff

@@ -29,9 +29,10 @@ from icesink.catalog.checkpoints import StreamIdentity
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import load_table, open_catalog
 from icesink.committer.commit import TableCommitter
+from icesink.committer.declared_publishing import declare_publishing
 from icesink.committer.done_actions import ActionRetrier
 from icesink.committer.protocol import Admission, admit
-from icesink.committer.publisher import AuditedBranch, Publisher, declare_publishing
+from icesink.committer.publisher import AuditedBranch, Publisher
 from icesink.committer.staging import stage_tables
 from icesink.errors import ConfigError, IcesinkError, SchemaMismatchError
 from icesink.failpoints import failpoint
