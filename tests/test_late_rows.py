@@ -83,6 +83,13 @@ def stream(spark: Any, config: CatalogConfig, tmp_path: Path, **options: Any) ->
     )
 
 
+def start_with_late_rows_aside(spark: Any, config: CatalogConfig, tmp_path: Path, **options: Any) -> Any:
+    """Start a stream into TABLE that sets its late rows aside in LATE (a refusal is what these tests expect)."""
+    df = spark.readStream.schema(SPARK_SCHEMA).parquet(str(tmp_path))
+    given = {"event_time": "ts", "late": "dead_letter", "dead_letter": LATE, **options}
+    return icesink.stream(df, table=TABLE, catalog=config, checkpoint_location=str(tmp_path / "ck"), **given)
+
+
 def test_late_rows_go_to_the_dead_letter_table_in_the_same_commit_and_every_row_lands_once(
     spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
 ) -> None:
@@ -192,17 +199,8 @@ def test_a_table_with_identifier_fields_applies_late_changes_rather_than_set_one
     catalog.create_namespace_if_not_exists("shop")
     fields = [NestedField(1, "id", LongType(), required=True), NestedField(2, "ts", TimestamptzType())]
     catalog.create_table(TABLE, Schema(*fields, identifier_field_ids=[1]))
-    df = spark.readStream.schema("id long, ts timestamp").parquet(str(tmp_path))
     with pytest.raises(ConfigError, match=rf"table {TABLE}: late='dead_letter' applies to appends, and the table"):
-        icesink.stream(
-            df,
-            table=TABLE,
-            catalog=sqlite_catalog,
-            checkpoint_location=str(tmp_path / "ck"),
-            event_time="ts",
-            late="dead_letter",
-            dead_letter=LATE,
-        )
+        start_with_late_rows_aside(spark, sqlite_catalog, tmp_path)
     assert not open_catalog(sqlite_catalog).table_exists(LATE)
 
 
@@ -255,37 +253,16 @@ def test_a_keyed_dead_letter_table_stops_the_stream_before_it_starts(
     names = ["table", "event_time", "watermark", "checkpoint_id", "topic", "partition", "offset", "row", "error"]
     fields = [NestedField(i, n, k, required=i == 1) for i, (n, k) in enumerate(zip(names, kinds, strict=True), 1)]
     catalog.create_table(LATE, Schema(*fields, identifier_field_ids=[1]))
-    df = spark.readStream.schema(SPARK_SCHEMA).parquet(str(tmp_path))
     with pytest.raises(ConfigError, match=rf"table {LATE}: it is the stream's dead_letter table.* identifier fields"):
-        icesink.stream(
-            df,
-            table=TABLE,
-            catalog=sqlite_catalog,
-            checkpoint_location=str(tmp_path / "ck"),
-            create_table=True,
-            event_time="ts",
-            late="dead_letter",
-            dead_letter=LATE,
-        )
+        start_with_late_rows_aside(spark, sqlite_catalog, tmp_path, create_table=True)
     assert not open_catalog(sqlite_catalog).table_exists(TABLE)  # refused before the table was created
 
 
 def test_a_dead_letter_table_created_for_a_stream_that_is_then_refused_goes_again(
     spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
 ) -> None:
-    df = spark.readStream.schema(SPARK_SCHEMA).parquet(str(tmp_path))
     with pytest.raises(ConfigError, match=rf"table {TABLE}: partition_by"):
-        icesink.stream(
-            df,
-            table=TABLE,
-            catalog=sqlite_catalog,
-            checkpoint_location=str(tmp_path / "ck"),
-            create_table=True,
-            partition_by=["no_such_column"],
-            event_time="ts",
-            late="dead_letter",
-            dead_letter=LATE,
-        )
+        start_with_late_rows_aside(spark, sqlite_catalog, tmp_path, create_table=True, partition_by=["no_such_column"])
     from icesink.iceberg.pending_tables import PendingAwareCatalog
 
     catalog = open_catalog(sqlite_catalog, pending_tables=True)

@@ -66,6 +66,8 @@ def preflight(df: DataFrame, options: StreamOptions, deferred: bool = False) -> 
     catalog_handle = open_catalog(config, pending_tables=True)
     if options.equality_fields and not table_exists(catalog_handle, config, table):
         check_key_columns(table, df.schema, options.equality_fields)  # a new table takes its key from the DataFrame
+    event_time = resolve_event_time(options, df.schema)  # before the table: a refusal here creates none
+    upstream = event_time.watermark_column if event_time is not None else None
     iceberg_table = resolve_table(
         catalog_handle,
         config,
@@ -75,30 +77,27 @@ def preflight(df: DataFrame, options: StreamOptions, deferred: bool = False) -> 
         options.partition_by,
         options.equality_fields or (),
         # Not row data: a change stream's operation, and the upstream watermark the stream follows.
-        [c for c in (options.op_column, _named_column(df, options.watermark_from)) if c],
+        [c for c in (options.op_column, upstream) if c],
         properties={k: str(v) for k, v in (options.table_properties or {}).items()},
         deferred=deferred,
     )
     _warn_unknown_properties(iceberg_table, table)
-    changes, passthrough, event_time = _plan_pending_aware(df, options, iceberg_table, config)
+    changes, passthrough = _plan_pending_aware(df, options, iceberg_table, config, event_time)
     settings = SinkSettings.of(options, config, changes=changes, passthrough=tuple(passthrough), event_time=event_time)
     return settings, catalog_handle
 
 
-def _named_column(df: DataFrame, name: str | None) -> str | None:
-    """The DataFrame's column of this name, in any case (as ``event_time`` and ``watermark_from`` find theirs)."""
-    if name is None or name in df.columns:
-        return name
-    return next((c for c in df.columns if c.lower() == name.lower()), None)
-
-
 def _plan_pending_aware(
-    df: DataFrame, options: StreamOptions, iceberg_table: Table, config: CatalogConfig
-) -> tuple[ChangeSpec | None, list[str], EventTimeSettings | None]:
+    df: DataFrame,
+    options: StreamOptions,
+    iceberg_table: Table,
+    config: CatalogConfig,
+    event_time: EventTimeSettings | None,
+) -> tuple[ChangeSpec | None, list[str]]:
     """:func:`_plan_changes`; a refusal concerning a pending table also says how its options can still change."""
 
     try:
-        return _plan_changes(df, options, iceberg_table, config)
+        return _plan_changes(df, options, iceberg_table, config, event_time)
     except (ConfigError, SchemaMismatchError) as e:
         if not isinstance(iceberg_table, PendingTable):
             raise
@@ -122,10 +121,15 @@ def _warn_unknown_properties(iceberg_table: Table, table: str) -> None:
 
 
 def _plan_changes(
-    df: DataFrame, options: StreamOptions, iceberg_table: Table, config: CatalogConfig
-) -> tuple[ChangeSpec | None, list[str], EventTimeSettings | None]:
-    """The stream's key and change columns as the table names them now, its event time, and the DataFrame's
-    fit to the table's schema: refused here, before the query starts, where it cannot fit."""
+    df: DataFrame,
+    options: StreamOptions,
+    iceberg_table: Table,
+    config: CatalogConfig,
+    event_time: EventTimeSettings | None,
+) -> tuple[ChangeSpec | None, list[str]]:
+    """The stream's key and change columns as the table names them now, and the DataFrame's fit to the table's
+    schema (its event-time columns read, not written, where the table lacks them): refused here, before the query
+    starts, where it cannot fit."""
 
     table, checkpoint_location = options.table, options.checkpoint_location
     assert checkpoint_location is not None
@@ -153,7 +157,6 @@ def _plan_changes(
             "since setting one change of a key aside would leave its row at an older state. Leave late out"
         )
     plan = plan_schema(df.schema, iceberg_table.schema(), table, passthrough, known)
-    event_time = resolve_event_time(options, df.schema)
     if event_time is not None and not options.evolve_schema:
         # An event-time or split column the table has no field for (by the stream's field ids, then by name, as
         # every column is matched) is read by the tasks and not written (with evolve_schema it is added, as any
@@ -176,7 +179,7 @@ def _plan_changes(
         refusal = spark_writer_refusal(spec, plan.projection.apply(df, iceberg_table.schema()))
         if refusal:
             raise ConfigError(f"table {table}: writer='spark' cannot write this stream: {refusal}")
-    return changes, passthrough, event_time
+    return changes, passthrough
 
 
 def query_id_of(checkpoint_location: str) -> str | None:
