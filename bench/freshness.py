@@ -6,8 +6,9 @@ a JSON-lines file of Kafka-like records that appears whole; a stream with a one-
 tables) with the inline committer or with ``icesink committer run`` beside it (``--committer daemon``); a
 watcher polls the catalog every 20 ms, as a reader would, and notes when each table's record count grows. An
 event is visible when its table's count first covers it (a table's events are committed in the order they were
-created). Reported: p50, p99 and max of (visible - created) over the events of ``--seconds`` seconds, after a
-warm-up.
+created). The feeder and the watcher run in a process of their own, as a producer and a reader would, so that
+they take nothing of the stream's driver (its Python threads share one interpreter lock). Reported: p50, p99
+and max of (visible - created) over the events of ``--seconds`` seconds, after a warm-up.
 
     .venv/bin/python bench/freshness.py [--mode append|debezium] [--tables 20] [--rate 2000] [--seconds 180]
                                         [--committer inline|daemon]
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import statistics
@@ -137,10 +139,36 @@ class Watcher(threading.Thread):
             time.sleep(0.02)
 
 
-def latencies(feeder: Feeder, watcher: Watcher, start: float, end: float) -> list[float]:
+def observe(
+    source: Path,
+    mode: str,
+    tables: int,
+    rate: int,
+    config: CatalogConfig,
+    identifiers: list[str],
+    seconds: int,
+    outcome: Path,
+) -> None:
+    """The feeder and the watcher, in a process of their own; what they saw, into ``outcome``."""
+    feeder = Feeder(source, mode, tables, rate)
+    watcher = Watcher(config, identifiers)
+    feeder.start()
+    watcher.start()
+    started = time.time()
+    time.sleep(WARM_UP_SECONDS + seconds)
+    feeder.stopping.set()
+    time.sleep(10)  # the last events of the window are committed
+    watcher.stopping.set()
+    watcher.join()
+    outcome.write_text(json.dumps({"started": started, "created": feeder.created, "seen": watcher.seen}))
+
+
+def latencies(
+    created_at: list[list[float]], seen_at: list[list[tuple[float, int]]], start: float, end: float
+) -> list[float]:
     """visible - created of every event created in [start, end) and seen."""
     result = []
-    for created, seen in zip(feeder.created, watcher.seen, strict=True):
+    for created, seen in zip(created_at, seen_at, strict=True):
         position = 0
         for index, moment in enumerate(created):
             while position < len(seen) and seen[position][1] <= index:
@@ -203,23 +231,18 @@ def main() -> None:
                 [sys.executable, "-m", "icesink.cli", *base, "committer", "run", "--poll-interval", "0.1"],
                 stderr=subprocess.DEVNULL,
             )
-        feeder = Feeder(source, args.mode, tables, args.rate)
-        watcher = Watcher(config, identifiers)
-        feeder.start()
-        watcher.start()
-        started = time.time()
-        time.sleep(WARM_UP_SECONDS + args.seconds)
-        feeder.stopping.set()
-        time.sleep(10)  # the last events of the window are committed
-        watcher.stopping.set()
-        query.stop()
-        measured = latencies(feeder, watcher, started + WARM_UP_SECONDS, started + WARM_UP_SECONDS + args.seconds)
-        created = sum(
-            1
-            for c in feeder.created
-            for m in c
-            if started + WARM_UP_SECONDS <= m < started + WARM_UP_SECONDS + args.seconds
+        outcome = root / "observed.json"
+        observer = multiprocessing.get_context("spawn").Process(
+            target=observe, args=(source, args.mode, tables, args.rate, config, identifiers, args.seconds, outcome)
         )
+        observer.start()
+        observer.join()
+        query.stop()
+        observed = json.loads(outcome.read_text())
+        started, created_at, seen = observed["started"], observed["created"], observed["seen"]
+        window = (started + WARM_UP_SECONDS, started + WARM_UP_SECONDS + args.seconds)
+        measured = latencies(created_at, seen, *window)
+        created = sum(1 for c in created_at for m in c if window[0] <= m < window[1])
         measured.sort()
         report: dict[str, Any] = {
             "mode": args.mode,

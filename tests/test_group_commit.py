@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pyiceberg.manifest import read_manifest_list
 
 from icesink.catalog.checkpoints import CheckpointState
 from icesink.catalog.config import CatalogConfig
@@ -12,6 +13,7 @@ from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
 from icesink.errors import ManifestError
+from icesink.iceberg.manifest_lists import is_kept, manifests_of
 from icesink.iceberg.marker import committed_marker
 from icesink.properties import COMMIT_ID_PROPERTY
 from tests.helpers.support import create_orders_table, orders, pointers, stage_group, table_ids
@@ -426,3 +428,45 @@ def test_a_checkpoint_whose_history_was_expired_below_another_writers_snapshot_i
     assert sorted(
         icesink.read_tables([a], job_id="job", checkpoint_id=7, catalog=config)[a].column("id").to_pylist()
     ) == [3, 5, 7, 99]
+
+
+def test_the_manifest_lists_a_commit_keeps_are_what_their_files_hold(three_tables: CatalogConfig) -> None:
+    """The committer keeps each manifest list it writes rather than reading it back at the next commit: what it
+    keeps must be what a reader of the file gets, new manifests' sequence numbers included."""
+    config = three_tables
+    for checkpoint in range(3):
+        assert stage_group(config, "job", checkpoint, {t: orders(checkpoint * 10, 2) for t in TABLES})
+        TableCommitter.of(config).commit_pending(TABLES[0])
+    catalog = open_catalog(config)
+    for identifier in TABLES:
+        table = catalog.load_table(identifier)
+        for snapshot in table.metadata.snapshots:
+            assert is_kept(snapshot.manifest_list)  # written by this process: never read back
+            kept = manifests_of(table.io, snapshot)
+            read = list(read_manifest_list(table.io.new_input(snapshot.manifest_list)))
+            assert len(read) >= 1 and kept == read
+            assert all(
+                m.sequence_number == snapshot.sequence_number
+                for m in kept
+                if m.added_snapshot_id == snapshot.snapshot_id
+            )
+
+
+def test_each_table_of_a_group_names_its_own_discarded_checkpoints(three_tables: CatalogConfig) -> None:
+    """A group commit reads the discards of all its tables at once: each table's summary names its own."""
+    config = three_tables
+    a, b, c = TABLES
+    stage_group(config, "job", 0, {a: orders(0, 1), b: orders(10, 1), c: orders(20, 1)})
+    stage_group(config, "job", 1, {a: orders(1, 1), b: orders(11, 1), c: orders(21, 1)})
+    ledger = Ledger(config)
+    assert ledger.discard(ledger.get(b, "job", 0).id, "operator", "bad data")
+    assert ledger.discard(ledger.get(c, "job", 0).id, "operator", "bad data")
+    stage_group(config, "job", 2, {a: orders(2, 1), b: orders(12, 1), c: orders(22, 1)})
+    assert ledger.discard(ledger.get(c, "job", 2).id, "operator", "not yet: a later checkpoint names it")
+    TableCommitter.of(config).commit_pending(a)
+    catalog = open_catalog(config)
+    summaries = {t: catalog.load_table(t).current_snapshot().summary for t in TABLES}
+    assert "icesink.discarded-checkpoints" not in summaries[a].additional_properties
+    assert summaries[b]["icesink.discarded-checkpoints"] == "0"
+    assert summaries[c]["icesink.discarded-checkpoints"] == "0"
+    assert table_ids(config, a) == [0, 1, 2] and table_ids(config, b) == [11, 12] and table_ids(config, c) == [21]

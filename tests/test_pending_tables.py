@@ -19,10 +19,10 @@ from icesink.catalog.checkpoints import CheckpointState
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import engine
 from icesink.catalog.ledger import Ledger
-from icesink.catalog.loader import open_catalog
+from icesink.catalog.loader import load_table, load_tables, open_catalog
 from icesink.committer.commit import TableCommitter
 from icesink.committer.gc import collect_garbage
-from icesink.errors import ConfigError, TableCreatedElsewhereError
+from icesink.errors import ConfigError, TableCreatedElsewhereError, TableNotFoundError
 from icesink.iceberg.pending_tables import pending_tables
 from icesink.properties import COMMIT_ID_PROPERTY
 from tests.helpers.support import (
@@ -354,3 +354,27 @@ def test_a_pending_table_is_not_created_anew_where_its_recorded_columns_would_la
     # The columns as they were: the other options still change.
     assert _resolve(config).spec().fields == ()
     assert _resolve(config, columns=("id", "name")).schema().find_field("name").field_id == 2
+
+
+def test_tables_loaded_together_are_the_tables_loaded_one_by_one(catalog_config: CatalogConfig) -> None:
+    """A micro-batch loads its tables with one statement: the same tables, pending or not, and the same errors."""
+    config = catalog_config
+    create_orders_table(config, OLD)
+    create_orders_table(config, NEW, pending=True)
+    hostile = "shop.'quoted' \"name\""
+    create_orders_table(config, hostile)
+    catalog = open_catalog(config, pending_tables=True)
+    names = [NEW, OLD, hostile, NEW]
+    together = load_tables(catalog, config, names)
+    alone = [load_table(catalog, config, name) for name in names]
+    assert [(type(t), t.name(), t.metadata_location) for t in together] == [
+        (type(t), t.name(), t.metadata_location) for t in alone
+    ]
+    assert type(together[0]).__name__ == "PendingTable" and type(together[1]).__name__ == "Table"
+    with pytest.raises(TableNotFoundError) as missing:
+        load_tables(catalog, config, [OLD, "shop.absent"])
+    assert "'shop.absent' does not exist" in str(missing.value)
+    create_orders_table(config, NEW)  # another tool takes the pending table's name
+    with pytest.raises(TableCreatedElsewhereError) as taken:
+        load_tables(catalog, config, [OLD, NEW])
+    assert f"table {NEW}" in str(taken.value) and "another tool created" in str(taken.value)

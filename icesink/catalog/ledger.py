@@ -427,14 +427,22 @@ class Ledger:
 
     def unrecorded_discards(self, identifier: str, job_id: str) -> list[CheckpointRow]:
         """The job's discarded checkpoints that no snapshot summary names yet."""
+        return self.unrecorded_discards_of([identifier], job_id).get(identifier, [])
+
+    def unrecorded_discards_of(self, identifiers: Sequence[str], job_id: str) -> dict[str, list[CheckpointRow]]:
+        """:meth:`unrecorded_discards` of several tables, in one query (a commit of many tables)."""
         c = checkpoints.c
-        return self._select(
-            c.table_identifier == identifier,
+        rows = self._select(
+            c.table_identifier.in_(identifiers),
             c.job_id == job_id,
             c.state == CheckpointState.DISCARDED.value,
             c.snapshot_id.is_(None),
             unreadable_too=True,  # only their numbers go into the summary
         )
+        found: dict[str, list[CheckpointRow]] = {}
+        for row in rows:
+            found.setdefault(row.identifier, []).append(row)
+        return found
 
     def mark_discards_recorded(self, ids: Sequence[int], snapshot_id: int) -> None:
         """The snapshot whose summary names these discarded checkpoints."""

@@ -6,6 +6,7 @@ import datetime
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from icesink.iceberg.manifest_lists import manifests_of
 from icesink.iceberg.pending_tables import pending_tables
 from icesink.properties import COMMIT_ID_PROPERTY, JOB_ID_PROPERTY, MAX_CHECKPOINT_PROPERTY
 
@@ -106,6 +107,6 @@ def show_snapshot(table: Table, snapshot_id: int) -> dict[str, Any] | None:
             "deleted_files": m.deleted_files_count,
             "added_rows": m.added_rows_count,
         }
-        for m in snapshot.manifests(table.io)
+        for m in manifests_of(table.io, snapshot)
     ]
     return info

@@ -158,8 +158,12 @@ class SnapshotBuilder:
         job_id: str,
         group: Sequence[CheckpointRow],
         properties: Mapping[str, str] | None = None,
+        discarded: Sequence[CheckpointRow] | None = None,
     ) -> PreparedCommit | None:
         """The snapshot of the longest committable start of ``group``; None if the table must be read again.
+
+        ``discarded``: the job's discarded checkpoints of the table no summary names yet, where the caller read
+        them for several tables at once (else read here).
 
         A checkpoint that cannot be committed (an unreadable manifest, files the table no longer
         accepts) ends the snapshot before it; when it is the first, :class:`CheckpointFailed` names it
@@ -182,7 +186,7 @@ class SnapshotBuilder:
                 return None
         committing = [c.row for c in per_row]
         try:
-            return self._prepare(table, identifier, job_id, per_row, properties or {})
+            return self._prepare(table, identifier, job_id, per_row, properties or {}, discarded)
         except Exception as e:
             raise commit_failure(e, identifier, job_id, committing) from e
 
@@ -209,6 +213,7 @@ class SnapshotBuilder:
         job_id: str,
         per_row: Sequence[CheckpointFiles],
         extra: Mapping[str, str],
+        unrecorded: Sequence[CheckpointRow] | None,
     ) -> PreparedCommit:
         group = [c.row for c in per_row]
         files = [f for c in per_row for f in c.files]
@@ -220,9 +225,9 @@ class SnapshotBuilder:
         splits = self._completeness.record(table, identifier, branch, per_row, own)
         properties = {**own, **marker_properties(job_id, last.checkpoint_id, last.stream_id), **extra}
         properties[CHECKPOINT_RANGE_PROPERTY] = checkpoint_range(group)
-        discarded = [
-            r for r in self._ledger.unrecorded_discards(identifier, job_id) if r.checkpoint_id < last.checkpoint_id
-        ]
+        if unrecorded is None:
+            unrecorded = self._ledger.unrecorded_discards(identifier, job_id)
+        discarded = [r for r in unrecorded if r.checkpoint_id < last.checkpoint_id]
         if discarded:
             properties[DISCARDED_PROPERTY] = ",".join(str(r.checkpoint_id) for r in discarded)
         marker = marker_table_properties(job_id, last.checkpoint_id, last.stream_id, branch)

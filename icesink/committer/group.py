@@ -171,6 +171,7 @@ class GroupCommitter:
         cut = min(limits, default=max(r.checkpoint_id for table_rows in by_table.values() for r in table_rows))
         commit_id = uuid.uuid4().hex
         properties = {COMMIT_ID_PROPERTY: commit_id}
+        discarded = self._ledger.unrecorded_discards_of(sorted(by_table), job_id)  # one query, not one a table
         while True:
             prepared: list[PreparedCommit] = []
             try:
@@ -178,7 +179,9 @@ class GroupCommitter:
                     group = [r for r in table_rows if r.checkpoint_id <= cut]
                     if not group:
                         continue
-                    one = self._builder.try_prepare(tables[identifier], identifier, job_id, group, properties)
+                    one = self._builder.try_prepare(
+                        tables[identifier], identifier, job_id, group, properties, discarded.get(identifier, [])
+                    )
                     if one is None:
                         self._abandon(prepared)
                         return None

@@ -26,7 +26,7 @@ from pyiceberg.table.update import TableRequirement, TableUpdate
 
 from icesink.failpoints import failpoint
 from icesink.iceberg.metadata_cache import remember
-from icesink.iceberg.pending_tables import PendingTable, publish
+from icesink.iceberg.pending_tables import PendingAwareCatalog, PendingTable, publish
 
 
 class MetadataChange(Protocol):
@@ -60,7 +60,7 @@ def commit_tables(
     ``CommitFailedException`` naming the first table whose head moved; then no table changed, and the new
     metadata files written for the attempt are deleted.
     """
-    staged = [_stage(catalog, swap) for swap in swaps]
+    staged = [_stage(catalog, swap, current) for swap, current in zip(swaps, _current(catalog, swaps), strict=True)]
     written: list[tuple[Table, str]] = []
     try:
         for _, new in staged:
@@ -104,10 +104,19 @@ def commit_tables(
     ]
 
 
-def _stage(catalog: SqlCatalog, swap: TableSwap) -> tuple[Table, Table]:
-    """The table as the catalog has it now, and its new metadata (checked against its requirements)."""
+def _current(catalog: SqlCatalog, swaps: Sequence[TableSwap]) -> list[Table]:
+    """Every table as the catalog has it now (one statement for all of them, where the catalog can)."""
+    if isinstance(catalog, PendingAwareCatalog) and len(swaps) > 1:
+        names = [".".join(swap.table.name()) for swap in swaps]
+        found = catalog.load_tables(names)
+        return [found[name] for name in names]
+    return [catalog.load_table(swap.table.name()) for swap in swaps]
+
+
+def _stage(catalog: SqlCatalog, swap: TableSwap, current: Table) -> tuple[Table, Table]:
+    """The table's new metadata (checked against its requirements), on ``current``: the table as the catalog has
+    it now."""
     identifier = swap.table.name()
-    current = catalog.load_table(identifier)
     if current.metadata_location != swap.table.metadata_location:
         # Built on metadata another commit replaced (on any branch, or an expiry): build it again.
         raise CommitFailedException(f"Table has been updated by another process: {identifier}")

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icesink.arrays import FieldStep, nested_column, positions, repeated
+from icesink.iceberg.manifest_lists import manifests_of
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -120,7 +121,7 @@ def data_in_other_specs(table: Table, deletes: Sequence[DataFile], snapshot_id: 
         return []
     data_specs = {
         m.partition_spec_id
-        for m in snapshot.manifests(table.io)
+        for m in manifests_of(table.io, snapshot)
         if m.content == ManifestContent.DATA and (m.has_added_files() or m.has_existing_files())
     }
     # Deletes of one spec reach the files of that spec; deletes of several each miss the others' files.

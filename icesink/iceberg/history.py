@@ -14,6 +14,7 @@ from pyiceberg.manifest import ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.refs import MAIN_BRANCH
 
+from icesink.iceberg.manifest_lists import manifests_of
 from icesink.iceberg.scan import LiveFile
 
 
@@ -46,7 +47,7 @@ def changes_since(table: Table, base_snapshot_id: int | None, branch: str = MAIN
         if snapshot is None:
             raise HistoryLostError(f"snapshot {snapshot_id} between the head and {base_snapshot_id} has expired")
         count += 1
-        for manifest in snapshot.manifests(table.io):
+        for manifest in manifests_of(table.io, snapshot):
             if manifest.added_snapshot_id != snapshot_id:
                 continue
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):

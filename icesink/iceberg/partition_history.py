@@ -18,6 +18,7 @@ from pyiceberg.types import DateType, TimestampNanoType, TimestampType, Timestam
 
 from icesink.completeness.partition_times import TimeField, TimeKind
 from icesink.completeness.watermark import parse_watermark
+from icesink.iceberg.manifest_lists import manifests_of
 from icesink.iceberg.scan import live_files
 from icesink.iceberg.watermarks import history_cut, recorded_event_fields
 from icesink.properties import EVENT_TIME_FIELD_PROPERTY, MAINTENANCE_PROPERTY, WATERMARK_PROPERTY
@@ -160,7 +161,7 @@ def partition_history(
             watermark = None
         added: list[tuple[int, tuple[object, ...], int]] = []
         if not rewrite:
-            for manifest in snapshot.manifests(table.io):
+            for manifest in manifests_of(table.io, snapshot):
                 if manifest.added_snapshot_id != snapshot_id:
                     continue
                 for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):

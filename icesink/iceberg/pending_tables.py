@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import uuid
+from collections.abc import Sequence
 from shlex import quote
 from typing import Any
 
@@ -74,6 +75,40 @@ class PendingAwareCatalog(SqlCatalog):
         if pending is not None and self.pending_location(identifier) is not None:
             raise _created_elsewhere(table, pending)
         return table
+
+    def load_tables(self, identifiers: Sequence[str]) -> dict[str, Table]:
+        """Several tables, each as :meth:`load_table` loads it, from one statement for all their pointers (a
+        micro-batch into many tables loads them all, then commits them all)."""
+        wanted = {identifier: _parts(identifier) for identifier in identifiers}
+        names = sorted(set(wanted.values()))
+        t, p = IcebergTables, PENDING_TABLES.c
+        query = sa.union_all(
+            sa.select(sa.literal(0).label("pending"), t.table_namespace, t.table_name, t.metadata_location).where(
+                t.catalog_name == self.name, sa.tuple_(t.table_namespace, t.table_name).in_(names)
+            ),
+            sa.select(sa.literal(1), p.table_namespace, p.table_name, p.metadata_location).where(
+                p.catalog_name == self.name, sa.tuple_(p.table_namespace, p.table_name).in_(names)
+            ),
+        )
+        with self.engine.connect() as connection:  # one statement: one view of both, unlike two loads
+            rows = connection.execute(query).all()
+        found: dict[tuple[str, str], dict[int, str]] = {}
+        for pending, namespace, name, location in rows:
+            found.setdefault((namespace, name), {})[int(pending)] = location
+        tables: dict[str, Table] = {}
+        for identifier, key in wanted.items():
+            locations = found.get(key, {})
+            in_catalog, pending = locations.get(0), locations.get(1)
+            if not in_catalog:  # absent, pending, or a damaged row: as one load says it
+                tables[identifier] = (
+                    self._pending_table(identifier, pending) if pending else self.load_table(identifier)
+                )
+                continue
+            table = self._catalog_table(key, in_catalog)
+            if pending:
+                raise _created_elsewhere(table, pending)
+            tables[identifier] = table
+        return tables
 
     def pending_location(self, identifier: str | Identifier) -> str | None:
         """The metadata file of the pending table of that name, if a stream created one."""
@@ -188,10 +223,14 @@ class PendingAwareCatalog(SqlCatalog):
         metadata_location = orm_table.metadata_location
         if not metadata_location or not orm_table.table_namespace or not orm_table.table_name:
             return super()._convert_orm_to_iceberg(orm_table)  # pyiceberg's errors for a damaged row
+        return self._catalog_table((orm_table.table_namespace, orm_table.table_name), metadata_location)
+
+    def _catalog_table(self, name: tuple[str, str], metadata_location: str) -> Table:
+        namespace, table_name = name
         io = load_file_io(properties=self.properties, location=metadata_location)
         metadata = table_metadata(io, metadata_location)
         return Table(
-            identifier=(*Catalog.identifier_to_tuple(orm_table.table_namespace), orm_table.table_name),
+            identifier=(*Catalog.identifier_to_tuple(namespace), table_name),
             metadata=metadata,
             metadata_location=metadata_location,
             io=self._load_file_io(metadata.properties, metadata_location),

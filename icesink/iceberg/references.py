@@ -10,6 +10,7 @@ from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 
 from icesink.errors import UnsupportedTableError
+from icesink.iceberg.manifest_lists import manifests_of
 
 
 def referenced_paths(table: Table) -> set[str]:
@@ -21,7 +22,7 @@ def referenced_paths(table: Table) -> set[str]:
     seen_manifests: set[str] = set()
     for snapshot in metadata.snapshots:
         found.add(snapshot.manifest_list)
-        for manifest in snapshot.manifests(table.io):
+        for manifest in manifests_of(table.io, snapshot):
             if manifest.manifest_path in seen_manifests:
                 continue
             seen_manifests.add(manifest.manifest_path)

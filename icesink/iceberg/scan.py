@@ -14,6 +14,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from icesink.arrays import empty_table
+from icesink.iceberg.manifest_lists import manifests_of
 from icesink.iceberg.manifests import fetch_entries
 
 
@@ -83,7 +84,7 @@ def plan_scan(
     data_entries: list[ManifestEntry] = []
     positions = DeleteFileIndex()
     equality: list[PlannedDelete] = []
-    for entries in planner.plan_manifest_entries(_with_live_entries(snapshot.manifests(table.io))):
+    for entries in planner.plan_manifest_entries(_with_live_entries(manifests_of(table.io, snapshot))):
         for entry in entries:
             content = entry.data_file.content
             if content == DataFileContent.DATA:
@@ -257,7 +258,7 @@ def live_files(
     data: list[LiveFile] = []
     positions: list[LiveFile] = []
     equality: list[LiveFile] = []
-    manifests = _with_live_entries(snapshot.manifests(table.io))
+    manifests = _with_live_entries(manifests_of(table.io, snapshot))
     read = [m for m in manifests if reading is None or reading(m)]
     for entries in (cache or ManifestCache()).entries_of(table.io, read):
         for entry in entries:

@@ -35,6 +35,8 @@ from pyiceberg.table.update import (
 
 from icesink.errors import ConfigError
 from icesink.iceberg.expiry import expired_snapshot_ids
+from icesink.iceberg.manifest_lists import manifests_of
+from icesink.iceberg.manifest_lists import remember as remember_manifest_list
 from icesink.iceberg.manifests import AddedFile, compression, manifest_writer, write_added
 from icesink.iceberg.merging import ManifestMergePolicy, merge_manifests
 from icesink.iceberg.metadata_cache import remember
@@ -222,7 +224,7 @@ def _live_manifests(table: Table, parent_id: int | None) -> list[ManifestFile]:
         return []
     parent = table.metadata.snapshot_by_id(parent_id)
     assert parent is not None
-    return [m for m in parent.manifests(table.io) if m.has_added_files() or m.has_existing_files()]
+    return [m for m in manifests_of(table.io, parent) if m.has_added_files() or m.has_existing_files()]
 
 
 def _write_manifest_list(
@@ -243,6 +245,9 @@ def _write_manifest_list(
         avro_compression=compression(metadata),
     ) as list_writer:
         list_writer.add_manifests(manifests)
+    # What the file holds: each manifest as the writer prepared it (a new one given its sequence numbers; pure in
+    # formats 1 and 2, the only ones pyiceberg writes lists in), so the next commit need not read it back.
+    remember_manifest_list(path, [list_writer.prepare_manifest(m) for m in manifests])
 
 
 def _write_added(

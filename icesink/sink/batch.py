@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from icesink.audit.publish_policy import PublishPolicy
 from icesink.catalog.checkpoints import StreamIdentity
 from icesink.catalog.ledger import Ledger
-from icesink.catalog.loader import load_table, open_catalog
+from icesink.catalog.loader import load_tables, open_catalog
 from icesink.committer.commit import TableCommitter
 from icesink.committer.declared_publishing import declare_publishing
 from icesink.committer.done_actions import ActionRetrier
@@ -199,7 +199,7 @@ class MicroBatchHandler:
         if self._dead_letter is not None:  # staged only when the micro-batch had late rows
             targets = [*targets, RoutedTarget(self._dead_letter, LATE_ROWS_SCHEMA, optional=True)]
         sinks = [self._sink(t.settings) for t in targets]
-        tables = [load_table(self._catalog, t.settings.catalog, t.settings.table) for t in targets]
+        tables = load_tables(self._catalog, targets[0].settings.catalog, [t.settings.table for t in targets])
         if not self._admitted(sinks, tables, job_id, checkpoint_id, stream):
             return None
         timed = any(t.settings.event_time is not None for t in targets)

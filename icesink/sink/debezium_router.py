@@ -3,6 +3,7 @@ first sight, and all of them written by one Spark job."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -288,8 +289,10 @@ def _distributed(parsed: DataFrame, tables: Sequence[RoutedTable], dead_letter: 
 
     parallelism = parsed.sparkSession.sparkContext.defaultParallelism
     numbers = {t.source.key: i for i, t in enumerate(tables) if t.source is not None}
-    # Without a source table (every record of the micro-batch rejected) there is no map to look in.
-    by_source = F.create_map(*[F.lit(x) for key, number in numbers.items() for x in (key, number)])
+    # One literal, whatever the number of tables (a literal per key and number was two calls into the JVM a
+    # table); Spark folds the constant once. Without a source table (every record of the micro-batch rejected)
+    # there is no map to look in.
+    by_source = F.from_json(F.lit(json.dumps(numbers)), "map<string,int>")
     other = by_source[F.col("source")] if numbers else F.lit(None)
     target = F.when(F.col("source") == REJECTED, F.lit(dead_letter)).otherwise(other)
     share = sum(t.records for t in tables) / parallelism / 2
