@@ -80,7 +80,7 @@ class ParquetFile:
         columns: tuple[ColumnSpec, ...],
         compression: Compression,
         use_dictionary: bool | list[str] = True,
-        bloom_filters: dict[str, dict[str, float]] | None = None,
+        bloom_filters: dict[str, dict[str, float | int]] | None = None,
     ) -> None:
         self.uri = uri
         self._fs_path = fs_path

@@ -176,9 +176,14 @@ class WriterSpec:
     # A stream with event_time: its tasks report what they saw of the event times (icesink.writer.event_times).
     event_time: EventTimeSpec | None = None
 
-    def bloom_filter_options(self) -> dict[str, dict[str, float]] | None:
-        """pyarrow's ``bloom_filter_options`` for a data file (it sizes each filter by its row group's values)."""
-        return {path: {"fpp": fpp} for path, fpp in self.bloom_filters} or None
+    def bloom_filter_options(self) -> dict[str, dict[str, float | int]] | None:
+        """pyarrow's ``bloom_filter_options`` for a data file.
+
+        pyarrow sizes each filter for the fewer of ``ndv`` and its row group's rows. Left without ``ndv`` it
+        writes the same filter, but takes 10-25 ms more per file (a micro-batch into many keyed tables writes a
+        file per table), so ``ndv`` is the most rows a row group has: the filter stays what it was.
+        """
+        return {path: {"fpp": fpp, "ndv": self.row_group_rows} for path, fpp in self.bloom_filters} or None
 
     def for_checkpoint(self, checkpoint_id: int) -> WriterSpec:
         return replace(self, checkpoint_id=checkpoint_id)
