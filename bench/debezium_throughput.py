@@ -15,8 +15,9 @@ a boolean), so that one Spark job can parse them all.
 
 The two alternate, ``--rounds`` times each (after a warm-up of each), in one process; reported: rows per
 second of each, and icesink's share of Spark's. Then the same number of records spread over ``--many`` tables
-instead: icesink's seconds there against its seconds over ``--tables``. Every run's tables are checked against
-the generator's model (every key's last row, deletes applied).
+instead: icesink's seconds there against its seconds over ``--tables``, whole and per micro-batch after the
+first (which creates the tables), and the peak resident memory of Spark's Python workers in each. Every run's
+tables are checked against the generator's model (every key's last row, deletes applied).
 
     .venv/bin/python bench/debezium_throughput.py [--tables 20] [--many 200] [--events 50000] [--batches 4]
                                                   [--rounds 2] [--skip-many]
@@ -35,11 +36,13 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._memory import PeakMemory
 from bench.figures import Figures, record
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import upgrade
@@ -216,20 +219,38 @@ def catalog_at(root: Path, name: str) -> CatalogConfig:
     return config
 
 
-def run_icesink(spark: Any, source: Path, root: Path, name: str) -> tuple[float, CatalogConfig]:
+@dataclass
+class IcesinkRun:
+    seconds: float  # the whole query: start, every micro-batch, the end
+    batch_seconds: list[float]  # each micro-batch as Spark times it (triggerExecution), in order
+    python_workers_mib: float  # the peak resident memory of Spark's Python workers during the query
+    config: CatalogConfig
+
+    @property
+    def steady_batch_seconds(self) -> float:
+        """The median micro-batch after the first (which creates the tables)."""
+        return statistics.median(self.batch_seconds[1:] or self.batch_seconds)
+
+
+def run_icesink(spark: Any, source: Path, root: Path, name: str) -> IcesinkRun:
     import icesink
 
     config = catalog_at(root, name)
     df = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).json(str(source))
-    started = time.perf_counter()
-    icesink.stream(
-        df,
-        tables=icesink.debezium("bench"),
-        checkpoint_location=str(root / "ckpt" / name),
-        trigger={"availableNow": True},
-        catalog=config,
-    ).awaitTermination()
-    return time.perf_counter() - started, config
+    with PeakMemory() as peak:
+        started = time.perf_counter()
+        query = icesink.stream(
+            df,
+            tables=icesink.debezium("bench"),
+            checkpoint_location=str(root / "ckpt" / name),
+            trigger={"availableNow": True},
+            catalog=config,
+        )
+        query.awaitTermination()
+        seconds = time.perf_counter() - started
+    progress = sorted((p for p in query.recentProgress if p.numInputRows > 0), key=lambda p: p.batchId)
+    batches = [p.durationMs["triggerExecution"] / 1000 for p in progress]
+    return IcesinkRun(seconds, batches, peak.mib()["python_workers"], config)
 
 
 def run_spark(spark: Any, source: Path, root: Path, name: str) -> float:
@@ -283,12 +304,16 @@ def main() -> None:
         run_spark(spark, root / "few", root, "warm")
         run_icesink(spark, root / "few", root, "warm")
         icesink_seconds, spark_seconds = [], []
+        few_runs: list[IcesinkRun] = []
         for round_number in range(args.rounds):
             spark_seconds.append(run_spark(spark, root / "few", root, f"s{round_number}"))
-            seconds, config = run_icesink(spark, root / "few", root, f"i{round_number}")
-            check(config, few["model"])
-            icesink_seconds.append(seconds)
-            print(json.dumps({"round": round_number, "spark_s": spark_seconds[-1], "icesink_s": seconds}), flush=True)
+            run = run_icesink(spark, root / "few", root, f"i{round_number}")
+            check(run.config, few["model"])
+            icesink_seconds.append(run.seconds)
+            few_runs.append(run)
+            print(
+                json.dumps({"round": round_number, "spark_s": spark_seconds[-1], "icesink_s": run.seconds}), flush=True
+            )
         report: dict[str, Any] = {
             "records": records,
             "tables": args.tables,
@@ -299,16 +324,27 @@ def main() -> None:
         }
         if not args.skip_many:
             many = write_events(root / "many", args.many, args.batches, args.events)
-            many_seconds = []
+            many_runs: list[IcesinkRun] = []
             for round_number in range(args.rounds):
-                seconds, config = run_icesink(spark, root / "many", root, f"m{round_number}")
-                check(config, many["model"])
-                many_seconds.append(seconds)
-                print(json.dumps({"round": round_number, f"icesink_{args.many}_tables_s": seconds}), flush=True)
+                run = run_icesink(spark, root / "many", root, f"m{round_number}")
+                check(run.config, many["model"])
+                many_runs.append(run)
+                print(json.dumps({"round": round_number, f"icesink_{args.many}_tables_s": run.seconds}), flush=True)
+            many_seconds = [r.seconds for r in many_runs]
             report["many_tables"] = args.many
             report["many_seconds"] = [round(s, 1) for s in many_seconds]
             report["few_seconds"] = [round(s, 1) for s in icesink_seconds]
             report["many_over_few"] = round(statistics.median(many_seconds) / statistics.median(icesink_seconds), 2)
+            # A micro-batch after the first (which creates the tables), as Spark times it.
+            few_batch = statistics.median(r.steady_batch_seconds for r in few_runs)
+            many_batch = statistics.median(r.steady_batch_seconds for r in many_runs)
+            report["few_batch_seconds"] = [[round(b, 2) for b in r.batch_seconds] for r in few_runs]
+            report["many_batch_seconds"] = [[round(b, 2) for b in r.batch_seconds] for r in many_runs]
+            report["many_over_few_batch"] = round(many_batch / few_batch, 2)
+            report["python_workers_peak_mib"] = {
+                f"{args.tables} tables": max(r.python_workers_mib for r in few_runs),
+                f"{args.many} tables": max(r.python_workers_mib for r in many_runs),
+            }
         print(json.dumps(report, indent=2))
         if not args.no_record:
             record_figures(args, report)
