@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pyiceberg.manifest import read_manifest_list
+from pyiceberg.manifest import ManifestFile, read_manifest_list
 
 from icesink.catalog.checkpoints import CheckpointState
 from icesink.catalog.config import CatalogConfig
@@ -444,7 +444,8 @@ def test_the_manifest_lists_a_commit_keeps_are_what_their_files_hold(three_table
             assert is_kept(snapshot.manifest_list)  # written by this process: never read back
             kept = manifests_of(table.io, snapshot)
             read = list(read_manifest_list(table.io.new_input(snapshot.manifest_list)))
-            assert len(read) >= 1 and kept == read
+            # Field by field (a manifest's == compares its path alone).
+            assert len(read) >= 1 and [_fields(m) for m in kept] == [_fields(m) for m in read]
             assert all(
                 m.sequence_number == snapshot.sequence_number
                 for m in kept
@@ -470,3 +471,25 @@ def test_each_table_of_a_group_names_its_own_discarded_checkpoints(three_tables:
     assert summaries[b]["icesink.discarded-checkpoints"] == "0"
     assert summaries[c]["icesink.discarded-checkpoints"] == "0"
     assert table_ids(config, a) == [0, 1, 2] and table_ids(config, b) == [11, 12] and table_ids(config, c) == [21]
+
+
+def _fields(manifest: ManifestFile) -> tuple[object, ...]:
+    return tuple(
+        getattr(manifest, name)
+        for name in (
+            "manifest_path",
+            "manifest_length",
+            "partition_spec_id",
+            "content",
+            "sequence_number",
+            "min_sequence_number",
+            "added_snapshot_id",
+            "added_files_count",
+            "existing_files_count",
+            "deleted_files_count",
+            "added_rows_count",
+            "existing_rows_count",
+            "deleted_rows_count",
+            "key_metadata",
+        )
+    ) + tuple((p.contains_null, p.contains_nan, p.lower_bound, p.upper_bound) for p in (manifest.partitions or []))

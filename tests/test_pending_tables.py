@@ -374,6 +374,21 @@ def test_tables_loaded_together_are_the_tables_loaded_one_by_one(catalog_config:
     with pytest.raises(TableNotFoundError) as missing:
         load_tables(catalog, config, [OLD, "shop.absent"])
     assert "'shop.absent' does not exist" in str(missing.value)
+    # A view of the pending table's name (Iceberg Java or Rust keep views in the same table): no table, as for
+    # load_table.
+    namespace, name = NEW.rsplit(".", 1)
+    with engine(config).begin() as connection:
+        connection.execute(
+            sa.text(
+                "INSERT INTO iceberg_tables (catalog_name, table_namespace, table_name, metadata_location, "
+                "iceberg_type) VALUES (:catalog, :namespace, :name, :location, 'VIEW')"
+            ),
+            {"catalog": config.name, "namespace": namespace, "name": name, "location": "file:///nowhere/view.json"},
+        )
+    (viewed,) = load_tables(catalog, config, [NEW, OLD])[:1]
+    assert type(viewed).__name__ == "PendingTable" and viewed.metadata_location == alone[0].metadata_location
+    with engine(config).begin() as connection:
+        connection.execute(sa.text("DELETE FROM iceberg_tables WHERE iceberg_type = 'VIEW'"))
     create_orders_table(config, NEW)  # another tool takes the pending table's name
     with pytest.raises(TableCreatedElsewhereError) as taken:
         load_tables(catalog, config, [OLD, NEW])

@@ -21,8 +21,9 @@ from icesink.iceberg import check_pyiceberg_version
 
 check_pyiceberg_version()
 
-# Manifests named by the lists kept (a list holds references to pyiceberg's own manifest objects).
-BUDGET_MANIFESTS = 100_000
+# Manifests named by the lists kept, about a kilobyte each where lists do not share them (a committer's lists do:
+# consecutive lists of a table name mostly the same manifests).
+BUDGET_MANIFESTS = 20_000
 
 _lock = threading.Lock()
 _cached: OrderedDict[str, tuple[ManifestFile, ...]] = OrderedDict()
@@ -38,11 +39,11 @@ def manifests_of(io: FileIO, snapshot: Snapshot) -> list[ManifestFile]:
             _cached.move_to_end(location)
             return list(known)
     manifests = tuple(snapshot.manifests(io))
-    remember(location, manifests)
+    remember_list(location, manifests)
     return list(manifests)
 
 
-def remember(location: str, manifests: Sequence[ManifestFile]) -> None:
+def remember_list(location: str, manifests: Sequence[ManifestFile]) -> None:
     """The manifests of the list at ``location``, as written there."""
     with _lock:
         if location in _cached:

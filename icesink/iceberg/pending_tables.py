@@ -82,10 +82,14 @@ class PendingAwareCatalog(SqlCatalog):
         wanted = {identifier: _parts(identifier) for identifier in identifiers}
         names = sorted(set(wanted.values()))
         t, p = IcebergTables, PENDING_TABLES.c
+        catalog_rows = sa.select(sa.literal(0).label("pending"), t.table_namespace, t.table_name, t.metadata_location)
+        catalog_rows = catalog_rows.where(
+            t.catalog_name == self.name, sa.tuple_(t.table_namespace, t.table_name).in_(names)
+        )
+        if (tables_only := self._iceberg_type_filter()) is not None:  # as load_table: a view of the name is no table
+            catalog_rows = catalog_rows.where(tables_only)
         query = sa.union_all(
-            sa.select(sa.literal(0).label("pending"), t.table_namespace, t.table_name, t.metadata_location).where(
-                t.catalog_name == self.name, sa.tuple_(t.table_namespace, t.table_name).in_(names)
-            ),
+            catalog_rows,
             sa.select(sa.literal(1), p.table_namespace, p.table_name, p.metadata_location).where(
                 p.catalog_name == self.name, sa.tuple_(p.table_namespace, p.table_name).in_(names)
             ),

@@ -35,8 +35,7 @@ from pyiceberg.table.update import (
 
 from icesink.errors import ConfigError
 from icesink.iceberg.expiry import expired_snapshot_ids
-from icesink.iceberg.manifest_lists import manifests_of
-from icesink.iceberg.manifest_lists import remember as remember_manifest_list
+from icesink.iceberg.manifest_lists import manifests_of, remember_list
 from icesink.iceberg.manifests import AddedFile, compression, manifest_writer, write_added
 from icesink.iceberg.merging import ManifestMergePolicy, merge_manifests
 from icesink.iceberg.metadata_cache import remember
@@ -245,9 +244,10 @@ def _write_manifest_list(
         avro_compression=compression(metadata),
     ) as list_writer:
         list_writer.add_manifests(manifests)
-    # What the file holds: each manifest as the writer prepared it (a new one given its sequence numbers; pure in
-    # formats 1 and 2, the only ones pyiceberg writes lists in), so the next commit need not read it back.
-    remember_manifest_list(path, [list_writer.prepare_manifest(m) for m in manifests])
+    if metadata.format_version >= 2:  # format 1 lists hold no sequence numbers: a reader gets 0, not -1 as written
+        # What the file holds, for the next commit: the manifests as the writer prepared them (sequence numbers
+        # given to new ones, in these very objects: doing it again changes nothing).
+        remember_list(path, [list_writer.prepare_manifest(m) for m in manifests])
 
 
 def _write_added(
