@@ -103,10 +103,13 @@ class PendingAwareCatalog(SqlCatalog):
         for identifier, key in wanted.items():
             locations = found.get(key, {})
             in_catalog, pending = locations.get(0), locations.get(1)
-            if not in_catalog:  # absent, pending, or a damaged row: as one load says it
+            if 0 not in locations:  # not in the catalog: pending, or absent (as one load says it)
                 tables[identifier] = (
                     self._pending_table(identifier, pending) if pending else self.load_table(identifier)
                 )
+                continue
+            if not in_catalog:  # a damaged row: as one load says it
+                tables[identifier] = self.load_table(identifier)
                 continue
             table = self._catalog_table(key, in_catalog)
             if pending:

@@ -179,10 +179,10 @@ class WriterSpec:
     def bloom_filter_options(self) -> dict[str, dict[str, float | int]] | None:
         """pyarrow's ``bloom_filter_options`` for a data file.
 
-        pyarrow sizes each filter for the fewer of ``ndv`` and its row group's values, and without ``ndv`` assumes
-        1,048,576 (the row-group limit here too), but then takes 10-25 ms more per file: a micro-batch into many
-        keyed tables writes a file per table. So ``ndv`` is named, as the row-group limit: the filters are the
-        ones pyarrow writes without it, byte for byte.
+        pyarrow sizes each filter for its row group's distinct values, at most ``ndv``. Without ``ndv`` it sizes
+        them the same, but takes 10-25 ms more per file, and a micro-batch into many keyed tables writes a file per
+        table. So ``ndv`` is the row-group limit: a row group within it gets the filter pyarrow writes without
+        ``ndv``, byte for byte (a larger one, which a task's keyed rows can make, one sized for the limit).
         """
         return {path: {"fpp": fpp, "ndv": self.row_group_rows} for path, fpp in self.bloom_filters} or None
 
