@@ -65,6 +65,26 @@ def test_a_format_3_table_is_refused_before_anything_is_written(sqlite_catalog: 
         assert code == 2 and "format version 3" in err and "Traceback" not in err
 
 
+def test_a_format_1_table_is_refused_with_the_commands_that_upgrade_it(sqlite_catalog: CatalogConfig) -> None:
+    from icesink.sink.tables import resolve_table
+    from tests.helpers.support import _orders_schema
+
+    catalog = open_catalog(sqlite_catalog)
+    catalog.create_namespace_if_not_exists(TABLE.rsplit(".", 1)[0])
+    catalog.create_table(TABLE, schema=_orders_schema(), properties={"format-version": "1"})
+    with pytest.raises(UnsupportedTableError) as refused:
+        resolve_table(catalog, sqlite_catalog, TABLE, None, False, ())  # type: ignore[arg-type]
+    message = str(refused.value)
+    assert f"table {TABLE} is Iceberg format version 1" in message and "Nothing was written" in message
+    assert "upgrade_table_version(2)" in message and "'format-version'='2'" in message
+    code, _, err = cli(sqlite_catalog, "maintain", TABLE, "--all", "--dry-run")
+    assert code == 2 and "format version 1" in err and "Traceback" not in err
+    # What it advises works: upgraded, the table is taken.
+    with catalog.load_table(TABLE).transaction() as transaction:
+        transaction.upgrade_table_version(2)
+    resolve_table(catalog, sqlite_catalog, TABLE, None, False, ())  # type: ignore[arg-type]
+
+
 def test_a_maintenance_dry_run_refuses_what_the_real_run_refuses(sqlite_catalog: CatalogConfig) -> None:
     table = create_orders_table(sqlite_catalog, TABLE)
     for checkpoint in range(3):

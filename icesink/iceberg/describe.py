@@ -172,17 +172,23 @@ def column_spec(field: NestedField, identifier: str, path: str = "") -> ColumnSp
     return ColumnSpec(field.field_id, field.name, type_name, field.required)
 
 
-WRITABLE_FORMAT_VERSIONS = (1, 2)
+# Format 1: the manifests icesink stages do not encode in its layout, and it has no delete files (a known gap).
+WRITABLE_FORMAT_VERSIONS = (2,)
 
 
 def check_format_version(table: Table, identifier: str) -> None:
     """Refuse a table whose metadata icesink cannot write, before anything is written for it."""
     version = table.metadata.format_version
     if version not in WRITABLE_FORMAT_VERSIONS:
+        remedy = (
+            "upgrade it to format 2 (pyiceberg: `with table.transaction() as t: t.upgrade_table_version(2)`; "
+            "Spark SQL: ALTER TABLE ... SET TBLPROPERTIES ('format-version'='2'))"
+            if version < 2
+            else "write to a format 2 table (create it with the table property format-version=2)"
+        )
         raise UnsupportedTableError(
             f"table {identifier} is Iceberg format version {version}; icesink (through pyiceberg "
-            f"{'.'.join(map(str, _pyiceberg_version()))}) writes format versions 1 and 2 only. Nothing was written: "
-            "write to a format 2 table (create it with the table property format-version=2)"
+            f"{'.'.join(map(str, _pyiceberg_version()))}) writes format version 2 only. Nothing was written: {remedy}"
         )
 
 

@@ -70,6 +70,8 @@ class PendingAwareCatalog(SqlCatalog):
         except NoSuchTableError:
             if pending is None:
                 raise
+            if self._has_view(identifier):  # its publishing could never insert the name: say why, not retry
+                raise _view_in_the_way(identifier, pending) from None
             return self._pending_table(identifier, pending)
         # Read apart, the two can show a table published in between: then its pending row is gone now.
         if pending is not None and self.pending_location(identifier) is not None:
@@ -103,12 +105,7 @@ class PendingAwareCatalog(SqlCatalog):
         for identifier, key in wanted.items():
             locations = found.get(key, {})
             in_catalog, pending = locations.get(0), locations.get(1)
-            if 0 not in locations:  # not in the catalog: pending, or absent (as one load says it)
-                tables[identifier] = (
-                    self._pending_table(identifier, pending) if pending else self.load_table(identifier)
-                )
-                continue
-            if not in_catalog:  # a damaged row: as one load says it
+            if not in_catalog:  # pending, absent or a damaged row (rare, and not for long): as one load says it
                 tables[identifier] = self.load_table(identifier)
                 continue
             table = self._catalog_table(key, in_catalog)
@@ -116,6 +113,19 @@ class PendingAwareCatalog(SqlCatalog):
                 raise _created_elsewhere(table, pending)
             tables[identifier] = table
         return tables
+
+    def _has_view(self, identifier: str | Identifier) -> bool:
+        """Whether the catalog holds a view of that name (Iceberg Java and Rust keep views beside tables)."""
+        tables_only = self._iceberg_type_filter()
+        if tables_only is None:  # a catalog without the column has no views
+            return False
+        namespace, name = _parts(identifier)
+        t = IcebergTables
+        query = sa.select(sa.func.count()).where(
+            t.catalog_name == self.name, t.table_namespace == namespace, t.table_name == name, ~tables_only
+        )
+        with self.engine.connect() as connection:
+            return bool(connection.execute(query).scalar())
 
     def pending_location(self, identifier: str | Identifier) -> str | None:
         """The metadata file of the pending table of that name, if a stream created one."""
@@ -317,6 +327,17 @@ def _created_elsewhere(table: Table, pending: str) -> TableCreatedElsewhereError
         "into the other one; they stay staged. Drop or rename the other table (then they commit), or discard "
         f"them (`icesink checkpoints discard {quote(identifier)} N`) and give the name up (`icesink tables "
         f"drop-pending {quote(identifier)}`), mapping the stream's source table to another name"
+    )
+
+
+def _view_in_the_way(identifier: str | Identifier, pending: str) -> TableCreatedElsewhereError:
+    name = identifier if isinstance(identifier, str) else ".".join(identifier)
+    return TableCreatedElsewhereError(
+        f"table {name}: a stream created it (pending metadata {pending}) and has not committed to it yet, but "
+        "another tool created a view of that name in the catalog meanwhile, so the table cannot enter the catalog "
+        "under it. The stream's files stay staged. Drop or rename the view (then they commit), or discard them "
+        f"(`icesink checkpoints discard {quote(name)} N`) and give the name up (`icesink tables drop-pending "
+        f"{quote(name)}`), mapping the stream's source table to another name"
     )
 
 
