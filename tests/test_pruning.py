@@ -724,3 +724,115 @@ def test_data_files_bloom_filters_are_the_ones_pyarrow_sizes_by_itself(tmp_path:
     assert pq.ParquetFile(ours).metadata.num_row_groups == -(-rows // 50_000)
     assert len(filters(ours)) == 2 * pq.ParquetFile(ours).metadata.num_row_groups
     assert filters(ours) == filters(theirs)
+
+
+def test_a_commit_reads_again_none_of_the_files_an_earlier_commit_read(
+    sqlite_catalog: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Footers, bloom filters and key columns of committed data files are kept between commits: a commit whose
+    deletes reach a file an earlier commit read does not open it again, and finds the same rows in it."""
+    from icesink.maintenance import kept_files
+    from tests.test_maintenance import TABLE as KV
+    from tests.test_maintenance import commit_changes
+    from tests.test_maintenance import create as create_kv
+
+    create_kv(sqlite_catalog)
+    commit_changes(sqlite_catalog, 0, [(k, f"first-{k}", "I") for k in range(10)])
+    first = {f.path for f in live_files(open_catalog(sqlite_catalog).load_table(KV)).data}
+    commit_changes(sqlite_catalog, 1, [(1, "second-1", "U")])  # reads the first file's footer, filter and keys
+    second = {f.path for f in live_files(open_catalog(sqlite_catalog).load_table(KV)).data} - first
+    opened: list[str] = []
+    opening = kept_files.KeptFile._open
+
+    def counted(self: kept_files.KeptFile) -> Any:
+        opened.append(self.name[1])
+        return opening(self)
+
+    monkeypatch.setattr(kept_files.KeptFile, "_open", counted)
+    commit_changes(sqlite_catalog, 2, [(2, "third-2", "U"), (1, "third-1", "U"), (7, "", "D")])
+    assert set(opened) == second  # the second commit's file only: the first one's reads were kept
+    table = open_catalog(sqlite_catalog).load_table(KV)
+    assert live_files(table).equality_deletes == []
+    expected = sorted([(k, f"first-{k}") for k in (0, 3, 4, 5, 6, 8, 9)] + [(1, "third-1"), (2, "third-2")])
+    assert sorted((r["id"], r["v"]) for r in table.scan().to_arrow().to_pylist()) == expected
+
+
+def test_a_file_regenerated_at_the_same_location_is_converted_against_what_it_holds_now(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    """An export rewritten at one location (same size, other keys) and attached again with add_files: what a
+    commit kept of the first file at that location does not stand for the second."""
+    from tests.test_maintenance import TABLE as KV
+    from tests.test_maintenance import commit_changes
+    from tests.test_maintenance import create as create_kv
+
+    table = create_kv(sqlite_catalog)
+    path = Path(table.location().removeprefix("file://")) / "export" / "part-00000.parquet"
+    path.parent.mkdir(parents=True)
+    plain = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", pa.string())])
+
+    def export(keys: range) -> int:
+        pq.write_table(pa.table({"id": list(keys), "v": [f"x-{k:04d}" for k in keys]}, plain), path)
+        return path.stat().st_size
+
+    size = export(range(10, 20))
+    table.add_files([file_uri(path)])
+    commit_changes(sqlite_catalog, 0, [(13, "new-13", "U")])  # keeps the first export's keys
+    table = open_catalog(sqlite_catalog).load_table(KV)
+    table.delete("true")
+    assert export(range(20, 30)) == size
+    open_catalog(sqlite_catalog).load_table(KV).add_files([file_uri(path)])
+    commit_changes(sqlite_catalog, 1, [(23, "new-23", "U"), (14, "new-14", "U")])
+    table = open_catalog(sqlite_catalog).load_table(KV)
+    expected = sorted([(k, f"x-{k:04d}") for k in range(20, 30) if k != 23] + [(23, "new-23"), (14, "new-14")])
+    assert sorted((r["id"], r["v"]) for r in table.scan().to_arrow().to_pylist()) == expected
+
+
+def test_equality_deletes_written_before_their_key_was_promoted_still_delete(sqlite_catalog: CatalogConfig) -> None:
+    """Deletes of an int key kept as equality deletes, the key then promoted to long: readers and the bulk
+    conversion read the old delete files' keys as longs, and remove the same rows."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import IntegerType, LongType, NestedField, StringType
+
+    import icesink
+    from icesink.catalog.ledger import Ledger
+    from icesink.committer.commit import TableCommitter
+    from icesink.committer.staging import stage_checkpoint
+    from icesink.maintenance.committing import MaintenanceTarget
+    from icesink.maintenance.convert import convert_equality_deletes
+    from icesink.writer.spec import ChangeSpec
+    from icesink.writer.task import TaskWriter
+
+    catalog = open_catalog(sqlite_catalog)
+    catalog.create_namespace("shop")
+    schema = Schema(
+        NestedField(1, "id", IntegerType(), required=True), NestedField(2, "v", StringType()), identifier_field_ids=[1]
+    )
+    catalog.create_table(TABLE, schema, properties={"icesink.equality-deletes.convert-at-commit": "false"})
+
+    def commit(checkpoint: int, changes: list[tuple[int, str, str]], kind: pa.DataType) -> None:
+        table = open_catalog(sqlite_catalog).load_table(TABLE)
+        spec = writer_spec(table, TABLE, "cdc", ChangeSpec(equality_field_ids=(1,), op_column="op"))
+        writer = TaskWriter(spec.for_checkpoint(checkpoint), 0, 0)
+        rows = {"id": pa.array([c[0] for c in changes], kind), "v": [c[1] for c in changes]}
+        order = pa.array(range(len(changes)), pa.int64())
+        writer.write(pa.table({**rows, "op": [c[2] for c in changes], "__icesink_order": order}))
+        stage_checkpoint(Ledger(sqlite_catalog), table, TABLE, "cdc", checkpoint, [writer.complete()])
+        TableCommitter.of(sqlite_catalog).commit_pending(TABLE)
+
+    commit(0, [(k, f"a-{k}", "I") for k in range(1, 6)], pa.int32())
+    commit(1, [(2, "", "D"), (3, "b-3", "U")], pa.int32())
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    assert live_files(table).equality_deletes  # kept as they are, int keys
+    with table.update_schema() as update:
+        update.update_column("id", LongType())
+    commit(2, [(2**40, "big", "I"), (4, "", "D")], pa.int64())
+    expected = [(1, "a-1"), (3, "b-3"), (5, "a-5"), (2**40, "big")]
+    assert sorted((r["id"], r["v"]) for r in icesink.read(TABLE, catalog=sqlite_catalog).to_pylist()) == expected
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    kept = len(live_files(table).equality_deletes)  # int and long keys
+    target = MaintenanceTarget(open_catalog(sqlite_catalog), sqlite_catalog, TABLE)
+    assert convert_equality_deletes(target, table).equality_delete_files == kept >= 2
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    assert live_files(table).equality_deletes == []
+    assert sorted((r["id"], r["v"]) for r in table.scan().to_arrow().to_pylist()) == expected

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
-from icesink.arrays import FieldStep, nested_column, positions, repeated
+from icesink.arrays import FIELD_ID, FieldStep, nested_column, positions, repeated
 from icesink.iceberg.manifest_lists import manifests_of
 
 if TYPE_CHECKING:
@@ -208,7 +209,10 @@ class EqualityDeletes:
             key_schema = self._schema.select(*names)
             parts = []
             for planned in self._groups[group]:
-                keys = self.key_columns(read_files(self._table, key_schema, [(planned.file, frozenset())], None), ids)
+                keys = _plain_keys(self._table, key_schema, planned.file)
+                if keys is None:
+                    keys = read_files(self._table, key_schema, [(planned.file, frozenset())], None)
+                keys = self.key_columns(keys, ids)
                 parts.append(keys.append_column(_SEQ, repeated(planned.sequence_number, keys.num_rows)))
             combined = pa.concat_tables(parts, promote_options="permissive")
             keys, join_names = comparable_keys(combined, names)
@@ -269,3 +273,30 @@ class EqualityDeletes:
         if rows.num_rows == 0:
             return rows
         return rows.filter(pc.invert(self.deleted(rows, data_sequence, scope)))
+
+
+def _plain_keys(table: Table, key_schema: Schema, delete_file: DataFile) -> pa.Table | None:
+    """A delete file's key columns read as they are stored, where that is what the table's reader would return:
+    top-level keys found by field id, of the type the schema gives them (strings of either width). None for
+    anything else (nested keys, files without field ids, a type promoted since), which the reader projects.
+
+    Every keyed commit reads its checkpoint's delete files; the reader's projection costs far more than reading
+    a few thousand keys.
+    """
+    from pyiceberg.io.pyarrow import schema_to_pyarrow
+
+    wanted = schema_to_pyarrow(key_schema, include_field_ids=False)
+    if any(pa.types.is_struct(f.type) for f in wanted):
+        return None
+    with table.io.new_input(str(delete_file.file_path)).open() as stream:
+        parquet = pq.ParquetFile(stream)
+        stored = {int(f.metadata[FIELD_ID]): f for f in parquet.schema_arrow if f.metadata and FIELD_ID in f.metadata}
+        found = [stored.get(field.field_id) for field in key_schema.fields]
+        if any(f is None or _widened(f.type) != _widened(w.type) for f, w in zip(found, wanted, strict=True)):
+            return None
+        rows = parquet.read(columns=[f.name for f in found if f is not None])
+    return pa.table(rows.columns, names=wanted.names)
+
+
+def _widened(kind: pa.DataType) -> pa.DataType:
+    return {pa.string(): pa.large_string(), pa.binary(): pa.large_binary()}.get(kind, kind)

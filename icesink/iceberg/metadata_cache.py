@@ -8,50 +8,39 @@ The cache holds files up to a budget of bytes, least recently used first out.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-
 from pyiceberg.io import FileIO
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table.metadata import TableMetadata
 
 from icesink.iceberg import check_pyiceberg_version
+from icesink.iceberg.read_caches import Kept
 
 check_pyiceberg_version()
 
 BUDGET_BYTES = 256 * 1024 * 1024  # of metadata JSON read; the parsed form takes a few times more
 
-_lock = threading.Lock()
-_cached: OrderedDict[str, tuple[TableMetadata, int]] = OrderedDict()
-_held = [0]
+_METADATA: Kept[tuple[TableMetadata, int]] = Kept(BUDGET_BYTES, lambda kept: kept[1])
 
 
-def remember(location: str, metadata: TableMetadata, size: int = 0) -> None:
+def remember(location: str, metadata: TableMetadata) -> None:
     """The metadata icesink itself just wrote at ``location``: the next load of the table parses nothing."""
-    with _lock:
-        _put(location, metadata, size)
+    _METADATA.put(location, (metadata, _estimated_size(metadata)))
 
 
-def _put(location: str, metadata: TableMetadata, size: int) -> None:
-    if location in _cached:
-        return
-    _cached[location] = (metadata, size)
-    _held[0] += size
-    while _held[0] > BUDGET_BYTES and len(_cached) > 1:
-        _, (_, dropped) = _cached.popitem(last=False)
-        _held[0] -= dropped
+def _estimated_size(metadata: TableMetadata) -> int:
+    """About the bytes of a metadata file's JSON, for one written here and never read: its logs and snapshots
+    make most of it (a committer remembers each file it writes, so these must count against the budget)."""
+    entries = len(metadata.snapshots) + len(metadata.snapshot_log) + len(metadata.metadata_log)
+    return 4096 + 512 * entries + 256 * sum(len(schema.fields) for schema in metadata.schemas)
 
 
 def table_metadata(io: FileIO, location: str) -> TableMetadata:
     """The metadata file at ``location``, parsed (pyiceberg's errors for a missing or unreadable file)."""
-    with _lock:
-        known = _cached.get(location)
-        if known is not None:
-            _cached.move_to_end(location)
-            return known[0]
+    known = _METADATA.get(location)
+    if known is not None:
+        return known[0]
     file = io.new_input(location)
     metadata = FromInputFile.table_metadata(file)
-    size = len(file) if hasattr(file, "__len__") else 0
-    with _lock:
-        _put(location, metadata, size)
+    size = len(file) if hasattr(file, "__len__") else _estimated_size(metadata)
+    _METADATA.put(location, (metadata, size))
     return metadata

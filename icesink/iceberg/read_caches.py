@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import pyarrow as pa
 from pyiceberg.schema import Schema
@@ -29,6 +30,8 @@ LAYOUTS = 512
 ROW_GROUP_BYTES = 128 * 1024 * 1024
 # Footers kept per process (a schema and the row groups' first rows each): enough for a large table's files.
 FOOTERS = 8192
+
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -99,55 +102,45 @@ def _same_columns(layout: Layout, batch: pa.RecordBatch, projected: pa.RecordBat
     return bool(pa.RecordBatch.from_arrays(batch.columns, schema=projected.schema).equals(projected))
 
 
-class RowGroups:
-    """Decoded row groups, least recently used first out, within ``limit`` bytes."""
+class Kept(Generic[V]):
+    """Values by key, least recently used first out, within ``limit`` (in the units ``size`` measures)."""
 
-    def __init__(self, limit: int = ROW_GROUP_BYTES) -> None:
+    def __init__(self, limit: int, size: Callable[[V], int] = lambda _: 1) -> None:
         self._limit = limit
+        self._size = size
         self._held = 0
-        self._groups: OrderedDict[tuple[object, ...], list[pa.RecordBatch]] = OrderedDict()
+        self._values: OrderedDict[Hashable, tuple[V, int]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[object, ...]) -> list[pa.RecordBatch] | None:
+    def get(self, key: Hashable) -> V | None:
         with self._lock:
-            found = self._groups.get(key)
-            if found is not None:
-                self._groups.move_to_end(key)
-            return found
+            found = self._values.get(key)
+            if found is None:
+                return None
+            self._values.move_to_end(key)
+            return found[0]
 
-    def put(self, key: tuple[object, ...], batches: list[pa.RecordBatch]) -> None:
-        size = sum(b.nbytes for b in batches)
+    def put(self, key: Hashable, value: V) -> None:
+        size = self._size(value)
         if size > self._limit // 4:
-            return  # one huge row group would push out everything else for a single reuse
+            return  # one huge value would push out everything else for a single reuse
         with self._lock:
-            if key in self._groups:
+            if key in self._values:
                 return
-            self._groups[key] = batches
+            self._values[key] = (value, size)
             self._held += size
             while self._held > self._limit:
-                _, dropped = self._groups.popitem(last=False)
-                self._held -= sum(b.nbytes for b in dropped)
+                _, (_, dropped) = self._values.popitem(last=False)
+                self._held -= dropped
 
 
-class Footers:
-    """Footers by file (by what names its contents: see ``read_data_file``'s ``kept_as``), within ``limit``."""
+class RowGroups(Kept[list[pa.RecordBatch]]):
+    """Decoded row groups within ``limit`` bytes."""
 
-    def __init__(self, limit: int = FOOTERS) -> None:
-        self._limit = limit
-        self._footers: dict[tuple[object, ...], Footer] = {}
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[object, ...]) -> Footer | None:
-        with self._lock:
-            return self._footers.get(key)
-
-    def put(self, key: tuple[object, ...], footer: Footer) -> None:
-        with self._lock:
-            if len(self._footers) >= self._limit:
-                self._footers.clear()
-            self._footers[key] = footer
+    def __init__(self, limit: int = ROW_GROUP_BYTES) -> None:
+        super().__init__(limit, lambda batches: sum(b.nbytes for b in batches))
 
 
 LAYOUT_CACHE = Layouts()
-FOOTER_CACHE = Footers()
+FOOTER_CACHE: Kept[Footer] = Kept(FOOTERS)
 ROW_GROUP_CACHE = RowGroups()

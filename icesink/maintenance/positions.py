@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -27,8 +26,10 @@ from pyiceberg.schema import Schema as IcebergSchema
 from icesink.arrays import FIELD_ID, nested_column, repeated
 from icesink.iceberg.deletes import EqualityDeletes, PartitionKey, partition_scope
 from icesink.iceberg.schemas import field_path
+from icesink.maintenance.kept_files import FileName, KeptFile, KeptFooter, file_name
 from icesink.maintenance.packing import packed
 from icesink.maintenance.pruning import KeyPruning, PruningCounts
+from icesink.maintenance.reading_threads import READING_THREADS, in_parallel
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
@@ -51,34 +52,33 @@ class KeyRead:
     """The row groups of one data file whose keys are to be read, with its footer (read once)."""
 
     data: LiveFile
-    metadata: pq.FileMetaData
+    name: FileName
+    footer: KeptFooter
     row_groups: tuple[int, ...]
+
+    @property
+    def metadata(self) -> pq.FileMetaData:
+        return self.footer.metadata
 
     @property
     def rows(self) -> int:
         return sum(self.metadata.row_group(i).num_rows for i in self.row_groups)
 
-    @property
-    def whole_file(self) -> bool:
-        return len(self.row_groups) == int(self.metadata.num_row_groups)
 
-
-def plan_key_reads(
-    table: Table, data: Sequence[LiveFile], pruning: KeyPruning | None = None, threads: int = 4
-) -> list[KeyRead]:
+def plan_key_reads(table: Table, data: Sequence[LiveFile], pruning: KeyPruning | None = None) -> list[KeyRead]:
     """The files and row groups whose keys are to be read: with ``pruning``, those whose statistics and bloom
-    filters may hold a deleted key (footers and filters read in parallel), else all."""
+    filters may hold a deleted key (footers and filters read in parallel, and kept: see ``kept_files``), else
+    all."""
 
     def plan(live: LiveFile) -> tuple[KeyRead, PruningCounts]:
-        with table.io.new_input(live.path).open() as stream:
-            parquet = pq.ParquetFile(stream)
+        with KeptFile(table.io, file_name(table, live)) as file:
+            everything = tuple(range(file.footer.metadata.num_row_groups))
             if pruning is None:
-                return KeyRead(live, parquet.metadata, tuple(range(parquet.metadata.num_row_groups))), PruningCounts()
-            groups, counts = pruning.row_groups(live, parquet, stream)
-            return KeyRead(live, parquet.metadata, tuple(groups)), counts
+                return KeyRead(live, file.name, file.footer, everything), PruningCounts()
+            groups, counts = pruning.row_groups(live, file)
+            return KeyRead(live, file.name, file.footer, tuple(groups)), counts
 
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        planned = list(pool.map(plan, data))
+    planned = in_parallel(plan, data, alone_below=PARALLEL_FILES)
     if pruning is not None:
         for _, counts in planned:
             pruning.counts.add(counts)
@@ -109,22 +109,19 @@ def read_key_columns(
 
     paths = {i: field_path(schema, i) for i in sorted(field_ids)}
     top_ids = sorted({path[0][0] for path in paths.values()})
-    with table.io.new_input(read.data.path).open() as stream:
-        parquet = pq.ParquetFile(stream, metadata=read.metadata)
-        by_id: dict[int, str] = {}
-        for field in parquet.schema_arrow:
-            raw = (field.metadata or {}).get(FIELD_ID)
-            if raw is not None:
-                by_id[int(raw)] = field.name
-        names = set(parquet.schema_arrow.names)
-        found = {i: by_id.get(i) for i in top_ids} if by_id else _by_names(table, schema, top_ids, names)
-        present = [i for i in top_ids if found[i] in names]
-        columns = [found[i] for i in present]
-        if read.whole_file:
-            rows, positions = parquet.read(columns=columns), None
-        else:
-            rows = parquet.read_row_groups(list(read.row_groups), columns=columns)
-            positions = _row_group_positions(read.metadata, read.row_groups)
+    arrow_schema = read.footer.arrow_schema
+    by_id: dict[int, str] = {}
+    for field in arrow_schema:
+        raw = (field.metadata or {}).get(FIELD_ID)
+        if raw is not None:
+            by_id[int(raw)] = field.name
+    names = set(arrow_schema.names)
+    found = {i: by_id.get(i) for i in top_ids} if by_id else _by_names(table, schema, top_ids, names)
+    present = [i for i in top_ids if found[i] in names]
+    with KeptFile(table.io, read.name) as file:
+        rows = file.columns(read.row_groups, [str(found[i]) for i in present])
+    everything = len(read.row_groups) == read.metadata.num_row_groups
+    positions = None if everything else _row_group_positions(read.metadata, read.row_groups)
     # A key column added to the table after the file was written is null in every row of it.
     by_field = {i: rows.column(found[i]) for i in present}
     for i in top_ids:
@@ -154,11 +151,12 @@ def _arrow_type(schema: Schema, field_id: int) -> pa.DataType:
 # several threads at once.
 PIECE_ROWS = 1_000_000
 MATCH_ROWS = 8_000_000
+# Below these, reading on threads costs more than it saves (measured over many small tables' commits).
+PARALLEL_ROWS = 200_000
+PARALLEL_FILES = 8
 
 
-def deleted_rows(
-    table: Table, schema: Schema, reads: Sequence[KeyRead], deletes: EqualityDeletes, threads: int = 4
-) -> list[DeletedRows]:
+def deleted_rows(table: Table, schema: Schema, reads: Sequence[KeyRead], deletes: EqualityDeletes) -> list[DeletedRows]:
     """For every data file with rows the deletes remove: those rows' positions (files without any are left out).
 
     ``reads`` are from :func:`plan_key_reads`. Key columns are read and
@@ -174,14 +172,15 @@ def deleted_rows(
     def read_and_match(pieces: list[KeyRead]) -> list[tuple[KeyRead, PartitionKey, pa.Array]]:
         return _match(table, pieces, [read_key_columns(table, schema, p, field_ids) for p in pieces], deletes)
 
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        for batch in packed(_pieces(reads, PIECE_ROWS), lambda p: p.rows, MATCH_ROWS):
-            # Each thread reads and matches a share of the batch: Arrow's lookups release the GIL too.
-            shares = packed(batch, lambda p: p.rows, -(-sum(p.rows for p in batch) // threads))
-            for found_in_share in pool.map(read_and_match, shares):
-                for piece, scope, found in found_in_share:
-                    positions[piece.data.path].append(found)
-                    data[piece.data.path] = (piece.data, scope)
+    for batch in packed(_pieces(reads, PIECE_ROWS), lambda p: p.rows, MATCH_ROWS):
+        # Each thread reads and matches a share of the batch: Arrow's lookups release the GIL too. A small batch
+        # is one share, read here.
+        rows = sum(p.rows for p in batch)
+        shares = packed(batch, lambda p: p.rows, -(-rows // READING_THREADS) if rows >= PARALLEL_ROWS else rows)
+        for found_in_share in in_parallel(read_and_match, shares):
+            for piece, scope, found in found_in_share:
+                positions[piece.data.path].append(found)
+                data[piece.data.path] = (piece.data, scope)
     return [
         DeletedRows(live, scope, pa.concat_arrays(positions[path]) if len(positions[path]) > 1 else positions[path][0])
         for path, (live, scope) in data.items()
@@ -197,12 +196,12 @@ def _pieces(reads: Sequence[KeyRead], rows: int) -> list[KeyRead]:
         for group in read.row_groups:
             group_rows = read.metadata.row_group(group).num_rows
             if run and size + group_rows > rows:
-                pieces.append(KeyRead(read.data, read.metadata, tuple(run)))
+                pieces.append(KeyRead(read.data, read.name, read.footer, tuple(run)))
                 run, size = [], 0
             run.append(group)
             size += group_rows
         if run:
-            pieces.append(KeyRead(read.data, read.metadata, tuple(run)))
+            pieces.append(KeyRead(read.data, read.name, read.footer, tuple(run)))
     return pieces
 
 

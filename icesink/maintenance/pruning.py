@@ -39,7 +39,7 @@ from pyiceberg.types import PrimitiveType
 
 from icesink.arrays import FIELD_ID
 from icesink.iceberg.deletes import GLOBAL, NULL_FLAG, EqualityDeletes, PartitionKey, partition_scope
-from icesink.maintenance.bloom_filters import hashes, may_hold_any, read_bitset
+from icesink.maintenance.bloom_filters import hashes, may_hold_any
 from icesink.maintenance.key_values import INTEGERS, bound_form, decode_bound, order_of, plain_encodings
 
 if TYPE_CHECKING:
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from pyiceberg.types import IcebergType, StructType
 
     from icesink.iceberg.scan import LiveFile
+    from icesink.maintenance.kept_files import KeptFile
 
 
 @dataclass
@@ -168,20 +169,20 @@ class KeyPruning:
                 self.counts.files_skipped_by_bounds += 1
         return kept
 
-    def row_groups(self, live: LiveFile, parquet: pq.ParquetFile, stream: Any) -> tuple[list[int], PruningCounts]:
-        """The row groups of an open data file that may hold a deleted key, by statistics then bloom filters."""
+    def row_groups(self, live: LiveFile, file: KeptFile) -> tuple[list[int], PruningCounts]:
+        """The row groups of a data file that may hold a deleted key, by statistics then bloom filters."""
         scope = partition_scope(self._table, live.file)
         reaching = [g for g in self.groups if g.reaches(scope, live.sequence_number)]
-        metadata = parquet.metadata
-        leaves = _leaf_columns(parquet.schema_arrow)
+        metadata = file.footer.metadata
+        leaves = _leaf_columns(file.footer.arrow_schema)
         counts = PruningCounts()
         kept = []
         for number in range(metadata.num_row_groups):
             row_group = metadata.row_group(number)
-            by_statistics = [g for g in reaching if _row_group_may_hold(row_group, parquet, leaves, g)]
+            by_statistics = [g for g in reaching if _row_group_may_hold(row_group, metadata, leaves, g)]
             if not by_statistics:
                 counts.row_groups_skipped_by_statistics += 1
-            elif not any(_bloom_may_hold(row_group, parquet, stream, leaves, g) for g in by_statistics):
+            elif not any(_bloom_may_hold(number, file, leaves, g) for g in by_statistics):
                 counts.row_groups_skipped_by_bloom_filter += 1
             else:
                 kept.append(number)
@@ -277,7 +278,7 @@ def _leaf_columns(schema: pa.Schema) -> dict[int, int]:
     return found
 
 
-def _row_group_may_hold(row_group: Any, parquet: pq.ParquetFile, leaves: dict[int, int], group: KeyGroup) -> bool:
+def _row_group_may_hold(row_group: Any, metadata: pq.FileMetaData, leaves: dict[int, int], group: KeyGroup) -> bool:
     for values in group.fields:
         column = leaves.get(values.field_id)
         if column is None:
@@ -288,7 +289,7 @@ def _row_group_may_hold(row_group: Any, parquet: pq.ParquetFile, leaves: dict[in
         may_hold_null = not (statistics.has_null_count and statistics.null_count == 0)
         lower = upper = None
         if values.order and statistics.has_min_max:
-            parquet_type = parquet.schema.column(column)
+            parquet_type = metadata.schema.column(column)
             lower = _statistic(values, parquet_type, statistics.min_raw)
             upper = _statistic(values, parquet_type, statistics.max_raw) if lower is not None else None
             lower = lower if upper is not None else None
@@ -316,21 +317,17 @@ def _statistic(values: FieldValues, column: Any, raw: Any) -> Any:
     return bytes(raw) if physical in ("BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY") else None
 
 
-def _bloom_may_hold(
-    row_group: Any, parquet: pq.ParquetFile, stream: Any, leaves: dict[int, int], group: KeyGroup
-) -> bool:
+def _bloom_may_hold(number: int, file: KeptFile, leaves: dict[int, int], group: KeyGroup) -> bool:
+    metadata = file.footer.metadata
     for values in group.fields:
         column = leaves.get(values.field_id)
         if column is None:
             continue
-        chunk = row_group.column(column)
-        offset = chunk.bloom_filter_offset
-        if not offset:
-            continue
-        hashes = values.hashes(parquet.schema.column(column))
+        hashes = values.hashes(metadata.schema.column(column))
         if hashes is None:
             continue
-        blocks = read_bitset(stream, offset, chunk.bloom_filter_length)
+        blocks = file.bitset(number, column)
+        chunk = metadata.row_group(number).column(column)
         if blocks is not None and not may_hold_any(blocks, hashes) and not (values.has_null and _has_nulls(chunk)):
             return False
     return True
