@@ -232,7 +232,9 @@ class IcesinkRun:
         return statistics.median(self.batch_seconds[1:] or self.batch_seconds)
 
 
-def run_icesink(spark: Any, source: Path, root: Path, name: str) -> IcesinkRun:
+def run_icesink(
+    spark: Any, source: Path, root: Path, name: str, partition_by: dict[str, list[str]] | None = None
+) -> IcesinkRun:
     import icesink
 
     config = catalog_at(root, name)
@@ -241,7 +243,7 @@ def run_icesink(spark: Any, source: Path, root: Path, name: str) -> IcesinkRun:
         started = time.perf_counter()
         query = icesink.stream(
             df,
-            tables=icesink.debezium("bench"),
+            tables=icesink.debezium("bench", partition_by=partition_by),
             checkpoint_location=str(root / "ckpt" / name),
             trigger={"availableNow": True},
             catalog=config,
@@ -281,6 +283,19 @@ def check(config: CatalogConfig, model: dict[str, dict[int, dict[str, Any]]]) ->
             assert (have["name"], have["qty"], have["active"]) == (want["name"], want["qty"], want["active"])
 
 
+def data_files(config: CatalogConfig) -> int:
+    """The live data files of every table of the run."""
+    from icesink.catalog.loader import open_catalog
+
+    catalog = open_catalog(config)
+    total = 0
+    for _, name in catalog.list_tables("bench"):
+        snapshot = catalog.load_table(f"bench.{name}").current_snapshot()
+        if snapshot is not None and snapshot.summary is not None:
+            total += int(snapshot.summary.additional_properties.get("total-data-files", 0))
+    return total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tables", type=int, default=20)
@@ -289,6 +304,9 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--skip-many", action="store_true")
+    parser.add_argument(
+        "--buckets", type=int, default=16, help="Then the many tables each partitioned by bucket(N, id) (0: skip)."
+    )
     parser.add_argument("--no-record", action="store_true", help="Print the figures only.")
     args = parser.parse_args()
 
@@ -345,6 +363,16 @@ def main() -> None:
                 f"{args.tables} tables": max(r.python_workers_mib for r in few_runs),
                 f"{args.many} tables": max(r.python_workers_mib for r in many_runs),
             }
+            if args.buckets:
+                # Every table partitioned: a micro-batch writes up to tables x buckets partitions, many more than a
+                # task's open-file budget; memory must stay that of one table's rows and its open files.
+                buckets = {f"bench.t{t:03d}": [f"bucket({args.buckets}, id)"] for t in range(args.many)}
+                run = run_icesink(spark, root / "many", root, "partitioned", partition_by=buckets)
+                check(run.config, many["model"])
+                label = f"{args.many} tables x {args.buckets} buckets"
+                report["python_workers_peak_mib"][label] = run.python_workers_mib
+                report["partitioned_batch_seconds"] = [round(b, 2) for b in run.batch_seconds]
+                report["partitioned_data_files"] = data_files(run.config)
         print(json.dumps(report, indent=2))
         if not args.no_record:
             record_figures(args, report)

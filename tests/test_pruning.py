@@ -836,3 +836,23 @@ def test_equality_deletes_written_before_their_key_was_promoted_still_delete(sql
     table = open_catalog(sqlite_catalog).load_table(TABLE)
     assert live_files(table).equality_deletes == []
     assert sorted((r["id"], r["v"]) for r in table.scan().to_arrow().to_pylist()) == expected
+
+
+def test_a_checkpoint_touching_many_partitions_is_converted_whole(sqlite_catalog: CatalogConfig) -> None:
+    """Sixteen buckets: the checkpoint's sixteen delete files are read, and sixteen position delete files written,
+    on several threads; every update and delete lands, in every bucket."""
+    from tests.test_maintenance import TABLE as KV
+    from tests.test_maintenance import commit_changes
+    from tests.test_maintenance import create as create_kv
+
+    create_kv(sqlite_catalog, partition_by=("bucket(16, id)",))
+    commit_changes(sqlite_catalog, 0, [(k, f"first-{k}", "I") for k in range(200)])
+    changes = [(k, f"second-{k}", "U") for k in range(0, 200, 2)] + [(k, "", "D") for k in range(1, 200, 6)]
+    commit_changes(sqlite_catalog, 1, changes)
+    table = open_catalog(sqlite_catalog).load_table(KV)
+    live = live_files(table)
+    assert live.equality_deletes == []
+    assert len({f.file.partition[0] for f in live.position_deletes}) == 16
+    deleted = set(range(1, 200, 6))
+    expected = sorted((k, f"second-{k}" if k % 2 == 0 else f"first-{k}") for k in range(200) if k not in deleted)
+    assert sorted((r["id"], r["v"]) for r in table.scan().to_arrow().to_pylist()) == expected

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from icesink.arrays import FIELD_ID, FieldStep, nested_column, positions, repeated
 from icesink.iceberg.manifest_lists import manifests_of
+from icesink.reading_threads import in_parallel
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -33,6 +34,7 @@ _ROW = "__icesink_row"
 NULL_FLAG = "__icesink_null_"  # a key column's flag column: which of its rows were null
 PartitionKey = tuple[int, tuple[Any, ...]]  # (spec id, partition values)
 GLOBAL: PartitionKey = (-1, ())  # the scope of an unpartitioned delete file: every partition
+PARALLEL_GROUPS = 8  # below, groups are loaded on the caller's thread (threads would cost more than they save)
 
 
 def nested_key_fields(schema: Schema, equality_ids: Sequence[int]) -> list[str]:
@@ -147,6 +149,7 @@ class EqualityDeletes:
             self._groups[group].append(planned)
             self._newest[group] = max(self._newest.get(group, 0), planned.sequence_number)
         self._loaded: dict[tuple[tuple[int, ...], PartitionKey], pa.Table] = {}
+        self._key_schemas: dict[tuple[int, ...], Schema] = {}
 
     @property
     def schema(self) -> Schema:
@@ -157,9 +160,9 @@ class EqualityDeletes:
         return bool(self._groups)
 
     def preload(self) -> None:
-        """Load every group once, before data files are read in parallel."""
-        for group in self._groups:
-            self._keys(group)
+        """Load every group once, before data files are read in parallel (many groups, on several threads: a
+        partitioned table's checkpoint has a delete file per partition)."""
+        in_parallel(self._keys, [g for g in self._groups if g not in self._loaded], alone_below=PARALLEL_GROUPS)
 
     def files_applying(self, scope: PartitionKey, data_sequence: int) -> int:
         """How many delete files may remove rows of a data file of ``scope`` with this sequence number."""
@@ -206,7 +209,7 @@ class EqualityDeletes:
 
             ids, _ = group
             names = self._names(ids)
-            key_schema = self._schema.select(*names)
+            key_schema = self._key_schema(ids)
             parts = []
             for planned in self._groups[group]:
                 keys = _plain_keys(self._table, key_schema, planned.file)
@@ -216,9 +219,20 @@ class EqualityDeletes:
                 parts.append(keys.append_column(_SEQ, repeated(planned.sequence_number, keys.num_rows)))
             combined = pa.concat_tables(parts, promote_options="permissive")
             keys, join_names = comparable_keys(combined, names)
-            keys = keys.append_column(_SEQ, combined.column(_SEQ))
-            self._loaded[group] = keys.group_by(join_names, use_threads=False).aggregate([(_SEQ, "max")])
+            if len(parts) == 1 and len(names) == 1:
+                # One file, one sequence number: a key's lookup finds it whichever of its copies it hits, so
+                # there is nothing to aggregate (a join, for keys of several columns, needs them distinct).
+                self._loaded[group] = keys.append_column(f"{_SEQ}_max", combined.column(_SEQ))
+            else:
+                keys = keys.append_column(_SEQ, combined.column(_SEQ))
+                self._loaded[group] = keys.group_by(join_names, use_threads=False).aggregate([(_SEQ, "max")])
         return self._loaded[group]
+
+    def _key_schema(self, ids: tuple[int, ...]) -> Schema:
+        """The schema of the key fields alone (once per key: pruning a schema costs more than reading a file)."""
+        if ids not in self._key_schemas:
+            self._key_schemas[ids] = self._schema.select(*self._names(ids))
+        return self._key_schemas[ids]
 
     def deleted(self, keys: pa.Table, data_sequence: pa.Array | pa.Scalar, scope: PartitionKey) -> pa.Array:
         """Which rows (given by their key columns, named as in the schema) a newer equality delete removes.

@@ -40,9 +40,10 @@ from icesink.iceberg.scan import LiveFile, live_files
 from icesink.iceberg.schemas import with_dropped_keys
 from icesink.iceberg.snapshots import SnapshotChange
 from icesink.maintenance.committing import ConflictError, MaintenanceTarget, commit_change
-from icesink.maintenance.positions import DeletedRows, KeyRead, deleted_rows, plan_key_reads
+from icesink.maintenance.positions import PARALLEL_FILES, DeletedRows, KeyRead, deleted_rows, plan_key_reads
 from icesink.maintenance.pruning import KeyPruning, PruningCounts
 from icesink.properties import BASE_SNAPSHOT_PROPERTY, MAINTENANCE_CONVERT, MAINTENANCE_PROPERTY, POLICY_PROPERTIES
+from icesink.reading_threads import in_parallel
 from icesink.results import FileRecord
 from icesink.writer.position_deletes import write_position_deletes
 from icesink.writer.storage import storage_options
@@ -69,14 +70,17 @@ def write_position_delete_files(table: Table, rows: list[DeletedRows], label: st
         by_partition[(found.data.file.spec_id, found.scope)].append(found)
     options = storage_options(table.io.properties)
     _, compression = parquet_compression(table, ".".join(table.name()))
-    records = []
-    for (spec_id, _), group in by_partition.items():
+
+    def write(group: list[DeletedRows]) -> FileRecord:
         directory = group[0].data.path.rsplit("/", 1)[0]
         location = paths.join(directory, f"{paths.segment(label, 64)}-{uuid.uuid4().hex}-pos-deletes.parquet")
+        spec_id = group[0].data.file.spec_id
         partition = tuple(group[0].data.file.partition[i] for i in range(len(group[0].data.file.partition)))
         deletes = {found.data.path: found.positions for found in group}
-        records.append(write_position_deletes(location, deletes, spec_id, partition, options, compression))
-    return records
+        return write_position_deletes(location, deletes, spec_id, partition, options, compression)
+
+    # A table partitioned many ways writes many small files: on several threads, which writing files frees.
+    return in_parallel(write, list(by_partition.values()), alone_below=PARALLEL_FILES)
 
 
 @dataclass(frozen=True)

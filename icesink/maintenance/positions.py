@@ -29,7 +29,7 @@ from icesink.iceberg.schemas import field_path
 from icesink.maintenance.kept_files import FileName, KeptFile, KeptFooter, file_name
 from icesink.maintenance.packing import packed
 from icesink.maintenance.pruning import KeyPruning, PruningCounts
-from icesink.maintenance.reading_threads import READING_THREADS, in_parallel
+from icesink.reading_threads import READING_THREADS, in_parallel
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema

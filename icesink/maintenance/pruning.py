@@ -121,6 +121,7 @@ class KeyPruning:
 
     def __init__(self, table: Table, schema: Schema, deletes: EqualityDeletes) -> None:
         self._table = table
+        deletes.preload()
         self.groups = [
             KeyGroup(
                 scope, newest, tuple(_field_values(schema, i, keys, name) for i, name in zip(ids, names, strict=True))
