@@ -117,6 +117,10 @@ class TableCreatedElsewhereError(TerminalError):
     """Raised when another tool created a table of the name a stream's not yet committed table has."""
 
 
+class TableReplacedError(TerminalError):
+    """Raised when a checkpoint was staged for a table that was since dropped and created again under its name."""
+
+
 class CatalogReplacedError(TerminalError):
     """Raised when the catalog database a process opened is no longer the one at its configured location."""
 

@@ -275,3 +275,43 @@ def test_an_unreadable_row_of_a_group_is_named_by_the_tables_it_holds_back(sqlit
     assert not stage_rows(config, BROKEN, "job", 1, orders(10, 10))
     assert cli(config, "committer", "run", "--once")[0] == 0
     assert table_ids(config, BROKEN) == list(range(10)) and table_ids(config, other) == list(range(20))
+
+
+def test_checkpoints_staged_for_a_table_dropped_and_created_again_wait_for_an_operator(
+    catalog_config: CatalogConfig,
+) -> None:
+    """Another tool drops the table and creates it again under the same name while two checkpoints wait: they were
+    written for the old table, so neither lands in the new one unasked; the error says how to send them there,
+    and once told, both are committed."""
+    create_orders_table(catalog_config, BROKEN)
+    stage_rows(catalog_config, BROKEN, "job", 0, orders(0, 10))
+    assert cli(catalog_config, "committer", "run", "--once")[0] == 0
+    stage_rows(catalog_config, BROKEN, "job", 1, orders(10, 10))
+    stage_rows(catalog_config, BROKEN, "job", 2, orders(20, 10))
+    old = str(open_catalog(catalog_config).load_table(BROKEN).metadata.table_uuid)
+    open_catalog(catalog_config).drop_table(BROKEN)
+    new = str(create_orders_table(catalog_config, BROKEN).metadata.table_uuid)
+    code, _, err = cli(catalog_config, "committer", "run", "--once")
+    assert code == 2 and "Traceback" not in err, err
+    assert f"table {BROKEN}, job job, checkpoint 1" in err and old in err and new in err
+    assert "--into-current-table" in err and "checkpoints discard" in err
+    assert table_ids(catalog_config, BROKEN) == []  # nothing reached the new table
+    assert states(catalog_config, BROKEN) == {0: "committed", 1: "failed", 2: "staged"}
+    code, _, err = cli(catalog_config, "checkpoints", "retry", BROKEN, "0", "--into-current-table")
+    assert code == 2 and "not failed" not in err and "Traceback" not in err, err  # committed: not to be retried
+    code, out, err = cli(catalog_config, "checkpoints", "retry", BROKEN, "1", "--into-current-table")
+    assert code == 0 and new in out, err
+    code, _, err = cli(catalog_config, "committer", "run", "--once")
+    assert code == 0, err
+    assert table_ids(catalog_config, BROKEN) == list(range(10, 30))
+    assert states(catalog_config, BROKEN) == {0: "committed", 1: "committed", 2: "committed"}
+    code, _, err = cli(catalog_config, "checkpoints", "retry", BROKEN, "2", "--into-current-table")
+    assert code == 2 and "Traceback" not in err, err
+
+
+def test_a_checkpoint_staged_for_the_table_there_is_now_is_not_moved(sqlite_catalog: CatalogConfig) -> None:
+    create_orders_table(sqlite_catalog, BROKEN)
+    stage_rows(sqlite_catalog, BROKEN, "job", 0, orders(0, 10))
+    code, _, err = cli(sqlite_catalog, "checkpoints", "retry", BROKEN, "0", "--into-current-table")
+    assert code == 2 and "staged for the table there is now" in err and "Nothing was changed" in err, err
+    assert states(sqlite_catalog, BROKEN) == {0: "staged"}

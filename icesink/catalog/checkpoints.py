@@ -201,6 +201,8 @@ class StagedCheckpoint:
     # Values the checkpoint carries into its snapshot's summary, under icesink's own markers (which win).
     snapshot_properties: tuple[tuple[str, str], ...] = ()
     branch: str = MAIN_BRANCH  # of the table, that the commit moves
+    # The uuid of the table its files were written for: one dropped and created again under the name is another.
+    table_uuid: str | None = None
 
     @property
     def ref(self) -> TableRef:

@@ -70,6 +70,7 @@ checkpoints = sa.Table(
     sa.Column("commit_id", sa.String(64)),
     sa.Column("snapshot_properties", sa.Text()),  # encode_snapshot_properties: versioned JSON
     sa.Column("branch", sa.String(255), nullable=False, server_default=MAIN_BRANCH),
+    sa.Column("table_uuid", sa.String(36)),  # of the table the checkpoint was staged for (None: staged before 0015)
 )
 
 
@@ -418,6 +419,24 @@ class Ledger:
     def clear_failure(self, row_id: int) -> bool:
         """Forget a staged checkpoint's error, so that committers try it now; False if it is not staged."""
         return self._update_staged(row_id, error=None, failed_at=None)
+
+    def move_to_table(self, identifier: str, job_id: str, staged_for: str, table_uuid: str) -> int:
+        """The job's staged checkpoints of ``identifier`` that were staged for the table of uuid ``staged_for``,
+        now for the table of uuid ``table_uuid`` (one created again under the name), errors forgotten; how many."""
+        c = checkpoints.c
+        query = (
+            checkpoints.update()
+            .where(
+                c.catalog_name == self._config.name,
+                c.table_identifier == identifier,
+                c.job_id == job_id,
+                c.state == CheckpointState.STAGED.value,
+                c.table_uuid == staged_for,
+            )
+            .values(table_uuid=table_uuid, error=None, failed_at=None)
+        )
+        with database_errors(self._config), self._engine.begin() as connection:
+            return int(connection.execute(query).rowcount)
 
     def discard(self, row_id: int, who: str, why: str) -> bool:
         """Give up a staged checkpoint for good; False if it is not staged (committed, or discarded already)."""

@@ -24,6 +24,7 @@ from icesink.catalog.loader import load_table
 from icesink.committer.completeness import CommitCompleteness, records_completeness
 from icesink.committer.conversion import CommitConversions
 from icesink.committer.done_actions import DoneActions
+from icesink.committer.staging import check_staged_for
 from icesink.errors import (
     IcesinkError,
     JobIdConflictError,
@@ -195,6 +196,7 @@ class SnapshotBuilder:
         per_row: list[CheckpointFiles] = []
         for row in group:
             try:
+                check_staged_for(table, identifier, row)
                 files = self._read_files(table, identifier, row, False)
                 deletes = self._read_files(table, identifier, row, True)
                 self._check_schema(table, identifier, row, files, deletes)

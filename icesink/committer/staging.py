@@ -6,10 +6,12 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from shlex import quote
 from typing import TYPE_CHECKING
 
 from icesink import paths
 from icesink.catalog.checkpoints import (
+    CheckpointRow,
     CheckpointState,
     DeltaManifests,
     StagedCheckpoint,
@@ -17,7 +19,7 @@ from icesink.catalog.checkpoints import (
     StreamIdentity,
 )
 from icesink.catalog.ledger import Ledger
-from icesink.errors import ConfigError, JobIdConflictError
+from icesink.errors import ConfigError, JobIdConflictError, TableReplacedError
 from icesink.failpoints import failpoint
 from icesink.iceberg.manifests import to_data_file, write_delta_manifest
 from icesink.iceberg.references import delete_quietly
@@ -151,6 +153,7 @@ def _write_delta_manifests(
         atomic=atomic,
         snapshot_properties=_snapshot_properties(written, checkpoint_id),
         branch=written.branch,
+        table_uuid=str(table.metadata.table_uuid),
     )
     if not every_file:
         # No files; remembered (as committed unless it carries a watermark) so a retry does not rewrite it.
@@ -215,3 +218,23 @@ def _same_stream(ledger: Ledger, identifier: str, job_id: str, checkpoint_id: in
             "Spark's query id)"
         )
     return False
+
+
+def check_staged_for(table: Table, identifier: str, row: CheckpointRow) -> None:
+    """A checkpoint staged for a table since dropped and created again under its name is not committed unasked."""
+    current = str(table.metadata.table_uuid)
+    if row.table_uuid is None or row.table_uuid == current:
+        return
+    name, job = quote(identifier), quote(row.job_id)
+    raise TableReplacedError(
+        f"table {identifier}, job {row.job_id}, checkpoint {row.checkpoint_id}: staged for the table of uuid "
+        f"{row.table_uuid}, but the table of that name is now another one (uuid {current}): it was dropped and "
+        "created again since. Nothing was committed and its files stay staged. If its rows belong in the new table, "
+        f"`icesink checkpoints retry {name} {row.checkpoint_id} --job {job} --into-current-table` commits them "
+        f"there (and the job's other checkpoints staged for the old one); if not, `icesink checkpoints discard "
+        f"{name} {row.checkpoint_id} --job {job} --yes` gives it up (and each other checkpoint staged for the old "
+        "table, in turn)",
+        table=identifier,
+        checkpoint_id=row.checkpoint_id,
+        job_id=row.job_id,
+    )
