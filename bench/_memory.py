@@ -1,8 +1,16 @@
-"""Peak resident memory of this process and its descendants, sampled from /proc (Linux)."""
+"""Peak resident memory of this process and its descendants, sampled from /proc (Linux).
+
+The sampler runs in a process of its own: walking /proc (a JVM has a hundred threads, each with a list of
+children) takes the GIL for milliseconds at a time, and in the driver's process it would slow the driver's own
+threads, the committer's most (it gives up the GIL at every file it writes, and waits to get it back).
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -44,32 +52,45 @@ class PeakMemory:
 
     def __init__(self, interval: float = 0.1) -> None:
         self._interval = interval
-        self._stop = threading.Event()
         self.peak_kib = {"driver_python": 0, "jvm": 0, "python_workers": 0}
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._sampler: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> PeakMemory:
-        self._thread.start()
+        command = [sys.executable, str(Path(__file__).resolve()), str(os.getpid()), str(self._interval)]
+        self._sampler = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        me = os.getpid()
-        while not self._stop.is_set():
-            totals = {"driver_python": _rss_kib(me), "jvm": 0, "python_workers": 0}
-            pending = _children(me)
-            while pending:
-                pid = pending.pop()
-                role = _role(pid)
-                if role in totals:
-                    totals[role] += _rss_kib(pid)
-                pending += _children(pid)
-            for role, value in totals.items():
-                self.peak_kib[role] = max(self.peak_kib[role], value)
-            self._stop.wait(self._interval)
+        assert self._sampler is not None
+        out, _ = self._sampler.communicate("stop\n")  # closing its input ends its sampling
+        self.peak_kib = json.loads(out)
 
     def mib(self) -> dict[str, float]:
         return {role: round(kib / 1024, 1) for role, kib in self.peak_kib.items()}
+
+
+def _sample(root: int, interval: float) -> None:
+    """Sample ``root``'s tree until stdin says stop (or closes); print the peaks as JSON."""
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True).start()
+    peak = {"driver_python": 0, "jvm": 0, "python_workers": 0}
+    me = os.getpid()
+    while not stop.is_set():
+        totals = {"driver_python": _rss_kib(root), "jvm": 0, "python_workers": 0}
+        pending = _children(root)
+        while pending:
+            pid = pending.pop()
+            if pid == me:
+                continue
+            role = _role(pid)
+            if role in totals:
+                totals[role] += _rss_kib(pid)
+            pending += _children(pid)
+        for role, value in totals.items():
+            peak[role] = max(peak[role], value)
+        stop.wait(interval)
+    print(json.dumps(peak), flush=True)
+
+
+if __name__ == "__main__":
+    _sample(int(sys.argv[1]), float(sys.argv[2]))

@@ -31,7 +31,7 @@ def _estimated_size(metadata: TableMetadata) -> int:
     """About the bytes of a metadata file's JSON, for one written here and never read: its logs and snapshots
     make most of it (a committer remembers each file it writes, so these must count against the budget)."""
     entries = len(metadata.snapshots) + len(metadata.snapshot_log) + len(metadata.metadata_log)
-    return 4096 + 512 * entries + 256 * sum(len(schema.fields) for schema in metadata.schemas)
+    return 4096 * (1 + len(metadata.schemas)) + 512 * entries
 
 
 def table_metadata(io: FileIO, location: str) -> TableMetadata:
