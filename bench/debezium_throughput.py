@@ -16,11 +16,13 @@ a boolean), so that one Spark job can parse them all.
 The two alternate, ``--rounds`` times each (after a warm-up of each), in one process; reported: rows per
 second of each, and icesink's share of Spark's. Then the same number of records spread over ``--many`` tables
 instead: icesink's seconds there against its seconds over ``--tables``, whole and per micro-batch after the
-first (which creates the tables), and the peak resident memory of Spark's Python workers in each. Every run's
-tables are checked against the generator's model (every key's last row, deletes applied).
+first (which creates the tables), and the peak resident memory of Spark's Python workers in each. Last, the many
+tables once more, each partitioned by ``bucket(--buckets, id)``: many more partitions a micro-batch than a task's
+budget of open files, for the memory that takes. Every run's tables are checked against the generator's model
+(every key's last row, deletes applied).
 
     .venv/bin/python bench/debezium_throughput.py [--tables 20] [--many 200] [--events 50000] [--batches 4]
-                                                  [--rounds 2] [--skip-many]
+                                                  [--rounds 2] [--skip-many] [--buckets 16]
 """
 
 from __future__ import annotations
