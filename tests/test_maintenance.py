@@ -468,3 +468,33 @@ def test_an_equality_delete_of_a_null_key_removes_the_rows_whose_key_is_null(sql
     assert live_files(catalog.load_table(TABLE)).equality_deletes == []
     for rows in rows_by_every_reader(sqlite_catalog):
         assert rows == expected
+
+
+def test_a_pass_reads_a_delete_file_naming_several_data_files_once(
+    sqlite_catalog: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Compaction's plan and the delete merges' plan both count what delete files name: a file naming several
+    data files is read for the first and remembered for the second (and for every later pass)."""
+    from icesink.iceberg.scan import live_files
+    from icesink.maintenance import choosing
+
+    create(sqlite_catalog)
+    commit_changes(sqlite_catalog, 0, [(k, "a", "I") for k in range(10)])
+    commit_changes(sqlite_catalog, 1, [(k, "b", "I") for k in range(10, 20)])
+    commit_changes(sqlite_catalog, 2, [(1, "c", "U"), (11, "c", "U"), (12, "", "D")])
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    deletes = [d.file for d in live_files(table).position_deletes]
+    assert len(deletes) == 1 and choosing.named_by(deletes[0]) is None  # one file naming both data files
+    opened: list[object] = []
+    parquet_file = choosing.pq.ParquetFile
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        opened.append(args)
+        return parquet_file(*args, **kwargs)
+
+    monkeypatch.setattr(choosing.pq, "ParquetFile", counted)
+    first = choosing.count_position_deletes(table.io, deletes)
+    again = choosing.count_position_deletes(table.io, deletes)
+    assert len(opened) == 1
+    assert first.by_data_file == again.by_data_file
+    assert sorted(first.by_data_file[p][str(deletes[0].file_path)] for p in first.by_data_file) == [1, 2]

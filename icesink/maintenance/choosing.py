@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -30,7 +29,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from icesink.iceberg.read_caches import Kept
 from icesink.iceberg.scan import position_deletes_read
+from icesink.reading_threads import in_parallel
 from icesink.writer.position_deletes import FILE_PATH_ID
 
 if TYPE_CHECKING:
@@ -84,8 +85,15 @@ class PositionDeleteCounts:
         return len(self.by_data_file.get(data_path, {}))
 
 
-def count_position_deletes(io: FileIO, deletes: Iterable[DataFile], threads: int = 8) -> PositionDeleteCounts:
-    """How many positions each position delete file names in each data file (files naming several are read)."""
+# What delete files naming several data files name, kept per process: a maintenance pass counts them when it plans
+# compaction and again when it plans merging what is left, and delete files never change. A file is named by its
+# location, size and row count (icesink and other engines write each under a new name).
+SHARED_COUNTS: Kept[dict[str, int]] = Kept(200_000, lambda counts: len(counts) + 1)
+
+
+def count_position_deletes(io: FileIO, deletes: Iterable[DataFile]) -> PositionDeleteCounts:
+    """How many positions each position delete file names in each data file (files naming several are read once
+    per process)."""
 
     unique = {str(d.file_path): d for d in deletes}
     by_data_file: dict[str, dict[str, int]] = {}
@@ -98,15 +106,20 @@ def count_position_deletes(io: FileIO, deletes: Iterable[DataFile], threads: int
             by_data_file.setdefault(one, {})[path] = delete.record_count
 
     def read(delete: DataFile) -> dict[str, int]:
+        name = (str(delete.file_path), int(delete.file_size_in_bytes), int(delete.record_count))
+        kept = SHARED_COUNTS.get(name)
+        if kept is not None:
+            return kept
         with io.new_input(str(delete.file_path)).open() as stream:
             column = pq.ParquetFile(stream).read(columns=["file_path"]).column("file_path")
         counts = column.value_counts()
-        return dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True))
+        found = dict(zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True))
+        SHARED_COUNTS.put(name, found)
+        return found
 
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        for delete, counts in zip(shared, pool.map(read, shared), strict=True):
-            for data_path, count in counts.items():
-                by_data_file.setdefault(data_path, {})[str(delete.file_path)] = count
+    for delete, counts in zip(shared, in_parallel(read, shared), strict=True):
+        for data_path, count in counts.items():
+            by_data_file.setdefault(data_path, {})[str(delete.file_path)] = count
     return PositionDeleteCounts(by_data_file, unique)
 
 
