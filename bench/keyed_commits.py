@@ -1,0 +1,167 @@
+"""Group commits of keyed checkpoints into many tables, checkpoint after checkpoint (no Spark).
+
+``--tables`` keyed tables (a long key, text, a decimal, a timestamp, an int, a boolean), optionally each
+partitioned by ``bucket(--buckets, id)``. Every checkpoint writes ``--changes`` changes spread over the tables
+(60% new keys, the rest updates and deletes of keys written before, as the Debezium benchmark's generator
+makes them) with the executors' task writer, stages them, and commits them across every table in one
+transaction, as a stream's inline committer does. Staging is not timed. Reported: seconds per group commit,
+in order: what converting each checkpoint's equality deletes costs as the tables gain files. Every table is
+then read back with pyiceberg's own reader and checked against the changes.
+
+    .venv/bin/python bench/keyed_commits.py [--tables 200] [--checkpoints 6] [--changes 50000] [--buckets 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import decimal
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pyarrow as pa
+
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.database import upgrade
+from icesink.catalog.ledger import Ledger
+from icesink.catalog.loader import open_catalog
+from icesink.committer.commit import TableCommitter
+from icesink.committer.staging import TableResults, stage_tables
+from icesink.iceberg.describe import writer_spec
+from icesink.paths import file_uri
+from icesink.writer.spec import ChangeSpec
+from icesink.writer.task import TaskWriter
+
+OPS = (("c", "insert"), ("u", "update"), ("d", "delete"))
+UTC_DAY = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+
+
+def create_tables(config: CatalogConfig, count: int, buckets: int) -> list[str]:
+    from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import BucketTransform
+    from pyiceberg.types import (
+        BooleanType,
+        DecimalType,
+        IntegerType,
+        LongType,
+        NestedField,
+        StringType,
+        TimestamptzType,
+    )
+
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "name", StringType()),
+        NestedField(3, "amount", DecimalType(12, 2)),
+        NestedField(4, "updated", TimestamptzType()),
+        NestedField(5, "n", IntegerType()),
+        NestedField(6, "flag", BooleanType()),
+        identifier_field_ids=[1],
+    )
+    spec = (
+        PartitionSpec(PartitionField(1, 1000, BucketTransform(buckets), "id_bucket"))
+        if buckets
+        else UNPARTITIONED_PARTITION_SPEC
+    )
+    catalog = open_catalog(config)
+    catalog.create_namespace("bench")
+    names = [f"bench.t{t:03d}" for t in range(count)]
+    for name in names:
+        catalog.create_table(name, schema=schema, partition_spec=spec)
+    return names
+
+
+def changes_of(rng: random.Random, next_key: list[int], model: dict[int, str], size: int) -> pa.Table:
+    """``size`` changes of one table; ``model`` (key -> name) follows them (the last change of a key wins)."""
+    keys, ops, names = [], [], []
+    for number in range(size):
+        if next_key[0] < 50 or rng.random() < 0.6:
+            key, op = next_key[0], "c"
+            next_key[0] += 1
+        else:
+            key = rng.randrange(1, next_key[0])
+            op = "u" if rng.random() < 0.75 else "d"
+        name = f"name {key} {number}"
+        keys.append(key)
+        ops.append(op)
+        names.append(name)
+        if op == "d":
+            model.pop(key, None)
+        else:
+            model[key] = name
+    return pa.table(
+        {
+            "id": pa.array(keys, pa.int64()),
+            "name": names,
+            "amount": pa.array([decimal.Decimal(k) / 100 for k in keys], pa.decimal128(12, 2)),
+            "updated": pa.array([UTC_DAY] * len(keys), pa.timestamp("us", "UTC")),
+            "n": pa.array(keys, pa.int32()),
+            "flag": [k % 2 == 0 for k in keys],
+            "op": ops,
+            "__icesink_order": pa.array(range(len(keys)), pa.int64()),
+        }
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tables", type=int, default=200)
+    parser.add_argument("--checkpoints", type=int, default=6)
+    parser.add_argument("--changes", type=int, default=50_000, help="Changes per checkpoint, over all tables.")
+    parser.add_argument("--buckets", type=int, default=0, help="Partition every table by bucket(N, id) (0: not).")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="icesink-keyed-"))
+    try:
+        config = CatalogConfig(f"c_{uuid.uuid4().hex[:6]}", f"sqlite:///{root / 'c.db'}", file_uri(root / "wh"))
+        upgrade(config)
+        names = create_tables(config, args.tables, args.buckets)
+        rng = random.Random(7)
+        next_keys = {n: [1] for n in names}
+        models: dict[str, dict[int, str]] = {n: {} for n in names}
+        committer, ledger, catalog = TableCommitter.of(config), Ledger(config), open_catalog(config)
+        seconds: list[float] = []
+        for checkpoint in range(args.checkpoints):
+            written = []
+            for name in names:
+                rows = changes_of(rng, next_keys[name], models[name], args.changes // args.tables)
+                table = catalog.load_table(name)
+                spec = writer_spec(
+                    table, name, "job", ChangeSpec(equality_field_ids=(1,), op_column="op", op_kinds=OPS)
+                )
+                writer = TaskWriter(spec.for_checkpoint(checkpoint), 0, 0)
+                writer.write(rows)
+                written.append(TableResults(table, name, [writer.complete()]))
+            assert stage_tables(ledger, "job", checkpoint, written, atomic=True)
+            started = time.perf_counter()
+            committer.commit_atomic("job")
+            seconds.append(round(time.perf_counter() - started, 3))
+            print(json.dumps({"checkpoint": checkpoint, "commit_s": seconds[-1]}), flush=True)
+        check(config, models)
+        report: dict[str, Any] = {**vars(args), "commit_seconds": seconds}
+        print(json.dumps(report, indent=2))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def check(config: CatalogConfig, models: dict[str, dict[int, str]]) -> None:
+    """Every table holds each key's last row, deletes applied (read by pyiceberg)."""
+    catalog = open_catalog(config)
+    for name, model in models.items():
+        rows = catalog.load_table(name).scan(selected_fields=("id", "name")).to_arrow().to_pylist()
+        found = {r["id"]: r["name"] for r in rows}
+        assert len(found) == len(rows), f"{name}: a key twice"
+        assert found == model, f"{name}: {len(found)} rows, expected {len(model)}"
+
+
+if __name__ == "__main__":
+    main()
