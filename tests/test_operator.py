@@ -277,41 +277,56 @@ def test_an_unreadable_row_of_a_group_is_named_by_the_tables_it_holds_back(sqlit
     assert table_ids(config, BROKEN) == list(range(10)) and table_ids(config, other) == list(range(20))
 
 
-def test_checkpoints_staged_for_a_table_dropped_and_created_again_wait_for_an_operator(
+def test_checkpoints_staged_for_a_table_dropped_and_created_again_are_not_committed_into_the_new_one(
     catalog_config: CatalogConfig,
 ) -> None:
     """Another tool drops the table and creates it again under the same name while two checkpoints wait: they were
-    written for the old table, so neither lands in the new one unasked; the error says how to send them there,
-    and once told, both are committed."""
+    written for the old table, so neither lands in the new one; the error names both uuids and a discard command
+    a shell takes as it is; once they are given up, what was staged for the new table commits."""
+    import shlex
+
+    from icesink.committer.commit import TableCommitter
+
     create_orders_table(catalog_config, BROKEN)
     stage_rows(catalog_config, BROKEN, "job", 0, orders(0, 10))
-    assert cli(catalog_config, "committer", "run", "--once")[0] == 0
+    committer = TableCommitter.of(catalog_config)  # keeps its view of the table, as a stream's committer does
+    committer.commit_pending(BROKEN)
     stage_rows(catalog_config, BROKEN, "job", 1, orders(10, 10))
     stage_rows(catalog_config, BROKEN, "job", 2, orders(20, 10))
     old = str(open_catalog(catalog_config).load_table(BROKEN).metadata.table_uuid)
     open_catalog(catalog_config).drop_table(BROKEN)
     new = str(create_orders_table(catalog_config, BROKEN).metadata.table_uuid)
+    stage_rows(catalog_config, BROKEN, "job", 3, orders(30, 10))  # written for the new table
     code, _, err = cli(catalog_config, "committer", "run", "--once")
     assert code == 2 and "Traceback" not in err, err
     assert f"table {BROKEN}, job job, checkpoint 1" in err and old in err and new in err
-    assert "--into-current-table" in err and "checkpoints discard" in err
     assert table_ids(catalog_config, BROKEN) == []  # nothing reached the new table
-    assert states(catalog_config, BROKEN) == {0: "committed", 1: "failed", 2: "staged"}
-    code, _, err = cli(catalog_config, "checkpoints", "retry", BROKEN, "0", "--into-current-table")
-    assert code == 2 and "not failed" not in err and "Traceback" not in err, err  # committed: not to be retried
-    code, out, err = cli(catalog_config, "checkpoints", "retry", BROKEN, "1", "--into-current-table")
-    assert code == 0 and new in out, err
-    code, _, err = cli(catalog_config, "committer", "run", "--once")
-    assert code == 0, err
-    assert table_ids(catalog_config, BROKEN) == list(range(10, 30))
-    assert states(catalog_config, BROKEN) == {0: "committed", 1: "committed", 2: "committed"}
-    code, _, err = cli(catalog_config, "checkpoints", "retry", BROKEN, "2", "--into-current-table")
-    assert code == 2 and "Traceback" not in err, err
+    assert states(catalog_config, BROKEN) == {0: "committed", 1: "failed", 2: "staged", 3: "staged"}
+    for checkpoint in (1, 2):
+        command = f"icesink checkpoints discard --job job --yes -- {shlex.quote(BROKEN)} {checkpoint}"
+        if checkpoint == 1:
+            assert command in err
+        code, _, err = cli(catalog_config, *shlex.split(command)[1:])
+        assert code == 0, err
+    committer.commit_pending(BROKEN)  # the committer that knew the old table commits into the new one
+    assert table_ids(catalog_config, BROKEN) == list(range(30, 40))
+    assert states(catalog_config, BROKEN)[3] == "committed"
 
 
-def test_a_checkpoint_staged_for_the_table_there_is_now_is_not_moved(sqlite_catalog: CatalogConfig) -> None:
+def test_a_committer_that_knew_the_old_table_commits_what_was_staged_for_the_new_one(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    """The committer's view of the table, kept from its last commit, is of the table that was dropped: the next
+    checkpoint, staged for the new table, is judged on the table as the catalog has it now, and commits."""
+    from icesink.committer.commit import TableCommitter
+
     create_orders_table(sqlite_catalog, BROKEN)
     stage_rows(sqlite_catalog, BROKEN, "job", 0, orders(0, 10))
-    code, _, err = cli(sqlite_catalog, "checkpoints", "retry", BROKEN, "0", "--into-current-table")
-    assert code == 2 and "staged for the table there is now" in err and "Nothing was changed" in err, err
-    assert states(sqlite_catalog, BROKEN) == {0: "staged"}
+    committer = TableCommitter.of(sqlite_catalog)
+    committer.commit_pending(BROKEN)
+    open_catalog(sqlite_catalog).drop_table(BROKEN)
+    create_orders_table(sqlite_catalog, BROKEN)
+    stage_rows(sqlite_catalog, BROKEN, "job", 1, orders(10, 10))
+    committer.commit_pending(BROKEN)
+    assert table_ids(sqlite_catalog, BROKEN) == list(range(10, 20))
+    assert states(sqlite_catalog, BROKEN) == {0: "committed", 1: "committed"}

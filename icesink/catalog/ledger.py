@@ -420,24 +420,6 @@ class Ledger:
         """Forget a staged checkpoint's error, so that committers try it now; False if it is not staged."""
         return self._update_staged(row_id, error=None, failed_at=None)
 
-    def move_to_table(self, identifier: str, job_id: str, staged_for: str, table_uuid: str) -> int:
-        """The job's staged checkpoints of ``identifier`` that were staged for the table of uuid ``staged_for``,
-        now for the table of uuid ``table_uuid`` (one created again under the name), errors forgotten; how many."""
-        c = checkpoints.c
-        query = (
-            checkpoints.update()
-            .where(
-                c.catalog_name == self._config.name,
-                c.table_identifier == identifier,
-                c.job_id == job_id,
-                c.state == CheckpointState.STAGED.value,
-                c.table_uuid == staged_for,
-            )
-            .values(table_uuid=table_uuid, error=None, failed_at=None)
-        )
-        with database_errors(self._config), self._engine.begin() as connection:
-            return int(connection.execute(query).rowcount)
-
     def discard(self, row_id: int, who: str, why: str) -> bool:
         """Give up a staged checkpoint for good; False if it is not staged (committed, or discarded already)."""
         return self._update_staged(

@@ -228,23 +228,16 @@ def checkpoints_discard(
 @click.argument("table")
 @click.argument("checkpoint", type=click.IntRange(min=0))
 @click.option("--job", help="The checkpoint's job, when several jobs have one of that number.")
-@click.option(
-    "--into-current-table",
-    is_flag=True,
-    help="It was staged for a table since dropped and created again under the name: commit it, and the job's other "
-    "checkpoints staged for that table, to the table there is now.",
-)
 @click.pass_obj
-def checkpoints_retry(obj: CliContext, table: str, checkpoint: int, job: str | None, into_current_table: bool) -> None:
+def checkpoints_retry(obj: CliContext, table: str, checkpoint: int, job: str | None) -> None:
     """Have a failed CHECKPOINT of TABLE tried again now that its cause is fixed (committers pick it up at once)."""
     from icesink.committer.operator import retry
 
     ledger, iceberg_table, choice = _operator_choice(obj, table, checkpoint, job)
-    row = retry(ledger, iceberg_table, choice, into_current_table)
-    where = f" in the table there is now (uuid {row.table_uuid})" if into_current_table else ""
+    row = retry(ledger, iceberg_table, choice)
     obj.output().emit(
         {"retried": checkpoint_json(row)},
-        f"checkpoint {row.checkpoint_id} of job {row.job_id} of table {table} will be tried again{where}",
+        f"checkpoint {row.checkpoint_id} of job {row.job_id} of table {table} will be tried again",
     )
 
 

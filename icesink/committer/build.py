@@ -170,10 +170,16 @@ class SnapshotBuilder:
         accepts) ends the snapshot before it; when it is the first, :class:`CheckpointFailed` names it
         alone, so the ones after it are not blamed.
         """
-        if any(row.schema_id not in (None, table.metadata.current_schema_id) for row in group):
+        uuid = str(table.metadata.table_uuid)
+        if any(
+            row.schema_id not in (None, table.metadata.current_schema_id) or row.table_uuid not in (None, uuid)
+            for row in group
+        ):
+            # Judged on the table as it is now (a view kept from an earlier commit may be of a table another tool
+            # dropped and created again since), after the re-read a lost swap does too.
             fresh = load_table(self._catalog, self._config, identifier)
             if fresh.metadata_location != table.metadata_location:
-                return None  # judged on the table as it is now, after the re-read a lost swap does too
+                return None
         try:
             check_format_version(table, identifier)  # another tool may have upgraded it since staging
         except IcesinkError as e:

@@ -113,10 +113,8 @@ def discard(ledger: Ledger, table: Table, choice: CheckpointChoice, who: str, wh
     return updated
 
 
-def retry(ledger: Ledger, table: Table, choice: CheckpointChoice, into_current_table: bool = False) -> CheckpointRow:
-    """Clear a failed checkpoint's error, so that committers try it at once. ``into_current_table``: the checkpoint
-    was staged for a table since dropped and created again under its name; it, and the job's other checkpoints
-    staged for that table, go to the current one."""
+def retry(ledger: Ledger, table: Table, choice: CheckpointChoice) -> CheckpointRow:
+    """Clear a failed checkpoint's error, so that committers try it at once."""
     check_not_in_table(table, choice)
     row = choice.row
     if row.unreadable:
@@ -124,23 +122,12 @@ def retry(ledger: Ledger, table: Table, choice: CheckpointChoice, into_current_t
             f"table {row.identifier}: checkpoint {row.checkpoint_id} of job {row.job_id} cannot be tried again as it "
             f"is: {row.unreadable}"
         )
-    current = str(table.metadata.table_uuid)
-    if into_current_table and row.table_uuid in (None, current):
-        raise ConfigError(
-            f"table {row.identifier}: checkpoint {row.checkpoint_id} of job {row.job_id} was staged for the table "
-            f"there is now (uuid {current}); --into-current-table is for a checkpoint staged for one since dropped "
-            "and created again under the name. Nothing was changed"
-        )
-    if row.error is None and not into_current_table:
+    if row.error is None:
         raise ConfigError(
             f"table {row.identifier}: checkpoint {row.checkpoint_id} of job {row.job_id} has not failed; "
             "it is waiting for a committer (`icesink committer run`, or its stream's inline committer)"
         )
-    if into_current_table:
-        assert row.table_uuid is not None
-        ledger.move_to_table(row.identifier, row.job_id, row.table_uuid, current)
-    else:
-        ledger.clear_failure(row.id)
+    ledger.clear_failure(row.id)
     updated = ledger.get(row.identifier, row.job_id, row.checkpoint_id)
     assert updated is not None
     return updated

@@ -221,19 +221,22 @@ def _same_stream(ledger: Ledger, identifier: str, job_id: str, checkpoint_id: in
 
 
 def check_staged_for(table: Table, identifier: str, row: CheckpointRow) -> None:
-    """A checkpoint staged for a table since dropped and created again under its name is not committed unasked."""
+    """A checkpoint staged for a table since dropped and created again under its name is not committed into the
+    new one: its files were written with the old table's field ids and partitioning, which the new table's may
+    give other meanings. ``table`` must be the table as the catalog has it now (see ``SnapshotBuilder``)."""
     current = str(table.metadata.table_uuid)
     if row.table_uuid is None or row.table_uuid == current:
         return
-    name, job = quote(identifier), quote(row.job_id)
+    # Options before "--": a table or job name starting with "-" is not taken for one.
+    discard = f"icesink checkpoints discard --job {quote(row.job_id)} --yes -- {quote(identifier)} {row.checkpoint_id}"
     raise TableReplacedError(
         f"table {identifier}, job {row.job_id}, checkpoint {row.checkpoint_id}: staged for the table of uuid "
         f"{row.table_uuid}, but the table of that name is now another one (uuid {current}): it was dropped and "
-        "created again since. Nothing was committed and its files stay staged. If its rows belong in the new table, "
-        f"`icesink checkpoints retry {name} {row.checkpoint_id} --job {job} --into-current-table` commits them "
-        f"there (and the job's other checkpoints staged for the old one); if not, `icesink checkpoints discard "
-        f"{name} {row.checkpoint_id} --job {job} --yes` gives it up (and each other checkpoint staged for the old "
-        "table, in turn)",
+        "created again since, or another table was renamed to its name. Its files were written for the old table's "
+        "columns and partitioning, so it is not committed into this one. Nothing was committed and its files stay "
+        f"staged. `{discard}` gives it up (its rows are then not in the table; do so for each checkpoint staged "
+        "for the old table), and the checkpoints after it commit; to keep its rows, write them again with a "
+        "stream into the new table",
         table=identifier,
         checkpoint_id=row.checkpoint_id,
         job_id=row.job_id,
