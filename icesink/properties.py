@@ -85,6 +85,7 @@ POLICY_PROPERTIES = {
     "delete_file_threshold": "icesink.maintain.delete-file-threshold",
     "min_commits": "icesink.maintain.min-commits",
     "max_group_bytes": "icesink.maintain.max-group-bytes",
+    "max_commits": "icesink.maintain.max-commits",
     "max_seconds": "icesink.maintain.max-seconds",
 }
 # The icesink table properties a user sets; any other name under icesink's prefix is a typo, or icesink's own.

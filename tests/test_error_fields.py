@@ -88,7 +88,7 @@ def test_a_group_blocked_by_one_table_names_that_table_for_every_table_it_holds_
     assert len(lines) == 1 and lines[0].startswith(f"error: table {LINES}, job job, checkpoint 0"), output
     assert lines[0].endswith(f"(it also holds back {TABLE}, committed with it)")
     # What to run, as a shell takes it: the table's name quoted, the job named (checkpoint numbers repeat).
-    assert f"`icesink checkpoints discard {quote(LINES)} 0 --job job`" in lines[0]
+    assert f"`icesink checkpoints discard --job job --yes {quote(LINES)} 0`" in lines[0]
     moments = [job["oldest_pending_at"] for job in health["jobs"]]
     assert moments and all(datetime.datetime.fromisoformat(m).tzinfo is not None for m in moments), moments
     assert all("T" in m for m in moments)  # ISO 8601 as the CLI's JSON says it, not Python's str()

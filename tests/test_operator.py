@@ -40,8 +40,10 @@ def states(config: CatalogConfig, table: str) -> dict[int, str]:
     return {r.checkpoint_id: r.status for r in Ledger(config).for_table(table, unreadable_too=True)}
 
 
-def lose_manifest(config: CatalogConfig, table: str, checkpoint: int, keep: Path | None = None) -> Path:
-    row = Ledger(config).get(table, "job", checkpoint)
+def lose_manifest(
+    config: CatalogConfig, table: str, checkpoint: int, keep: Path | None = None, job: str = "job"
+) -> Path:
+    row = Ledger(config).get(table, job, checkpoint)
     assert row is not None and row.manifests.data is not None
     path = Path(row.manifests.data.path.removeprefix("file://"))
     if keep is not None:
@@ -303,7 +305,7 @@ def test_checkpoints_staged_for_a_table_dropped_and_created_again_are_not_commit
     assert table_ids(catalog_config, BROKEN) == []  # nothing reached the new table
     assert states(catalog_config, BROKEN) == {0: "committed", 1: "failed", 2: "staged", 3: "staged"}
     for checkpoint in (1, 2):
-        command = f"icesink checkpoints discard --job job --yes -- {shlex.quote(BROKEN)} {checkpoint}"
+        command = f"icesink checkpoints discard --job job --yes {shlex.quote(BROKEN)} {checkpoint}"
         if checkpoint == 1:
             assert command in err
         code, _, err = cli(catalog_config, *shlex.split(command)[1:])
@@ -330,3 +332,33 @@ def test_a_committer_that_knew_the_old_table_commits_what_was_staged_for_the_new
     committer.commit_pending(BROKEN)
     assert table_ids(sqlite_catalog, BROKEN) == list(range(10, 20))
     assert states(sqlite_catalog, BROKEN) == {0: "committed", 1: "committed"}
+
+
+def test_commands_the_messages_print_run_as_printed_for_a_name_starting_with_a_dash(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    """Every value is quoted for a shell and the names come after ``--``: ``-odd`` is a name, not an option."""
+    import re
+    import shlex
+
+    from icesink.commands import icesink_command
+
+    hostile = "-odd.-or'ders ü"
+    create_orders_table(sqlite_catalog, hostile)
+    stage_rows(sqlite_catalog, hostile, "-job", 0, orders(0, 10))
+    code, _, err = cli(sqlite_catalog, "checkpoints", "discard", "--yes", "--", hostile, "7")
+    assert code == 2 and "no checkpoint 7" in err, err
+    shown = re.findall(r"`(icesink [^`]+)`", err)
+    assert shown == [icesink_command("checkpoints list", hostile)] and " -- " in shown[0]
+    code, out, err = cli(sqlite_catalog, *shlex.split(shown[0])[1:])
+    assert code == 0 and "-job" in out, err
+    # The staged manifest lost: the retry and discard commands the committer prints, run as printed.
+    lose_manifest(sqlite_catalog, hostile, 0, job="-job")
+    code, _, err = cli(sqlite_catalog, "committer", "run", "--once")
+    assert code == 2 and "cannot be read" in err, err
+    retry, discard = re.findall(r"`(icesink checkpoints [^`]+)`", err)
+    code, _, err = cli(sqlite_catalog, *shlex.split(retry)[1:])
+    assert code == 0 and states(sqlite_catalog, hostile) == {0: "staged"}, err  # sent back to be committed
+    code, _, err = cli(sqlite_catalog, *shlex.split(discard)[1:])
+    assert code == 0, err
+    assert states(sqlite_catalog, hostile) == {0: "discarded"}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from shlex import quote
 from typing import TYPE_CHECKING, Literal, overload
 
 import sqlalchemy as sa
@@ -15,6 +14,7 @@ from pyiceberg.table import Table
 
 from icesink.catalog import database
 from icesink.catalog.config import CatalogConfig
+from icesink.commands import icesink_command
 from icesink.errors import ConfigError, TableMetadataError, TableNotFoundError
 from icesink.iceberg.pending_tables import PendingAwareCatalog, pending_location
 
@@ -116,7 +116,8 @@ def _not_found(catalog: SqlCatalog, config: CatalogConfig, identifier: str) -> T
     if pending_location(catalog.engine, config.name, identifier) is not None:
         return TableNotFoundError(
             f"table {identifier!r} is not in {config.describe()} yet: a stream created it, and it appears with the "
-            f"first commit that brings it rows (`icesink checkpoints list {quote(identifier)}` shows what is staged)"
+            f"first commit that brings it rows (`{icesink_command('checkpoints list', identifier)}` shows what is "
+            "staged)"
         )
     return TableNotFoundError(
         f"table {identifier!r} does not exist in {config.describe()}; create it first (icesink.stream(..., "

@@ -10,6 +10,7 @@ import click
 from icesink.cli.catalog_commands import short_commit
 from icesink.cli.context import CliContext
 from icesink.cli.output import Column, text_table
+from icesink.commands import icesink_command
 
 LAG_COLUMNS: list[Column[Any]] = [
     Column("job", lambda j: j.job_id),
@@ -173,7 +174,7 @@ def _held_back(ledger: Any, table: str, rows: Sequence[Any]) -> list[str]:
             first = failing[0]
             lines.append(
                 f"job {job}: waits for checkpoint {first.checkpoint_id} of table {first.identifier} "
-                f"(`icesink checkpoints list {first.identifier}` says why)"
+                f"(`{icesink_command('checkpoints list', first.identifier)}` says why)"
             )
     return lines
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from shlex import quote
 from typing import TYPE_CHECKING
 
 from pyiceberg.exceptions import CommitFailedException
@@ -19,6 +18,7 @@ from icesink.audit.chain import Chain, Link, read_chain
 from icesink.audit.running import Check, import_check
 from icesink.catalog.audit_record import AuditEntry, AuditRecord
 from icesink.catalog.loader import load_table
+from icesink.commands import icesink_command
 from icesink.committer.publisher import diverged_message, publish_moves
 from icesink.errors import CommitConflictError, ConfigError, PublishError
 
@@ -128,7 +128,8 @@ def _chain(table: Table, identifier: str, branch: str, config: CatalogConfig) ->
             else f"it has no branch {branch!r}"
         )
         raise ConfigError(
-            f"table {identifier}: {what}; `icesink branches {quote(identifier)}` lists its branches", table=identifier
+            f"table {identifier}: {what}; `{icesink_command('branches', identifier)}` lists its branches",
+            table=identifier,
         )
     return read_chain(table, identifier, branch, AuditRecord(config))
 
@@ -235,8 +236,8 @@ def _target(chain: Chain, snapshot_id: int | None, force: bool, config: CatalogC
             )
             raise PublishError(
                 f"table {identifier}: snapshot {snapshot_id} {where}: main moves only forward, to a snapshot of branch "
-                f"{branch} that descends from main's head {chain.line.main_id}; `icesink branches {quote(identifier)}` "
-                "lists them",
+                f"{branch} that descends from main's head {chain.line.main_id}; "
+                f"`{icesink_command('branches', identifier)}` lists them",
                 table=identifier,
             )
     elif force:
@@ -248,11 +249,12 @@ def _target(chain: Chain, snapshot_id: int | None, force: bool, config: CatalogC
         link = chain.newest_publishable() if audited else chain.links[-1]
         if link is None:
             first = chain.links[0]
+            audit = icesink_command("audit", identifier, options=("--branch", branch))
             raise PublishError(
                 f"table {identifier}: no snapshot of branch {branch} after main has passed its audit (snapshot "
-                f"{first.snapshot_id}: {audit_state(first)}); `icesink branches {quote(identifier)}` shows why. Fix "
-                f"the rows on the branch and `icesink audit {quote(identifier)} --branch {quote(branch)}`, or "
-                "publish anyway with --force",
+                f"{first.snapshot_id}: {audit_state(first)}); `{icesink_command('branches', identifier)}` shows "
+                f"why. Fix the rows on the branch and `{audit}`, "
+                "or publish anyway with --force",
                 table=identifier,
             )
         return link

@@ -12,7 +12,6 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from shlex import quote
 from typing import TYPE_CHECKING
 
 from pyiceberg.table.refs import MAIN_BRANCH
@@ -21,6 +20,7 @@ from icesink.catalog.checkpoints import CheckpointRow
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import load_table
+from icesink.commands import icesink_command
 from icesink.committer.completeness import CommitCompleteness, records_completeness
 from icesink.committer.conversion import CommitConversions
 from icesink.committer.done_actions import DoneActions
@@ -338,7 +338,7 @@ class SnapshotBuilder:
         if staged is None:
             return []
         path = staged.path
-        which = f"{quote(identifier)} {row.checkpoint_id} --job {quote(row.job_id)}"  # as a shell takes them
+        which, job = (identifier, row.checkpoint_id), ("--job", row.job_id)
         manifest = DeltaManifest(path, row.spec_id, staged.length, deletes=deletes)
         try:
             return read_delta_manifest(table.io, manifest)
@@ -346,8 +346,9 @@ class SnapshotBuilder:
             raise ManifestError(
                 f"table {identifier}, job {row.job_id}, checkpoint {row.checkpoint_id}: staged manifest "
                 f"{path} cannot be read ({type(e).__name__}: {e}); the checkpoint stays staged. Restore the file "
-                f"and run `icesink checkpoints retry {which}`, or give the checkpoint up with "
-                f"`icesink checkpoints discard {which}` (its rows are then lost)"
+                f"and run `{icesink_command('checkpoints retry', *which, options=job)}`, or give the checkpoint up "
+                f"with `{icesink_command('checkpoints discard', *which, options=(*job, '--yes'))}` (its rows are then "
+                "lost)"
             ) from e
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import getpass
 import socket
 from dataclasses import dataclass
-from shlex import quote
 from typing import TYPE_CHECKING
 
 from icesink.catalog.checkpoints import CheckpointRow, CheckpointState
 from icesink.catalog.ledger import Ledger
+from icesink.commands import icesink_command
 from icesink.errors import ConfigError
 from icesink.iceberg.marker import committed_marker
 
@@ -65,7 +65,7 @@ def choose_checkpoint(ledger: Ledger, identifier: str, checkpoint_id: int, job_i
         whose = f" of job {job_id}" if job_id is not None else ""
         raise ConfigError(
             f"table {identifier} has no checkpoint {checkpoint_id}{whose} in the ledger; "
-            f"`icesink checkpoints list {quote(identifier)}` shows its checkpoints"
+            f"`{icesink_command('checkpoints list', identifier)}` shows its checkpoints"
         )
     if len(rows) > 1:
         jobs = ", ".join(sorted(r.job_id for r in rows))

@@ -16,7 +16,6 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from shlex import quote
 from typing import TYPE_CHECKING
 
 from pyiceberg.exceptions import CommitFailedException
@@ -28,6 +27,7 @@ from icesink.audit.publish_policy import AuditFailure, PublishPolicy, PublishSet
 from icesink.catalog.audit_record import AuditEntry, AuditRecord
 from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
+from icesink.commands import icesink_command
 from icesink.committer.done_actions import DoneActions
 from icesink.errors import AuditFailedError, CommitConflictError, PublishError
 from icesink.failpoints import failpoint
@@ -71,7 +71,7 @@ def failure_message(entry: AuditEntry, main_id: int | None, stopped: bool = Fals
     where = str(TableRef(entry.identifier, entry.branch))
     checkpoint = f" (checkpoint {entry.checkpoint_id} of job {entry.job_id})" if entry.job_id else " (another tool's)"
     found = "; ".join(f"{check}: {' | '.join(problems)}" for check, problems in entry.problems.items())
-    table, branch = quote(entry.identifier), quote(entry.branch)
+    table, branch = entry.identifier, entry.branch
     main = f"main stays at snapshot {main_id}" if main_id is not None else "main does not exist yet and is not created"
     stream = (
         "The stream stopped (on_audit_failure='stop'): fix the rows on the branch with another tool and restart it, "
@@ -82,8 +82,9 @@ def failure_message(entry: AuditEntry, main_id: int | None, stopped: bool = Fals
     )
     return (
         f"table {where}: snapshot {entry.snapshot_id}{checkpoint} failed its audit: {found}. {main}. {stream}. "
-        f"`icesink branches {table}` shows what is unpublished, `icesink audit {table} --branch {branch}` checks "
-        f"the branch again, `icesink publish {table} --branch {branch} --force` publishes it anyway"
+        f"`{icesink_command('branches', table)}` shows what is unpublished, "
+        f"`{icesink_command('audit', table, options=('--branch', branch))}` checks the branch again, "
+        f"`{icesink_command('publish', table, options=('--branch', branch, '--force'))}` publishes it anyway"
     )
 
 
@@ -286,8 +287,9 @@ def diverged_message(identifier: str, branch: str, chain: Chain) -> str:
         f"of branch {branch} (another tool committed to main, or the branch was rolled back below it), so main "
         "cannot follow the branch. Nothing is lost: the stream goes on writing to the branch, and main keeps what "
         "the other tool committed. To go on, make main an ancestor of the branch again: apply main's own change to "
-        "the branch as well, then roll main back to the snapshot the branch grew from (`icesink branches "
-        f"{quote(identifier)} --branch {quote(branch)}` shows both); publishing resumes by itself"
+        "the branch as well, then roll main back to the snapshot the branch grew from "
+        f"(`{icesink_command('branches', identifier, options=('--branch', branch))}` shows both); publishing resumes "
+        "by itself"
     )
 
 

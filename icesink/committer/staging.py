@@ -6,7 +6,6 @@ import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from shlex import quote
 from typing import TYPE_CHECKING
 
 from icesink import paths
@@ -19,6 +18,7 @@ from icesink.catalog.checkpoints import (
     StreamIdentity,
 )
 from icesink.catalog.ledger import Ledger
+from icesink.commands import icesink_command
 from icesink.errors import ConfigError, JobIdConflictError, TableReplacedError
 from icesink.failpoints import failpoint
 from icesink.iceberg.manifests import to_data_file, write_delta_manifest
@@ -227,8 +227,9 @@ def check_staged_for(table: Table, identifier: str, row: CheckpointRow) -> None:
     current = str(table.metadata.table_uuid)
     if row.table_uuid is None or row.table_uuid == current:
         return
-    # Options before "--": a table or job name starting with "-" is not taken for one.
-    discard = f"icesink checkpoints discard --job {quote(row.job_id)} --yes -- {quote(identifier)} {row.checkpoint_id}"
+    discard = icesink_command(
+        "checkpoints discard", identifier, row.checkpoint_id, options=("--job", row.job_id, "--yes")
+    )
     raise TableReplacedError(
         f"table {identifier}, job {row.job_id}, checkpoint {row.checkpoint_id}: staged for the table of uuid "
         f"{row.table_uuid}, but the table of that name is now another one (uuid {current}): it was dropped and "

@@ -22,7 +22,6 @@ import datetime
 import hashlib
 import uuid
 from collections.abc import Sequence
-from shlex import quote
 from typing import Any
 
 import sqlalchemy as sa
@@ -39,6 +38,7 @@ from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 from pyiceberg.table.update import AddSnapshotUpdate, TableRequirement, TableUpdate
 from pyiceberg.typedef import Identifier
 
+from icesink.commands import icesink_command
 from icesink.errors import TableCreatedElsewhereError
 from icesink.iceberg.metadata_cache import table_metadata
 
@@ -325,8 +325,8 @@ def _created_elsewhere(table: Table, pending: str) -> TableCreatedElsewhereError
         f"but another tool created a table of that name in the catalog meanwhile (metadata "
         f"{table.metadata_location}). The stream's files were written for its own table and are not committed "
         "into the other one; they stay staged. Drop or rename the other table (then they commit), or discard "
-        f"them (`icesink checkpoints discard {quote(identifier)} N`) and give the name up (`icesink tables "
-        f"drop-pending {quote(identifier)}`), mapping the stream's source table to another name"
+        f"them (`{icesink_command('checkpoints discard', identifier, 'N')}`) and give the name up "
+        f"(`{icesink_command('tables drop-pending', identifier)}`), mapping the stream's source table to another name"
     )
 
 
@@ -336,8 +336,8 @@ def _view_in_the_way(identifier: str | Identifier, pending: str) -> TableCreated
         f"table {name}: a stream created it (pending metadata {pending}) and has not committed to it yet, but "
         "another tool created a view of that name in the catalog meanwhile, so the table cannot enter the catalog "
         "under it. The stream's files stay staged. Drop or rename the view (then they commit), or discard them "
-        f"(`icesink checkpoints discard {quote(name)} N`) and give the name up (`icesink tables drop-pending "
-        f"{quote(name)}`), mapping the stream's source table to another name"
+        f"(`{icesink_command('checkpoints discard', name, 'N')}`) and give the name up "
+        f"(`{icesink_command('tables drop-pending', name)}`), mapping the stream's source table to another name"
     )
 
 

@@ -22,7 +22,7 @@ from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
 from icesink.errors import CommitConflictError
 from icesink.failpoints import failpoint
-from icesink.iceberg.history import HistoryLostError, changes_since
+from icesink.iceberg.history import HistoryLostError, changes_since, remember_own_changes
 from icesink.iceberg.references import delete_quietly
 from icesink.iceberg.scan import ManifestCache
 from icesink.iceberg.snapshots import RemovedFileMissingError, commit_prepared, head_snapshot_id, prepare_change
@@ -69,7 +69,7 @@ def _prepare_on_head(
     base_snapshot_id: int | None,
     build: Callable[[Table, ChangesSince], SnapshotChange],
     cache: ManifestCache,
-) -> PreparedSnapshot:
+) -> tuple[PreparedSnapshot, SnapshotChange]:
     """The change built and written on the table's head; a :class:`ConflictError` when it no longer applies."""
 
     try:
@@ -82,7 +82,7 @@ def _prepare_on_head(
     if watermark is not None:
         change = replace(change, properties={**change.properties, WATERMARK_PROPERTY: watermark})
     try:
-        return prepare_change(table, change, target.branch, cache=cache)
+        return prepare_change(table, change, target.branch, cache=cache), change
     except RemovedFileMissingError as e:
         raise ConflictError(str(e)) from e
 
@@ -109,7 +109,7 @@ def commit_change(
     outcome_unknown = False
     try:
         for _ in range(attempts):
-            prepared = _prepare_on_head(target, table, base_snapshot_id, build, cache)
+            prepared, change = _prepare_on_head(target, table, base_snapshot_id, build, cache)
             try:
                 if target.before_commit is not None:
                     target.before_commit()
@@ -128,6 +128,7 @@ def commit_change(
             except BaseException:
                 outcome_unknown = True
                 raise
+            remember_own_changes(committed, prepared.snapshot_id, change.added, change.removed)
             failpoint("maintain.after-commit")
             return committed
         raise CommitConflictError(

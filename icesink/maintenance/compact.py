@@ -17,7 +17,9 @@ The rules, as Iceberg's ``RewriteFiles`` has them:
 * Delete files the rewrite leaves with nothing to do are dropped: position
   deletes whose data files are all rewritten, equality deletes with no live
   data file below their sequence number in their scope.
-* Each group is its own ``replace`` commit, so one group bounds how long
+* A pass commits its groups in at most ``icesink.maintain.max-commits``
+  ``replace`` snapshots (:mod:`icesink.maintenance.compact_commit`), and asks
+  between groups whether checkpoints wait: one group bounds how long
   maintenance holds the committer.
 
 Files of an older partition spec are left as they are (and reported).
@@ -29,42 +31,35 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.manifest import DataFileContent
 from pyiceberg.table.refs import MAIN_BRANCH
-from pyiceberg.table.snapshots import Operation
 
 from icesink.arrays import repeated
 from icesink.failpoints import failpoint
-from icesink.iceberg.deletes import GLOBAL, EqualityDeletes, PartitionKey, partition_scope
+from icesink.iceberg.deletes import EqualityDeletes, PartitionKey, partition_scope
 from icesink.iceberg.describe import target_file_size, writer_spec
-from icesink.iceberg.manifests import AddedFile, to_data_file
-from icesink.iceberg.scan import live_files, plan_scan, position_deletes_by_file, read_files
+from icesink.iceberg.references import delete_quietly
+from icesink.iceberg.scan import plan_scan, position_deletes_by_file, read_files
 from icesink.iceberg.schemas import with_dropped_keys
-from icesink.iceberg.snapshots import SnapshotChange
 from icesink.maintenance.choosing import Candidate, candidate, chosen, count_position_deletes
-from icesink.maintenance.committing import ConflictError, MaintenanceTarget, commit_change
+from icesink.maintenance.compact_commit import GroupsCommitted, WrittenGroup, commit_groups, groups_per_commit
 from icesink.maintenance.packing import packed
+from icesink.maintenance.policy import MAX_COMMITS
 from icesink.maintenance.verify import check_read, check_written
-from icesink.properties import BASE_SNAPSHOT_PROPERTY, MAINTENANCE_COMPACT, MAINTENANCE_PROPERTY
+from icesink.reading_threads import in_parallel
 from icesink.writer.conform import conform
 from icesink.writer.files import FileNamer, RollingFileWriter
 from icesink.writer.partitioning import partition_path
-from icesink.writer.position_deletes import FILE_PATH_ID
 
 if TYPE_CHECKING:
-    from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
 
-    from icesink.iceberg.history import ChangesSince
-    from icesink.iceberg.scan import LiveFile, PlannedDataFile, PlannedDelete
-    from icesink.iceberg.snapshots import SnapshotChange
+    from icesink.iceberg.scan import PlannedDataFile, PlannedDelete
+    from icesink.maintenance.committing import MaintenanceTarget
     from icesink.maintenance.policy import MaintenancePolicy
     from icesink.results import FileRecord
 
@@ -179,42 +174,72 @@ def compact(
     plan: CompactionPlan,
     keep_going: Callable[[], bool] = lambda: True,
     progress: Callable[[int, FileGroup, CompactionResult], None] | None = None,
+    max_commits: int = MAX_COMMITS,
 ) -> tuple[Table, CompactionResult]:
-    """Rewrite the plan's groups, one commit each, while ``keep_going()`` says so.
+    """Rewrite the plan's groups while ``keep_going()`` says so, committed in at most ``max_commits`` snapshots.
 
-    ``progress(number, group, result)`` is called after each group.
+    ``keep_going`` is asked between groups; when it says stop, the groups written so far are committed first.
+    ``progress(number, group, result)`` is called after each group's commit.
     """
     started = time.monotonic()
     result = CompactionResult(groups_planned=len(plan.groups))
     keys = (i for d in plan.equality_deletes for i in d.file.equality_ids or ())
     deletes = EqualityDeletes(table, with_dropped_keys(table, table.schema(), keys), plan.equality_deletes)
     deletes.preload()
-    for number, group in enumerate(plan.groups):
-        if number and not keep_going():
-            result.stopped_early = True
-            break
-        records = _rewrite(target, table, plan, group, number, deletes)
-        failpoint("maintain.compact.after-write")
-        try:
-            table, dropped = _commit_group(target, table, plan, group, records)
-        except ConflictError as e:
-            result.groups_failed.append(str(e))
-            log.info("table=%s: compaction group %d left for the next run: %s", target.identifier, number, e)
-            continue
-        head = target.head_id(table)
-        if head is not None:
-            result.snapshot_ids.append(head)
-        result.groups_committed += 1
-        result.files_rewritten += len(group.files)
-        result.bytes_rewritten += group.bytes
-        result.files_written += len(records)
-        result.bytes_written += sum(r.file_size_bytes for r in records)
-        result.delete_files_dropped += dropped
-        if progress is not None:
-            result.seconds = time.monotonic() - started
-            progress(number, group, result)
+    per_commit = groups_per_commit(len(plan.groups), max_commits)
+    written: list[WrittenGroup] = []
+
+    def commit(batch: list[WrittenGroup]) -> Table:
+        done = commit_groups(target, table, plan, batch)
+        _account(target, done, result, started, progress)
+        return done.table
+
+    try:
+        for number, group in enumerate(plan.groups):
+            if number and not keep_going():
+                result.stopped_early = True
+                break
+            sequence = group.sequence_number if group.sequence_number is not None else plan.base_sequence_number
+            records = tuple(_rewrite(target, table, plan, group, number, deletes))
+            written.append(WrittenGroup(number, group, records, sequence))
+            failpoint("maintain.compact.after-write")
+            if len(written) == per_commit:
+                batch, written = written, []  # handed over: the commit deletes them, or keeps them if unsure
+                table = commit(batch)
+    except BaseException:
+        delete_quietly(table.io, [p for w in written for p in w.paths])
+        raise
+    if written:
+        table = commit(written)
     result.seconds = time.monotonic() - started
     return table, result
+
+
+def _account(
+    target: MaintenanceTarget,
+    done: GroupsCommitted,
+    result: CompactionResult,
+    started: float,
+    progress: Callable[[int, FileGroup, CompactionResult], None] | None,
+) -> None:
+    for each, reason in done.refused:
+        result.groups_failed.append(reason)
+        log.info("table=%s: compaction group %d left for the next run: %s", target.identifier, each.number, reason)
+    if not done.committed:
+        return
+    head = target.head_id(done.table)
+    if head is not None:
+        result.snapshot_ids.append(head)
+    result.delete_files_dropped += done.delete_files_dropped
+    for each in done.committed:
+        result.groups_committed += 1
+        result.files_rewritten += len(each.group.files)
+        result.bytes_rewritten += each.group.bytes
+        result.files_written += len(each.records)
+        result.bytes_written += sum(r.file_size_bytes for r in each.records)
+        if progress is not None:
+            result.seconds = time.monotonic() - started
+            progress(each.number, each.group, result)
 
 
 def _rewrite(
@@ -252,8 +277,7 @@ def _rewrite(
         return table_columns
 
     try:
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            parts = list(pool.map(read, group.files))
+        parts = in_parallel(read, group.files)
         rows = pa.concat_tables(parts)
         if deletes:  # one join for the whole group: rows carry their file's data sequence number
             sequence = pa.concat_arrays(
@@ -271,44 +295,6 @@ def _rewrite(
         raise
 
 
-def _commit_group(
-    target: MaintenanceTarget, table: Table, plan: CompactionPlan, group: FileGroup, records: list[FileRecord]
-) -> tuple[Table, int]:
-    version = table.metadata.format_version
-    sequence = group.sequence_number if group.sequence_number is not None else plan.base_sequence_number
-    added = tuple(AddedFile(to_data_file(r, version), sequence) for r in records)
-    replaced = frozenset(str(f.file.file_path) for f in group.files)
-    dropped: list[int] = [0]
-
-    def build(head: Table, since: ChangesSince) -> SnapshotChange:
-        _check_no_new_position_deletes(head, since, group, plan.base_sequence_number)
-        obsolete = _obsolete_deletes(head, target.head_id(head), replaced, sequence, group.scope)
-        dropped[0] = len(obsolete)
-        return SnapshotChange(
-            added=added,
-            removed=replaced | obsolete,
-            operation=Operation.REPLACE,
-            properties={MAINTENANCE_PROPERTY: MAINTENANCE_COMPACT, BASE_SNAPSHOT_PROPERTY: str(plan.base_snapshot_id)},
-        )
-
-    committed = commit_change(target, table, plan.base_snapshot_id, build, [r.path for r in records])
-    return committed, dropped[0]
-
-
-def _check_no_new_position_deletes(head: Table, since: ChangesSince, group: FileGroup, base_sequence: int) -> None:
-    """Iceberg's ``validateNoNewDeletesForDataFiles``: a newer position delete on a replaced file fails the group."""
-
-    replaced = {str(f.file.file_path) for f in group.files}
-    for new in since.added:
-        if new.file.content != DataFileContent.POSITION_DELETES or new.sequence_number <= base_sequence:
-            continue
-        if partition_scope(head, new.file) not in (GLOBAL, group.scope):
-            continue
-        # The bounds say "maybe" for a delete file naming many data files; its file_path column says for sure.
-        if _may_reference(new.file, replaced) and _referenced_paths(head, new) & replaced:
-            raise ConflictError(f"position delete {new.path} was committed since against a file being rewritten")
-
-
 def _bin_packed(
     scope: PartitionKey, sequence: int | None, files: list[PlannedDataFile], max_bytes: int
 ) -> list[FileGroup]:
@@ -318,49 +304,3 @@ def _bin_packed(
         FileGroup(scope, tuple(group), sequence)
         for group in packed(ordered, lambda f: f.file.file_size_in_bytes, max_bytes)
     ]
-
-
-def _may_reference(delete: DataFile, locations: set[str]) -> bool:
-    """Whether a position delete file's ``file_path`` bounds admit one of ``locations``."""
-
-    lower = (delete.lower_bounds or {}).get(FILE_PATH_ID)
-    upper = (delete.upper_bounds or {}).get(FILE_PATH_ID)
-    if lower is None or upper is None:
-        return True
-    return any(lower <= location.encode("utf-8") <= upper for location in locations)
-
-
-def _obsolete_deletes(
-    head: Table, head_id: int | None, replaced: frozenset[str], output_sequence: int, scope: PartitionKey
-) -> frozenset[str]:
-    """Delete files reaching ``scope`` with nothing left to do once ``replaced`` are gone (judged on the branch's
-    head, ``head_id``)."""
-
-    live = live_files(head, head_id)
-    remaining = [d for d in live.data if d.path not in replaced]
-    remaining_paths = {d.path for d in remaining}
-    obsolete: set[str] = set()
-    for delete in live.position_deletes:
-        if partition_scope(head, delete.file) == scope and not _referenced_paths(head, delete) & remaining_paths:
-            obsolete.add(delete.path)
-    for delete in live.equality_deletes:
-        delete_scope = partition_scope(head, delete.file)
-        # The rewritten files keep the base's sequence number: a newer equality delete still applies to them.
-        if delete_scope not in (GLOBAL, scope) or output_sequence < delete.sequence_number:
-            continue
-        reaches = [d for d in remaining if delete_scope == GLOBAL or partition_scope(head, d.file) == delete_scope]
-        if not any(d.sequence_number < delete.sequence_number for d in reaches):
-            obsolete.add(delete.path)
-    return frozenset(obsolete)
-
-
-def _referenced_paths(table: Table, delete: LiveFile) -> frozenset[str]:
-    """The data files a position delete file names: its bounds when they name one, else its ``file_path`` column."""
-
-    lower = (delete.file.lower_bounds or {}).get(FILE_PATH_ID)
-    upper = (delete.file.upper_bounds or {}).get(FILE_PATH_ID)
-    if lower is not None and lower == upper:
-        return frozenset({lower.decode("utf-8")})
-    with table.io.new_input(delete.path).open() as stream:
-        column = pq.ParquetFile(stream).read(columns=["file_path"]).column("file_path")
-    return frozenset(str(v) for v in column.unique().to_pylist())

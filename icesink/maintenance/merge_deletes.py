@@ -15,9 +15,10 @@ per commit, each read by every reader of it; merging them costs a read and a wri
 * A partition whose delete files reach another partition (another writer's) is left as it is.
 * Each merged file takes the newest data sequence number of the files it merges, so it applies to exactly the
   data files they applied to.
-* Each commit is a ``replace`` of delete files only, of partitions of up to ``icesink.maintain.max-group-bytes``
-  of delete files: no data file and no row changes. A data file or delete file
-  removed since planning sends the merge back to the next pass; delete files added since stay as they are.
+* Merges are written in groups of partitions of up to ``icesink.maintain.max-group-bytes`` of delete files, and
+  committed in at most ``icesink.maintain.max-commits`` ``replace`` snapshots of delete files only: no data file
+  and no row changes. A partition whose data files or delete files were removed since planning is sent back to
+  the next pass (the others are committed); delete files added since stay as they are.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ from icesink.iceberg.scan import live_files, position_deletes_of
 from icesink.iceberg.snapshots import SnapshotChange
 from icesink.maintenance.choosing import count_position_deletes
 from icesink.maintenance.committing import ConflictError, MaintenanceTarget, commit_change
+from icesink.maintenance.compact_commit import groups_per_commit
 from icesink.maintenance.packing import packed
+from icesink.maintenance.policy import MAX_COMMITS
 from icesink.properties import (
     BASE_SNAPSHOT_PROPERTY,
     MAINTENANCE_MERGE_DELETES,
@@ -151,66 +154,82 @@ def plan_delete_merges(
     return MergePlan(head, tuple(merges))
 
 
+@dataclass(frozen=True)
+class WrittenMerge:
+    """A planned partition's merge, and the delete files written for it (each with its data sequence number)."""
+
+    merge: DeleteMerge
+    records: tuple[tuple[FileRecord, int], ...]
+
+    @property
+    def paths(self) -> list[str]:
+        return [r.path for r, _ in self.records]
+
+
 def merge_position_deletes(
     target: MaintenanceTarget,
     table: Table,
     plan: MergePlan,
     max_bytes: int,
     keep_going: Callable[[], bool] = lambda: True,
+    max_commits: int = MAX_COMMITS,
 ) -> tuple[Table, MergeResult]:
-    """Write the planned partitions' merged delete files and swap them in: one ``replace`` commit per group of
-    partitions of up to ``max_bytes`` of delete files, asking ``keep_going()`` before each group but the first."""
+    """Write the planned partitions' merged delete files in groups of up to ``max_bytes`` of delete files, asking
+    ``keep_going()`` before each group but the first, and swap them in with at most ``max_commits`` ``replace``
+    commits (when ``keep_going`` says stop, the groups written so far are committed first)."""
 
     started = time.monotonic()
     result = MergeResult(partitions=len(plan.merges))
-    for number, group in enumerate(packed(plan.merges, lambda m: m.bytes, max_bytes)):
-        if number and not keep_going():
-            result.stopped_early = True
-            break
-        try:
-            table, commit = _merge_group(target, table, plan.base_snapshot_id, group)
-        except ConflictError as e:
-            log.info("table=%s: merging position deletes left for the next run: %s", target.identifier, e)
-            result.conflict = str(e)
-            continue
-        head = target.head_id(table)
-        if head is not None:
-            result.snapshot_ids.append(head)
-        result.commits += 1
-        result.delete_files_rewritten += commit.delete_files_rewritten
-        result.delete_files_written += commit.delete_files_written
-        result.bytes_rewritten += commit.bytes_rewritten
-        result.bytes_written += commit.bytes_written
-        result.positions += commit.positions
+    groups = packed(plan.merges, lambda m: m.bytes, max_bytes)
+    per_commit = groups_per_commit(len(groups), max_commits)
+    written: list[WrittenMerge] = []
+    try:
+        for number, group in enumerate(groups):
+            if number and not keep_going():
+                result.stopped_early = True
+                break
+            for merge in group:
+                written.append(WrittenMerge(merge, tuple(_write_merged(table, merge))))
+            failpoint("maintain.merge.after-write")
+            if (number + 1) % per_commit == 0:
+                batch, written = written, []  # handed over: the commit deletes them, or keeps them if unsure
+                table = _commit_merges(target, table, plan.base_snapshot_id, batch, result)
+    except BaseException:
+        delete_quietly(table.io, [p for w in written for p in w.paths])
+        raise
+    if written:
+        table = _commit_merges(target, table, plan.base_snapshot_id, written, result)
     result.seconds = time.monotonic() - started
     return table, result
 
 
-def _merge_group(
-    target: MaintenanceTarget, table: Table, base_snapshot_id: int | None, group: list[DeleteMerge]
-) -> tuple[Table, MergeResult]:
-    records: list[tuple[FileRecord, int]] = []
-    try:
-        for merge in group:
-            records += _write_merged(table, merge)
-        failpoint("maintain.merge.after-write")
-        version = table.metadata.format_version
-        added = tuple(AddedFile(to_data_file(record, version), sequence) for record, sequence in records)
-        removed = frozenset(d.path for m in group for d in m.deletes)
-        named = frozenset(d.path for m in group for d in m.data)
-    except BaseException:
-        delete_quietly(table.io, [r.path for r, _ in records])
-        raise
-    removed_positions = sum(d.file.record_count for m in group for d in m.deletes)
-    written_positions = sum(r.record_count for r, _ in records)
+def _commit_merges(
+    target: MaintenanceTarget,
+    table: Table,
+    base_snapshot_id: int | None,
+    written: list[WrittenMerge],
+    result: MergeResult,
+) -> Table:
+    """One ``replace`` of the merges whose files are all still there; the files of the others are deleted."""
+
+    version = table.metadata.format_version
+    refused: dict[int, str] = {}
+    kept: list[WrittenMerge] = []
 
     def build(head: Table, since: ChangesSince) -> SnapshotChange:
-        gone = (removed | named) & since.removed
-        if gone:
-            raise ConflictError(f"{len(gone)} file(s) this merge reads were removed since, e.g. {min(gone)}")
+        refused.clear()  # judged again on every head: what was removed since only grows
+        for number, each in enumerate(written):
+            gone = ({d.path for d in each.merge.deletes} | {d.path for d in each.merge.data}) & since.removed
+            if gone:
+                refused[number] = f"{len(gone)} file(s) this merge reads were removed since, e.g. {min(gone)}"
+        kept[:] = [w for number, w in enumerate(written) if number not in refused]
+        if not kept:
+            raise ConflictError(refused[0])
+        removed_positions = sum(d.file.record_count for w in kept for d in w.merge.deletes)
+        written_positions = sum(r.record_count for w in kept for r, _ in w.records)
         return SnapshotChange(
-            added=added,
-            removed=removed,
+            added=tuple(AddedFile(to_data_file(r, version), sequence) for w in kept for r, sequence in w.records),
+            removed=frozenset(d.path for w in kept for d in w.merge.deletes),
             operation=Operation.REPLACE,
             properties={
                 MAINTENANCE_PROPERTY: MAINTENANCE_MERGE_DELETES,
@@ -220,15 +239,26 @@ def _merge_group(
             },
         )
 
-    table = commit_change(target, table, base_snapshot_id, build, [r.path for r, _ in records])
-    return table, MergeResult(
-        partitions=len(group),
-        delete_files_rewritten=len(removed),
-        delete_files_written=len(records),
-        bytes_rewritten=sum(m.bytes for m in group),
-        bytes_written=sum(r.file_size_bytes for r, _ in records),
-        positions=written_positions,
-    )
+    try:
+        table = commit_change(target, table, base_snapshot_id, build, [p for w in written for p in w.paths])
+    except ConflictError as e:  # every merge refused, or the base lost: their files are deleted
+        log.info("table=%s: merging position deletes left for the next run: %s", target.identifier, e)
+        result.conflict = str(e)
+        return table
+    if refused:
+        delete_quietly(table.io, [p for number, w in enumerate(written) if number in refused for p in w.paths])
+        result.conflict = next(iter(refused.values()))
+        log.info("table=%s: merging position deletes left for the next run: %s", target.identifier, result.conflict)
+    head = target.head_id(table)
+    if head is not None:
+        result.snapshot_ids.append(head)
+    result.commits += 1
+    result.delete_files_rewritten += sum(len(w.merge.deletes) for w in kept)
+    result.delete_files_written += sum(len(w.records) for w in kept)
+    result.bytes_rewritten += sum(w.merge.bytes for w in kept)
+    result.bytes_written += sum(r.file_size_bytes for w in kept for r, _ in w.records)
+    result.positions += sum(r.record_count for w in kept for r, _ in w.records)
+    return table
 
 
 def _write_merged(table: Table, merge: DeleteMerge) -> list[tuple[FileRecord, int]]:

@@ -15,6 +15,7 @@ from icesink.errors import ConfigError
 from icesink.properties import POLICY_PROPERTIES
 
 PREFIX = "icesink."
+MAX_COMMITS = 10  # as Iceberg's rewrite_data_files partial-progress.max-commits
 
 
 def _doc(text: str) -> dict[str, str]:
@@ -81,14 +82,25 @@ class MaintenancePolicy:
     max_group_bytes: int = field(
         default=256 * 1024 * 1024,
         metadata=_doc(
-            "one compaction commit rewrites at most this many bytes, which bounds how long it holds the committer."
+            "maintenance rewrites (and holds in memory) at most this many bytes of data files at once, a group, "
+            "and asks between groups whether checkpoints wait."
+        ),
+    )
+    max_commits: int = field(
+        default=MAX_COMMITS,
+        metadata=_doc(
+            "one maintenance pass commits its compaction groups in at most this many snapshots, and its merges of "
+            "position deletes in at most this many more (fewer when waiting checkpoints stop it early: the groups "
+            "written so far are committed first). A commit rewrites the manifests listing the files it replaces, "
+            "so a commit per group would make a pass over many partitions cost the square of their number; more "
+            "commits keep more of a pass that fails half-way."
         ),
     )
     max_seconds: float = field(
         default=10.0,
         metadata=_doc(
             "between commits, maintenance starts no new group after this many seconds while checkpoints wait. A "
-            "waiting checkpoint is delayed by at most this plus one group."
+            "waiting checkpoint is delayed by at most this plus one group and one maintenance commit."
         ),
     )
 
@@ -169,5 +181,6 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "delete_file_threshold": (1, math.inf, "at 0 every data file would be rewritten on every pass"),
     "min_commits": (1, math.inf, "a number of commits"),
     "max_group_bytes": (1, math.inf, "a number of bytes"),
+    "max_commits": (1, math.inf, "a number of commits"),
     "max_seconds": (0, 24 * 3600, "seconds, finite"),
 }

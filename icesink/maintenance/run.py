@@ -189,7 +189,9 @@ def maintain_table(
         if plan.older_spec_files:
             report.notes.append(f"{plan.older_spec_files} data file(s) of older partition specs are left as they are")
         if plan.groups and not dry_run:
-            table, report.compaction = compact(target, table, plan, request.keep_going, request.progress)
+            table, report.compaction = compact(
+                target, table, plan, request.keep_going, request.progress, policy.max_commits
+            )
         stopped = report.compaction is not None and report.compaction.stopped_early
         if not stopped and (not report.compaction or request.keep_going()):
             # After compaction, which applies the deletes of what it rewrites: what is left is merged.
@@ -198,7 +200,7 @@ def maintain_table(
             report.planned_delete_merges = len(merges.merges)
             if merges.merges and not dry_run:
                 table, report.merge = merge_position_deletes(
-                    target, table, merges, policy.max_group_bytes, request.keep_going
+                    target, table, merges, policy.max_group_bytes, request.keep_going, policy.max_commits
                 )
     if dry_run and report.before.equality_delete_files:
         report.notes.append(f"would convert {report.before.equality_delete_files} equality delete file(s)")

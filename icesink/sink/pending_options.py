@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Mapping, Sequence
-from shlex import quote
 from typing import TYPE_CHECKING
 
 from pyiceberg import types as it
@@ -23,6 +22,7 @@ from icesink.catalog.checkpoints import CheckpointState
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
 from icesink.catalog.ledger import Ledger
+from icesink.commands import icesink_command
 from icesink.errors import CommitConflictError, ConfigError
 from icesink.iceberg.pending_tables import PendingAwareCatalog
 from icesink.properties import USER_PROPERTIES, unknown_property
@@ -44,7 +44,7 @@ def pending_note(identifier: str) -> str:
     return (
         f"Table {identifier} is pending (a stream created it, and nothing of it is committed yet): a stream that "
         "creates it (create_table=True, or icesink.debezium) and is started again with other options creates it "
-        f"anew with them while nothing of it is staged, and `icesink tables drop-pending {quote(identifier)}` "
+        f"anew with them while nothing of it is staged, and `{icesink_command('tables drop-pending', identifier)}` "
         "gives it up"
     )
 
@@ -214,7 +214,7 @@ def _moved_refusal(identifier: str, differences: list[Difference], moved: dict[s
         "ledger (committed without files, or discarded) recorded which field each DataFrame column went to, and the "
         f"table created anew would give these columns other fields: {shown}; the stream would write their values "
         "into other columns. Start the stream with the columns as they were (its other options can change), or "
-        f"write the table under another name (`icesink tables drop-pending {quote(identifier)}` gives this one up)"
+        f"write the table under another name (`{icesink_command('tables drop-pending', identifier)}` gives this one up)"
     )
 
 
@@ -229,7 +229,7 @@ def _staged_refusal(identifier: str, differences: list[Difference], staged: dict
         f"table {identifier} is pending (a stream created it; it enters the catalog with its first commit), and this "
         f"stream asks other options of it: {_described(differences)}. {named} {'is' if count == 1 else 'are'} "
         "staged, written for the options it was created with, so it is not created anew. Let them commit (the table "
-        f"keeps its options), or give them up (`icesink checkpoints discard {quote(identifier)} {only}`) and then "
-        f"start the stream again (the table is created anew with its options) or give the table up (`icesink "
-        f"tables drop-pending {quote(identifier)}`)"
+        f"keeps its options), or give them up (`{icesink_command('checkpoints discard', identifier, only)}`) and then "
+        f"start the stream again (the table is created anew with its options) or give the table up "
+        f"(`{icesink_command('tables drop-pending', identifier)}`)"
     )
