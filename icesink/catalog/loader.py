@@ -17,6 +17,7 @@ from icesink.catalog.config import CatalogConfig
 from icesink.commands import icesink_command
 from icesink.errors import ConfigError, TableMetadataError, TableNotFoundError
 from icesink.iceberg.pending_tables import PendingAwareCatalog, pending_location
+from icesink.iceberg.sql_catalog import IcesinkSqlCatalog
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -42,7 +43,7 @@ def open_catalog(config: CatalogConfig, pending_tables: bool = False) -> SqlCata
     if config.embedded:
         database.upgrade(config)
     database.ensure_migrated(config)
-    kind = PendingAwareCatalog if pending_tables else SqlCatalog
+    kind = PendingAwareCatalog if pending_tables else IcesinkSqlCatalog
     with database.database_errors(config):
         catalog = kind(config.name, **config.pyiceberg_properties())
     # Share the pooled engine so the ledger and the catalog use the same connections.

@@ -41,6 +41,7 @@ from pyiceberg.typedef import Identifier
 from icesink.commands import icesink_command
 from icesink.errors import TableCreatedElsewhereError
 from icesink.iceberg.metadata_cache import table_metadata
+from icesink.iceberg.sql_catalog import IcesinkSqlCatalog
 
 PENDING_TABLES = sa.Table(
     "icesink_pending_tables",
@@ -60,7 +61,7 @@ class PendingTable(Table):
     """A table as its pending metadata describes it: not in the catalog's ``iceberg_tables`` yet."""
 
 
-class PendingAwareCatalog(SqlCatalog):
+class PendingAwareCatalog(IcesinkSqlCatalog):
     """The SQL catalog as icesink's writers and committers see it: pending tables included."""
 
     def load_table(self, identifier: str | Identifier) -> Table:
