@@ -169,3 +169,34 @@ def test_merges_of_many_partitions_commit_in_at_most_max_commits_snapshots(sqlit
     assert all(len(d.file.partition) == 1 for d in live_files(load(sqlite_catalog)).position_deletes)
     for rows in rows_by_every_reader(sqlite_catalog):
         assert rows == model.expected()
+
+
+def test_a_group_that_cannot_be_rewritten_costs_the_pass_only_itself(
+    sqlite_catalog: CatalogConfig, monkeypatch: Any
+) -> None:
+    """The groups written before the failing one are committed, as they were when each group had its commit."""
+    from icesink.maintenance import compact as compaction
+
+    model = small_files_in_every_bucket(sqlite_catalog)
+    table = load(sqlite_catalog)
+    plan = plan_compaction(table, MaintenancePolicy(), everything=True)
+    rewrite = compaction._rewrite
+
+    def third_fails(target: Any, table: Any, plan: Any, group: Any, number: int, deletes: Any) -> Any:
+        if number == 2:
+            raise OSError("the disk is full")
+        return rewrite(target, table, plan, group, number, deletes)
+
+    monkeypatch.setattr(compaction, "_rewrite", third_fails)
+    try:
+        compact(target(sqlite_catalog), table, plan, max_commits=1)
+    except OSError as e:
+        assert "disk is full" in str(e)
+    else:
+        raise AssertionError("the failed group's error was not raised")
+    table = load(sqlite_catalog)
+    assert table.current_snapshot().summary[MAINTENANCE_PROPERTY] == "compact"
+    assert len(live_files(table).data) == 24 - 2 * 3 + 2  # two partitions compacted, the others as they were
+    assert maintenance_files(sqlite_catalog) <= {d.path for d in live_files(table).data}
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()

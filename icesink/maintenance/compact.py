@@ -206,6 +206,16 @@ def compact(
             if len(written) == per_commit:
                 batch, written = written, []  # handed over: the commit deletes them, or keeps them if unsure
                 table = commit(batch)
+    except Exception:
+        # A group that cannot be rewritten (a check failed, say) costs the pass no more than itself: the groups
+        # written before it are committed, as they would have been alone, and the error is raised.
+        batch, written = written, []
+        try:
+            if batch:
+                commit(batch)
+        except Exception:
+            log.exception("table=%s: committing the groups written before a failed one failed", target.identifier)
+        raise
     except BaseException:
         delete_quietly(table.io, [p for w in written for p in w.paths])
         raise
