@@ -200,3 +200,43 @@ def test_a_group_that_cannot_be_rewritten_costs_the_pass_only_itself(
     assert maintenance_files(sqlite_catalog) <= {d.path for d in live_files(table).data}
     for rows in rows_by_every_reader(sqlite_catalog):
         assert rows == model.expected()
+
+
+def test_a_partition_spec_changed_during_a_pass_ends_it_and_no_file_is_filed_under_the_wrong_partition(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    """Another tool replaces ``bucket(8, id)`` by ``bucket(4, id)`` right before the pass's first commit: that
+    commit's groups land (written and recorded under the spec they were read with), and the groups after it are
+    left, since a file's partition values must be those of its own spec (they were filed under the new spec with
+    the old values, and filtered reads lost their rows)."""
+    import pyarrow.parquet as pq
+    from pyiceberg.expressions import EqualTo
+    from pyiceberg.transforms import BucketTransform
+    from pyiceberg.types import LongType
+
+    model = small_files_in_every_bucket(sqlite_catalog)
+    table = load(sqlite_catalog)
+    plan = plan_compaction(table, MaintenancePolicy(), everything=True)
+    changed = [False]
+
+    def replace_spec() -> None:
+        if not changed[0]:
+            changed[0] = True
+            with load(sqlite_catalog).update_spec() as update:
+                update.remove_field("id_bucket")
+                update.add_field("id", BucketTransform(4), "id_b4")
+
+    _, result = compact(target(sqlite_catalog, replace_spec), table, plan, max_commits=2)
+    assert changed[0] and result.groups_committed == 4 and len(result.snapshot_ids) == 1
+    assert len(result.groups_failed) == 4 and "partition spec changed" in result.groups_failed[0]
+    table = load(sqlite_catalog)
+    for live in live_files(table).data:  # every file's partition value is its rows' bucket under its own spec
+        transform = table.specs()[live.file.spec_id].fields[0].transform
+        bucket = transform.transform(LongType())
+        ids = pq.read_table(live.path.removeprefix("file://"), columns=["id"]).column("id").to_pylist()
+        assert {bucket(i) for i in ids} == {live.file.partition[0]}
+    for key in (9, 150, 299):
+        found = table.scan(row_filter=EqualTo("id", key)).to_arrow().to_pylist()
+        assert [(r["id"], r["v"]) for r in found] == [(key, model.rows[key])]
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()

@@ -31,7 +31,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -79,6 +79,10 @@ class FileGroup:
     @property
     def bytes(self) -> int:
         return sum(f.file.file_size_in_bytes for f in self.files)
+
+    def output_sequence(self, base_sequence_number: int) -> int:
+        """The data sequence number of the files it writes, in a plan whose base has ``base_sequence_number``."""
+        return self.sequence_number if self.sequence_number is not None else base_sequence_number
 
 
 @dataclass(frozen=True)
@@ -179,7 +183,7 @@ def compact(
     """Rewrite the plan's groups while ``keep_going()`` says so, committed in at most ``max_commits`` snapshots.
 
     ``keep_going`` is asked between groups; when it says stop, the groups written so far are committed first.
-    ``progress(number, group, result)`` is called after each group's commit.
+    ``progress(number, group, result)`` is called after each group is written.
     """
     started = time.monotonic()
     result = CompactionResult(groups_planned=len(plan.groups))
@@ -191,7 +195,7 @@ def compact(
 
     def commit(batch: list[WrittenGroup]) -> Table:
         done = commit_groups(target, table, plan, batch)
-        _account(target, done, result, started, progress)
+        _account(target, done, result)
         return done.table
 
     try:
@@ -199,10 +203,15 @@ def compact(
             if number and not keep_going():
                 result.stopped_early = True
                 break
-            sequence = group.sequence_number if group.sequence_number is not None else plan.base_sequence_number
+            if _spec_changed(target, table, plan, number, result):
+                break
             records = tuple(_rewrite(target, table, plan, group, number, deletes))
-            written.append(WrittenGroup(number, group, records, sequence))
+            written.append(WrittenGroup(number, group, records, group.output_sequence(plan.base_sequence_number)))
             failpoint("maintain.compact.after-write")
+            result.files_written += len(records)
+            result.bytes_written += sum(r.file_size_bytes for r in records)
+            if progress is not None:
+                progress(number, group, replace(result, seconds=time.monotonic() - started))
             if len(written) == per_commit:
                 batch, written = written, []  # handed over: the commit deletes them, or keeps them if unsure
                 table = commit(batch)
@@ -225,15 +234,11 @@ def compact(
     return table, result
 
 
-def _account(
-    target: MaintenanceTarget,
-    done: GroupsCommitted,
-    result: CompactionResult,
-    started: float,
-    progress: Callable[[int, FileGroup, CompactionResult], None] | None,
-) -> None:
+def _account(target: MaintenanceTarget, done: GroupsCommitted, result: CompactionResult) -> None:
     for each, reason in done.refused:
         result.groups_failed.append(reason)
+        result.files_written -= len(each.records)  # counted when written; deleted since
+        result.bytes_written -= sum(r.file_size_bytes for r in each.records)
         log.info("table=%s: compaction group %d left for the next run: %s", target.identifier, each.number, reason)
     if not done.committed:
         return
@@ -245,11 +250,21 @@ def _account(
         result.groups_committed += 1
         result.files_rewritten += len(each.group.files)
         result.bytes_rewritten += each.group.bytes
-        result.files_written += len(each.records)
-        result.bytes_written += sum(r.file_size_bytes for r in each.records)
-        if progress is not None:
-            result.seconds = time.monotonic() - started
-            progress(each.number, each.group, result)
+
+
+def _spec_changed(
+    target: MaintenanceTarget, table: Table, plan: CompactionPlan, number: int, result: CompactionResult
+) -> bool:
+    """Whether another tool changed the partition spec since the plan (the pass then ends: its groups are of the
+    spec before, whose files compaction leaves as they are; written with the new one, their rows would be filed
+    under partition values of the old)."""
+    planned, current = plan.groups[number].files[0].file.spec_id, table.metadata.default_spec_id
+    if planned == current:
+        return False
+    reason = f"the partition spec changed since planning (spec {planned} to {current}); files of an older spec stay"
+    log.info("table=%s: %d compaction group(s) left: %s", target.identifier, len(plan.groups) - number, reason)
+    result.groups_failed += [reason] * (len(plan.groups) - number)
+    return True
 
 
 def _rewrite(
