@@ -332,7 +332,15 @@ def main() -> None:
             icesink_seconds.append(run.seconds)
             few_runs.append(run)
             print(
-                json.dumps({"round": round_number, "spark_s": spark_seconds[-1], "icesink_s": run.seconds}), flush=True
+                json.dumps(
+                    {
+                        "round": round_number,
+                        "spark_s": spark_seconds[-1],
+                        "icesink_s": run.seconds,
+                        "icesink_batches_s": [round(b, 2) for b in run.batch_seconds],
+                    }
+                ),
+                flush=True,
             )
         report: dict[str, Any] = {
             "records": records,

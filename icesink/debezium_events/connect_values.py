@@ -106,6 +106,7 @@ class RowSchema:
     readers: dict[str, Callable[[Any], Any]]  # every field's
     converting: tuple[tuple[str, Callable[[Any], Any]], ...]  # the fields whose values change or need a check
     decimals: bool  # some field is a decimal, which may come as a JSON number: read numbers exactly
+    doubles: frozenset[str]  # the fields of type double, whose values read alike as floats or as exact digits
 
     @classmethod
     def of(cls, row: dict[str, Any], text: str) -> RowSchema:
@@ -113,7 +114,8 @@ class RowSchema:
         readers = {name: reader(field) for name, field in fields.items()}
         converting = tuple((name, reader) for name, reader in readers.items() if reader is not as_is)
         digest = hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
-        return cls(row, digest, readers, converting, DECIMAL in text or VARIABLE_DECIMAL in text)
+        doubles = frozenset(name for name, reader in readers.items() if reader is _double)
+        return cls(row, digest, readers, converting, DECIMAL in text or VARIABLE_DECIMAL in text, doubles)
 
     def read(self, after: dict[str, Any]) -> dict[str, Any]:
         """The row with every value in its canonical spelling, or FieldError naming the field."""

@@ -23,6 +23,7 @@ import re
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from icesink import fast_json
 from icesink.debezium_events.connect_values import (
     DATES,
     DECIMAL,
@@ -209,7 +210,8 @@ class Decoder:
         if known is not None:
             start, row_schema = known
             decimals = row_schema is None or row_schema.decimals
-            return payload_after(data, start, "value", at, decimals), row_schema, None
+            doubles = row_schema.doubles if row_schema is not None else frozenset()
+            return payload_after(data, start, "value", at, decimals, doubles), row_schema, None
         text = text_of(data, "value", at)
         message, spans = parse_object(text, at, "value")
         if isinstance(message, dict) and set(message) == {"schema", "payload"}:
@@ -347,7 +349,7 @@ def _ordering_position(source: dict[str, Any]) -> str | None:
     sequence = source.get("sequence")
     if sequence:
         try:
-            last_commit, lsn = json.loads(sequence)
+            last_commit, lsn = fast_json.loads(sequence)
             return f"p{int(last_commit or 0):020d}{int(lsn or 0):020d}"
         except (ValueError, TypeError):
             pass

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from icesink import fast_json
 from icesink.debezium_events.stream_spec import Debezium
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ class _Rows:
     ) -> pa.RecordBatch:
         from icesink.debezium_events.decode import DecodeError
 
-        out: dict[str, list[Any]] = {n: [] for n, _ in _PARSED_TYPES}
+        rows: list[tuple[Any, ...]] = []  # a tuple a record, in the order of _PARSED_TYPES: columns at the end
         for key, value, topic, partition, offset in zip(keys, values, topics, partitions, offsets, strict=True):
             try:
                 change = self._decoder.decode(key, value, topic, partition, offset)
@@ -94,15 +95,17 @@ class _Rows:
                         raise DecodeError(f"{e}. {STOPPED}") from None
                     raise
                 error = str(e) if isinstance(e, DecodeError) else f"{type(e).__name__}: {e}"
-                _append(out, REJECTED, "", "[]", "", "", error, "", "", topic, partition, offset, key, value, "", None)
+                rows.append((REJECTED, "", "[]", "", "", error, "", "", topic, partition, offset, key, value, "", None))
                 continue
             if change is not None:
-                self._add(out, change, topic, partition, offset, key, value)
-        return pa.record_batch([pa.array(out[n], t) for n, t in _PARSED_TYPES], names=[n for n, _ in _PARSED_TYPES])
+                rows.append(self._row(change, topic, partition, offset, key, value))
+        columns = list(zip(*rows, strict=True)) if rows else [()] * len(_PARSED_TYPES)
+        return pa.record_batch(
+            [pa.array(c, t) for c, (_, t) in zip(columns, _PARSED_TYPES, strict=True)],
+            names=[n for n, _ in _PARSED_TYPES],
+        )
 
-    def _add(
-        self, out: dict[str, list[Any]], change: Change, topic: Any, partition: Any, offset: Any, key: Any, value: Any
-    ) -> None:
+    def _row(self, change: Change, topic: Any, partition: Any, offset: Any, key: Any, value: Any) -> tuple[Any, ...]:
         schema_text = ""
         if change.schema_id and change.schema_id not in self._schemas_sent:
             self._schemas_sent.add(change.schema_id)
@@ -111,14 +114,13 @@ class _Rows:
         keys_json = self._key_names.get(change.key_names)
         if keys_json is None:
             keys_json = self._key_names[change.key_names] = json.dumps(change.key_names)
-        _append(
-            out,
+        return (
             change.source.key,
             change.op,
             keys_json,
             change.schema_id,
             schema_text,
-            change.row_text if exact else json.dumps(change.row),
+            change.row_text if exact else fast_json.dumps(change.row),
             repr([change.row.get(k) for k in change.key_names]),  # what the write distributes by (canonical)
             change.position,
             topic,
@@ -148,8 +150,3 @@ _PARSED_TYPES = (
     ("shape", pa.string()),
     ("source_ms", pa.int64()),
 )
-
-
-def _append(out: dict[str, list[Any]], *values: Any) -> None:
-    for (name, _), value in zip(_PARSED_TYPES, values, strict=True):
-        out[name].append(value)

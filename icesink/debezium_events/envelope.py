@@ -12,6 +12,8 @@ import json
 import re
 from typing import Any
 
+from icesink import fast_json
+
 # Numbers with a fraction stay exact: a decimal written as a JSON number (decimal.format=NUMERIC) keeps every digit.
 EXACT_NUMBERS = json.JSONDecoder(parse_float=decimal.Decimal)
 
@@ -58,15 +60,45 @@ class Prefixes:
         self._recent[topic] = prefix
 
 
-def payload_after(data: bytes, start: int, what: str, at: tuple[Any, ...], decimals: bool) -> Any:
-    """The payload of a record whose bytes before ``start`` are a known ``{"schema":...,"payload":``."""
+def payload_after(
+    data: bytes, start: int, what: str, at: tuple[Any, ...], decimals: bool, doubles: frozenset[str] = frozenset()
+) -> Any:
+    """The payload of a record whose bytes before ``start`` are a known ``{"schema":...,"payload":``.
+
+    With ``decimals``, numbers with a fraction keep every digit. ``doubles``: the row's fields of type double,
+    whose values read alike as floats or as digits (a value envelope's only)."""
     rest = data[start:].rstrip()
     if not rest.endswith(b"}"):
         raise DecodeError(f"{where_of(*at)}: the record's {what} is not JSON (it ends before its last '}}')")
+    alike = (lambda payload: _floats_alike(payload, doubles)) if what == "value" else None
     try:
-        return (EXACT_NUMBERS if decimals else _READ_FLOATS).decode(rest[:-1].decode("utf-8"))
+        return fast_json.loads(rest[:-1], exact_numbers=decimals, alike=alike)
     except ValueError as e:  # UnicodeDecodeError included
         raise DecodeError(f"{where_of(*at)}: the record's {what} is not JSON ({e})") from e
+
+
+def _floats_alike(payload: Any, doubles: frozenset[str]) -> bool:
+    """Whether an envelope read with floats is what the standard reader gives: floats only as the values of
+    its rows' double fields (anywhere else, a float may be a decimal's digits or an integer past 64 bits)."""
+    if type(payload) is not dict:
+        return not fast_json.holds_float(payload)
+    for member, part in payload.items():  # loops and type tests, not calls: this runs for every record
+        kind = type(part)
+        if kind is dict:
+            if member != "after" and member != "before":
+                if fast_json.holds_float(part):
+                    return False
+                continue
+            for name, value in part.items():
+                kind = type(value)
+                if kind is float:
+                    if name not in doubles:
+                        return False
+                elif (kind is dict or kind is list) and fast_json.holds_float(value):
+                    return False
+        elif kind is float or (kind is list and fast_json.holds_float(part)):
+            return False
+    return True
 
 
 def text_of(data: bytes, what: str, at: tuple[Any, ...]) -> str:

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import base64
 import decimal
-import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from icesink import fast_json
 from icesink.errors import BadRowError
 from icesink.results import WriteResult, encode_write_result
 from icesink.writer.files import delete_files
@@ -191,8 +191,8 @@ class _Task:
 def _parse(record: dict[str, Any]) -> dict[str, Any]:
     text = record[ROW]
     if record.get(EXACT):
-        return json.loads(text, parse_float=decimal.Decimal)  # type: ignore[no-any-return]
-    return json.loads(text)  # type: ignore[no-any-return]
+        return fast_json.loads(text, exact_numbers=True)  # type: ignore[no-any-return]
+    return fast_json.loads(text)  # type: ignore[no-any-return]
 
 
 def _rejected_row(record: dict[str, Any]) -> dict[str, Any]:
