@@ -7,8 +7,8 @@ ways that would change data, each handled here:
 
 * it reads an integer below -2**63 or above 2**64 - 1 as a float (:mod:`json` keeps every digit): a value
   holding a whole float that large is read again by :mod:`json`;
-* it refuses ``NaN`` and ``Infinity`` tokens and lone surrogates, which :mod:`json` reads: such text is read by
-  :mod:`json`, and text that is not JSON raises :mod:`json`'s error, the one messages have always quoted;
+* it refuses ``NaN`` and ``Infinity`` tokens, numbers too large for a double and lone surrogates, which
+  :mod:`json` reads: such text is read by :mod:`json`, and text that is not JSON raises :mod:`json`'s error;
 * it writes NaN and infinities as ``null``, and refuses integers past 64 bits, decimals and lone surrogates:
   such values are written by :mod:`json`.
 
@@ -32,16 +32,17 @@ def loads(data: bytes | str, exact_numbers: bool = False, alike: Callable[[Any],
     kept.
 
     orjson's value is kept unless it holds a float :mod:`json` may read otherwise: any float with
-    ``exact_numbers``, else a whole float of 2**63 or more (an integer orjson could not hold). A caller that knows
-    where floats read alike passes ``alike``, which says of orjson's value whether to keep it."""
+    ``exact_numbers``, else a whole float of 2**63 or more (an integer orjson could not hold). A caller that
+    knows where a float serves as well as the digits passes ``alike``, which says of orjson's value whether to
+    keep it: then the value holds floats where :mod:`json` would give decimals, which that caller accepts."""
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError:
-        return standard_loads(data, exact_numbers)
+        return _standard(data, exact_numbers)
     if alike is not None:
-        return value if alike(value) else standard_loads(data, exact_numbers)
+        return value if alike(value) else _standard(data, exact_numbers)
     if holds_float(value) and (exact_numbers or _holds_large_integer(value)):
-        return standard_loads(data, exact_numbers)
+        return _standard(data, exact_numbers)
     return value
 
 
@@ -110,8 +111,6 @@ def _holds_large_integer(value: Any) -> bool:
 _LARGE = 2.0**63
 
 
-def standard_loads(data: bytes | str, exact_numbers: bool = False) -> Any:
-    """What :func:`loads` gives, always read by :mod:`json` (for a caller that found a float where it wanted
-    digits)."""
+def _standard(data: bytes | str, exact_numbers: bool) -> Any:
     text = data.decode("utf-8") if isinstance(data, bytes) else data
     return json.loads(text, parse_float=decimal.Decimal) if exact_numbers else json.loads(text)

@@ -89,6 +89,8 @@ class _Rows:
         for key, value, topic, partition, offset in zip(keys, values, topics, partitions, offsets, strict=True):
             try:
                 change = self._decoder.decode(key, value, topic, partition, offset)
+                if change is not None:
+                    rows.append(self._row(change, topic, partition, offset, key, value))
             except Exception as e:  # with a dead-letter table, whatever a record makes decoding raise
                 if not self._keep_rejected:
                     if isinstance(e, DecodeError):
@@ -96,9 +98,6 @@ class _Rows:
                     raise
                 error = str(e) if isinstance(e, DecodeError) else f"{type(e).__name__}: {e}"
                 rows.append((REJECTED, "", "[]", "", "", error, "", "", topic, partition, offset, key, value, "", None))
-                continue
-            if change is not None:
-                rows.append(self._row(change, topic, partition, offset, key, value))
         columns = list(zip(*rows, strict=True)) if rows else [()] * len(_PARSED_TYPES)
         return pa.record_batch(
             [pa.array(c, t) for c, (_, t) in zip(columns, _PARSED_TYPES, strict=True)],
@@ -106,11 +105,14 @@ class _Rows:
         )
 
     def _row(self, change: Change, topic: Any, partition: Any, offset: Any, key: Any, value: Any) -> tuple[Any, ...]:
+        exact = change.row_text is not None
+        # The row first: a row that cannot be written (nested deeper than Python's recursion allows) is a
+        # rejected record, and must not have marked its schema as sent.
+        row_text = change.row_text if exact else fast_json.dumps(change.row)
         schema_text = ""
         if change.schema_id and change.schema_id not in self._schemas_sent:
-            self._schemas_sent.add(change.schema_id)
             schema_text = json.dumps(change.row_schema)
-        exact = change.row_text is not None
+            self._schemas_sent.add(change.schema_id)
         keys_json = self._key_names.get(change.key_names)
         if keys_json is None:
             keys_json = self._key_names[change.key_names] = json.dumps(change.key_names)
@@ -120,7 +122,7 @@ class _Rows:
             keys_json,
             change.schema_id,
             schema_text,
-            change.row_text if exact else fast_json.dumps(change.row),
+            row_text,
             repr([change.row.get(k) for k in change.key_names]),  # what the write distributes by (canonical)
             change.position,
             topic,

@@ -21,9 +21,6 @@ EXACT_NUMBERS = json.JSONDecoder(parse_float=decimal.Decimal)
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 
 
-_READ_FLOATS = json.JSONDecoder()
-
-
 class DecodeError(ValueError):
     """A record that is not a Debezium change event icesink can apply; the message says which and why."""
 
@@ -65,12 +62,13 @@ def payload_after(
 ) -> Any:
     """The payload of a record whose bytes before ``start`` are a known ``{"schema":...,"payload":``.
 
-    With ``decimals``, numbers with a fraction keep every digit. ``doubles``: the row's fields of type double,
-    whose values read alike as floats or as digits (a value envelope's only)."""
+    With ``decimals``, numbers with a fraction are read as :class:`decimal.Decimal`, every digit kept, except
+    the values of ``doubles`` (a value envelope's rows' fields of type double), which may be read as floats:
+    their reader turns either into the same double."""
     rest = data[start:].rstrip()
     if not rest.endswith(b"}"):
         raise DecodeError(f"{where_of(*at)}: the record's {what} is not JSON (it ends before its last '}}')")
-    alike = (lambda payload: _floats_alike(payload, doubles)) if what == "value" else None
+    alike = (lambda payload: _floats_alike(payload, doubles)) if decimals and what == "value" else None
     try:
         return fast_json.loads(rest[:-1], exact_numbers=decimals, alike=alike)
     except ValueError as e:  # UnicodeDecodeError included
@@ -78,8 +76,9 @@ def payload_after(
 
 
 def _floats_alike(payload: Any, doubles: frozenset[str]) -> bool:
-    """Whether an envelope read with floats is what the standard reader gives: floats only as the values of
-    its rows' double fields (anywhere else, a float may be a decimal's digits or an integer past 64 bits)."""
+    """Whether an envelope read with floats may be kept where digits were asked for: floats only as the values
+    of its rows' double fields (anywhere else a float may be a decimal's digits, or an integer past 64 bits),
+    and none of them 0.0, which may be a number too small for a decimal, refused when read as digits."""
     if type(payload) is not dict:
         return not fast_json.holds_float(payload)
     for member, part in payload.items():  # loops and type tests, not calls: this runs for every record
@@ -92,7 +91,7 @@ def _floats_alike(payload: Any, doubles: frozenset[str]) -> bool:
             for name, value in part.items():
                 kind = type(value)
                 if kind is float:
-                    if name not in doubles:
+                    if name not in doubles or not value:
                         return False
                 elif (kind is dict or kind is list) and fast_json.holds_float(value):
                     return False
