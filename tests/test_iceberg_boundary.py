@@ -97,6 +97,37 @@ def _avro_header(path: Path) -> dict[str, bytes]:
     return meta
 
 
+@pytest.mark.parametrize("format_version", [1, 2])
+def test_manifest_lists_are_the_files_pyiceberg_writes(table, tmp_path: Path, format_version: int) -> None:  # type: ignore[no-untyped-def]
+    """The writer made once per layout writes what pyiceberg's writer writes: header, schema, every field."""
+    from pyiceberg.manifest import read_manifest_list
+    from pyiceberg.manifest import write_manifest_list as pyiceberg_write_manifest_list
+
+    from icesink.iceberg.manifest_lists import write_manifest_list
+
+    committed = commit_prepared(
+        table,
+        prepare_snapshot(
+            table, [to_data_file(f, 2) for f in write_files(table, "shop.orders", "j", 0, orders(0, 9)).data_files], {}
+        ),
+    )
+    manifests = committed.current_snapshot().manifests(committed.io)
+    if format_version == 1:
+        manifests = [m for m in manifests if m.content == 0]
+    written = {}
+    for name, write in (("ours", write_manifest_list), ("pyiceberg", pyiceberg_write_manifest_list)):
+        for attempt in range(2):  # the second file of a layout is written with what the first made
+            path = tmp_path / f"{name}-{attempt}.avro"
+            with write(format_version, committed.io.new_output(file_uri(path)), 7, 6, 5, "zstd") as writer:
+                writer.add_manifests(manifests)
+            header = _avro_header(path)
+            read = list(read_manifest_list(committed.io.new_input(file_uri(path))))
+            written[(name, attempt)] = (header, read)
+    ours, theirs = written[("ours", 1)], written[("pyiceberg", 0)]
+    assert ours[0] == theirs[0] and ours[0] == written[("ours", 0)][0]
+    assert ours[1] == theirs[1] and len(ours[1]) == len(manifests) > 0
+
+
 def _field(schema: dict, name: str) -> dict:  # type: ignore[type-arg]
     return next(f for f in schema["fields"] if f["name"] == name)
 

@@ -11,7 +11,6 @@ from pyiceberg.manifest import (
     DataFileContent,
     ManifestContent,
     ManifestFile,
-    write_manifest_list,
 )
 from pyiceberg.table import Table
 from pyiceberg.table.metadata import TableMetadata
@@ -35,7 +34,7 @@ from pyiceberg.table.update import (
 
 from icesink.errors import ConfigError
 from icesink.iceberg.expiry import expired_snapshot_ids
-from icesink.iceberg.manifest_lists import manifests_of, remember_list
+from icesink.iceberg.manifest_lists import manifests_of, remember_list, write_manifest_list
 from icesink.iceberg.manifests import AddedFile, compression, manifest_writer, write_added
 from icesink.iceberg.merging import ManifestMergePolicy, merge_manifests
 from icesink.iceberg.metadata_cache import remember
