@@ -18,7 +18,7 @@ from pyiceberg.avro.codecs import AVRO_CODEC_KEY, CODEC_MAPPING_ICEBERG_TO_AVRO
 from pyiceberg.avro.decoder import new_decoder
 from pyiceberg.avro.file import _SCHEMA_KEY, MAGIC, META_SCHEMA, SYNC_SIZE, AvroFile, AvroFileHeader, AvroOutputFile
 from pyiceberg.avro.reader import Reader
-from pyiceberg.avro.resolver import construct_writer, resolve_reader, resolve_writer
+from pyiceberg.avro.resolver import construct_reader, construct_writer, resolve_reader, resolve_writer
 from pyiceberg.avro.writer import Writer
 from pyiceberg.io import OutputFile
 from pyiceberg.schema import Schema
@@ -45,6 +45,10 @@ class KnownSchemaAvroFile(AvroFile[Any]):
         self.schema, self.reader = self._known_reader(self.header.meta[_SCHEMA_KEY])
         return self
 
+    def _read_header(self) -> AvroFileHeader:
+        # pyiceberg builds the header's reader at every file (a fifth of a millisecond): it is always the same.
+        return _HEADER_READER.read(self.decoder)  # type: ignore[no-any-return]
+
     def _known_reader(self, avro_json: str) -> tuple[Schema, Reader]:
         assert self.read_schema is not None
         key = (avro_json, id(self.read_schema))
@@ -59,6 +63,9 @@ class KnownSchemaAvroFile(AvroFile[Any]):
 
 
 _READERS: dict[tuple[str, int], tuple[Schema, Reader]] = {}
+
+
+_HEADER_READER = construct_reader(META_SCHEMA, {-1: AvroFileHeader})
 
 
 @dataclass(frozen=True)

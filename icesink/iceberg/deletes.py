@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyiceberg.schema import Schema
 
 from icesink.arrays import FIELD_ID, FieldStep, nested_column, positions, repeated
 from icesink.iceberg.manifest_lists import manifests_of
@@ -24,7 +25,6 @@ from icesink.reading_threads import in_parallel
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
-    from pyiceberg.schema import Schema
     from pyiceberg.table import Table
 
     from icesink.iceberg.scan import LiveFile, PlannedDelete
@@ -231,7 +231,15 @@ class EqualityDeletes:
     def _key_schema(self, ids: tuple[int, ...]) -> Schema:
         """The schema of the key fields alone (once per key: pruning a schema costs more than reading a file)."""
         if ids not in self._key_schemas:
-            self._key_schemas[ids] = self._schema.select(*self._names(ids))
+            top_level = [next((f for f in self._schema.fields if f.field_id == i), None) for i in ids]
+            if all(field is not None for field in top_level):  # the common case, without pruning's schema walks
+                fields = sorted((f for f in top_level if f is not None), key=self._schema.fields.index)
+                identifiers = [i for i in self._schema.identifier_field_ids if i in ids]  # as select() keeps them
+                self._key_schemas[ids] = Schema(
+                    *fields, schema_id=self._schema.schema_id, identifier_field_ids=identifiers
+                )
+            else:
+                self._key_schemas[ids] = self._schema.select(*self._names(ids))
         return self._key_schemas[ids]
 
     def deleted(self, keys: pa.Table, data_sequence: pa.Array | pa.Scalar, scope: PartitionKey) -> pa.Array:
