@@ -197,3 +197,29 @@ def test_tables_swapped_in_one_transaction_or_not_at_all(catalog_config: Catalog
     committed = commit_tables(catalog, swaps, within=lambda connection: seen.append(connection.in_transaction()))
     assert seen == [True]
     assert [t.metadata_location for t in committed] == [pointers(catalog_config)[i] for i in identifiers]
+
+
+def test_a_key_schema_is_the_schema_select_gives() -> None:
+    """Converting equality deletes reads key columns with a schema made without pruning's walks: the same
+    schema as ``Schema.select`` of the keys, for keys in any order, repeated, and identifier fields or not."""
+    import random
+
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType, StructType
+
+    from icesink.iceberg.deletes import EqualityDeletes
+
+    for seed in range(300):
+        rng = random.Random(seed)
+        ids = rng.sample(range(1, 40), rng.randint(1, 8))
+        fields = [NestedField(i, f"c{i}", rng.choice([LongType(), StringType()]), required=True) for i in ids]
+        fields.append(NestedField(90, "s", StructType(NestedField(91, "x", LongType())), required=False))
+        schema = Schema(*fields, identifier_field_ids=rng.sample(ids, rng.randint(0, len(ids))), schema_id=seed % 4)
+        keys = tuple(rng.choice([*ids, 90, 91] if seed % 5 == 0 else ids) for _ in range(rng.randint(1, 4)))
+        index = EqualityDeletes.__new__(EqualityDeletes)
+        index._schema, index._key_schemas = schema, {}
+        made = index._key_schema(keys)
+        selected = schema.select(*[schema.find_column_name(i) or "" for i in keys])
+        assert made == selected, keys
+        assert made.identifier_field_ids == selected.identifier_field_ids and made.schema_id == selected.schema_id
+        assert [f.field_id for f in made.fields] == [f.field_id for f in selected.fields]

@@ -231,10 +231,12 @@ class EqualityDeletes:
     def _key_schema(self, ids: tuple[int, ...]) -> Schema:
         """The schema of the key fields alone (once per key: pruning a schema costs more than reading a file)."""
         if ids not in self._key_schemas:
-            top_level = [next((f for f in self._schema.fields if f.field_id == i), None) for i in ids]
+            distinct = dict.fromkeys(ids)  # a file may name a field twice; select() takes it once
+            top_level = [next((f for f in self._schema.fields if f.field_id == i), None) for i in distinct]
             if all(field is not None for field in top_level):  # the common case, without pruning's schema walks
                 fields = sorted((f for f in top_level if f is not None), key=self._schema.fields.index)
-                identifiers = [i for i in self._schema.identifier_field_ids if i in ids]  # as select() keeps them
+                # The same schema select() gives, identifier fields in its order too.
+                identifiers = list(set(distinct).intersection(self._schema.identifier_field_ids))
                 self._key_schemas[ids] = Schema(
                     *fields, schema_id=self._schema.schema_id, identifier_field_ids=identifiers
                 )

@@ -8,8 +8,8 @@ writes as it writes it, up to a budget of manifests, least recently used first o
 quarter of the budget is read each time).
 
 Lists are written with their Avro schema and record writer made once per process: pyiceberg's writer converts
-the list's schema to Avro and builds its record writer at every file, about a millisecond that a commit
-across many tables paid for every table, every micro-batch. A list's layout depends only on the table's
+the list's schema to Avro and builds its record writer at every file, a few tenths of a millisecond that a
+commit across many tables paid for every table, every micro-batch. A list's layout depends only on the table's
 format version (as manifests' layouts are made once, in :mod:`icesink.iceberg.avro_files`).
 """
 
@@ -71,13 +71,15 @@ def write_manifest_list(
     output_file: OutputFile,
     snapshot_id: int,
     parent_snapshot_id: int | None,
-    sequence_number: int,
+    sequence_number: int | None,
     avro_compression: AvroCompressionCodec,
 ) -> ManifestListWriter:
     """pyiceberg's ``write_manifest_list``, the same file, with the layout made once."""
     if format_version == 1:
         return _KnownLayoutV1(output_file, snapshot_id, parent_snapshot_id, avro_compression)
     if format_version == 2:
+        if sequence_number is None:
+            raise ValueError(f"Sequence-number is required for V2 tables: {sequence_number}")
         return _KnownLayoutV2(output_file, snapshot_id, parent_snapshot_id, sequence_number, avro_compression)
     raise ValueError(f"Cannot write manifest list for table version: {format_version}")
 
