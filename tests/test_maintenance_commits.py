@@ -171,6 +171,49 @@ def test_merges_of_many_partitions_commit_in_at_most_max_commits_snapshots(sqlit
         assert rows == model.expected()
 
 
+def test_a_merge_that_cannot_be_written_costs_the_pass_only_itself(
+    sqlite_catalog: CatalogConfig, monkeypatch: Any
+) -> None:
+    """As with compaction: the merges written before the failing one are committed, and its error is raised."""
+    from icesink.maintenance import merge_deletes
+    from icesink.properties import MAINTENANCE_MERGE_DELETES
+
+    properties = {**NOTHING_SMALL, "icesink.maintain.max-group-bytes": "1"}  # one partition a group
+    create(sqlite_catalog, properties, partition_by=(f"bucket({BUCKETS}, id)",))
+    model = Model()
+    inserts = [(key, f"first-{key}", "I") for key in range(800)]
+    commit_changes(sqlite_catalog, 0, inserts)
+    model.apply(inserts)
+    for checkpoint in (1, 2):
+        changes = [(key, f"v{checkpoint}", "U") for key in range(checkpoint, 800, 7)]
+        commit_changes(sqlite_catalog, checkpoint, changes)
+        model.apply(changes)
+    table = load(sqlite_catalog)
+    before = len(live_files(table).position_deletes)
+    plan = plan_delete_merges(table, target(sqlite_catalog))
+    write = merge_deletes._write_merged
+    calls = []
+
+    def third_fails(table: Any, merge: Any) -> Any:
+        calls.append(merge)
+        if len(calls) == 3:
+            raise OSError("the disk is full")
+        return write(table, merge)
+
+    monkeypatch.setattr(merge_deletes, "_write_merged", third_fails)
+    try:
+        merge_position_deletes(target(sqlite_catalog), table, plan, max_bytes=1, max_commits=1)
+    except OSError as e:
+        assert "disk is full" in str(e)
+    else:
+        raise AssertionError("the failed merge's error was not raised")
+    table = load(sqlite_catalog)
+    assert table.current_snapshot().summary[MAINTENANCE_PROPERTY] == MAINTENANCE_MERGE_DELETES
+    assert len(live_files(table).position_deletes) == before - 2 * 2 + 2  # two partitions merged, one file each
+    for rows in rows_by_every_reader(sqlite_catalog):
+        assert rows == model.expected()
+
+
 def test_a_group_that_cannot_be_rewritten_costs_the_pass_only_itself(
     sqlite_catalog: CatalogConfig, monkeypatch: Any
 ) -> None:

@@ -194,6 +194,16 @@ def merge_position_deletes(
             if (number + 1) % per_commit == 0:
                 batch, written = written, []  # handed over: the commit deletes them, or keeps them if unsure
                 table = _commit_merges(target, table, plan.base_snapshot_id, batch, result)
+    except Exception:
+        # A merge that cannot be written costs the pass no more than itself (as a compaction group's does): the
+        # merges written before it are committed, as they would have been alone, and the error is raised.
+        batch, written = written, []
+        try:
+            if batch:
+                _commit_merges(target, table, plan.base_snapshot_id, batch, result)
+        except Exception:
+            log.exception("table=%s: committing the merges written before a failed one failed", target.identifier)
+        raise
     except BaseException:
         delete_quietly(table.io, [p for w in written for p in w.paths])
         raise
