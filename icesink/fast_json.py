@@ -59,56 +59,48 @@ def dumps(value: Any) -> str:
 
 def holds_float(value: Any) -> bool:
     """Whether a value read from JSON holds a float anywhere."""
-    kind = type(value)
-    if kind is dict:
-        values = value.values()
-    elif kind is list:
-        values = value
-    else:
-        return kind is float
-    for item in values:  # a loop, not any(): this runs for every record of a micro-batch
-        item_kind = type(item)
-        if item_kind is float or ((item_kind is dict or item_kind is list) and holds_float(item)):
-            return True
-    return False
+    return _holds(value, _any)
 
 
 def holds_non_finite(value: Any) -> bool:
     """Whether a value holds NaN or an infinity anywhere (which orjson would write as ``null``)."""
-    kind = type(value)
-    if kind is dict:
-        values = value.values()
-    elif kind is list:
-        values = value
-    else:
-        return kind is float and not math.isfinite(value)
-    for item in values:
-        item_kind = type(item)
-        if item_kind is float:
-            if not math.isfinite(item):
-                return True
-        elif (item_kind is dict or item_kind is list) and holds_non_finite(item):
-            return True
-    return False
+    return _holds(value, _non_finite)
 
 
 def _holds_large_integer(value: Any) -> bool:
     """Whether a value holds a float that may have been an integer orjson could not hold (past 64 bits)."""
+    return _holds(value, _large_whole)
+
+
+def _holds(value: Any, wanted: Callable[[float], bool]) -> bool:
+    """Whether a value holds a float that is ``wanted``, at any depth."""
     kind = type(value)
     if kind is dict:
         values = value.values()
     elif kind is list:
         values = value
     else:
-        return kind is float and abs(value) >= _LARGE and value.is_integer()
-    for item in values:
+        return kind is float and wanted(value)
+    for item in values:  # a loop and type tests, not any(): this runs for every record of a micro-batch
         item_kind = type(item)
-        if (item_kind is float or item_kind is dict or item_kind is list) and _holds_large_integer(item):
+        if item_kind is float:
+            if wanted(item):
+                return True
+        elif (item_kind is dict or item_kind is list) and _holds(item, wanted):
             return True
     return False
 
 
-_LARGE = 2.0**63
+def _any(_: float) -> bool:
+    return True
+
+
+def _non_finite(number: float) -> bool:
+    return not math.isfinite(number)
+
+
+def _large_whole(number: float) -> bool:
+    return abs(number) >= 2.0**63 and number.is_integer()
 
 
 def _standard(data: bytes | str, exact_numbers: bool) -> Any:

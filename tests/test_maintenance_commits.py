@@ -37,6 +37,22 @@ def small_files_in_every_bucket(config: CatalogConfig, properties: dict[str, str
     return model
 
 
+def position_deletes_in_every_bucket(config: CatalogConfig) -> Model:
+    """Upserts into a table of BUCKETS partitions, a group each: every partition's data file with two position
+    delete files to merge."""
+    properties = {**NOTHING_SMALL, "icesink.maintain.max-group-bytes": "1"}  # one partition a group
+    create(config, properties, partition_by=(f"bucket({BUCKETS}, id)",))
+    model = Model()
+    inserts = [(key, f"first-{key}", "I") for key in range(800)]
+    commit_changes(config, 0, inserts)
+    model.apply(inserts)
+    for checkpoint in (1, 2):
+        changes = [(key, f"v{checkpoint}", "U") for key in range(checkpoint, 800, 7)]
+        commit_changes(config, checkpoint, changes)
+        model.apply(changes)
+    return model
+
+
 def maintenance_snapshots(table: Any, base: int) -> list[str | None]:
     """The maintenance kinds of the snapshots on the head's ancestry after snapshot ``base``."""
     kinds = []
@@ -151,16 +167,7 @@ def test_what_a_maintenance_commit_remembers_of_itself_is_what_its_manifests_say
 
 
 def test_merges_of_many_partitions_commit_in_at_most_max_commits_snapshots(sqlite_catalog: CatalogConfig) -> None:
-    properties = {**NOTHING_SMALL, "icesink.maintain.max-group-bytes": "1"}  # one partition a group
-    create(sqlite_catalog, properties, partition_by=(f"bucket({BUCKETS}, id)",))
-    model = Model()
-    inserts = [(key, f"first-{key}", "I") for key in range(800)]
-    commit_changes(sqlite_catalog, 0, inserts)
-    model.apply(inserts)
-    for checkpoint in (1, 2):
-        changes = [(key, f"v{checkpoint}", "U") for key in range(checkpoint, 800, 7)]
-        commit_changes(sqlite_catalog, checkpoint, changes)
-        model.apply(changes)
+    model = position_deletes_in_every_bucket(sqlite_catalog)
     table = load(sqlite_catalog)
     plan = plan_delete_merges(table, target(sqlite_catalog))
     assert len(plan.merges) == BUCKETS
@@ -178,16 +185,7 @@ def test_a_merge_that_cannot_be_written_costs_the_pass_only_itself(
     from icesink.maintenance import merge_deletes
     from icesink.properties import MAINTENANCE_MERGE_DELETES
 
-    properties = {**NOTHING_SMALL, "icesink.maintain.max-group-bytes": "1"}  # one partition a group
-    create(sqlite_catalog, properties, partition_by=(f"bucket({BUCKETS}, id)",))
-    model = Model()
-    inserts = [(key, f"first-{key}", "I") for key in range(800)]
-    commit_changes(sqlite_catalog, 0, inserts)
-    model.apply(inserts)
-    for checkpoint in (1, 2):
-        changes = [(key, f"v{checkpoint}", "U") for key in range(checkpoint, 800, 7)]
-        commit_changes(sqlite_catalog, checkpoint, changes)
-        model.apply(changes)
+    model = position_deletes_in_every_bucket(sqlite_catalog)
     table = load(sqlite_catalog)
     before = len(live_files(table).position_deletes)
     plan = plan_delete_merges(table, target(sqlite_catalog))
