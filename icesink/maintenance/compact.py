@@ -46,7 +46,13 @@ from icesink.iceberg.references import delete_quietly
 from icesink.iceberg.scan import plan_scan, position_deletes_by_file, read_files
 from icesink.iceberg.schemas import with_dropped_keys
 from icesink.maintenance.choosing import Candidate, candidate, chosen, count_position_deletes
-from icesink.maintenance.compact_commit import GroupsCommitted, WrittenGroup, commit_groups, groups_per_commit
+from icesink.maintenance.compact_commit import (
+    GroupsCommitted,
+    WrittenGroup,
+    commit_before_raising,
+    commit_groups,
+    groups_per_commit,
+)
 from icesink.maintenance.packing import packed
 from icesink.maintenance.policy import MAX_COMMITS
 from icesink.maintenance.verify import check_read, check_written
@@ -215,15 +221,10 @@ def compact(
             if len(written) == per_commit:
                 batch, written = written, []  # handed over: the commit deletes them, or keeps them if unsure
                 table = commit(batch)
-    except Exception:
-        # A group that cannot be rewritten (a check failed, say) costs the pass no more than itself: the groups
-        # written before it are committed, as they would have been alone, and the error is raised.
+    except Exception:  # a group that cannot be rewritten (a check failed, say)
         batch, written = written, []
-        try:
-            if batch:
-                commit(batch)
-        except Exception:
-            log.exception("table=%s: committing the groups written before a failed one failed", target.identifier)
+        if batch:
+            commit_before_raising(target, "groups", lambda: commit(batch))
         raise
     except BaseException:
         delete_quietly(table.io, [p for w in written for p in w.paths])

@@ -10,8 +10,9 @@ removed since the base, is left for the next pass (its new files deleted), and t
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -36,6 +37,19 @@ if TYPE_CHECKING:
     from icesink.iceberg.scan import LiveFile
     from icesink.maintenance.compact import CompactionPlan, FileGroup
     from icesink.results import FileRecord
+
+
+log = logging.getLogger("icesink.maintenance")
+
+
+def commit_before_raising(target: MaintenanceTarget, what: str, commit: Callable[[], object]) -> None:
+    """After a group (or merge) could not be written: commit those written before it, as they would have been
+    alone, so that it costs the pass only itself. Its error is the one the caller raises next; a failure of
+    this commit is logged (what it wrote is then left to the next pass and to ``committer gc``)."""
+    try:
+        commit()
+    except Exception:
+        log.exception("table=%s: committing the %s written before a failed one failed", target.identifier, what)
 
 
 def groups_per_commit(groups: int, max_commits: int) -> int:

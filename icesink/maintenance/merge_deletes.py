@@ -45,7 +45,7 @@ from icesink.iceberg.scan import live_files, position_deletes_of
 from icesink.iceberg.snapshots import SnapshotChange
 from icesink.maintenance.choosing import count_position_deletes
 from icesink.maintenance.committing import ConflictError, MaintenanceTarget, commit_change
-from icesink.maintenance.compact_commit import groups_per_commit
+from icesink.maintenance.compact_commit import commit_before_raising, groups_per_commit
 from icesink.maintenance.packing import packed
 from icesink.maintenance.policy import MAX_COMMITS
 from icesink.properties import (
@@ -194,15 +194,12 @@ def merge_position_deletes(
             if (number + 1) % per_commit == 0:
                 batch, written = written, []  # handed over: the commit deletes them, or keeps them if unsure
                 table = _commit_merges(target, table, plan.base_snapshot_id, batch, result)
-    except Exception:
-        # A merge that cannot be written costs the pass no more than itself (as a compaction group's does): the
-        # merges written before it are committed, as they would have been alone, and the error is raised.
+    except Exception:  # a merge that cannot be written
         batch, written = written, []
-        try:
-            if batch:
-                _commit_merges(target, table, plan.base_snapshot_id, batch, result)
-        except Exception:
-            log.exception("table=%s: committing the merges written before a failed one failed", target.identifier)
+        if batch:
+            commit_before_raising(
+                target, "merges", lambda: _commit_merges(target, table, plan.base_snapshot_id, batch, result)
+            )
         raise
     except BaseException:
         delete_quietly(table.io, [p for w in written for p in w.paths])
