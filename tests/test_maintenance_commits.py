@@ -21,7 +21,7 @@ from icesink.maintenance.merge_deletes import merge_position_deletes, plan_delet
 from icesink.maintenance.policy import MaintenancePolicy
 from icesink.properties import MAINTENANCE_PROPERTY
 from tests.test_maintenance import TABLE, Model, commit_changes, create, rows_by_every_reader, target
-from tests.test_maintenance_cost import NOTHING_SMALL, load
+from tests.test_maintenance_cost import load, position_deletes_in_every_bucket
 
 BUCKETS = 8
 
@@ -34,22 +34,6 @@ def small_files_in_every_bucket(config: CatalogConfig, properties: dict[str, str
         inserts = [(key, f"c{checkpoint}-{key}", "I") for key in range(checkpoint * 100, checkpoint * 100 + 100)]
         commit_changes(config, checkpoint, inserts)
         model.apply(inserts)
-    return model
-
-
-def position_deletes_in_every_bucket(config: CatalogConfig) -> Model:
-    """Upserts into a table of BUCKETS partitions, a group each: every partition's data file with two position
-    delete files to merge."""
-    properties = {**NOTHING_SMALL, "icesink.maintain.max-group-bytes": "1"}  # one partition a group
-    create(config, properties, partition_by=(f"bucket({BUCKETS}, id)",))
-    model = Model()
-    inserts = [(key, f"first-{key}", "I") for key in range(800)]
-    commit_changes(config, 0, inserts)
-    model.apply(inserts)
-    for checkpoint in (1, 2):
-        changes = [(key, f"v{checkpoint}", "U") for key in range(checkpoint, 800, 7)]
-        commit_changes(config, checkpoint, changes)
-        model.apply(changes)
     return model
 
 
@@ -167,7 +151,7 @@ def test_what_a_maintenance_commit_remembers_of_itself_is_what_its_manifests_say
 
 
 def test_merges_of_many_partitions_commit_in_at_most_max_commits_snapshots(sqlite_catalog: CatalogConfig) -> None:
-    model = position_deletes_in_every_bucket(sqlite_catalog)
+    model = position_deletes_in_every_bucket(sqlite_catalog, BUCKETS, keys=800, every=7)
     table = load(sqlite_catalog)
     plan = plan_delete_merges(table, target(sqlite_catalog))
     assert len(plan.merges) == BUCKETS
@@ -185,7 +169,7 @@ def test_a_merge_that_cannot_be_written_costs_the_pass_only_itself(
     from icesink.maintenance import merge_deletes
     from icesink.properties import MAINTENANCE_MERGE_DELETES
 
-    model = position_deletes_in_every_bucket(sqlite_catalog)
+    model = position_deletes_in_every_bucket(sqlite_catalog, BUCKETS, keys=800, every=7)
     table = load(sqlite_catalog)
     before = len(live_files(table).position_deletes)
     plan = plan_delete_merges(table, target(sqlite_catalog))

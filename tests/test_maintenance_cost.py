@@ -67,6 +67,22 @@ def base_and_updates(config: CatalogConfig, properties: dict[str, str], updates:
     return model
 
 
+def position_deletes_in_every_bucket(config: CatalogConfig, buckets: int, keys: int, every: int) -> Model:
+    """``keys`` rows in ``buckets`` partitions, a maintenance group each, then two checkpoints updating every
+    ``every``-th key: every partition's data file with two position delete files to merge."""
+    properties = {**NOTHING_SMALL, "icesink.maintain.max-group-bytes": "1"}  # one partition a group
+    create(config, properties, partition_by=(f"bucket({buckets}, id)",))
+    model = Model()
+    inserts = [(key, f"first-{key}", "I") for key in range(keys)]
+    commit_changes(config, 0, inserts)
+    model.apply(inserts)
+    for checkpoint in (1, 2):
+        changes = [(key, f"v{checkpoint}", "U") for key in range(checkpoint, keys, every)]
+        commit_changes(config, checkpoint, changes)
+        model.apply(changes)
+    return model
+
+
 def check_readers_and_changelog(config: CatalogConfig, model: Model, since: int) -> None:
     """Every reader sees the model, and the snapshots after ``since`` (maintenance only) change no row."""
     for rows in rows_by_every_reader(config):
@@ -378,16 +394,7 @@ def test_a_dry_run_says_what_it_would_merge_and_all_plans_no_merge_compaction_ma
 def test_merges_commit_by_groups_of_max_group_bytes_and_stop_when_checkpoints_wait(
     sqlite_catalog: CatalogConfig,
 ) -> None:
-    properties = {**NOTHING_SMALL, "icesink.maintain.max-group-bytes": "1"}  # one partition a group
-    create(sqlite_catalog, properties, partition_by=("bucket(4, id)",))
-    model = Model()
-    inserts = [(key, f"first-{key}", "I") for key in range(400)]
-    commit_changes(sqlite_catalog, 0, inserts)
-    model.apply(inserts)
-    for checkpoint in (1, 2):
-        changes = [(key, f"v{checkpoint}", "U") for key in range(checkpoint, 400, 37)]
-        commit_changes(sqlite_catalog, checkpoint, changes)
-        model.apply(changes)
+    model = position_deletes_in_every_bucket(sqlite_catalog, buckets=4, keys=400, every=37)
     table = load(sqlite_catalog)
     plan = plan_delete_merges(table, target(sqlite_catalog))
     assert len(plan.merges) == 4
