@@ -4,6 +4,7 @@ branch, started from main's head, exactly once across a restart, with its waterm
 from __future__ import annotations
 
 import datetime
+import time
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +163,17 @@ def test_a_stream_with_audits_publishes_to_main_only_what_passed_and_independent
     assert table.metadata.refs["main"].snapshot_id == table.metadata.refs[AUDIT].snapshot_id
     assert table.snapshot_by_name("main").summary["icesink.maintenance"] == "compact"
     assert icesink.watermark(TABLE, catalog=config) == START + datetime.timedelta(minutes=130)
+
+    # Two micro-batches under an interval: the second is held back, and published once the interval ends, though the
+    # stream has ended and no commit comes after it.
+    _orders_file(source, 4, [(7, 1.0, 140)])
+    _orders_file(source, 5, [(8, 1.0, 150)])
+    run(publish="8 seconds", maintain=True)
+    assert ids_on(config, AUDIT) == [1, 2, 3, 5, 6, 7, 8] and ids_on(config, "main") == [1, 2, 3, 5, 6, 7]
+    deadline = time.monotonic() + 30
+    while ids_on(config, "main") != ids_on(config, AUDIT) and time.monotonic() < deadline:
+        time.sleep(0.25)
+    assert ids_on(config, "main") == [1, 2, 3, 5, 6, 7, 8]
 
 
 def test_a_debezium_stream_into_branches_publishes_every_tables_main_together_once_audited(

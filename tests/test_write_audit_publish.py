@@ -290,6 +290,76 @@ def test_publish_policies(sqlite_catalog: CatalogConfig) -> None:
         BranchStream(config, ["shop.every"], SAFE, on_audit_failure="halt")
 
 
+def test_a_quiet_stream_publishes_what_its_interval_held_back_once_it_is_due(sqlite_catalog: CatalogConfig) -> None:
+    import threading
+    import time
+
+    from icesink.committer.publish_timer import PublishTimer
+
+    config = sqlite_catalog
+    create_orders_table(config, TABLE)
+    stream = BranchStream(config, [TABLE], SAFE, publish="2 seconds")
+    stream.batch({TABLE: orders(0, 1)})  # the first publishes at once
+    stream.batch({TABLE: orders(1, 1)})  # held back for the interval; then the source goes quiet
+    due = stream.publisher.seconds_until_due()
+    assert due is not None and 0 < due <= 2
+    timer = PublishTimer(stream.publisher, threading.Lock())
+    timer.committed(stream.job)
+    assert ids_at(config, TABLE) == [0]  # not before it is due
+    deadline = time.monotonic() + due + 10
+    while ids_at(config, TABLE) != [0, 1] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ids_at(config, TABLE) == [0, 1]
+    assert stream.publisher.seconds_until_due() is None  # nothing held back: the thread ends
+    while timer._thread is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert timer._thread is None
+    stream.batch({TABLE: orders(2, 1)})  # the interval counts from the timer's publish too
+    assert ids_at(config, TABLE) == [0, 1] and stream.publisher.seconds_until_due() is not None
+
+
+def test_the_committer_daemon_publishes_without_a_commit_of_its_own(sqlite_catalog: CatalogConfig) -> None:
+    """A predecessor that died between its commit and its publish, an interval ending on a quiet stream, and
+    another tool's fix of a branch: each is published by the daemon's next pass, with nothing left to commit."""
+    import time
+
+    from icesink.audit.publish_policy import PublishSettings
+    from icesink.committer.daemon import CommitterDaemon
+    from icesink.committer.declared_publishing import declare_publishing
+    from icesink.committer.publisher import AuditedBranch
+    from icesink.table_ref import TableRef
+
+    config = sqlite_catalog
+    tables = ["db.a", "db.b"]
+    for name in tables:
+        create_orders_table(config, name)
+    branches = [AuditedBranch(TableRef(t, BRANCH), tuple(SAFE)) for t in tables]
+    stream = BranchStream(config, tables, SAFE)  # stages only: the daemon commits
+    stream.batch({tables[0]: orders(0, 1), tables[1]: orders(0, 1)}, commit=False)
+    CommitterDaemon(config, lease_ttl=4).run(once=True)  # committed, but the stream declared no publishing yet
+    assert [ids_at(config, t) for t in tables] == [[], []]
+    declare_publishing(config, "job", branches, PublishSettings.of("2 seconds", True, "continue", "db"), True)
+    daemon = CommitterDaemon(config, lease_ttl=4, publish_check_seconds=0)  # a restarted daemon
+    daemon.run(once=True)  # nothing to commit
+    assert [ids_at(config, t) for t in tables] == [[0], [0]]
+
+    stream.batch({tables[0]: orders(1, 1), tables[1]: orders(1, 1)}, commit=False)
+    daemon.run(once=True)  # committed, held back by the interval
+    assert [ids_at(config, t) for t in tables] == [[0], [0]]
+    assert [ids_at(config, t, BRANCH) for t in tables] == [[0, 1], [0, 1]]
+    time.sleep(2.1)
+    daemon.run(once=True)  # nothing to commit; the interval ended
+    assert [ids_at(config, t) for t in tables] == [[0, 1], [0, 1]]
+
+    stream.batch({tables[0]: negative(2, 1), tables[1]: orders(2, 1)}, commit=False)
+    time.sleep(2.1)
+    daemon.run(once=True)
+    assert [ids_at(config, t) for t in tables] == [[0, 1], [0, 1]] and daemon.audits()  # a failed audit holds both
+    open_catalog(config).load_table(tables[0]).delete("amount < 0", branch=BRANCH)  # another tool's fix
+    daemon.run(once=True)
+    assert [ids_at(config, t) for t in tables] == [[0, 1], [0, 1, 2]] and daemon.audits() == []
+
+
 def test_partition_done_publishes_only_with_a_snapshot_that_made_a_partition_done(
     sqlite_catalog: CatalogConfig,
 ) -> None:

@@ -81,6 +81,9 @@ class PublishingRecord:
     def of_tables(self, identifiers: Sequence[str]) -> list[Declared]:
         return self._select(publishing.c.table_identifier.in_(list(identifiers)))
 
+    def every_table(self) -> list[Declared]:
+        return self._select(sa.true())
+
     def of_job(self, job_id: str) -> list[Declared]:
         return self._select(publishing.c.job_id == job_id)
 

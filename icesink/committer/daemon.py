@@ -21,6 +21,7 @@ from icesink.committer.declared_publishing import DeclaredPublishers
 from icesink.committer.done_actions import RETRY_SECONDS, retry_waiting
 from icesink.committer.maintainer import Maintainer
 from icesink.committer.observability import CommitterMetrics
+from icesink.committer.publisher import PublishReport
 from icesink.errors import CatalogReplacedError, IcesinkError, LeaseHeldError
 from icesink.maintenance.run import MaintenanceReport
 from icesink.retry import Backoff
@@ -28,6 +29,8 @@ from icesink.retry import Backoff
 log = logging.getLogger("icesink.committer")
 # The ledger itself unreachable (database restarted, connection killed): a short wait, then again.
 LEDGER_BACKOFF = Backoff(first=1.0, cap=2.0)
+# How often the daemon audits and publishes every declared branch, commit or not (a pass loads each such table).
+PUBLISH_CHECK_SECONDS = 10.0
 
 
 @dataclass
@@ -56,6 +59,7 @@ class CommitterDaemon:
         expire_snapshots: bool = False,
         maintain: bool = False,
         actions_retry_seconds: float = RETRY_SECONDS,
+        publish_check_seconds: float = PUBLISH_CHECK_SECONDS,
     ) -> None:
         self._config = config
         self._actions_retry_seconds = actions_retry_seconds
@@ -101,6 +105,7 @@ class CommitterDaemon:
         # Write-audit-publish for streams that declared it (icesink_publishing): a publisher per job, and the
         # tables whose publishing a failed audit holds, for /healthz.
         self._publishers = DeclaredPublishers(self._catalog, config, self._ledger)
+        self._publish_check_seconds, self._publish_check_at = publish_check_seconds, 0.0  # 0.0: on the first pass
         self._held_by_audit: dict[str, dict[str, object]] = {}
 
     @property
@@ -161,6 +166,11 @@ class CommitterDaemon:
                     self._publish(table)  # maintenance changes no row: main follows it when it follows its parent
         for table in set(self._retry_at) - set(pending):  # discarded, or committed by someone else
             self._forget_failure(table, report)
+        if time.monotonic() >= self._publish_check_at and not self._stop.is_set():
+            # Not only after this committer's own commits: a predecessor that died between its commit and its
+            # publish, a publish interval ending on a quiet stream, another tool's fix of a branch.
+            self._publish_check_at = time.monotonic() + self._publish_check_seconds
+            self._count_publishing(self._publishers.every_job(self._tables, before=self.lease.check))
         if time.monotonic() >= self._actions_retry_at and not self._stop.is_set():
             # Done actions whose first try failed would otherwise wait for their table's next commit.
             self._actions_retry_at = time.monotonic() + self._actions_retry_seconds
@@ -241,7 +251,10 @@ class CommitterDaemon:
     def _publish(self, table: str) -> None:
         """Audit and publish the branches of the jobs that declared it for this table, as their inline committer
         would; a failure here is logged and never stops the commits."""
-        for published in self._publishers.after_commit(table, before=self.lease.check):
+        self._count_publishing(self._publishers.after_commit(table, before=self.lease.check))
+
+    def _count_publishing(self, reports: list[PublishReport]) -> None:
+        for published in reports:
             for entry in published.audited:
                 self.metrics.audits.labels(entry.identifier, "passed" if entry.passed else "failed").inc()
                 if not entry.passed:
@@ -371,6 +384,7 @@ class CommitterDaemon:
             log.warning("cannot reach the lease: %s", e)
             held = False
         if held and not self._leading:
+            self._publish_check_at = 0.0  # a predecessor may have died between its commit and its publish
             log.info(
                 "committer %s is active on scope %r (epoch %s)", self.lease.owner, self.lease.scope, self.lease.epoch
             )

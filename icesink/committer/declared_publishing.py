@@ -75,26 +75,34 @@ class DeclaredPublishers:
     def after_commit(self, table: str, before: Callable[[], None]) -> list[PublishReport]:
         """Audit and publish for every job that declared ``table``; ``before`` runs right before each job's pass
         (the daemon's lease check: only the committer holding it moves main). A failure is logged, not raised."""
+        return self._jobs_of([table], before, f"table={table}")
+
+    def every_job(self, scope: Sequence[str], before: Callable[[], None]) -> list[PublishReport]:
+        """Audit and publish for every job that declared a table of ``scope`` (empty: any table), commit or not:
+        after a restart, when a publish interval ends on a quiet stream, or after another tool fixed a branch."""
+        return self._jobs_of(scope, before, f"tables={','.join(scope) or '*'}")
+
+    def _jobs_of(self, tables: Sequence[str], before: Callable[[], None], where: str) -> list[PublishReport]:
         record = PublishingRecord(self._config)
         try:
-            jobs = sorted({d.job_id for d in record.of_tables([table])})
+            declared = record.of_tables(tables) if tables else record.every_table()
         except IcesinkError as e:
-            log.warning("table=%s: publishing skipped: %s", table, e)
+            log.warning("%s: publishing skipped: %s", where, e)
             return []
         reports = []
-        for job in jobs:
+        for job in sorted({d.job_id for d in declared}):
             try:
-                declared = record.of_job(job)
+                of_job = record.of_job(job)
                 known = self._known.get(job)
-                if known is None or known[0] != declared:
-                    made = publisher_of_job(self._catalog, self._config, self._ledger, declared)
+                if known is None or known[0] != of_job:
+                    made = publisher_of_job(self._catalog, self._config, self._ledger, of_job)
                     if made is None:
                         continue
-                    known = self._known[job] = (declared, made)
+                    known = self._known[job] = (of_job, made)
                 before()
                 reports.append(known[1].after_commit(job))
             except (IcesinkError, CommitFailedException) as e:
-                log.warning("table=%s job=%s: publishing failed (tried again after the next commit): %s", table, job, e)
+                log.warning("%s job=%s: publishing failed (tried again on the next pass): %s", where, job, e)
         return reports
 
 

@@ -115,6 +115,7 @@ class Publisher:
         self._done_actions = DoneActions(config, on_partition_done)
         self.actions_waiting: set[str] = set()  # tables whose done actions failed after main moved
         self._last_publish = float("-inf")
+        self._held_back = False  # the last pass found audited snapshots a publish interval holds back
 
     def take_actions_waiting(self) -> set[str]:
         """The tables whose done actions failed after main moved, since the last call."""
@@ -129,14 +130,15 @@ class Publisher:
         """The branches to look at: those the stream met in this run and, for an atomic stream, every other table
         the job committed to the same branch (met in an earlier run: one that gets no rows now still moves with
         the others), with the checks the stream gives all its tables."""
-        if not self._atomic or not self._branches:
-            return self._branches
-        checks = {b.checks for b in self._branches.values()}
-        branches = {b.ref.branch for b in self._branches.values()}
+        met = dict(self._branches)  # a copy: the stream meets tables while a publish timer's pass may run
+        if not self._atomic or not met:
+            return met
+        checks = {b.checks for b in met.values()}
+        branches = {b.ref.branch for b in met.values()}
         if len(checks) != 1 or len(branches) != 1:
-            return self._branches  # tables with checks of their own (tables={...}): the stream names every one
+            return met  # tables with checks of their own (tables={...}): the stream names every one
         (shared,), (branch,) = checks, branches
-        found = dict(self._branches)
+        found = dict(met)
         for identifier, its_branch in self._ledger.branches_of_job(job_id).items():
             if its_branch == branch and identifier not in found:
                 found[identifier] = AuditedBranch(TableRef(identifier, branch), shared)
@@ -149,10 +151,14 @@ class Publisher:
         known = self._known(job_id)
         names = sorted(known) if touched is None or self._atomic else sorted(set(touched) & set(known))
         chains: list[Chain] = []
+        self._held_back = False
         for attempt in range(MAX_PUBLISH_CONFLICTS + 1):
             chains = [self._audited(known[name], report) for name in names]
             moves = self._moves(job_id, chains, report)
-            if not moves or not self._due(moves, chains):
+            if not moves:
+                break
+            if not self._due(moves, chains):
+                self._held_back = self._settings.policy == PublishPolicy.INTERVAL
                 break
             try:
                 self._publish(moves, report)
@@ -177,6 +183,13 @@ class Publisher:
                 problems={k: list(v) for k, v in first.problems.items()},
             )
         return report
+
+    def seconds_until_due(self) -> float | None:
+        """How long until the snapshots the publish interval held back in the last pass may be published (None:
+        it held none back). A stream may have no commit to publish them after for hours."""
+        if not self._held_back:
+            return None
+        return max(0.0, self._last_publish + self._settings.interval_seconds - time.monotonic())
 
     def _audited(self, branch: AuditedBranch, report: PublishReport) -> Chain:
         """The branch's chain with every snapshot after main audited (and recorded)."""

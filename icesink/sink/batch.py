@@ -32,6 +32,7 @@ from icesink.committer.commit import TableCommitter
 from icesink.committer.declared_publishing import declare_publishing
 from icesink.committer.done_actions import ActionRetrier
 from icesink.committer.protocol import Admission, admit
+from icesink.committer.publish_timer import PublishTimer
 from icesink.committer.publisher import AuditedBranch, Publisher
 from icesink.committer.staging import stage_tables
 from icesink.errors import ConfigError, IcesinkError, SchemaMismatchError
@@ -101,6 +102,7 @@ class MicroBatchHandler:
         # Write-audit-publish: the branches whose snapshots are audited and published after each commit; with the
         # daemon, those to declare to it (it needs the job id, known with the first micro-batch).
         self._publisher: Publisher | None = None
+        self._publish_timer: PublishTimer | None = None  # publishes what a publish interval held back, when due
         self._declared_later: list[SinkSettings] = []
         # A stream of several tables keeps a mark per table and split (each table its own lateness).
         self._watermark = StreamWatermark(self._ledger, stream.idle_timeout, per_table=self._single_table is None)
@@ -145,6 +147,7 @@ class MicroBatchHandler:
                 self._committer.forget,
                 self._stream.on_partition_done,
             )
+            self._publish_timer = PublishTimer(self._publisher, self._actions_lock, self._actions.waiting)
         self._publisher.add(AuditedBranch(settings.ref, settings.audit))
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
@@ -301,6 +304,8 @@ class MicroBatchHandler:
                 self._actions.waiting(self._committer.take_actions_waiting())
                 if self._publisher is not None:
                     self._actions.waiting(self._publisher.take_actions_waiting())
+                if self._publish_timer is not None:
+                    self._publish_timer.committed(job_id)
                 return
             except IcesinkError as e:
                 if not e.transient or attempt == self._stream.commit_attempts:
