@@ -32,7 +32,7 @@ from icesink.changelog.change_columns import (
     WATERMARK_FIELD,
     KeyPaths,
 )
-from icesink.changelog.net import net
+from icesink.changelog.net import net, without_passing_rows
 from icesink.iceberg.deletes import EqualityDeletes, PartitionKey, comparable_keys
 from icesink.iceberg.schemas import field_path, with_dropped_keys
 
@@ -91,6 +91,10 @@ class _Reader:
         ]
         metadata = self.table.metadata
         yield from read_data_file(metadata, self.table.io, self.schema, live.file, AlwaysTrue(), named or None)
+
+    def all_deleted(self, added: NewFile) -> bool:
+        """Whether the position deletes applying to an added file name every row it has (nothing to read)."""
+        return len(self.named(added.data, added.after)) >= int(added.data.file.record_count)
 
     def rows_at(self, live: LiveFile, at: np.ndarray) -> pa.Table:
         """The file's rows at positions ``at`` (sorted, distinct), read from the row groups holding them only."""
@@ -166,6 +170,8 @@ def deleted_and_inserted(reader: _Reader, part: SnapshotChanges) -> tuple[pa.Tab
         deleted.append(rows.filter(pc.and_(was, pc.invert(still))))
     inserted = [empty]
     for added in part.added:
+        if reader.all_deleted(added):
+            continue
         rows = reader.rows(added.data)
         inserted.append(rows.filter(reader.alive(rows, added.data, added.after, after, part.scope)))
     return (
@@ -335,6 +341,8 @@ def compute_changes(
     the changes of one key across all parts collapse to the net change. ``with_watermark`` adds
     ``_commit_watermark`` last.
     """
+    if net_changes and mode != "append":
+        parts = without_passing_rows(parts)
     pieces = list(change_pieces(table, schema, parts, mode, with_watermark))
     if not pieces:
         if mode == "append":
@@ -368,7 +376,7 @@ def change_pieces(
             continue
         if not part.equality_after and (mode == "append" or not (part.changed or part.equality_before)):
             for added in part.added:
-                for batch in reader.new_rows(added):
+                for batch in [] if reader.all_deleted(added) else reader.new_rows(added):
                     rows = pa.Table.from_batches([batch]).select(reader.columns)
                     yield marked(rows if mode == "append" else _labelled(rows, INSERT, part), part)
             continue

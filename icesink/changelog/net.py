@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -19,6 +23,50 @@ from icesink.changelog.change_columns import (
     KeyPaths,
 )
 from icesink.iceberg.deletes import comparable_keys
+
+if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile
+
+    from icesink.changelog.plan import SnapshotChanges
+    from icesink.iceberg.scan import LiveFile
+
+
+def without_passing_rows(parts: Sequence[SnapshotChanges]) -> list[SnapshotChanges]:
+    """The parts with the rows that only passed through the range left out: rows a part added and a later part
+    deleted, by position or with their whole file. They are read neither as inserted nor as deleted.
+
+    A key's net change is decided by its first change (a row deleted: it existed before) and its last (a row
+    inserted: it exists after), and a row that came and went is neither: its key's first change is then the
+    deletion of an older row, or the insertion of a newer one, and its last change likewise (a key has one live row
+    at a time). A file added within the range is read once, for the rows it still holds at the range's end; one
+    whose rows all went is not read at all. Equality deletes are matched by key as the rows are read, so parts
+    with any are read whole, as they are.
+    """
+    if any(part.equality_before or part.equality_after for part in parts):
+        return list(parts)
+    # Each file added within the range: the position deletes applying to it at the range's end (None: removed).
+    at_end: dict[tuple[str, int], frozenset[DataFile] | None] = {}
+    for part in parts:
+        for added in part.added:
+            at_end[_named(added.data)] = added.after
+        for changed in part.changed:
+            if _named(changed.data) in at_end:
+                at_end[_named(changed.data)] = changed.after
+    kept = []
+    for part in parts:
+        still_there = tuple(
+            replace(one, after=after) for one in part.added if (after := at_end[_named(one.data)]) is not None
+        )
+        older = tuple(one for one in part.changed if _named(one.data) not in at_end)
+        if still_there or older:
+            kept.append(replace(part, added=still_there, changed=older))
+    return kept
+
+
+def _named(live: LiveFile) -> tuple[str, int]:
+    """A data file as the range knows it: a location may be reused by a later file (add_files of a regenerated
+    one), a data sequence number may not."""
+    return (live.path, live.sequence_number)
 
 
 def net(changes: pa.Table, keys: list[str], paths: KeyPaths | None = None) -> pa.Table:
