@@ -33,6 +33,7 @@ from icesink.changelog.change_columns import (
     KeyPaths,
 )
 from icesink.changelog.net import net, without_passing_rows
+from icesink.changelog.same_rows import joinable, same_rows
 from icesink.iceberg.deletes import EqualityDeletes, PartitionKey, comparable_keys
 from icesink.iceberg.schemas import field_path, with_dropped_keys
 
@@ -219,24 +220,6 @@ def _matches(
     return pa.array(pairs_left, pa.int64()), pa.array(pairs_right, pa.int64())
 
 
-def _same_rows(left: pa.Table, right: pa.Table) -> pa.Array:
-    """Whether each row of ``left`` equals the row of ``right`` at its index, as a join on every column decides
-    (null equal to null, floats by their bits: NaN equal to NaN, -0.0 not to 0.0; nested values by their text)."""
-    names = list(left.column_names)
-    ours, _ = comparable_keys(_joinable(left), names)
-    theirs, _ = comparable_keys(_joinable(right), names)
-    same = repeated(True, ours.num_rows)
-    for mine, other in zip(ours.columns, theirs.columns, strict=True):
-        other = other if other.type == mine.type else other.cast(mine.type)
-        if pa.types.is_floating(mine.type):
-            bits = np.dtype(f"int{mine.type.bit_width}")
-            equal = pa.array(mine.to_numpy().view(bits) == other.to_numpy().view(bits))
-        else:
-            equal = pc.equal(mine, other)
-        same = pc.and_(same, equal)
-    return same
-
-
 def _without(table: pa.Table, indices: pa.Array) -> pa.Table:
     if len(indices) == 0:
         return table
@@ -258,25 +241,6 @@ def _labelled(rows: pa.Table, kind: str, part: SnapshotChanges) -> pa.Table:
     )
 
 
-def _joinable(rows: pa.Table) -> pa.Table:
-    """``rows`` with each struct, list and map column as text Arrow can join on.
-
-    Arrow joins only primitive keys; comparing whole rows (copy-on-write
-    rewrites, which icesink's own commits never make) is rare enough for a
-    value-by-value spelling.
-    """
-    import json
-
-    for index, field in enumerate(rows.schema):
-        if pa.types.is_nested(field.type):
-            text = [
-                None if v is None else json.dumps(v, sort_keys=True, default=str)
-                for v in rows.column(index).to_pylist()
-            ]
-            rows = rows.set_column(index, field.name, pa.array(text, pa.string()))
-    return rows
-
-
 def changelog(
     deleted: pa.Table, inserted: pa.Table, keys: list[str], part: SnapshotChanges, paths: KeyPaths | None = None
 ) -> pa.Table:
@@ -293,13 +257,13 @@ def changelog(
         # No row has two partners by key, so a row rewritten unchanged can only be its own key's partner: the
         # pairs are compared value by value, with no join on every column.
         old, new = pa.array(pairs[0], pa.int64()), pa.array(pairs[1], pa.int64())
-        changed = pc.invert(_same_rows(deleted.take(old), inserted.take(new)))
+        changed = pc.invert(same_rows(deleted.take(old), inserted.take(new)))
         if len(old):
             parts.append(_updates(deleted, inserted, old.filter(changed), new.filter(changed), part))
         deleted, inserted = _without(deleted, old), _without(inserted, new)
     elif deleted.num_rows and inserted.num_rows:
         # Rows rewritten unchanged (copy-on-write) are not changes.
-        same_left, same_right = _matches(_joinable(deleted), _joinable(inserted), list(deleted.column_names))
+        same_left, same_right = _matches(joinable(deleted), joinable(inserted), list(deleted.column_names))
         deleted, inserted = _without(deleted, same_left), _without(inserted, same_right)
         if keys and deleted.num_rows and inserted.num_rows:
             old, new = _matches(deleted, inserted, keys, paths)

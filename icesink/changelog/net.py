@@ -22,6 +22,7 @@ from icesink.changelog.change_columns import (
     UPDATE_BEFORE,
     KeyPaths,
 )
+from icesink.changelog.same_rows import same_rows
 from icesink.iceberg.deletes import comparable_keys
 
 if TYPE_CHECKING:
@@ -102,13 +103,9 @@ def net(changes: pa.Table, keys: list[str], paths: KeyPaths | None = None) -> pa
     existed = pc.equal(firsts.column(JOIN_SIDE), 0)
     exists = pc.equal(lasts.column(JOIN_SIDE), 1)
     data_names = [n for n in changes.column_names if n not in CHANGE_FIELDS.names]
-    unchanged = pa.array(
-        [
-            a == b
-            for a, b in zip(firsts.select(data_names).to_pylist(), lasts.select(data_names).to_pylist(), strict=True)
-        ],
-        pa.bool_(),
-    )
+    # Compared as the changelog compares a rewrite's rows (floats by their bits: a NaN kept is no change, 0.0 to
+    # -0.0 is one), column by column rather than row by row in Python.
+    unchanged = same_rows(firsts.select(data_names), lasts.select(data_names))
     updated = pc.and_(pc.and_(existed, exists), pc.invert(unchanged))
     out = [
         _relabel(firsts.filter(updated), UPDATE_BEFORE),
