@@ -92,7 +92,8 @@ def main() -> None:
             spec = writer_spec(table, name, "job", ChangeSpec(equality_field_ids=(1,), op_column="op", op_kinds=OPS))
             writer = TaskWriter(spec.for_checkpoint(checkpoint), 0, 0)
             writer.write(upserts(rng, checkpoint, args.keys, args.changes))
-            assert stage_tables(ledger, "job", checkpoint, [TableResults(table, name, [writer.complete()])], atomic=True)
+            staged = [TableResults(table, name, [writer.complete()])]
+            assert stage_tables(ledger, "job", checkpoint, staged, atomic=True)
             committer.commit_atomic("job")
         snapshots = sorted(catalog.load_table(name).metadata.snapshots, key=lambda s: s.sequence_number)
         first, last = snapshots[0].snapshot_id, snapshots[-1].snapshot_id
