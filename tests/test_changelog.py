@@ -489,3 +489,35 @@ def test_a_net_change_compares_rows_as_the_changelog_does_floats_by_their_bits()
     )
     found = [(c["id"], c["_change_type"], math.copysign(1, c["x"])) for c in net(table, ["id"]).to_pylist()]
     assert sorted(found) == [(2, "update_after", -1.0), (2, "update_before", 1.0)]
+
+
+def test_a_snapshot_of_equality_deletes_reads_only_the_files_its_keys_may_be_in(
+    sqlite_catalog: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Equality deletes kept as they are: an older file whose key bounds hold none of the deleted keys keeps its
+    rows, and is not read to find that out."""
+    from icesink.changelog import compute
+    from icesink.iceberg.scan import live_files
+
+    create(sqlite_catalog, KEEP)
+    commit_changes(sqlite_catalog, 0, [(k, f"a{k}", "I") for k in range(0, 100)])
+    commit_changes(sqlite_catalog, 1, [(k, f"b{k}", "I") for k in range(100, 200)])
+    commit_changes(sqlite_catalog, 2, [(150, "b150 again", "U"), (199, "", "D"), (300, "new", "I")])
+    first, second, third = (s.snapshot_id for s in snapshots(sqlite_catalog))
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    (keys_0_to_99,) = {f.path for f in live_files(table, first).data}
+    (keys_100_to_199,) = {f.path for f in live_files(table, second).data} - {keys_0_to_99}
+    read: list[str] = []
+    original = compute._Reader.rows
+    monkeypatch.setattr(compute._Reader, "rows", lambda self, live: read.append(live.path) or original(self, live))
+    changes = icesink.changes(TABLE, second, third, catalog=sqlite_catalog)
+    assert sorted((c["_change_type"], c["id"], c["v"]) for c in changes.to_pylist()) == [
+        ("delete", 199, "b199"),
+        ("insert", 300, "new"),
+        ("update_after", 150, "b150 again"),
+        ("update_before", 150, "b150"),
+    ]
+    assert keys_100_to_199 in read and keys_0_to_99 not in read, read  # and the third snapshot's own file
+    start = {k: f"a{k}" for k in range(100)}
+    end = {**start, **{k: f"b{k}" for k in range(100, 199)}, 150: "b150 again", 300: "new"}
+    assert replay(start, icesink.changes(TABLE, first, third, catalog=sqlite_catalog)) == end

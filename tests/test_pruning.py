@@ -30,10 +30,10 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.iceberg.deletes import EqualityDeletes
 from icesink.iceberg.describe import writer_spec
+from icesink.iceberg.key_pruning import KeyPruning
 from icesink.iceberg.manifests import to_data_file
 from icesink.iceberg.scan import LiveFile, live_files
 from icesink.maintenance.positions import deleted_rows, plan_key_reads
-from icesink.maintenance.pruning import KeyPruning
 from icesink.paths import file_uri
 from icesink.results import FileContent
 from icesink.writer.files import FileNamer, RollingFileWriter
@@ -449,7 +449,7 @@ def summaries(kinds: list[str], partitions: list[tuple[Any, ...]]) -> list[Any]:
 def test_partition_summaries_never_leave_out_a_manifest_listing_the_partition(
     manifest: tuple[list[str], list[tuple[Any, ...]]],
 ) -> None:
-    from icesink.maintenance.pruning import _partitions_may_hold
+    from icesink.iceberg.key_pruning import _partitions_may_hold
 
     kinds, partitions = manifest
     written = summaries(kinds, partitions)
@@ -458,7 +458,7 @@ def test_partition_summaries_never_leave_out_a_manifest_listing_the_partition(
 
 
 def test_partition_summaries_leave_out_partitions_outside_their_range() -> None:
-    from icesink.maintenance.pruning import _partitions_may_hold
+    from icesink.iceberg.key_pruning import _partitions_may_hold
 
     kinds = ["long", "string"]
     written = summaries(kinds, [(1, "b"), (7, "é"), (3, None)])

@@ -366,7 +366,7 @@ def test_spark_written_files_get_the_bloom_filters_the_table_asks_for(
     is dictionary-encoded throughout (``name``: 97 distinct values), for which parquet-mr writes none."""
     import struct
 
-    from icesink.maintenance.bloom_filters import hashes, may_hold_any, read_bitset
+    from icesink.iceberg.bloom_filters import hashes, may_hold_any, read_bitset
 
     add_input_files(tmp_path / "in", [(0, 500)])
     stream_new_table(input_stream(spark, tmp_path / "in"), sqlite_catalog, tmp_path, "shop.orders")

@@ -33,6 +33,7 @@ from icesink.changelog.change_columns import (
     KeyPaths,
 )
 from icesink.changelog.net import net, without_passing_rows
+from icesink.changelog.reach import unreached
 from icesink.changelog.same_rows import joinable, same_rows
 from icesink.iceberg.deletes import EqualityDeletes, PartitionKey, comparable_keys
 from icesink.iceberg.schemas import field_path, with_dropped_keys
@@ -152,7 +153,10 @@ def deleted_and_inserted(reader: _Reader, part: SnapshotChanges) -> tuple[pa.Tab
     after = EqualityDeletes(table, schema, part.equality_after)
     empty = empty_table(schema.as_arrow())
     deleted = [empty]
+    untouched = unreached(table, reader.schema, part) if after else frozenset()
     for changed in part.changed:
+        if changed.data.path in untouched:
+            continue  # no delete of the snapshot can remove one of its rows: not read
         if changed.after is not None and not before and not after:
             # Only position deletes changed: the rows newly named, read from their row groups alone, so a large
             # file a few rows of which changed costs those row groups, not the file.

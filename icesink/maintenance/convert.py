@@ -35,13 +35,13 @@ from icesink import paths
 from icesink.failpoints import failpoint
 from icesink.iceberg.deletes import GLOBAL, EqualityDeletes, PartitionKey, data_in_other_specs, partition_scope
 from icesink.iceberg.describe import parquet_compression
+from icesink.iceberg.key_pruning import KeyPruning, PruningCounts
 from icesink.iceberg.manifests import AddedFile, to_data_file
 from icesink.iceberg.scan import LiveFile, live_files
 from icesink.iceberg.schemas import with_dropped_keys
 from icesink.iceberg.snapshots import SnapshotChange
 from icesink.maintenance.committing import ConflictError, MaintenanceTarget, commit_change
 from icesink.maintenance.positions import PARALLEL_FILES, DeletedRows, KeyRead, deleted_rows, plan_key_reads
-from icesink.maintenance.pruning import KeyPruning, PruningCounts
 from icesink.properties import BASE_SNAPSHOT_PROPERTY, MAINTENANCE_CONVERT, MAINTENANCE_PROPERTY, POLICY_PROPERTIES
 from icesink.reading_threads import in_parallel
 from icesink.results import FileRecord

@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from icesink.iceberg.bloom_filters import read_bitset
 from icesink.iceberg.read_caches import Kept
-from icesink.maintenance.bloom_filters import read_bitset
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO

@@ -25,10 +25,10 @@ from pyiceberg.schema import Schema as IcebergSchema
 
 from icesink.arrays import FIELD_ID, nested_column, repeated
 from icesink.iceberg.deletes import EqualityDeletes, PartitionKey, partition_scope
+from icesink.iceberg.key_pruning import KeyPruning, PruningCounts
 from icesink.iceberg.schemas import field_path
 from icesink.maintenance.kept_files import FileName, KeptFile, KeptFooter, file_name
 from icesink.maintenance.packing import packed
-from icesink.maintenance.pruning import KeyPruning, PruningCounts
 from icesink.reading_threads import READING_THREADS, in_parallel
 
 if TYPE_CHECKING:

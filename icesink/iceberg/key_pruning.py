@@ -38,9 +38,9 @@ from pyiceberg.manifest import ManifestContent
 from pyiceberg.types import PrimitiveType
 
 from icesink.arrays import FIELD_ID
+from icesink.iceberg.bloom_filters import hashes, may_hold_any
 from icesink.iceberg.deletes import GLOBAL, NULL_FLAG, EqualityDeletes, PartitionKey, partition_scope
-from icesink.maintenance.bloom_filters import hashes, may_hold_any
-from icesink.maintenance.key_values import INTEGERS, bound_form, decode_bound, order_of, plain_encodings
+from icesink.iceberg.key_values import INTEGERS, bound_form, decode_bound, order_of, plain_encodings
 
 if TYPE_CHECKING:
     import numpy as np
