@@ -232,23 +232,24 @@ def test_a_stream_whose_committer_is_the_daemon_declares_its_audits_and_the_daem
     spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
 ) -> None:
     from icesink import checks
+    from icesink.catalog.publishing_record import PublishingRecord
     from icesink.committer.daemon import CommitterDaemon
 
     config = sqlite_catalog
     create_orders_table(config, TABLE)
     source = tmp_path / "in"
 
-    def run() -> None:
-        df = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(source))
+    def run(**options: Any) -> None:
+        read = str(options.pop("source", source))
+        df = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(read)
         icesink.stream(
             df.drop("topic", "partition"),
             table=TABLE,
             catalog=config,
-            checkpoint_location=str(tmp_path / "ck"),
+            checkpoint_location=str(tmp_path / options.pop("ck", "ck")),
             trigger={"availableNow": True},
             branch=AUDIT,
-            audit=[checks.not_null("id"), checks.in_range("amount", min=0)],
-            committer="daemon",
+            **{"committer": "daemon", "audit": [checks.not_null("id"), checks.in_range("amount", min=0)], **options},
         ).awaitTermination()
 
     _orders_file(source, 0, [(1, 5.0, 10), (2, 7.0, 70)])
@@ -263,3 +264,11 @@ def test_a_stream_whose_committer_is_the_daemon_declares_its_audits_and_the_daem
     assert ids_on(config, "main") == [1, 2] and ids_on(config, AUDIT) == [1, 2, 3]  # it failed its audit
     (held,) = daemon.audits()
     assert held["table"] == TABLE and held["checkpoint_id"] == 1
+
+    # Another stream takes the table over, committing inline and publishing by hand: the first one's declaration
+    # goes, and the daemon no longer moves main for it, with its checks.
+    _orders_file(tmp_path / "other", 0, [(4, 1.0, 90)])
+    run(source=tmp_path / "other", ck="ck2", committer="inline", publish="manual", audit=[checks.not_null("id")])
+    assert PublishingRecord(config).of_tables([TABLE]) == []
+    daemon.run(once=True)
+    assert ids_on(config, "main") == [1, 2] and ids_on(config, AUDIT) == [1, 2, 3, 4]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
 metadata = sa.MetaData()
+_STATEMENT_NAMES = 500  # tables named in one statement (SQLite's limit on parameters is 999 in old builds)
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 publishing = sa.Table(
     "icesink_publishing",
@@ -49,6 +51,7 @@ class Declared:
     policy: str
     interval_seconds: float
     checks: tuple[dict[str, object], ...]
+    declared_at: datetime.datetime | None = field(default=None, compare=False)  # None: not recorded yet
 
 
 class PublishingRecord:
@@ -58,25 +61,24 @@ class PublishingRecord:
         self._config = config
         self._engine = bound or engine(config)
 
-    def declare(self, declared: Declared) -> None:
-        """Record (or replace) a table's publishing for a job."""
+    def take_over(self, identifiers: Sequence[str], declared: Sequence[Declared]) -> None:
+        """Withdraw every declaration of ``identifiers`` (any job's), and record ``declared``, in one transaction.
+
+        A table's main follows one branch: the stream that met the table last says how, or that the daemon does
+        not publish it at all (an inline stream publishes its own; a stream without publishing leaves main to
+        ``icesink publish``). An older stream's declaration would otherwise go on moving main with its checks.
+        """
         c = publishing.c
-        keys = {"catalog_name": self._config.name, "table_identifier": declared.identifier, "job_id": declared.job_id}
-        values = {
-            "branch": declared.branch,
-            "atomic": declared.atomic,
-            "policy": declared.policy,
-            "interval_seconds": declared.interval_seconds,
-            "checks": json.dumps(list(declared.checks), ensure_ascii=False, default=str),
-            "declared_at": datetime.datetime.now(datetime.UTC),
-        }
-        where = [c.catalog_name == keys["catalog_name"], c.table_identifier == declared.identifier]
+        now = datetime.datetime.now(datetime.UTC)
+        names = sorted({*identifiers, *(d.identifier for d in declared)})
         with database_errors(self._config), self._engine.begin() as connection:
-            found = connection.execute(
-                sa.update(publishing).where(*where, c.job_id == declared.job_id).values(**values)
-            )
-            if found.rowcount == 0:
-                connection.execute(sa.insert(publishing).values(**keys, **values))
+            for start in range(0, len(names), _STATEMENT_NAMES):
+                chunk = names[start : start + _STATEMENT_NAMES]
+                connection.execute(
+                    sa.delete(publishing).where(c.catalog_name == self._config.name, c.table_identifier.in_(chunk))
+                )
+            if declared:
+                connection.execute(sa.insert(publishing), [_row(self._config.name, d, now) for d in declared])
 
     def of_tables(self, identifiers: Sequence[str]) -> list[Declared]:
         return self._select(publishing.c.table_identifier.in_(list(identifiers)))
@@ -85,7 +87,9 @@ class PublishingRecord:
         return self._select(sa.true())
 
     def of_job(self, job_id: str) -> list[Declared]:
-        return self._select(publishing.c.job_id == job_id)
+        """A job's declarations, the newest first."""
+        found = self._select(publishing.c.job_id == job_id)
+        return sorted(found, key=lambda d: d.declared_at or _EPOCH, reverse=True)
 
     def _select(self, where: sa.ColumnElement[bool]) -> list[Declared]:
         c = publishing.c
@@ -101,6 +105,26 @@ class PublishingRecord:
                 r.policy,
                 float(r.interval_seconds),
                 tuple(json.loads(r.checks)),
+                _utc(r.declared_at),
             )
             for r in rows
         ]
+
+
+def _row(catalog_name: str, declared: Declared, now: datetime.datetime) -> dict[str, object]:
+    return {
+        "catalog_name": catalog_name,
+        "table_identifier": declared.identifier,
+        "job_id": declared.job_id,
+        "branch": declared.branch,
+        "atomic": declared.atomic,
+        "policy": declared.policy,
+        "interval_seconds": declared.interval_seconds,
+        "checks": json.dumps(list(declared.checks), ensure_ascii=False, default=str),
+        "declared_at": now,
+    }
+
+
+def _utc(moment: datetime.datetime | None) -> datetime.datetime | None:
+    """SQLite gives back a naive datetime for what was stored in UTC."""
+    return moment.replace(tzinfo=datetime.UTC) if moment is not None and moment.tzinfo is None else moment

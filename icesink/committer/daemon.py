@@ -17,11 +17,10 @@ from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.committer.build import CommitOutcome
 from icesink.committer.commit import TableCommitter
-from icesink.committer.declared_publishing import DeclaredPublishers
+from icesink.committer.daemon_publishing import PUBLISH_CHECK_SECONDS, DaemonPublishing
 from icesink.committer.done_actions import RETRY_SECONDS, retry_waiting
 from icesink.committer.maintainer import Maintainer
 from icesink.committer.observability import CommitterMetrics
-from icesink.committer.publisher import PublishReport
 from icesink.errors import CatalogReplacedError, IcesinkError, LeaseHeldError
 from icesink.maintenance.run import MaintenanceReport
 from icesink.retry import Backoff
@@ -29,8 +28,6 @@ from icesink.retry import Backoff
 log = logging.getLogger("icesink.committer")
 # The ledger itself unreachable (database restarted, connection killed): a short wait, then again.
 LEDGER_BACKOFF = Backoff(first=1.0, cap=2.0)
-# How often the daemon audits and publishes every declared branch, commit or not (a pass loads each such table).
-PUBLISH_CHECK_SECONDS = 10.0
 
 
 @dataclass
@@ -102,11 +99,10 @@ class CommitterDaemon:
         self._last_errors: dict[str, dict[str, object]] = {}  # table -> its last error's fields
         self._max_failures = max_failures
         self.metrics = CommitterMetrics()
-        # Write-audit-publish for streams that declared it (icesink_publishing): a publisher per job, and the
-        # tables whose publishing a failed audit holds, for /healthz.
-        self._publishers = DeclaredPublishers(self._catalog, config, self._ledger)
-        self._publish_check_seconds, self._publish_check_at = publish_check_seconds, 0.0  # 0.0: on the first pass
-        self._held_by_audit: dict[str, dict[str, object]] = {}
+        # Write-audit-publish for the streams that declared it.
+        self._publishing = DaemonPublishing(
+            self._catalog, config, self._ledger, self.lease, self.metrics, self._tables, publish_check_seconds
+        )
 
     @property
     def maintenance_reports(self) -> list[MaintenanceReport]:
@@ -158,19 +154,17 @@ class CommitterDaemon:
                 continue
             self._forget_failure(table, report)
             committed = self._counted(table, outcomes, report)
-            self._publish(table)
+            self._publishing.after_commit(table)
             if committed and self._maintainer is not None and not self._stop.is_set():
                 branches = sorted({o.branch for o in outcomes if not o.already_committed})
                 maintained = [branch for branch in branches if self._maintain(table, branch)]
                 if any(branch != MAIN_BRANCH for branch in maintained):
-                    self._publish(table)  # maintenance changes no row: main follows it when it follows its parent
+                    # Maintenance changes no row: main follows it when it follows its parent.
+                    self._publishing.after_commit(table)
         for table in set(self._retry_at) - set(pending):  # discarded, or committed by someone else
             self._forget_failure(table, report)
-        if time.monotonic() >= self._publish_check_at and not self._stop.is_set():
-            # Not only after this committer's own commits: a predecessor that died between its commit and its
-            # publish, a publish interval ending on a quiet stream, another tool's fix of a branch.
-            self._publish_check_at = time.monotonic() + self._publish_check_seconds
-            self._count_publishing(self._publishers.every_job(self._tables, before=self.lease.check))
+        if not self._stop.is_set():
+            self._publishing.when_due()  # not only after this committer's own commits
         if time.monotonic() >= self._actions_retry_at and not self._stop.is_set():
             # Done actions whose first try failed would otherwise wait for their table's next commit.
             self._actions_retry_at = time.monotonic() + self._actions_retry_seconds
@@ -248,24 +242,9 @@ class CommitterDaemon:
             self._committer.forget(table)
         return maintained is not None
 
-    def _publish(self, table: str) -> None:
-        """Audit and publish the branches of the jobs that declared it for this table, as their inline committer
-        would; a failure here is logged and never stops the commits."""
-        self._count_publishing(self._publishers.after_commit(table, before=self.lease.check))
-
-    def _count_publishing(self, reports: list[PublishReport]) -> None:
-        for published in reports:
-            for entry in published.audited:
-                self.metrics.audits.labels(entry.identifier, "passed" if entry.passed else "failed").inc()
-                if not entry.passed:
-                    self._held_by_audit[entry.identifier] = entry.held()
-            for identifier in published.published:
-                self.metrics.published.labels(identifier).inc()
-                self._held_by_audit.pop(identifier, None)
-
     def audits(self) -> list[dict[str, object]]:
         """Each table whose publishing a failed audit holds, with the snapshot and the problems, for /healthz."""
-        return [self._held_by_audit[t] for t in sorted(self._held_by_audit)]
+        return self._publishing.audits()
 
     def _update_pending(self) -> None:
         try:
@@ -384,7 +363,7 @@ class CommitterDaemon:
             log.warning("cannot reach the lease: %s", e)
             held = False
         if held and not self._leading:
-            self._publish_check_at = 0.0  # a predecessor may have died between its commit and its publish
+            self._publishing.lease_taken()
             log.info(
                 "committer %s is active on scope %r (epoch %s)", self.lease.owner, self.lease.scope, self.lease.epoch
             )

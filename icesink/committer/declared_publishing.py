@@ -4,14 +4,15 @@ the checks made again from their descriptions, since a process of its own cannot
 
 from __future__ import annotations
 
+import importlib
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from pyiceberg.exceptions import CommitFailedException
-
 from icesink.audit.publish_policy import AuditFailure, PublishPolicy, PublishSettings
 from icesink.audit.running import describe_check, import_check
+from icesink.catalog.pointers import every_pointer
 from icesink.catalog.publishing_record import Declared, PublishingRecord
 from icesink.committer.publisher import AuditedBranch, Publisher, PublishReport
 from icesink.errors import IcesinkError
@@ -25,85 +26,166 @@ if TYPE_CHECKING:
     from icesink.catalog.ledger import Ledger
 
 log = logging.getLogger("icesink.committer")
+# How often the daemon's publishing pass looks at every declared job, changed or not: an audit recorded by hand
+# (`icesink audit`) changes no table, and a pass that failed for a moment is tried again.
+FULL_PASS_SECONDS = 300.0
 
 
 def declare_publishing(
-    config: CatalogConfig, job_id: str, branches: Sequence[AuditedBranch], settings: PublishSettings, atomic: bool
+    config: CatalogConfig,
+    job_id: str,
+    branches: Sequence[AuditedBranch],
+    settings: PublishSettings,
+    atomic: bool,
+    others: Sequence[str] = (),
 ) -> None:
     """Tell the committer daemon how each of a stream's branches is audited and published (it cannot be handed the
-    checks themselves: it makes them again from their descriptions)."""
-    record = PublishingRecord(config)
-    for branch in branches:
-        checks = tuple(describe_check(c) for c in branch.checks)
-        policy = settings.policy.value
-        record.declare(
-            Declared(
-                branch.ref.identifier, job_id, branch.ref.branch, atomic, policy, settings.interval_seconds, checks
-            )
+    checks themselves: it makes them again from their descriptions); a branch without settings of its own
+    publishes by ``settings``.
+
+    The tables of ``branches`` and ``others`` (tables the stream writes that the daemon does not publish for it)
+    are the stream's from now on: any older declaration of them, whichever job made it, is withdrawn.
+    """
+    declared = [
+        Declared(
+            b.ref.identifier,
+            job_id,
+            b.ref.branch,
+            atomic,
+            (b.settings or settings).policy.value,
+            (b.settings or settings).interval_seconds,
+            tuple(describe_check(c) for c in b.checks),
         )
+        for b in branches
+    ]
+    PublishingRecord(config).take_over(others, declared)
 
 
 def publisher_of_job(
-    catalog: SqlCatalog, config: CatalogConfig, ledger: Ledger, declared: Sequence[Declared]
-) -> Publisher | None:
-    """The daemon's publisher of one job, from what its stream declared (None: it declared nothing)."""
+    catalog: SqlCatalog, config: CatalogConfig, ledger: Ledger, declared: Sequence[Declared], scope: Sequence[str] = ()
+) -> tuple[Publisher | None, bool]:
+    """The daemon's publisher of one job, from what its stream declared (None: it declared nothing), and whether
+    every check could be made (a publisher missing one is made again on the next pass: the module may be
+    installed by then)."""
     if not declared:
-        return None
-    branches = []
+        return None, True
+    branches, complete = [], True
     for one in declared:
         checks = [import_check(dict(d)) for d in one.checks]
         made = tuple(c for c in checks if c is not None)
         if len(made) < len(checks):  # a module that can no longer be imported: nothing is published unchecked
-            made = (*made, _cannot_be_made(one.identifier))
-        branches.append(AuditedBranch(TableRef(one.identifier, one.branch), made))
-    first = declared[0]
-    policy = PublishPolicy(first.policy)
-    settings = PublishSettings(policy, first.interval_seconds, AuditFailure.CONTINUE)
-    return Publisher(catalog, config, ledger, branches, settings, first.atomic, lambda _: None)
+            made, complete = (*made, _cannot_be_made(one.identifier)), False
+        own = PublishSettings(PublishPolicy(one.policy), one.interval_seconds, AuditFailure.CONTINUE)
+        branches.append(AuditedBranch(TableRef(one.identifier, one.branch), made, own))
+    newest = declared[0]  # a group publishes together, as its stream's newest run said
+    settings = PublishSettings(PublishPolicy(newest.policy), newest.interval_seconds, AuditFailure.CONTINUE)
+    publisher = Publisher(catalog, config, ledger, branches, settings, newest.atomic, lambda _: None, scope=scope)
+    return publisher, complete
 
 
 class DeclaredPublishers:
     """The committer daemon's publishers: one per job that declared publishing, kept between passes (for the
-    interval a duration policy counts) and made again when its stream declares anew (restarted with other checks)."""
+    interval a duration policy counts) and made again when its stream declares anew (restarted with other checks).
 
-    def __init__(self, catalog: SqlCatalog, config: CatalogConfig, ledger: Ledger) -> None:
+    Besides its pass after each commit, the daemon looks at every declared job now and then
+    (:meth:`every_job`): only at those whose tables changed since it last looked, or whose publish interval
+    ended, and at all of them when it takes the lease and every :data:`FULL_PASS_SECONDS`.
+    """
+
+    def __init__(self, catalog: SqlCatalog, config: CatalogConfig, ledger: Ledger, scope: Sequence[str] = ()) -> None:
         self._catalog = catalog
         self._config = config
         self._ledger = ledger
+        self._scope = tuple(scope)  # the daemon's --table: the only tables whose main it moves (empty: any)
         self._known: dict[str, tuple[list[Declared], Publisher]] = {}
+        self._seen: dict[str, tuple[tuple[str, str | None], ...]] = {}  # job -> its tables' pointers, last looked at
+        self._everything_at = 0.0  # when the next pass looks at every job (monotonic)
+        self._remaining: list[str] | None = None  # the jobs a pass that ran out of time left for the next one
+
+    @property
+    def unfinished(self) -> bool:
+        """The last pass ran out of time: the next one goes on where it stopped."""
+        return self._remaining is not None
+
+    def look_at_everything(self) -> None:
+        """The next pass looks at every job, changed or not (a committer that just took the lease)."""
+        self._everything_at = 0.0
 
     def after_commit(self, table: str, before: Callable[[], None]) -> list[PublishReport]:
         """Audit and publish for every job that declared ``table``; ``before`` runs right before each job's pass
         (the daemon's lease check: only the committer holding it moves main). A failure is logged, not raised."""
-        return self._jobs_of([table], before, f"table={table}")
+        try:
+            jobs = sorted({d.job_id for d in PublishingRecord(self._config).of_tables([table])})
+        except IcesinkError as e:
+            log.warning("table=%s: publishing skipped: %s", table, e)
+            return []
+        reports = [self._job_pass(job, before, f"table={table}") for job in jobs]
+        return [r for r in reports if r is not None]
 
-    def every_job(self, scope: Sequence[str], before: Callable[[], None]) -> list[PublishReport]:
-        """Audit and publish for every job that declared a table of ``scope`` (empty: any table), commit or not:
-        after a restart, when a publish interval ends on a quiet stream, or after another tool fixed a branch."""
-        return self._jobs_of(scope, before, f"tables={','.join(scope) or '*'}")
-
-    def _jobs_of(self, tables: Sequence[str], before: Callable[[], None], where: str) -> list[PublishReport]:
+    def every_job(self, before: Callable[[], None], budget_seconds: float) -> list[PublishReport]:
+        """Audit and publish, commit or not, for the declared jobs that may have something to do: after a restart,
+        when a publish interval ends on a quiet stream, or after another tool changed a branch. Stops after
+        ``budget_seconds`` (the daemon's commits wait meanwhile) and resumes there on the next call."""
+        started = time.monotonic()
+        everything = started >= self._everything_at
         record = PublishingRecord(self._config)
         try:
-            declared = record.of_tables(tables) if tables else record.every_table()
+            declared = record.of_tables(self._scope) if self._scope else record.every_table()
+            pointers = every_pointer(self._config)
         except IcesinkError as e:
-            log.warning("%s: publishing skipped: %s", where, e)
+            log.warning("tables=%s: publishing skipped: %s", ",".join(self._scope) or "*", e)
             return []
-        reports = []
-        for job in sorted({d.job_id for d in declared}):
-            try:
-                of_job = record.of_job(job)
-                known = self._known.get(job)
-                if known is None or known[0] != of_job:
-                    made = publisher_of_job(self._catalog, self._config, self._ledger, of_job)
-                    if made is None:
-                        continue
-                    known = self._known[job] = (of_job, made)
-                before()
-                reports.append(known[1].after_commit(job))
-            except (IcesinkError, CommitFailedException) as e:
-                log.warning("%s job=%s: publishing failed (tried again on the next pass): %s", where, job, e)
+        tables_of: dict[str, set[str]] = {}
+        for one in declared:
+            tables_of.setdefault(one.job_id, set()).add(one.identifier)
+        for gone in set(self._known) - set(tables_of):  # withdrawn: another stream took its tables over
+            self._known.pop(gone, None)
+            self._seen.pop(gone, None)
+        jobs = sorted(tables_of) if self._remaining is None else [j for j in self._remaining if j in tables_of]
+        reports: list[PublishReport] = []
+        self._remaining = None
+        for index, job in enumerate(jobs):
+            if index and time.monotonic() - started > budget_seconds:  # every pass gets one job done at least
+                self._remaining = jobs[index:]
+                break
+            seen = tuple(sorted((t, pointers.get(t)) for t in tables_of[job]))
+            if not everything and self._seen.get(job) == seen and not self._interval_ended(job):
+                continue
+            self._seen[job] = seen
+            report = self._job_pass(job, before, f"tables={','.join(sorted(tables_of[job]))}")
+            if report is not None:
+                reports.append(report)
+        if everything and self._remaining is None:
+            self._everything_at = time.monotonic() + FULL_PASS_SECONDS
         return reports
+
+    def _interval_ended(self, job: str) -> bool:
+        known = self._known.get(job)
+        due = known[1].seconds_until_due() if known is not None else 0.0
+        return due is not None and due <= 0
+
+    def _job_pass(self, job: str, before: Callable[[], None], where: str) -> PublishReport | None:
+        """One job's audit and publish; None when it declares nothing (any more) or failed (logged: the daemon goes
+        on with the other jobs, and this one is tried again)."""
+        try:
+            of_job = PublishingRecord(self._config).of_job(job)
+            known = self._known.get(job)
+            if known is None or known[0] != of_job:
+                made, complete = publisher_of_job(self._catalog, self._config, self._ledger, of_job, self._scope)
+                if made is None:
+                    self._known.pop(job, None)
+                    return None
+                known = (of_job, made)
+                if complete:
+                    self._known[job] = known
+                else:  # a check's module may be installed by the next pass
+                    self._known.pop(job, None)
+                    importlib.invalidate_caches()
+            before()
+            return known[1].after_commit(job)
+        except Exception as e:  # foreseen (the catalog away, a conflict, the lease lost) or not: never the daemon's end
+            log.warning("%s job=%s: publishing failed (tried again on a later pass): %s", where, job, e)
+            return None
 
 
 def _cannot_be_made(identifier: str) -> Check:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("icesink.committer")
 
 MAX_PUBLISH_CONFLICTS = 10
+DONE_ONLY = PublishPolicy.PARTITION_DONE  # publishes only as far as a snapshot that made a partition done
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class AuditedBranch:
 
     ref: TableRef
     checks: tuple[Check, ...] = ()
+    settings: PublishSettings | None = None  # its own publish policy (None: the stream's)
 
 
 @dataclass
@@ -101,9 +103,12 @@ class Publisher:
         atomic: bool,
         forget: Callable[[str], None],
         on_partition_done: Callable[[dict[str, object]], None] | None = None,
+        scope: Collection[str] = (),
     ) -> None:
         """``forget`` drops a table from the committer's cache of tables once main moved (its metadata changed);
-        ``atomic``: the tables are one stream's, committed together, and publish together."""
+        ``atomic``: the tables are one stream's, committed together, and publish together (by ``settings``; apart,
+        each by its branch's own settings, ``settings`` where it has none). ``scope``: the only tables whose main
+        this publisher may move (a committer daemon's ``--table``; empty: any)."""
         self._catalog = catalog
         self._config = config
         self._ledger = ledger
@@ -114,13 +119,19 @@ class Publisher:
         self._record = AuditRecord(config)
         self._done_actions = DoneActions(config, on_partition_done)
         self.actions_waiting: set[str] = set()  # tables whose done actions failed after main moved
-        self._last_publish = float("-inf")
-        self._held_back = False  # the last pass found audited snapshots a publish interval holds back
+        self._scope = frozenset(scope)
+        self._scope_told = False  # a group reaching outside the scope is logged once
+        self._last_publish: dict[str, float] = {}  # table -> when its main last moved (monotonic)
+        self._held_back: dict[str, float] = {}  # table -> when the interval that held its snapshots back ends
 
     def take_actions_waiting(self) -> set[str]:
         """The tables whose done actions failed after main moved, since the last call."""
         waiting, self.actions_waiting = self.actions_waiting, set()
         return waiting
+
+    def tables(self) -> list[str]:
+        """The tables whose branches it publishes (those met so far)."""
+        return sorted(self._branches)
 
     def add(self, branch: AuditedBranch) -> None:
         """A table's branch to audit and publish from now on (a stream meets its tables as rows come)."""
@@ -148,17 +159,15 @@ class Publisher:
         """Audit what is new on the branches (of ``touched`` tables, default all), then publish as the policy
         says. Raises :class:`AuditFailedError` for a failure when told to stop (after publishing what passed)."""
         report = PublishReport()
-        known = self._known(job_id)
+        known = self._in_scope(job_id, self._known(job_id), report)
         names = sorted(known) if touched is None or self._atomic else sorted(set(touched) & set(known))
         chains: list[Chain] = []
-        self._held_back = False
         for attempt in range(MAX_PUBLISH_CONFLICTS + 1):
             chains = [self._audited(known[name], report) for name in names]
-            moves = self._moves(job_id, chains, report)
+            for name in names:  # held back again below if still not due
+                self._held_back.pop(name, None)
+            moves = self._due(self._moves(job_id, chains, known), known)
             if not moves:
-                break
-            if not self._due(moves, chains):
-                self._held_back = self._settings.policy == PublishPolicy.INTERVAL
                 break
             try:
                 self._publish(moves, report)
@@ -171,8 +180,9 @@ class Publisher:
                         f"tables {', '.join(names)}: main moved {attempt + 1} times while publishing their branches "
                         f"({e}); another writer commits too often, retry later"
                     ) from e
-        if report.failed and self._settings.on_failure == AuditFailure.STOP:
-            first = report.failed[0]
+        stopping = [e for e in report.failed if self._settings_of(known, e.identifier).on_failure == AuditFailure.STOP]
+        if stopping:
+            first = stopping[0]
             chain_main = next((c.line.main_id for c in chains if c.identifier == first.identifier), None)
             raise AuditFailedError(
                 failure_message(first, chain_main, stopped=True),
@@ -185,11 +195,39 @@ class Publisher:
         return report
 
     def seconds_until_due(self) -> float | None:
-        """How long until the snapshots the publish interval held back in the last pass may be published (None:
+        """How long until the snapshots a publish interval held back in the last pass may be published (None:
         it held none back). A stream may have no commit to publish them after for hours."""
         if not self._held_back:
             return None
-        return max(0.0, self._last_publish + self._settings.interval_seconds - time.monotonic())
+        return max(0.0, min(self._held_back.values()) - time.monotonic())
+
+    def _settings_of(self, known: dict[str, AuditedBranch], identifier: str) -> PublishSettings:
+        """How a table publishes: a group together, by the stream's settings; a table alone, by its own."""
+        branch = known.get(identifier)
+        if self._atomic or branch is None or branch.settings is None:
+            return self._settings
+        return branch.settings
+
+    def _in_scope(
+        self, job_id: str, known: dict[str, AuditedBranch], report: PublishReport
+    ) -> dict[str, AuditedBranch]:
+        """The branches whose main this publisher may move: those of its scope. A group that reaches outside it
+        publishes together or not at all, so not here."""
+        outside = sorted(set(known) - self._scope) if self._scope else []
+        if not outside:
+            return known
+        if not self._atomic:
+            return {name: branch for name, branch in known.items() if name in self._scope}
+        message = (
+            f"tables {', '.join(sorted(known))} of job {job_id} publish together, and this committer's --table "
+            f"leaves out {', '.join(outside)}: it moves main of none of them. Run a committer whose --table names "
+            "them all (or no --table)"
+        )
+        report.held.append(message)
+        if not self._scope_told:
+            self._scope_told = True
+            log.warning("%s", message)
+        return {}
 
     def _audited(self, branch: AuditedBranch, report: PublishReport) -> Chain:
         """The branch's chain with every snapshot after main audited (and recorded)."""
@@ -216,30 +254,44 @@ class Publisher:
             chain = read_chain(table, identifier, branch.ref.branch, self._record)
         return chain
 
-    def _moves(self, job_id: str, chains: Sequence[Chain], report: PublishReport) -> list[tuple[Chain, Link]]:
+    def _moves(self, job_id: str, chains: Sequence[Chain], known: dict[str, AuditedBranch]) -> list[tuple[Chain, Link]]:
         """Where each table's main may go now: every table alone, or, for an atomic group, one cut of the job's
         checkpoints that every table can publish (a diverged table holds the whole group). With the policy
         ``partition-done``, only as far as the newest snapshot that made a partition done."""
-        done_only = self._settings.policy == PublishPolicy.PARTITION_DONE
         if not self._atomic:
-            found = [(chain, chain.newest_publishable(done_only)) for chain in chains if not chain.line.diverged]
+            found = [
+                (chain, chain.newest_publishable(self._settings_of(known, chain.identifier).policy == DONE_ONLY))
+                for chain in chains
+                if not chain.line.diverged
+            ]
             return [(chain, link) for chain, link in found if link is not None]
         if any(chain.line.diverged for chain in chains):
             return []
-        return group_cut(job_id, chains, done_only)
+        return group_cut(job_id, chains, self._settings.policy == DONE_ONLY)
 
-    def _due(self, moves: Sequence[tuple[Chain, Link]], chains: Sequence[Chain]) -> bool:
-        policy = self._settings.policy
-        if policy == PublishPolicy.MANUAL:
-            return False
-        if policy == PublishPolicy.INTERVAL:
-            return time.monotonic() - self._last_publish >= self._settings.interval_seconds
-        return True
+    def _due(self, moves: list[tuple[Chain, Link]], known: dict[str, AuditedBranch]) -> list[tuple[Chain, Link]]:
+        """The moves the publish policies allow now (a group's all or none); notes what an interval holds back."""
+        now = time.monotonic()
+        groups = [moves] if self._atomic and moves else [[move] for move in moves]
+        due: list[tuple[Chain, Link]] = []
+        for group in groups:
+            names = [chain.identifier for chain, _ in group]
+            settings = self._settings_of(known, names[0])
+            if settings.policy == PublishPolicy.MANUAL:
+                continue
+            if settings.policy == PublishPolicy.INTERVAL:
+                ends = max(self._last_publish.get(name, float("-inf")) for name in names) + settings.interval_seconds
+                if now < ends:
+                    self._held_back.update(dict.fromkeys(names, ends))
+                    continue
+            due.extend(group)
+        return due
 
     def _publish(self, moves: Sequence[tuple[Chain, Link]], report: PublishReport) -> None:
         published = publish_moves(self._catalog, self._config, moves, "committer")
-        self._last_publish = time.monotonic()
+        moved_at = time.monotonic()
         for (chain, link), table in zip(moves, published, strict=True):
+            self._last_publish[chain.identifier] = moved_at
             self._forget(chain.identifier)
             report.published[chain.identifier] = link.snapshot_id
             log.info(

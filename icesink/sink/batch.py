@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from icesink.audit.publish_policy import PublishPolicy
+from icesink.audit.publish_policy import PublishPolicy, PublishSettings
 from icesink.catalog.checkpoints import StreamIdentity
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import load_tables, open_catalog
@@ -32,7 +32,7 @@ from icesink.committer.commit import TableCommitter
 from icesink.committer.declared_publishing import declare_publishing
 from icesink.committer.done_actions import ActionRetrier
 from icesink.committer.protocol import Admission, admit
-from icesink.committer.publish_timer import PublishTimer
+from icesink.committer.publish_timer import PublishTimer, claim
 from icesink.committer.publisher import AuditedBranch, Publisher
 from icesink.committer.staging import stage_tables
 from icesink.errors import ConfigError, IcesinkError, SchemaMismatchError
@@ -103,7 +103,9 @@ class MicroBatchHandler:
         # daemon, those to declare to it (it needs the job id, known with the first micro-batch).
         self._publisher: Publisher | None = None
         self._publish_timer: PublishTimer | None = None  # publishes what a publish interval held back, when due
-        self._declared_later: list[SinkSettings] = []
+        self._declared_later: list[AuditedBranch] = []
+        self._met_later: list[str] = []  # tables met, whose publishing is still to be taken over
+        self._token = object()  # this stream, to its publish timer and those of the driver's other streams
         # A stream of several tables keeps a mark per table and split (each table its own lateness).
         self._watermark = StreamWatermark(self._ledger, stream.idle_timeout, per_table=self._single_table is None)
         self._claimed = False  # this run checked that no other stream uses its job id
@@ -130,11 +132,14 @@ class MicroBatchHandler:
         return sink
 
     def _publish_branch_of(self, settings: SinkSettings) -> None:
+        self._met_later.append(settings.table)  # takes the table's publishing over from older streams
+        claim(self._token, settings.table)  # and from an older stream's publish timer in this driver
         publish = settings.publish
         if publish is None or (not settings.audit and publish.policy == PublishPolicy.MANUAL):
             return  # on main, or a branch nobody audits or publishes but an operator
+        branch = AuditedBranch(settings.ref, settings.audit, publish)
         if not self._stream.inline_commit:  # the daemon audits and publishes: declared with the first checkpoint
-            self._declared_later.append(settings)
+            self._declared_later.append(branch)
             return
         if self._publisher is None:
             self._publisher = Publisher(
@@ -147,8 +152,20 @@ class MicroBatchHandler:
                 self._committer.forget,
                 self._stream.on_partition_done,
             )
-            self._publish_timer = PublishTimer(self._publisher, self._actions_lock, self._actions.waiting)
-        self._publisher.add(AuditedBranch(settings.ref, settings.audit))
+            timer = PublishTimer(self._publisher, self._actions_lock, self._actions.waiting, owner=self._token)
+            self._publish_timer = timer
+        self._publisher.add(branch)
+
+    def _take_over_publishing(self, job_id: str) -> None:
+        """Declare the tables met since the last micro-batch as this stream's: how the daemon publishes their
+        branches, or that it publishes none of them (the inline committer does, or nobody does)."""
+        if not self._met_later:
+            return
+        default = self._stream.publish or PublishSettings(PublishPolicy.MANUAL)
+        declare_publishing(
+            self._stream.catalog, job_id, self._declared_later, default, self._atomic, others=self._met_later
+        )
+        self._met_later, self._declared_later = [], []
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         job_id = self.job_id(batch_df)
@@ -179,11 +196,6 @@ class MicroBatchHandler:
             self._sinks[one.results.identifier].staged(one)
         phases.done("stage")
         failpoint("driver.after-stage")
-        for settings in self._declared_later:
-            assert settings.publish is not None
-            branch = AuditedBranch(settings.ref, settings.audit)
-            declare_publishing(self._stream.catalog, job_id, [branch], settings.publish, self._atomic)
-        self._declared_later = []
         if self._stream.inline_commit:
             self._commit(job_id, phases)
         self.last_phases = phases.milliseconds
@@ -202,6 +214,7 @@ class MicroBatchHandler:
         if self._dead_letter is not None:  # staged only when the micro-batch had late rows
             targets = [*targets, RoutedTarget(self._dead_letter, LATE_ROWS_SCHEMA, optional=True)]
         sinks = [self._sink(t.settings) for t in targets]
+        self._take_over_publishing(job_id)
         tables = load_tables(self._catalog, targets[0].settings.catalog, [t.settings.table for t in targets])
         if not self._admitted(sinks, tables, job_id, checkpoint_id, stream):
             return None

@@ -1,0 +1,209 @@
+"""Who publishes a table's branch: the stream that met the table last, as it said, within the committer's scope.
+
+Driven without Spark (the real ledger, committer daemon and publishers; :mod:`tests.helpers.branch_streams`): an
+older stream's declaration never moves main once another stream took the table over; every table publishes by
+its own policy unless it is committed with others; a daemon with ``--table`` moves main of its tables only; a
+broken table or check never stops the daemon; its pass on its own looks only at what changed, in bounded slices;
+and a driver's publish timer ends with its query.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from icesink import checks
+from icesink.audit.publish_policy import PublishSettings
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.ledger import Ledger
+from icesink.catalog.loader import open_catalog
+from icesink.catalog.publishing_record import PublishingRecord
+from icesink.committer.daemon import CommitterDaemon
+from icesink.committer.declared_publishing import DeclaredPublishers, declare_publishing
+from icesink.committer.publisher import AuditedBranch
+from icesink.table_ref import TableRef
+from tests.helpers.branch_streams import BRANCH, BranchStream, ids_at
+from tests.helpers.support import create_orders_table, orders
+from tests.test_write_audit_publish import negative
+
+SAFE = (checks.not_null("id"), checks.in_range("amount", min=0))
+WEAK = (checks.not_null("id"),)
+
+
+def settings(publish: str | None = None) -> PublishSettings:
+    return PublishSettings.of(publish, True, "continue", "db")
+
+
+def branches(tables: list[str], audit: tuple[Any, ...] = SAFE, publish: str | None = None) -> list[AuditedBranch]:
+    own = settings(publish) if publish is not None else None
+    return [AuditedBranch(TableRef(t, BRANCH), audit, own) for t in tables]
+
+
+def test_a_table_publishes_as_the_stream_that_met_it_last_says(sqlite_catalog: CatalogConfig) -> None:
+    config = sqlite_catalog
+    table = "db.a"
+    create_orders_table(config, table)
+    declare_publishing(config, "old", branches([table], WEAK), settings(), atomic=False)  # a daemon stream, once
+    new = BranchStream(config, [table], SAFE, job="new", atomic=False)
+    declare_publishing(config, "new", branches([table]), settings(), atomic=False)  # restarted with strict checks
+    assert [d.job_id for d in PublishingRecord(config).of_tables([table])] == ["new"]
+    new.batch({table: negative(0, 1)}, commit=False)
+    daemon = CommitterDaemon(config, lease_ttl=4, publish_check_seconds=0)
+    daemon.run(once=True)
+    assert ids_at(config, table, BRANCH) == [0] and ids_at(config, table) == []  # the old weak checks are gone
+    assert daemon.audits()[0]["table"] == table
+
+    # Now an inline stream writes the table, publishing only by hand: the daemon leaves its main alone.
+    declare_publishing(config, "inline", [], settings("manual"), atomic=False, others=[table])
+    assert PublishingRecord(config).of_tables([table]) == []
+    inline = BranchStream(config, [table], WEAK, job="inline", atomic=False, publish="manual")
+    inline.batch({table: orders(1, 1)})
+    daemon.run(once=True)
+    assert ids_at(config, table, BRANCH) == [0, 1] and ids_at(config, table) == []
+
+
+def test_each_table_publishes_by_its_own_policy_unless_committed_with_others(sqlite_catalog: CatalogConfig) -> None:
+    config = sqlite_catalog
+    tables = ["db.every", "db.manual", "db.hourly"]
+    for name in tables:
+        create_orders_table(config, name)
+    own = [*branches(tables[:1], publish="checkpoint"), *branches(tables[1:2], publish="manual")]
+    own += branches(tables[2:], publish="1 hour")
+    declare_publishing(config, "job", own, settings(), atomic=False)
+    stream = BranchStream(config, tables, SAFE, atomic=False)
+    daemon = CommitterDaemon(config, lease_ttl=4, publish_check_seconds=0)
+    for first in (0, 1):
+        stream.batch({t: orders(first, 1) for t in tables}, commit=False)
+        daemon.run(once=True)
+    assert [ids_at(config, t) for t in tables] == [[0, 1], [], [0]]  # the hour holds the second back
+
+    # Inline, the same: each branch's own settings, the stream's only where a branch has none.
+    inline = BranchStream(config, tables, SAFE, job="inline", atomic=False, publish="manual")
+    for branch in own:
+        inline.publisher.add(branch)
+    inline.batch({t: orders(2, 1) for t in tables})  # a new driver's first publish is at once
+    inline.batch({t: orders(3, 1) for t in tables})
+    assert [ids_at(config, t) for t in tables] == [[0, 1, 2, 3], [], [0, 1, 2]]
+
+
+def test_a_committer_with_table_moves_main_of_its_tables_only(sqlite_catalog: CatalogConfig) -> None:
+    config = sqlite_catalog
+    tables = ["db.a", "db.b"]
+    for name in tables:
+        create_orders_table(config, name)
+    declare_publishing(config, "apart", branches(tables), settings(), atomic=False)
+    BranchStream(config, tables, SAFE, job="apart", atomic=False).batch({t: orders(0, 1) for t in tables})
+    assert [ids_at(config, t) for t in tables] == [[0], [0]]  # the inline commit published; now a later one:
+    stream = BranchStream(config, tables, SAFE, job="apart", atomic=False, checkpoint=1)
+    stream.batch({t: orders(1, 1) for t in tables}, commit=False)
+    stream.committer.commit_pending(tables[1], "apart")  # b is committed, by its own committer, unpublished
+    CommitterDaemon(config, tables=[tables[0]], lease_ttl=4, publish_check_seconds=0).run(once=True)
+    assert [ids_at(config, t) for t in tables] == [[0, 1], [0]]
+
+    # A group committed together publishes together: a committer that covers part of it publishes none of it.
+    for name in ("db.c", "db.d"):
+        create_orders_table(config, name)
+    group = BranchStream(config, ["db.c", "db.d"], SAFE, job="group")
+    declare_publishing(config, "group", branches(["db.c", "db.d"]), settings(), atomic=True)
+    group.batch({"db.c": orders(0, 1), "db.d": orders(0, 1)}, commit=False)
+    group.committer.commit_atomic("group")
+    publishers = DeclaredPublishers(open_catalog(config), config, Ledger(config), scope=["db.c"])
+    (report,) = publishers.every_job(lambda: None, budget_seconds=60)
+    assert not report.published and "leaves out db.d" in report.held[0]
+    assert [ids_at(config, t) for t in ("db.c", "db.d")] == [[], []]
+
+
+def test_a_broken_table_or_check_never_stops_the_daemon(
+    sqlite_catalog: CatalogConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = sqlite_catalog
+    tables = ["db.broken", "db.fine"]
+    for name in tables:
+        create_orders_table(config, name)
+    for job, table in zip(("broken", "fine"), tables, strict=True):
+        declare_publishing(config, job, branches([table]), settings(), atomic=False)
+        BranchStream(config, [table], SAFE, job=job, atomic=False).batch({table: orders(0, 1)}, commit=False)
+    daemon = CommitterDaemon(config, lease_ttl=4, publish_check_seconds=0)
+    daemon.run(once=True)
+    assert [ids_at(config, t) for t in tables] == [[0], [0]]
+    broken = BranchStream(config, tables[:1], SAFE, job="broken", atomic=False, checkpoint=1)
+    broken.batch({tables[0]: orders(1, 1)}, commit=False)
+    broken.committer.commit_pending(tables[0], "broken")  # on the branch, not audited yet
+    table = open_catalog(config).load_table(tables[0])
+    head = table.snapshot_by_name(BRANCH)
+    assert head is not None
+    (added,) = [
+        e.data_file.file_path
+        for m in head.manifests(table.io)
+        for e in m.fetch_manifest_entry(table.io)
+        if e.snapshot_id == head.snapshot_id
+    ]
+    Path(added.removeprefix("file://")).unlink()  # its data file lost: the audit cannot read what it added
+    BranchStream(config, tables[1:], SAFE, job="fine", checkpoint=1).batch({tables[1]: orders(1, 1)}, commit=False)
+    daemon.run(once=True)  # its pass on its own meets the broken table too
+    assert ids_at(config, tables[1]) == [0, 1]  # the other job went on
+
+    # A check whose module the committer cannot import holds publishing, until the module is there.
+    create_orders_table(config, "db.custom")
+    custom = AuditedBranch(TableRef("db.custom", BRANCH), (checks.not_null("id"),))
+    declare_publishing(config, "custom", [custom], settings(), atomic=False)
+    record = PublishingRecord(config)
+    (declared,) = record.of_job("custom")
+    lost = {"name": "later_check", "function": "later_checks_module:later_check"}
+    record.take_over([], [dataclasses.replace(declared, checks=(lost,))])
+    custom_stream = BranchStream(config, ["db.custom"], SAFE, job="custom", atomic=False)
+    custom_stream.batch({"db.custom": orders(0, 1)}, commit=False)
+    daemon.run(once=True)
+    assert ids_at(config, "db.custom") == [] and "cannot be imported" in str(daemon.audits())
+    (tmp_path / "later_checks_module.py").write_text("def later_check(audit):\n    return []\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    custom_stream.batch({"db.custom": orders(1, 1)}, commit=False)  # audited with what the failed one added
+    daemon.run(once=True)
+    assert ids_at(config, "db.custom") == [0, 1]
+    sys.modules.pop("later_checks_module", None)
+
+
+def test_the_pass_on_its_own_looks_at_what_changed_in_slices(sqlite_catalog: CatalogConfig) -> None:
+    config = sqlite_catalog
+    tables = ["db.a", "db.b", "db.c"]
+    for name in tables:
+        create_orders_table(config, name)
+        declare_publishing(config, f"job {name}", branches([name]), settings(), atomic=False)
+        BranchStream(config, [name], SAFE, job=f"job {name}", atomic=False).batch({name: orders(0, 1)}, commit=False)
+    CommitterDaemon(config, lease_ttl=4).run(once=True)  # commits and publishes each after its commit
+    publishers = DeclaredPublishers(open_catalog(config), config, Ledger(config))
+    looked = [len(publishers.every_job(lambda: None, budget_seconds=0)) for _ in range(3)]
+    assert looked == [1, 1, 1] and not publishers.unfinished  # a job a slice, resumed where the last stopped
+    assert publishers.every_job(lambda: None, budget_seconds=60) == []  # nothing changed: no table loaded
+    open_catalog(config).load_table("db.b").append(orders(5, 1), branch=BRANCH)  # another tool writes b's branch
+    (report,) = publishers.every_job(lambda: None, budget_seconds=60)
+    assert report.published == {"db.b": open_catalog(config).load_table("db.b").refs()[BRANCH].snapshot_id}
+    publishers.look_at_everything()
+    assert len(publishers.every_job(lambda: None, budget_seconds=60)) == 3
+
+
+def test_a_publish_timer_ends_once_a_later_stream_of_the_driver_meets_its_table(sqlite_catalog: CatalogConfig) -> None:
+    from icesink.committer.publish_timer import PublishTimer, claim
+
+    config = sqlite_catalog
+    create_orders_table(config, "db.a")
+    stream = BranchStream(config, ["db.a"], SAFE, publish="1 second")
+    stream.batch({"db.a": orders(0, 1)})
+    stream.batch({"db.a": orders(1, 1)})  # held back for the interval
+    first, later = object(), object()
+    claim(first, "db.a")
+    timer = PublishTimer(stream.publisher, threading.Lock(), owner=first)
+    timer.committed(stream.job)
+    claim(later, "db.a")  # a later stream of the driver, with checks and a policy of its own
+    deadline = time.monotonic() + 10
+    while timer._thread is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert timer._thread is None
+    time.sleep(1.2)  # the interval has ended, and nobody published for the first stream
+    assert ids_at(config, "db.a") == [0]
