@@ -239,6 +239,31 @@ def test_a_start_snapshot_that_expired_is_an_error_naming_it_and_the_retention(s
         Planner(table).snapshots(ids[0], ids[-1])
 
 
+@pytest.mark.parametrize("net_changes", [False, True], ids=["changelog", "net"])
+def test_a_read_from_the_oldest_snapshot_kept_starts_with_its_rows_whatever_that_snapshot_did(
+    sqlite_catalog: CatalogConfig, net_changes: bool
+) -> None:
+    """Expiry leaves a compaction as the oldest snapshot, and pyiceberg clears its parent id: its rows are where
+    the read starts, though the compaction itself changed none."""
+    states = history(sqlite_catalog, 4, seed=9, properties=KEEP)
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    Maintainer(open_catalog(sqlite_catalog), sqlite_catalog).run(
+        table, TABLE, MaintenanceRequest(MaintenancePolicy(), everything=True)
+    )
+    kept = snapshots(sqlite_catalog)
+    assert kept[-1].summary["icesink.maintenance"] == "compact"
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    table.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in kept[:-1]]).commit()
+    (oldest,) = snapshots(sqlite_catalog)
+    assert oldest.parent_snapshot_id is None and oldest.sequence_number > 1
+    changes = icesink.changes(TABLE, None, net_changes=net_changes, catalog=sqlite_catalog)
+    assert set(changes.column("_change_type").to_pylist()) == {"insert"}
+    assert replay({}, changes) == states[-1]
+    commit_changes(sqlite_catalog, 10, [(7, "later", "U")])  # and on from there
+    changes = icesink.changes(TABLE, None, net_changes=net_changes, catalog=sqlite_catalog)
+    assert replay({}, changes) == {**states[-1], 7: "later"}
+
+
 def test_the_old_rows_of_a_large_file_are_read_from_the_row_groups_holding_them(
     sqlite_catalog: CatalogConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -311,6 +336,65 @@ def test_the_old_rows_of_a_large_file_are_read_from_the_row_groups_holding_them(
     assert sorted((c["_change_type"], c["id"], c["v"]) for c in again.to_pylist()) == expected
     assert sorted(decoded) == [0, 9]
     assert opened and not large & set(opened)
+
+
+@pytest.mark.parametrize("partition_by", [("v",), ("bucket(4, id)",)], ids=["by-value", "by-key"])
+def test_a_key_moved_to_another_partition_is_one_net_update_in_the_stream_tasks_too(
+    sqlite_catalog: CatalogConfig, partition_by: tuple[str, ...]
+) -> None:
+    """The change stream's tasks (planned as its reader plans them) give what ``icesink.changes`` gives: a key
+    whose update moved it to another partition is one update, not a delete in one task and an insert in another.
+    Partitions derived from the key alone keep a task per partition."""
+    import pyarrow.compute as pc
+    from pyiceberg.expressions import EqualTo
+
+    from icesink.changelog.plan import Planner
+    from icesink.changelog.tasks import ChangeTask, group_parts, keys_stay_in_partitions, task_changes
+
+    def rows(pairs: list[tuple[int, str]]) -> pa.Table:
+        return pa.Table.from_pylist([{"id": k, "v": v} for k, v in pairs], schema=table.schema().as_arrow())
+
+    # icesink's own writes keep a key in its partition (partition fields must be key columns); another tool's
+    # copy-on-write changes need not.
+    table = create(sqlite_catalog, partition_by=partition_by)
+    table.append(rows([(k, f"p{k % 3}") for k in range(12)]))
+    start = snapshots(sqlite_catalog)[-1].snapshot_id
+    table.upsert(rows([(1, "p2"), (2, "p0"), (20, "p1")]), join_cols=["id"])
+    table.delete(EqualTo("id", 4))
+    table.upsert(rows([(1, "p0"), (5, "p5")]), join_cols=["id"])
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    end = table.current_snapshot().snapshot_id  # type: ignore[union-attr]
+    planner = Planner(table)
+    parts = [p for s in planner.snapshots(start, end) for p in planner.changes(s)]
+    stay = keys_stay_in_partitions(table)
+    assert stay == (partition_by != ("v",))
+    groups = group_parts(parts, True, tasks=4, keys_stay=stay)
+    assert len(groups) == (1 if not stay else len({p.scope for p in parts}))
+    pieces = [
+        rows
+        for group in groups
+        for rows in task_changes(
+            ChangeTask(
+                table.metadata_location,
+                tuple(table.io.properties.items()),
+                table.schema(),
+                tuple(group),
+                "changelog",
+                True,
+            )
+        )
+    ]
+
+    def kinds(changes: pa.Table) -> list[tuple[str, int, str]]:
+        return sorted(zip(*(changes.column(c).to_pylist() for c in ("_change_type", "id", "v")), strict=True))
+
+    streamed = pa.concat_tables(pieces)
+    expected = icesink.changes(TABLE, start, net_changes=True, catalog=sqlite_catalog)
+    assert kinds(streamed) == kinds(expected)
+    assert kinds(streamed.filter(pc.equal(streamed.column("id"), 2))) == [
+        ("update_after", 2, "p0"),
+        ("update_before", 2, "p2"),
+    ]
 
 
 def test_tasks_follow_the_distinct_rows_read_not_the_snapshots() -> None:

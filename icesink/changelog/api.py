@@ -63,8 +63,8 @@ def changes(
     planner = Planner(table)
     parts = []
     snapshots = planner.snapshots(start_snapshot, end) if end is not None and end != start_snapshot else []
-    if start_snapshot is None and snapshots and snapshots[0].parent_snapshot_id is not None:
-        parts += planner.state(snapshots[0])  # older history expired: the oldest state kept, as inserts
+    if start_snapshot is None and snapshots:
+        parts += planner.state(snapshots[0])  # from the oldest snapshot kept: its rows, as inserts
         snapshots = snapshots[1:]
     report = progress or (lambda done, total: None)
     for done, snapshot in enumerate(snapshots):

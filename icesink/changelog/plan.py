@@ -165,7 +165,12 @@ class Planner:
         return self._delta(commit, before, after)
 
     def state(self, snapshot: Snapshot) -> list[SnapshotChanges]:
-        """The table's rows at ``snapshot``, as inserts: where a read starts whose history has expired."""
+        """The table's rows at ``snapshot``, as inserts: where a read from the oldest snapshot kept starts.
+
+        For the table's first snapshot that is what it changed. Once older history expired, it is what every
+        snapshot before left, whatever this one did: a compaction changes no row, yet holds them all. Its parent
+        id cannot tell the two apart, since pyiceberg clears the parent id of a snapshot whose parent it expires.
+        """
         commit = self._commit(snapshot)
         return self._state(commit, self._files(snapshot.snapshot_id))
 

@@ -45,7 +45,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from icesink.changelog.offsets import offset, offset_snapshot
-from icesink.changelog.tasks import ChangeTask, conformed, group_parts, task_changes
+from icesink.changelog.tasks import ChangeTask, conformed, group_parts, keys_stay_in_partitions, task_changes
 from icesink.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -300,15 +300,13 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         table = self._refresh()
         snapshots = self._planner.snapshots(None if first == BEFORE_FIRST else first, last)
         parts: list[SnapshotChanges] = []
-        if first == BEFORE_FIRST and snapshots and snapshots[0].parent_snapshot_id is not None:
-            parts += self._planner.state(snapshots[0])  # older history expired: the oldest state kept
+        if first == BEFORE_FIRST and snapshots:
+            parts += self._planner.state(snapshots[0])  # from the oldest snapshot kept: its rows, as inserts
             snapshots = snapshots[1:]
         for snapshot in snapshots:
             parts += self._planner.changes(snapshot)
-        return [InputPartition(self._task(table, group)) for group in self._group(parts)]
-
-    def _group(self, parts: list[SnapshotChanges]) -> list[list[SnapshotChanges]]:
-        return group_parts(parts, self._options.net_changes)
+        groups = group_parts(parts, self._options.net_changes, keys_stay=keys_stay_in_partitions(table))
+        return [InputPartition(self._task(table, group)) for group in groups]
 
     def _task(self, table: Table, parts: list[SnapshotChanges]) -> ChangeTask:
         return ChangeTask(

@@ -23,7 +23,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from icesink.changelog.source import BEFORE_FIRST
-from icesink.changelog.tasks import ChangeTask, conformed, group_parts, task_changes
+from icesink.changelog.tasks import ChangeTask, conformed, group_parts, keys_stay_in_partitions, task_changes
 from icesink.errors import ConfigError, StartingSnapshotExpiredError
 
 if TYPE_CHECKING:
@@ -223,12 +223,12 @@ class TablesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             planner = self._planner(name, table)
             snapshots = planner.snapshots(None if begin == BEFORE_FIRST else begin, stop)
             parts = []
-            if begin == BEFORE_FIRST and snapshots and snapshots[0].parent_snapshot_id is not None:
-                parts += planner.state(snapshots[0])  # older history expired: the oldest state kept
+            if begin == BEFORE_FIRST and snapshots:
+                parts += planner.state(snapshots[0])  # from the oldest snapshot kept: its rows, as inserts
                 snapshots = snapshots[1:]
             for snapshot in snapshots:
                 parts += planner.changes(snapshot)
-            for group in group_parts(parts, self._options.net_changes):
+            for group in group_parts(parts, self._options.net_changes, keys_stay=keys_stay_in_partitions(table)):
                 task = ChangeTask(
                     metadata_location=table.metadata_location,
                     io_properties=tuple(sorted((k, str(v)) for k, v in table.io.properties.items())),

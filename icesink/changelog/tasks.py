@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.schema import Schema
+    from pyiceberg.table import Table
 
     from icesink.changelog.plan import SnapshotChanges
 
@@ -34,10 +35,23 @@ class ChangeTask:
     with_watermark: bool = False
 
 
+def keys_stay_in_partitions(table: Table) -> bool:
+    """Whether a key's rows are always in one partition: the table only ever had one partition spec, and it
+    derives the partition from identifier fields alone (or there is none). Otherwise an update may move a key."""
+    metadata = table.metadata
+    keys = set(metadata.schema().identifier_field_ids)
+    specs = metadata.partition_specs
+    return len(specs) == 1 and all(f.source_id in keys for f in specs[0].fields)
+
+
 def group_parts(
-    parts: list[SnapshotChanges], net_changes: bool, tasks: int | None = None
+    parts: list[SnapshotChanges], net_changes: bool, tasks: int | None = None, keys_stay: bool = False
 ) -> list[list[SnapshotChanges]]:
     """The parts of one table's changes, in order, grouped into Spark tasks.
+
+    Net changes need every change of a key in one task: each partition's in one task when ``keys_stay`` in their
+    partitions (:func:`keys_stay_in_partitions`), all in one task when a key may move from one to another (its
+    delete in one partition and its insert in another are one update).
 
     Snapshots of a keyed table change rows of the same files over and over, and a task reads each file it
     touches once (a worker keeps the row groups it decoded), so the number of tasks follows the distinct rows
@@ -45,7 +59,9 @@ def group_parts(
     are parts to share. Each task costs Spark a round trip to a Python worker, which a task per snapshot
     would pay again and again on a catch-up read.
     """
-    if net_changes:  # a key's changes must meet in one task: all of its partition's
+    if net_changes and not keys_stay:
+        return [parts] if parts else []
+    if net_changes:
         by_scope: dict[Any, list[SnapshotChanges]] = {}
         for part in parts:
             by_scope.setdefault(part.scope, []).append(part)
