@@ -207,3 +207,30 @@ def test_a_publish_timer_ends_once_a_later_stream_of_the_driver_meets_its_table(
     assert timer._thread is None
     time.sleep(1.2)  # the interval has ended, and nobody published for the first stream
     assert ids_at(config, "db.a") == [0]
+
+
+def test_an_idle_inline_stream_publishes_another_tools_fix_of_its_branch(
+    sqlite_catalog: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from icesink.committer import publish_timer
+    from icesink.committer.publish_timer import PublishTimer
+
+    monkeypatch.setattr(publish_timer, "FIX_LOOK_SECONDS", 0.5)
+    config = sqlite_catalog
+    create_orders_table(config, "db.a")
+    stream = BranchStream(config, ["db.a"], SAFE)
+    stream.batch({"db.a": orders(0, 1)})
+    stream.batch({"db.a": negative(1, 2)})  # a failed audit holds main; then the source goes quiet
+    assert ids_at(config, "db.a") == [0] and stream.publisher.held_by_audit()
+    timer = PublishTimer(stream.publisher, threading.Lock())
+    timer.committed(stream.job)
+    time.sleep(1.2)
+    assert ids_at(config, "db.a") == [0]  # looked at, nothing new: held
+    open_catalog(config).load_table("db.a").delete("amount < 0", branch=BRANCH)  # another tool's fix
+    deadline = time.monotonic() + 15
+    while ids_at(config, "db.a") != [0, 2] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ids_at(config, "db.a") == [0, 2]  # audited with everything since main, published
+    while timer._thread is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert timer._thread is None and not stream.publisher.held_by_audit()  # nothing held: the thread ended

@@ -1,8 +1,10 @@
-"""The inline committer's publishing when a publish interval ends, not only after a commit.
+"""The inline committer's publishing when a publish interval ends, or another tool fixes a branch, not only
+after a commit.
 
 With ``publish="10 minutes"`` the committer publishes at most that often, after a commit. A stream whose source
 goes quiet has no commit to publish after, maybe for hours, and the snapshots the interval held back would wait
-with it. A thread of the driver publishes them once they are due.
+with it; so would a fix another tool made on a branch whose failed audit holds main back. A thread of the driver
+publishes them once they are due, and looks at a held branch now and then.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ log = logging.getLogger("icesink.committer")
 RETRY_SECONDS = 30.0
 # The thread looks at the publisher at least this often: a commit in between may have published already.
 LONGEST_SLEEP = 60.0
+# While a failed audit holds main back, the branch is looked at this often: another tool's fix publishes then.
+FIX_LOOK_SECONDS = 30.0
 
 
 # table -> the stream of this process that met it last (its token): the only one whose timer publishes it.
@@ -34,7 +38,8 @@ def claim(owner: object, table: str) -> None:
 
 
 class PublishTimer:
-    """Publishes what a stream's publish interval held back once it is due, while the stream has no commit.
+    """Publishes what a stream's publish interval held back once it is due, and a fix of a branch a failed audit
+    holds, while the stream has no commit.
 
     One thread at a time: it starts when a pass held snapshots back and ends when none are. ``lock`` is held while
     it publishes, and by the stream while it commits, so that the two never run the publisher at once.
@@ -57,28 +62,40 @@ class PublishTimer:
         self._owner = owner  # the stream whose timer it is (None: never superseded)
         self._guard = threading.Lock()  # over the fields below
         self._job_id: str | None = None
+        self._looked_at = 0.0  # when the publisher last ran (monotonic)
         self._thread: threading.Thread | None = None
 
     def committed(self, job_id: str) -> None:
-        """After the stream's commit and publishing pass: keep an eye on what the interval held back."""
+        """After the stream's commit and publishing pass: keep an eye on what the interval or an audit held back."""
         with self._guard:
             self._job_id = job_id
-            if self._thread is not None or self._publisher.seconds_until_due() is None:
+            self._looked_at = time.monotonic()
+            if self._thread is not None or self._wait() is None:
                 return
             self._thread = threading.Thread(target=self._run, name="icesink-publish-timer", daemon=True)
             self._thread.start()
+
+    def _wait(self) -> float | None:
+        """Seconds until the next pass (None: nothing to wait for): when the interval ends, and, while a failed
+        audit holds main back, every :data:`FIX_LOOK_SECONDS`."""
+        wait = self._publisher.seconds_until_due()
+        if self._publisher.held_by_audit():
+            again = self._looked_at + FIX_LOOK_SECONDS - time.monotonic()
+            wait = again if wait is None else min(wait, again)
+        return wait
 
     def _run(self) -> None:
         retry_at: float | None = None  # after a failed pass: when to try again
         while True:
             with self._lock:
-                wait = self._publisher.seconds_until_due() if retry_at is None else retry_at - time.monotonic()
+                wait = self._wait() if retry_at is None else retry_at - time.monotonic()
                 if wait is None or self._superseded():
                     with self._guard:
                         self._thread = None
                     return
                 if wait <= 0:
                     retry_at = time.monotonic() + RETRY_SECONDS if self._failed_pass() else None
+                    self._looked_at = time.monotonic()
                     continue
             time.sleep(min(wait, LONGEST_SLEEP))
 

@@ -123,6 +123,7 @@ class Publisher:
         self._scope_told = False  # a group reaching outside the scope is logged once
         self._last_publish: dict[str, float] = {}  # table -> when its main last moved (monotonic)
         self._held_back: dict[str, float] = {}  # table -> when the interval that held its snapshots back ends
+        self._held_by_audit = False  # the last pass found main held behind a failed audit
 
     def take_actions_waiting(self) -> set[str]:
         """The tables whose done actions failed after main moved, since the last call."""
@@ -180,6 +181,7 @@ class Publisher:
                         f"tables {', '.join(names)}: main moved {attempt + 1} times while publishing their branches "
                         f"({e}); another writer commits too often, retry later"
                     ) from e
+        self._held_by_audit = any(_held_by_failed_audit(chain) for chain in chains)
         stopping = [e for e in report.failed if self._settings_of(known, e.identifier).on_failure == AuditFailure.STOP]
         if stopping:
             first = stopping[0]
@@ -200,6 +202,11 @@ class Publisher:
         if not self._held_back:
             return None
         return max(0.0, min(self._held_back.values()) - time.monotonic())
+
+    def held_by_audit(self) -> bool:
+        """Whether a failed audit held main back in the last pass: a fix on the branch, by another tool, would
+        publish without waiting for the stream's next commit."""
+        return self._held_by_audit
 
     def _settings_of(self, known: dict[str, AuditedBranch], identifier: str) -> PublishSettings:
         """How a table publishes: a group together, by the stream's settings; a table alone, by its own."""
@@ -304,6 +311,15 @@ class Publisher:
             )
             if not self._done_actions.run(table, chain.identifier, MAIN_BRANCH):
                 self.actions_waiting.add(chain.identifier)
+
+
+def _held_by_failed_audit(chain: Chain) -> bool:
+    """Whether the branch's newest audit after main failed (a later one that passed would cover it)."""
+    held = False
+    for link in chain.links:
+        if link.entry is not None:
+            held = not link.entry.passed
+    return held
 
 
 def group_cut(job_id: str, chains: Sequence[Chain], done_only: bool = False) -> list[tuple[Chain, Link]]:
