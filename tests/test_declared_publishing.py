@@ -20,6 +20,7 @@ import pytest
 
 from icesink import checks
 from icesink.audit.publish_policy import PublishSettings
+from icesink.catalog.audit_record import AuditRecord
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
@@ -84,6 +85,7 @@ def test_each_table_publishes_by_its_own_policy_unless_committed_with_others(sql
     assert [ids_at(config, t) for t in tables] == [[0, 1], [], [0]]  # the hour holds the second back
 
     # Inline, the same: each branch's own settings, the stream's only where a branch has none.
+    declare_publishing(config, "inline", [], settings(), atomic=False, others=tables)  # as its driver does
     inline = BranchStream(config, tables, SAFE, job="inline", atomic=False, publish="manual")
     for branch in own:
         inline.publisher.add(branch)
@@ -156,16 +158,16 @@ def test_a_broken_table_or_check_never_stops_the_daemon(
     record = PublishingRecord(config)
     (declared,) = record.of_job("custom")
     lost = {"name": "later_check", "function": "later_checks_module:later_check"}
-    record.take_over([], [dataclasses.replace(declared, checks=(lost,))])
+    record.take_over([], "custom", [dataclasses.replace(declared, checks=(lost,))])
     custom_stream = BranchStream(config, ["db.custom"], SAFE, job="custom", atomic=False)
     custom_stream.batch({"db.custom": orders(0, 1)}, commit=False)
     daemon.run(once=True)
     assert ids_at(config, "db.custom") == [] and "cannot be imported" in str(daemon.audits())
+    assert AuditRecord(config).of_branch("db.custom", BRANCH) == {}  # not audited: no failure the check did not find
     (tmp_path / "later_checks_module.py").write_text("def later_check(audit):\n    return []\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    custom_stream.batch({"db.custom": orders(1, 1)}, commit=False)  # audited with what the failed one added
-    daemon.run(once=True)
-    assert ids_at(config, "db.custom") == [0, 1]
+    daemon.run(once=True)  # installed: audited and published, with no checkpoint after
+    assert ids_at(config, "db.custom") == [0] and daemon.audits() == []
     sys.modules.pop("later_checks_module", None)
 
 
@@ -188,25 +190,103 @@ def test_the_pass_on_its_own_looks_at_what_changed_in_slices(sqlite_catalog: Cat
     assert len(publishers.every_job(lambda: None, budget_seconds=60)) == 3
 
 
-def test_a_publish_timer_ends_once_a_later_stream_of_the_driver_meets_its_table(sqlite_catalog: CatalogConfig) -> None:
-    from icesink.committer.publish_timer import PublishTimer, claim
+def test_a_later_stream_of_the_driver_takes_over_only_the_tables_it_meets(sqlite_catalog: CatalogConfig) -> None:
+    from icesink.committer.claims import claim, new_token
+    from icesink.committer.publish_timer import PublishTimer
 
     config = sqlite_catalog
-    create_orders_table(config, "db.a")
-    stream = BranchStream(config, ["db.a"], SAFE, publish="1 second")
-    stream.batch({"db.a": orders(0, 1)})
-    stream.batch({"db.a": orders(1, 1)})  # held back for the interval
-    first, later = object(), object()
-    claim(first, "db.a")
-    timer = PublishTimer(stream.publisher, threading.Lock(), owner=first)
+    tables = ["db.a", "db.b"]
+    for name in tables:
+        create_orders_table(config, name)
+    stream = BranchStream(config, tables, SAFE, publish="1 second", atomic=False)
+    first, later = new_token(), new_token()
+    for name in tables:
+        claim(first, config.name, name)
+    stream.publisher._token = first
+    stream.batch({t: orders(0, 1) for t in tables})
+    stream.batch({t: orders(1, 1) for t in tables})  # held back for the interval
+    timer = PublishTimer(stream.publisher, threading.Lock())
     timer.committed(stream.job)
-    claim(later, "db.a")  # a later stream of the driver, with checks and a policy of its own
+    claim(later, config.name, "db.a")  # a later stream of the driver (same job), with checks of its own
+    claim(later, "another catalog", "db.b")  # a table of the same name elsewhere is not this one
     deadline = time.monotonic() + 10
     while timer._thread is not None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert timer._thread is None
-    time.sleep(1.2)  # the interval has ended, and nobody published for the first stream
-    assert ids_at(config, "db.a") == [0]
+    assert [ids_at(config, t) for t in tables] == [[0], [0, 1]]  # a: the later stream's now; b: still its own
+
+
+def test_an_old_group_never_publishes_a_table_another_stream_took_over(sqlite_catalog: CatalogConfig) -> None:
+    """A job committed atomically publishes the tables of its earlier runs with the ones it meets now (they move
+    together), but not one another stream met since: that one publishes it, here by hand."""
+    config = sqlite_catalog
+    t1, t2 = "db.t1", "db.t2"
+    for name in (t1, t2):
+        create_orders_table(config, name)
+    declare_publishing(config, "X", branches([t1, t2]), settings(), atomic=True)
+    x = BranchStream(config, [t1, t2], SAFE, job="X")
+    x.batch({t1: orders(0, 1), t2: orders(0, 1)}, commit=False)
+    daemon = CommitterDaemon(config, lease_ttl=4, publish_check_seconds=0)
+    daemon.run(once=True)
+    assert [ids_at(config, t) for t in (t1, t2)] == [[0], [0]]
+    superseded = declare_publishing(config, "Y", [], settings("manual"), atomic=False, others=[t1])
+    assert [(d.identifier, d.job_id) for d in superseded] == [(t1, "X")]
+    BranchStream(config, [t1], (), job="Y", atomic=False, publish="manual").batch({t1: orders(100, 1)})
+    x.batch({t2: orders(1, 1)}, commit=False)  # X goes on, into t2 only
+    daemon.run(once=True)
+    assert [ids_at(config, t) for t in (t1, t2)] == [[0], [0, 1]]  # t1 is Y's; X's group is t2 now
+
+
+def test_a_run_once_publishes_every_job_whatever_the_budget(
+    sqlite_catalog: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cron job of ``committer run --once`` is a new process each time: no later run resumes its pass."""
+    from icesink.committer import daemon_publishing
+
+    monkeypatch.setattr(daemon_publishing, "PUBLISH_PASS_SECONDS", 0.0)  # the first job fills the slice
+    config = sqlite_catalog
+    for job in ("a", "b", "c"):
+        declared = f"db.{job}"
+        create_orders_table(config, declared)
+        declare_publishing(config, job, branches([declared]), settings(), atomic=False)
+        stream = BranchStream(config, [declared], SAFE, job=job, atomic=False)
+        stream.batch({declared: orders(0, 1)}, commit=False)
+        stream.committer.commit_pending(declared, job)  # committed; its committer died before publishing
+    CommitterDaemon(config, lease_ttl=4).run(once=True)
+    assert [ids_at(config, f"db.{job}") for job in "abc"] == [[0], [0], [0]]
+
+
+def test_of_two_streams_taking_a_table_over_at_once_the_newest_counts(catalog_config: CatalogConfig) -> None:
+    """On PostgreSQL two take-overs at the same moment may both leave their row; readers count the newest."""
+    import datetime
+
+    from icesink.catalog.publishing_record import Declared, publishing
+
+    config = catalog_config
+    record = PublishingRecord(config)
+    at = datetime.datetime(2026, 11, 28, tzinfo=datetime.UTC)
+    rows = [
+        {
+            "catalog_name": config.name,
+            "table_identifier": "db.a",
+            "job_id": job,
+            "branch": BRANCH,
+            "atomic": False,
+            "policy": policy,
+            "interval_seconds": 0.0,
+            "checks": "[]",
+            "declared_at": at + datetime.timedelta(seconds=s),
+        }
+        for job, policy, s in (("old", "checkpoint", 0), ("new", "none", 1))
+    ]
+    from icesink.catalog.database import engine
+
+    with engine(config).begin() as connection:
+        connection.execute(publishing.insert(), rows)
+    assert record.owners(["db.a"]) == {"db.a": "new"}
+    assert record.of_tables(["db.a"]) == [] and record.of_job("old") == []  # "new" publishes it inline
+    record.take_over([], "old", [Declared("db.a", "old", BRANCH, False, "checkpoint", 0.0, ())])
+    assert [d.job_id for d in record.of_tables(["db.a"])] == ["old"]
 
 
 def test_an_idle_inline_stream_publishes_another_tools_fix_of_its_branch(

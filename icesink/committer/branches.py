@@ -19,7 +19,8 @@ from icesink.audit.running import Check, import_check
 from icesink.catalog.audit_record import AuditEntry, AuditRecord
 from icesink.catalog.loader import load_table
 from icesink.commands import icesink_command
-from icesink.committer.publisher import diverged_message, publish_moves
+from icesink.committer.publish_messages import diverged_message
+from icesink.committer.publisher import publish_moves
 from icesink.errors import CommitConflictError, ConfigError, PublishError
 
 if TYPE_CHECKING:

@@ -288,6 +288,7 @@ class CommitterDaemon:
         """
         report = DaemonReport()
         deadline = None if wait is None else time.monotonic() + wait
+        self._publishing.unbounded = once
         log.info("committer %s started on %s", self.lease.owner, self._config.describe())
         try:
             while not self._stop.is_set():

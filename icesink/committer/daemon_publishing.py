@@ -48,6 +48,7 @@ class DaemonPublishing:
         self._check_seconds = check_seconds
         self._check_at = 0.0  # 0.0: on the first pass
         self._held_by_audit: dict[str, dict[str, object]] = {}
+        self.unbounded = False  # a run --once passes over every job at once: no later run resumes its pass
 
     def lease_taken(self) -> None:
         """The next pass looks at every job at once: a predecessor may have died between its commit and its
@@ -65,7 +66,8 @@ class DaemonPublishing:
         if time.monotonic() < self._check_at:
             return
         with LeaseKeeper(self._lease):  # the lease stays renewed while the pass runs
-            self._count(self._publishers.every_job(self._lease.check, PUBLISH_PASS_SECONDS))
+            budget = float("inf") if self.unbounded else PUBLISH_PASS_SECONDS
+            self._count(self._publishers.every_job(self._lease.check, budget))
         # A pass that ran out of time goes on after the next round of commits.
         wait = 0.0 if self._publishers.unfinished else self._check_seconds
         self._check_at = time.monotonic() + wait
@@ -76,6 +78,8 @@ class DaemonPublishing:
                 self._metrics.audits.labels(entry.identifier, "passed" if entry.passed else "failed").inc()
                 if not entry.passed:
                     self._held_by_audit[entry.identifier] = entry.held()
+            for identifier, why in published.unaudited.items():
+                self._held_by_audit[identifier] = {"table": identifier, "problems": {"not audited": [why]}}
             for identifier in published.published:
                 self._metrics.published.labels(identifier).inc()
                 self._held_by_audit.pop(identifier, None)

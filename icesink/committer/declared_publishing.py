@@ -21,7 +21,6 @@ from icesink.table_ref import TableRef
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from icesink.audit.running import Check
     from icesink.catalog.config import CatalogConfig
     from icesink.catalog.ledger import Ledger
 
@@ -29,6 +28,8 @@ log = logging.getLogger("icesink.committer")
 # How often the daemon's publishing pass looks at every declared job, changed or not: an audit recorded by hand
 # (`icesink audit`) changes no table, and a pass that failed for a moment is tried again.
 FULL_PASS_SECONDS = 300.0
+# A job whose pass failed (the catalog away, a conflict) is looked at again after this long, changed or not.
+RETRY_SECONDS = 60.0
 
 
 def declare_publishing(
@@ -38,13 +39,14 @@ def declare_publishing(
     settings: PublishSettings,
     atomic: bool,
     others: Sequence[str] = (),
-) -> None:
+) -> list[Declared]:
     """Tell the committer daemon how each of a stream's branches is audited and published (it cannot be handed the
     checks themselves: it makes them again from their descriptions); a branch without settings of its own
     publishes by ``settings``.
 
     The tables of ``branches`` and ``others`` (tables the stream writes that the daemon does not publish for it)
-    are the stream's from now on: any older declaration of them, whichever job made it, is withdrawn.
+    are the stream's from now on: any older declaration of them, whichever job made it, is withdrawn; returns
+    what other jobs had declared of them.
     """
     declared = [
         Declared(
@@ -58,25 +60,26 @@ def declare_publishing(
         )
         for b in branches
     ]
-    PublishingRecord(config).take_over(others, declared)
+    return PublishingRecord(config).take_over(others, job_id, declared)
 
 
 def publisher_of_job(
     catalog: SqlCatalog, config: CatalogConfig, ledger: Ledger, declared: Sequence[Declared], scope: Sequence[str] = ()
 ) -> tuple[Publisher | None, bool]:
     """The daemon's publisher of one job, from what its stream declared (None: it declared nothing), and whether
-    every check could be made (a publisher missing one is made again on the next pass: the module may be
-    installed by then)."""
+    every check could be made. A branch missing one is not audited (nothing is published unchecked, and no
+    failure is recorded that the check did not find): the publisher is made again on the next pass, when the
+    module may be installed."""
     if not declared:
         return None, True
     branches, complete = [], True
     for one in declared:
-        checks = [import_check(dict(d)) for d in one.checks]
-        made = tuple(c for c in checks if c is not None)
-        if len(made) < len(checks):  # a module that can no longer be imported: nothing is published unchecked
-            made, complete = (*made, _cannot_be_made(one.identifier)), False
+        checks = [(d, import_check(dict(d))) for d in one.checks]
+        made = tuple(c for _, c in checks if c is not None)
+        missing = tuple(str(d.get("function") or d.get("name")) for d, c in checks if c is None)
+        complete = complete and not missing
         own = PublishSettings(PublishPolicy(one.policy), one.interval_seconds, AuditFailure.CONTINUE)
-        branches.append(AuditedBranch(TableRef(one.identifier, one.branch), made, own))
+        branches.append(AuditedBranch(TableRef(one.identifier, one.branch), made, own, missing))
     newest = declared[0]  # a group publishes together, as its stream's newest run said
     settings = PublishSettings(PublishPolicy(newest.policy), newest.interval_seconds, AuditFailure.CONTINUE)
     publisher = Publisher(catalog, config, ledger, branches, settings, newest.atomic, lambda _: None, scope=scope)
@@ -97,7 +100,8 @@ class DeclaredPublishers:
         self._config = config
         self._ledger = ledger
         self._scope = tuple(scope)  # the daemon's --table: the only tables whose main it moves (empty: any)
-        self._known: dict[str, tuple[list[Declared], Publisher]] = {}
+        self._known: dict[str, tuple[list[Declared], Publisher, bool]] = {}  # job -> declared, publisher, complete
+        self._retry_at: dict[str, float] = {}  # job -> when a pass that failed is tried again (monotonic)
         self._seen: dict[str, tuple[tuple[str, str | None], ...]] = {}  # job -> its tables' pointers, last looked at
         self._everything_at = 0.0  # when the next pass looks at every job (monotonic)
         self._remaining: list[str] | None = None  # the jobs a pass that ran out of time left for the next one
@@ -112,8 +116,8 @@ class DeclaredPublishers:
         self._everything_at = 0.0
 
     def after_commit(self, table: str, before: Callable[[], None]) -> list[PublishReport]:
-        """Audit and publish for every job that declared ``table``; ``before`` runs right before each job's pass
-        (the daemon's lease check: only the committer holding it moves main). A failure is logged, not raised."""
+        """Audit and publish for every job that declared ``table``; ``before`` runs before each job's pass (the
+        daemon's lease check; main itself moves by compare-and-swap). A failure is logged, not raised."""
         try:
             jobs = sorted({d.job_id for d in PublishingRecord(self._config).of_tables([table])})
         except IcesinkError as e:
@@ -141,6 +145,7 @@ class DeclaredPublishers:
         for gone in set(self._known) - set(tables_of):  # withdrawn: another stream took its tables over
             self._known.pop(gone, None)
             self._seen.pop(gone, None)
+            self._retry_at.pop(gone, None)
         jobs = sorted(tables_of) if self._remaining is None else [j for j in self._remaining if j in tables_of]
         reports: list[PublishReport] = []
         self._remaining = None
@@ -149,7 +154,7 @@ class DeclaredPublishers:
                 self._remaining = jobs[index:]
                 break
             seen = tuple(sorted((t, pointers.get(t)) for t in tables_of[job]))
-            if not everything and self._seen.get(job) == seen and not self._interval_ended(job):
+            if not everything and self._seen.get(job) == seen and not self._due(job):
                 continue
             self._seen[job] = seen
             report = self._job_pass(job, before, f"tables={','.join(sorted(tables_of[job]))}")
@@ -159,9 +164,13 @@ class DeclaredPublishers:
             self._everything_at = time.monotonic() + FULL_PASS_SECONDS
         return reports
 
-    def _interval_ended(self, job: str) -> bool:
+    def _due(self, job: str) -> bool:
+        """Whether a job whose tables did not change has something to do: its interval ended, a check is still
+        to be imported, or its last pass failed."""
         known = self._known.get(job)
-        due = known[1].seconds_until_due() if known is not None else 0.0
+        if known is None or not known[2] or time.monotonic() >= self._retry_at.get(job, float("inf")):
+            return True
+        due = known[1].seconds_until_due()
         return due is not None and due <= 0
 
     def _job_pass(self, job: str, before: Callable[[], None], where: str) -> PublishReport | None:
@@ -170,29 +179,21 @@ class DeclaredPublishers:
         try:
             of_job = PublishingRecord(self._config).of_job(job)
             known = self._known.get(job)
-            if known is None or known[0] != of_job:
+            if known is None or known[0] != of_job or not known[2]:  # new, declared anew, or a check missing
+                if known is not None and not known[2]:
+                    importlib.invalidate_caches()  # its module may have been installed since
                 made, complete = publisher_of_job(self._catalog, self._config, self._ledger, of_job, self._scope)
                 if made is None:
                     self._known.pop(job, None)
                     return None
-                known = (of_job, made)
-                if complete:
-                    self._known[job] = known
-                else:  # a check's module may be installed by the next pass
-                    self._known.pop(job, None)
-                    importlib.invalidate_caches()
+                if known is not None:
+                    made.take_timing(known[1])
+                known = self._known[job] = (of_job, made, complete)
             before()
-            return known[1].after_commit(job)
+            report = known[1].after_commit(job)
         except Exception as e:  # foreseen (the catalog away, a conflict, the lease lost) or not: never the daemon's end
-            log.warning("%s job=%s: publishing failed (tried again on a later pass): %s", where, job, e)
+            self._retry_at[job] = time.monotonic() + RETRY_SECONDS
+            log.warning("%s job=%s: publishing failed (tried again within %gs): %s", where, job, RETRY_SECONDS, e)
             return None
-
-
-def _cannot_be_made(identifier: str) -> Check:
-    def check_missing(audit: object) -> list[str]:
-        return [
-            f"table {identifier}: a check its stream declared cannot be imported by this committer; install the "
-            "module that holds it where the committer runs"
-        ]
-
-    return check_missing
+        self._retry_at.pop(job, None)
+        return report

@@ -26,17 +26,6 @@ LONGEST_SLEEP = 60.0
 FIX_LOOK_SECONDS = 30.0
 
 
-# table -> the stream of this process that met it last (its token): the only one whose timer publishes it.
-_claims: dict[str, object] = {}
-_claims_guard = threading.Lock()
-
-
-def claim(owner: object, table: str) -> None:
-    """A stream of this driver met ``table``: an older stream's timer no longer publishes it."""
-    with _claims_guard:
-        _claims[table] = owner
-
-
 class PublishTimer:
     """Publishes what a stream's publish interval held back once it is due, and a fix of a branch a failed audit
     holds, while the stream has no commit.
@@ -44,9 +33,9 @@ class PublishTimer:
     One thread at a time: it starts when a pass held snapshots back and ends when none are. ``lock`` is held while
     it publishes, and by the stream while it commits, so that the two never run the publisher at once.
     ``actions_waiting`` takes the tables whose partition-done actions failed after main moved. A stream that
-    ended (``trigger={"availableNow": True}``) still publishes when due, while the driver runs; but the thread ends
-    once a later stream of the driver meets one of its tables (:func:`claim`): that one publishes them, by its own
-    checks and policy.
+    ended (``trigger={"availableNow": True}``) still publishes when due, while the driver runs, but not the
+    tables a later stream met since (:mod:`icesink.committer.claims`): that one publishes them, by its own checks
+    and policy.
     """
 
     def __init__(
@@ -54,12 +43,10 @@ class PublishTimer:
         publisher: Publisher,
         lock: threading.Lock,
         actions_waiting: Callable[[Collection[str]], None] = lambda _: None,
-        owner: object | None = None,
     ) -> None:
         self._publisher = publisher
         self._lock = lock
         self._actions_waiting = actions_waiting
-        self._owner = owner  # the stream whose timer it is (None: never superseded)
         self._guard = threading.Lock()  # over the fields below
         self._job_id: str | None = None
         self._looked_at = 0.0  # when the publisher last ran (monotonic)
@@ -89,7 +76,7 @@ class PublishTimer:
         while True:
             with self._lock:
                 wait = self._wait() if retry_at is None else retry_at - time.monotonic()
-                if wait is None or self._superseded():
+                if wait is None:
                     with self._guard:
                         self._thread = None
                     return
@@ -98,12 +85,6 @@ class PublishTimer:
                     self._looked_at = time.monotonic()
                     continue
             time.sleep(min(wait, LONGEST_SLEEP))
-
-    def _superseded(self) -> bool:
-        if self._owner is None:
-            return False
-        with _claims_guard:
-            return any(_claims.get(t, self._owner) is not self._owner for t in self._publisher.tables())
 
     def _failed_pass(self) -> bool:
         """One pass of the publisher; whether it failed (a failure is logged, and tried again)."""

@@ -27,8 +27,11 @@ from icesink.audit.publish_policy import AuditFailure, PublishPolicy, PublishSet
 from icesink.catalog.audit_record import AuditEntry, AuditRecord
 from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
-from icesink.commands import icesink_command
+from icesink.catalog.publishing_record import PublishingRecord
+from icesink.committer.claims import claimed_by_another
 from icesink.committer.done_actions import DoneActions
+from icesink.committer.group_cut import group_cut, held_by_failed_audit
+from icesink.committer.publish_messages import diverged_message, failure_message, missing_checks_message
 from icesink.errors import AuditFailedError, CommitConflictError, PublishError
 from icesink.failpoints import failpoint
 from icesink.iceberg.catalog_commit import TableSwap, commit_tables
@@ -56,6 +59,7 @@ class AuditedBranch:
     ref: TableRef
     checks: tuple[Check, ...] = ()
     settings: PublishSettings | None = None  # its own publish policy (None: the stream's)
+    missing: tuple[str, ...] = ()  # checks the committer could not make again: nothing is audited until it can
 
 
 @dataclass
@@ -66,28 +70,7 @@ class PublishReport:
     failed: list[AuditEntry] = field(default_factory=list)
     held: list[str] = field(default_factory=list)
     audited: list[AuditEntry] = field(default_factory=list)  # every audit made, passed or not
-
-
-def failure_message(entry: AuditEntry, main_id: int | None, stopped: bool = False) -> str:
-    """An audit failure in words: where, which checks, what they found, and the ways out."""
-    where = str(TableRef(entry.identifier, entry.branch))
-    checkpoint = f" (checkpoint {entry.checkpoint_id} of job {entry.job_id})" if entry.job_id else " (another tool's)"
-    found = "; ".join(f"{check}: {' | '.join(problems)}" for check, problems in entry.problems.items())
-    table, branch = entry.identifier, entry.branch
-    main = f"main stays at snapshot {main_id}" if main_id is not None else "main does not exist yet and is not created"
-    stream = (
-        "The stream stopped (on_audit_failure='stop'): fix the rows on the branch with another tool and restart it, "
-        "and its next snapshot is audited with everything it adds over main"
-        if stopped
-        else f"The stream goes on writing to branch {entry.branch}. Fix the rows on the branch (with another tool, or "
-        "a later checkpoint): the next snapshot is audited with everything it adds over main"
-    )
-    return (
-        f"table {where}: snapshot {entry.snapshot_id}{checkpoint} failed its audit: {found}. {main}. {stream}. "
-        f"`{icesink_command('branches', table)}` shows what is unpublished, "
-        f"`{icesink_command('audit', table, options=('--branch', branch))}` checks the branch again, "
-        f"`{icesink_command('publish', table, options=('--branch', branch, '--force'))}` publishes it anyway"
-    )
+    unaudited: dict[str, str] = field(default_factory=dict)  # table -> why its branch could not be audited
 
 
 class Publisher:
@@ -104,11 +87,13 @@ class Publisher:
         forget: Callable[[str], None],
         on_partition_done: Callable[[dict[str, object]], None] | None = None,
         scope: Collection[str] = (),
+        token: int | None = None,
     ) -> None:
         """``forget`` drops a table from the committer's cache of tables once main moved (its metadata changed);
         ``atomic``: the tables are one stream's, committed together, and publish together (by ``settings``; apart,
         each by its branch's own settings, ``settings`` where it has none). ``scope``: the only tables whose main
-        this publisher may move (a committer daemon's ``--table``; empty: any)."""
+        this publisher may move (a committer daemon's ``--table``; empty: any); ``token``: the stream of this
+        driver it publishes for (:mod:`icesink.committer.claims`)."""
         self._catalog = catalog
         self._config = config
         self._ledger = ledger
@@ -120,6 +105,7 @@ class Publisher:
         self._done_actions = DoneActions(config, on_partition_done)
         self.actions_waiting: set[str] = set()  # tables whose done actions failed after main moved
         self._scope = frozenset(scope)
+        self._token = token
         self._scope_told = False  # a group reaching outside the scope is logged once
         self._last_publish: dict[str, float] = {}  # table -> when its main last moved (monotonic)
         self._held_back: dict[str, float] = {}  # table -> when the interval that held its snapshots back ends
@@ -130,9 +116,9 @@ class Publisher:
         waiting, self.actions_waiting = self.actions_waiting, set()
         return waiting
 
-    def tables(self) -> list[str]:
-        """The tables whose branches it publishes (those met so far)."""
-        return sorted(self._branches)
+    def take_timing(self, before: Publisher) -> None:
+        """Go on with the publish intervals of the publisher this one replaces (made again, same job)."""
+        self._last_publish = dict(before._last_publish)
 
     def add(self, branch: AuditedBranch) -> None:
         """A table's branch to audit and publish from now on (a stream meets its tables as rows come)."""
@@ -144,23 +130,33 @@ class Publisher:
         the others), with the checks the stream gives all its tables."""
         met = dict(self._branches)  # a copy: the stream meets tables while a publish timer's pass may run
         if not self._atomic or not met:
-            return met
+            return self._still_its_own(job_id, met)
         checks = {b.checks for b in met.values()}
         branches = {b.ref.branch for b in met.values()}
         if len(checks) != 1 or len(branches) != 1:
-            return met  # tables with checks of their own (tables={...}): the stream names every one
+            return self._still_its_own(job_id, met)  # tables with checks of their own: the stream names each
         (shared,), (branch,) = checks, branches
         found = dict(met)
         for identifier, its_branch in self._ledger.branches_of_job(job_id).items():
             if its_branch == branch and identifier not in found:
                 found[identifier] = AuditedBranch(TableRef(identifier, branch), shared)
-        return found
+        return self._still_its_own(job_id, found)
+
+    def _still_its_own(self, job_id: str, branches: dict[str, AuditedBranch]) -> dict[str, AuditedBranch]:
+        """The branches no other stream took over since: one that met the table later publishes it."""
+        owners = PublishingRecord(self._config).owners(list(branches))
+        return {
+            name: branch
+            for name, branch in branches.items()
+            if owners.get(name, job_id) == job_id and not claimed_by_another(self._token, self._config.name, name)
+        }
 
     def after_commit(self, job_id: str, touched: Sequence[str] | None = None) -> PublishReport:
         """Audit what is new on the branches (of ``touched`` tables, default all), then publish as the policy
         says. Raises :class:`AuditFailedError` for a failure when told to stop (after publishing what passed)."""
         report = PublishReport()
         known = self._in_scope(job_id, self._known(job_id), report)
+        self._held_back = {name: ends for name, ends in self._held_back.items() if name in known}
         names = sorted(known) if touched is None or self._atomic else sorted(set(touched) & set(known))
         chains: list[Chain] = []
         for attempt in range(MAX_PUBLISH_CONFLICTS + 1):
@@ -181,7 +177,7 @@ class Publisher:
                         f"tables {', '.join(names)}: main moved {attempt + 1} times while publishing their branches "
                         f"({e}); another writer commits too often, retry later"
                     ) from e
-        self._held_by_audit = any(_held_by_failed_audit(chain) for chain in chains)
+        self._held_by_audit = any(held_by_failed_audit(chain) for chain in chains)
         stopping = [e for e in report.failed if self._settings_of(known, e.identifier).on_failure == AuditFailure.STOP]
         if stopping:
             first = stopping[0]
@@ -243,6 +239,11 @@ class Publisher:
         # to this table (a table of an atomic stream that gets no rows now).
         table = load_table(self._catalog, self._config, identifier)
         chain = read_chain(table, identifier, branch.ref.branch, self._record)
+        if branch.missing:  # not audited, so not recorded: audited once the checks can be made
+            message = missing_checks_message(identifier, branch.missing)
+            log.warning("%s", message)
+            report.unaudited[identifier] = message
+            return chain
         if chain.line.diverged:
             message = diverged_message(identifier, branch.ref.branch, chain)
             log.warning("%s", message)
@@ -311,67 +312,6 @@ class Publisher:
             )
             if not self._done_actions.run(table, chain.identifier, MAIN_BRANCH):
                 self.actions_waiting.add(chain.identifier)
-
-
-def _held_by_failed_audit(chain: Chain) -> bool:
-    """Whether the branch's newest audit after main failed (a later one that passed would cover it)."""
-    held = False
-    for link in chain.links:
-        if link.entry is not None:
-            held = not link.entry.passed
-    return held
-
-
-def group_cut(job_id: str, chains: Sequence[Chain], done_only: bool = False) -> list[tuple[Chain, Link]]:
-    """The newest checkpoint of the job at which every table's main can move together, and where each goes.
-
-    Each table goes to its newest snapshot holding the job's checkpoints up to the cut (another tool's snapshots
-    count with the checkpoint before them); that snapshot must be publishable in every table that moves. With
-    ``done_only``, the cut is a checkpoint whose commit made a partition done in some table.
-    """
-    keyed: list[tuple[Chain, list[int]]] = []
-    for chain in chains:
-        keys, last = [], -1
-        for link in chain.links:
-            if link.job_id == job_id and link.checkpoint_id is not None:
-                last = link.checkpoint_id
-            keys.append(last)
-        keyed.append((chain, keys))
-    candidates = sorted({k for _, keys in keyed for k in keys if k >= 0}, reverse=True)
-    if done_only:
-        made_done = {
-            key
-            for chain, keys in keyed
-            for link, key in zip(chain.links, keys, strict=True)
-            if link.makes_partitions_done
-        }
-        candidates = [c for c in candidates if c in made_done]
-    for cut in candidates:
-        moves: list[tuple[Chain, Link]] = []
-        for chain, keys in keyed:
-            upto = [i for i, key in enumerate(keys) if key <= cut]
-            if not upto:
-                continue
-            target = chain.links[upto[-1]]
-            if not target.publishable:
-                break
-            moves.append((chain, target))
-        else:
-            if moves:
-                return moves
-    return []
-
-
-def diverged_message(identifier: str, branch: str, chain: Chain) -> str:
-    return (
-        f"table {identifier}: main's head {chain.line.main_id} is not an ancestor of the head {chain.line.head_id} "
-        f"of branch {branch} (another tool committed to main, or the branch was rolled back below it), so main "
-        "cannot follow the branch. Nothing is lost: the stream goes on writing to the branch, and main keeps what "
-        "the other tool committed. To go on, make main an ancestor of the branch again: apply main's own change to "
-        "the branch as well, then roll main back to the snapshot the branch grew from "
-        f"(`{icesink_command('branches', identifier, options=('--branch', branch))}` shows both); publishing resumes "
-        "by itself"
-    )
 
 
 def publish_moves(

@@ -28,11 +28,12 @@ from icesink.audit.publish_policy import PublishPolicy, PublishSettings
 from icesink.catalog.checkpoints import StreamIdentity
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import load_tables, open_catalog
+from icesink.committer.claims import claim, new_token
 from icesink.committer.commit import TableCommitter
 from icesink.committer.declared_publishing import declare_publishing
 from icesink.committer.done_actions import ActionRetrier
 from icesink.committer.protocol import Admission, admit
-from icesink.committer.publish_timer import PublishTimer, claim
+from icesink.committer.publish_timer import PublishTimer
 from icesink.committer.publisher import AuditedBranch, Publisher
 from icesink.committer.staging import stage_tables
 from icesink.errors import ConfigError, IcesinkError, SchemaMismatchError
@@ -105,7 +106,7 @@ class MicroBatchHandler:
         self._publish_timer: PublishTimer | None = None  # publishes what a publish interval held back, when due
         self._declared_later: list[AuditedBranch] = []
         self._met_later: list[str] = []  # tables met, whose publishing is still to be taken over
-        self._token = object()  # this stream, to its publish timer and those of the driver's other streams
+        self._token = new_token()  # this stream, to its publish timer and those of the driver's other streams
         # A stream of several tables keeps a mark per table and split (each table its own lateness).
         self._watermark = StreamWatermark(self._ledger, stream.idle_timeout, per_table=self._single_table is None)
         self._claimed = False  # this run checked that no other stream uses its job id
@@ -133,7 +134,7 @@ class MicroBatchHandler:
 
     def _publish_branch_of(self, settings: SinkSettings) -> None:
         self._met_later.append(settings.table)  # takes the table's publishing over from older streams
-        claim(self._token, settings.table)  # and from an older stream's publish timer in this driver
+        claim(self._token, self._stream.catalog.name, settings.table)  # and from an earlier stream of the driver
         publish = settings.publish
         if publish is None or (not settings.audit and publish.policy == PublishPolicy.MANUAL):
             return  # on main, or a branch nobody audits or publishes but an operator
@@ -151,9 +152,9 @@ class MicroBatchHandler:
                 self._atomic,
                 self._committer.forget,
                 self._stream.on_partition_done,
+                token=self._token,
             )
-            timer = PublishTimer(self._publisher, self._actions_lock, self._actions.waiting, owner=self._token)
-            self._publish_timer = timer
+            self._publish_timer = PublishTimer(self._publisher, self._actions_lock, self._actions.waiting)
         self._publisher.add(branch)
 
     def _take_over_publishing(self, job_id: str) -> None:
@@ -162,9 +163,18 @@ class MicroBatchHandler:
         if not self._met_later:
             return
         default = self._stream.publish or PublishSettings(PublishPolicy.MANUAL)
-        declare_publishing(
+        superseded = declare_publishing(
             self._stream.catalog, job_id, self._declared_later, default, self._atomic, others=self._met_later
         )
+        for old in superseded:
+            log.warning(
+                "table=%s: this stream (job %s) takes publishing over from job %s, whose branch %s the committer "
+                "daemon published: it no longer does. Main follows the stream that met the table last",
+                old.identifier,
+                job_id,
+                old.job_id,
+                old.branch,
+            )
         self._met_later, self._declared_later = [], []
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
