@@ -61,7 +61,7 @@ def test_a_table_publishes_as_the_stream_that_met_it_last_says(sqlite_catalog: C
     assert daemon.audits()[0]["table"] == table
 
     # Now an inline stream writes the table, publishing only by hand: the daemon leaves its main alone.
-    declare_publishing(config, "inline", [], settings("manual"), atomic=False, others=[table])
+    declare_publishing(config, "inline", [], settings("manual"), atomic=False, others=[TableRef(table, BRANCH)])
     assert PublishingRecord(config).of_tables([table]) == []
     inline = BranchStream(config, [table], WEAK, job="inline", atomic=False, publish="manual")
     inline.batch({table: orders(1, 1)})
@@ -85,7 +85,8 @@ def test_each_table_publishes_by_its_own_policy_unless_committed_with_others(sql
     assert [ids_at(config, t) for t in tables] == [[0, 1], [], [0]]  # the hour holds the second back
 
     # Inline, the same: each branch's own settings, the stream's only where a branch has none.
-    declare_publishing(config, "inline", [], settings(), atomic=False, others=tables)  # as its driver does
+    on_branch = [TableRef(t, BRANCH) for t in tables]
+    declare_publishing(config, "inline", [], settings(), atomic=False, others=on_branch)  # as its driver does
     inline = BranchStream(config, tables, SAFE, job="inline", atomic=False, publish="manual")
     for branch in own:
         inline.publisher.add(branch)
@@ -201,14 +202,15 @@ def test_a_later_stream_of_the_driver_takes_over_only_the_tables_it_meets(sqlite
     stream = BranchStream(config, tables, SAFE, publish="1 second", atomic=False)
     first, later = new_token(), new_token()
     for name in tables:
-        claim(first, config.name, name)
+        claim(first, config.name, TableRef(name, BRANCH))
     stream.publisher._token = first
     stream.batch({t: orders(0, 1) for t in tables})
     stream.batch({t: orders(1, 1) for t in tables})  # held back for the interval
     timer = PublishTimer(stream.publisher, threading.Lock())
     timer.committed(stream.job)
-    claim(later, config.name, "db.a")  # a later stream of the driver (same job), with checks of its own
-    claim(later, "another catalog", "db.b")  # a table of the same name elsewhere is not this one
+    claim(later, config.name, TableRef("db.a", BRANCH))  # a later stream of the driver (same job)
+    claim(later, "another catalog", TableRef("db.b", BRANCH))  # a table of the same name elsewhere is not this one
+    claim(later, config.name, TableRef("db.b", "backfill"))  # nor another branch of the table
     deadline = time.monotonic() + 10
     while timer._thread is not None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -229,7 +231,7 @@ def test_an_old_group_never_publishes_a_table_another_stream_took_over(sqlite_ca
     daemon = CommitterDaemon(config, lease_ttl=4, publish_check_seconds=0)
     daemon.run(once=True)
     assert [ids_at(config, t) for t in (t1, t2)] == [[0], [0]]
-    superseded = declare_publishing(config, "Y", [], settings("manual"), atomic=False, others=[t1])
+    superseded = declare_publishing(config, "Y", [], settings("manual"), atomic=False, others=[TableRef(t1, BRANCH)])
     assert [(d.identifier, d.job_id) for d in superseded] == [(t1, "X")]
     BranchStream(config, [t1], (), job="Y", atomic=False, publish="manual").batch({t1: orders(100, 1)})
     x.batch({t2: orders(1, 1)}, commit=False)  # X goes on, into t2 only
@@ -283,7 +285,8 @@ def test_of_two_streams_taking_a_table_over_at_once_the_newest_counts(catalog_co
 
     with engine(config).begin() as connection:
         connection.execute(publishing.insert(), rows)
-    assert record.owners(["db.a"]) == {"db.a": "new"}
+    (owner,) = record.owners([TableRef("db.a", BRANCH)]).values()
+    assert owner.job_id == "new"
     assert record.of_tables(["db.a"]) == [] and record.of_job("old") == []  # "new" publishes it inline
     record.take_over([], "old", [Declared("db.a", "old", BRANCH, False, "checkpoint", 0.0, ())])
     assert [d.job_id for d in record.of_tables(["db.a"])] == ["old"]
@@ -314,3 +317,63 @@ def test_an_idle_inline_stream_publishes_another_tools_fix_of_its_branch(
     while timer._thread is not None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert timer._thread is None and not stream.publisher.held_by_audit()  # nothing held: the thread ended
+
+
+def test_streams_into_other_branches_of_a_table_leave_each_other_alone(sqlite_catalog: CatalogConfig) -> None:
+    """A one-off backfill into another branch, published by hand, does not stop a live stream's publishing; and a
+    stream's own restart with another committer takes its branch back from the daemon."""
+    config = sqlite_catalog
+    create_orders_table(config, "db.t")
+    live = BranchStream(config, ["db.t"], SAFE, job="live", atomic=False)
+    declare_publishing(config, "live", [], settings(), atomic=False, others=[TableRef("db.t", BRANCH)])
+    live.batch({"db.t": orders(0, 1)})
+    declare_publishing(config, "backfill", [], settings("manual"), atomic=False, others=[TableRef("db.t", "backfill")])
+    live.batch({"db.t": orders(1, 1)})
+    assert ids_at(config, "db.t") == [0, 1]
+
+    # The same job, once the daemon's, restarted inline publishing by hand: the daemon leaves its branch alone.
+    create_orders_table(config, "db.u")
+    declare_publishing(config, "J", branches(["db.u"]), settings(), atomic=False)
+    declare_publishing(config, "J", [], settings("manual"), atomic=False, others=[TableRef("db.u", BRANCH)])
+    BranchStream(config, ["db.u"], (), job="J", atomic=False, publish="manual").batch({"db.u": orders(0, 1)})
+    CommitterDaemon(config, lease_ttl=4, publish_check_seconds=0).run(once=True)
+    assert ids_at(config, "db.u", BRANCH) == [0] and ids_at(config, "db.u") == []
+
+
+def test_a_dropped_table_holds_neither_its_job_nor_the_health_report(sqlite_catalog: CatalogConfig) -> None:
+    config = sqlite_catalog
+    tables = ["db.a", "db.b"]
+    for name in tables:
+        create_orders_table(config, name)
+    declare_publishing(config, "J", branches(tables), settings(), atomic=False)
+    stream = BranchStream(config, tables, SAFE, job="J", atomic=False)
+    stream.batch({"db.a": negative(0, 1), "db.b": orders(0, 1)}, commit=False)
+    daemon = CommitterDaemon(config, lease_ttl=4, publish_check_seconds=0)
+    daemon.run(once=True)
+    assert [ids_at(config, t) for t in tables] == [[], [0]] and [h["table"] for h in daemon.audits()] == ["db.a"]
+    open_catalog(config).rename_table("db.a", "db.a2")
+    stream.tables = ["db.b"]
+    stream.batch({"db.b": orders(1, 1)}, commit=False)
+    daemon.run(once=True)
+    assert ids_at(config, "db.b") == [0, 1] and daemon.audits() == []
+    assert [d.identifier for d in PublishingRecord(config).of_job("J")] == ["db.b"]
+
+
+def test_an_operators_audit_runs_the_checks_of_the_stream_that_writes_the_branch_now(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    from tests.test_write_audit_publish import cli_run
+
+    config = sqlite_catalog
+    create_orders_table(config, "db.a")
+    declare_publishing(config, "old", branches(["db.a"], WEAK), settings(), atomic=False)
+    BranchStream(config, ["db.a"], WEAK, job="old", atomic=False).batch({"db.a": orders(0, 1)}, commit=False)
+    CommitterDaemon(config, lease_ttl=4, publish_check_seconds=0).run(once=True)
+    declare_publishing(config, "new", branches(["db.a"], SAFE), settings(), atomic=False)  # stricter
+    new = BranchStream(config, ["db.a"], SAFE, job="new", atomic=False)
+    new.batch({"db.a": negative(1, 1)}, commit=False)
+    new.committer.commit_pending("db.a", "new")  # not audited yet
+    audited = cli_run(config, "audit", "db.a", "--branch", BRANCH)
+    assert audited.exit_code == 1 and "in_range(amount" in audited.output  # the new stream's check, not the old
+    CommitterDaemon(config, lease_ttl=4, publish_check_seconds=0).run(once=True)
+    assert ids_at(config, "db.a") == [0]

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors, engine
+from icesink.table_ref import TableRef
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -55,6 +56,10 @@ class Declared:
     checks: tuple[dict[str, object], ...]
     declared_at: datetime.datetime | None = field(default=None, compare=False)  # None: not recorded yet
 
+    @property
+    def ref(self) -> TableRef:
+        return TableRef(self.identifier, self.branch)
+
 
 class PublishingRecord:
     """Reads and writes ``icesink_publishing`` for one catalog."""
@@ -63,38 +68,47 @@ class PublishingRecord:
         self._config = config
         self._engine = bound or engine(config)
 
-    def take_over(self, identifiers: Sequence[str], job_id: str, declared: Sequence[Declared]) -> list[Declared]:
-        """Make ``identifiers`` the tables of ``job_id``'s stream, with ``declared`` what the daemon publishes of
-        them (the others: nothing), in one transaction; returns what other jobs had declared for the daemon.
+    def take_over(self, refs: Sequence[TableRef], job_id: str, declared: Sequence[Declared]) -> list[Declared]:
+        """Make the branches ``refs`` (and those of ``declared``) the stream of ``job_id``'s, ``declared`` saying
+        how the daemon publishes them (the others: not at all), in one transaction; returns what other jobs held.
 
-        A table's main follows one stream: the one that met the table last says how, or that the daemon does
-        not publish it at all (an inline stream publishes its own; a stream without publishing leaves main to
+        A branch is published by one stream: the one that met it last says how, or that the daemon does not
+        publish it at all (an inline stream publishes its own; a stream without publishing leaves main to
         ``icesink publish``). An older stream's declaration would otherwise go on moving main with its checks.
-        Two streams taking a table over at once may both leave a row: the newest counts (:meth:`owners`).
+        The job's rows for other branches of the tables go too (restarted into another branch). Two streams
+        taking a branch over at once may both leave a row: the newest counts (:meth:`owners`).
         """
         c = publishing.c
         now = datetime.datetime.now(datetime.UTC)
-        names = sorted({*identifiers, *(d.identifier for d in declared)})
-        publishing_ = {d.identifier for d in declared}
+        taken = sorted({*((r.identifier, r.branch) for r in refs), *((d.identifier, d.branch) for d in declared)})
+        publishing_ = {(d.identifier, d.branch) for d in declared}
         rows = [_row(self._config.name, d, now) for d in declared]
-        rows += [_row(self._config.name, _not_published(n, job_id), now) for n in names if n not in publishing_]
-        superseded = [d for d in self.of_tables(names) if d.job_id != job_id]
+        rows += [
+            _row(self._config.name, _not_published(t, b, job_id), now) for t, b in taken if (t, b) not in publishing_
+        ]
+        held = self.owners([TableRef(t, b) for t, b in taken])
+        superseded = [d for d in held.values() if d.job_id != job_id]
         with database_errors(self._config), self._engine.begin() as connection:
-            for start in range(0, len(names), _STATEMENT_NAMES):
-                chunk = names[start : start + _STATEMENT_NAMES]
+            for start in range(0, len(taken), _STATEMENT_NAMES):
+                chunk = taken[start : start + _STATEMENT_NAMES]
+                same_branch = sa.tuple_(c.table_identifier, c.branch).in_(chunk)
+                same_job = sa.and_(c.job_id == job_id, c.table_identifier.in_([t for t, _ in chunk]))
                 connection.execute(
-                    sa.delete(publishing).where(c.catalog_name == self._config.name, c.table_identifier.in_(chunk))
+                    sa.delete(publishing).where(c.catalog_name == self._config.name, sa.or_(same_branch, same_job))
                 )
             if rows:
                 connection.execute(sa.insert(publishing), rows)
         return superseded
 
-    def owners(self, identifiers: Sequence[str]) -> dict[str, str]:
-        """The job whose stream met each table last (tables no stream met since this record began: absent)."""
-        return {d.identifier: d.job_id for d in self._newest(self._select(_named(identifiers)))}
+    def owners(self, refs: Sequence[TableRef]) -> dict[TableRef, Declared]:
+        """The row of the stream that met each branch last (branches no stream met since this record began:
+        absent)."""
+        wanted = set(refs)
+        found = self._newest(self._select(_named([r.identifier for r in refs])))
+        return {d.ref: d for d in found if d.ref in wanted}
 
     def of_tables(self, identifiers: Sequence[str]) -> list[Declared]:
-        """What the daemon publishes of these tables: the declaration of the stream that met each last."""
+        """What the daemon publishes of these tables: per branch, the declaration of the stream that met it last."""
         return [d for d in self._newest(self._select(_named(identifiers))) if d.policy != NOT_PUBLISHED]
 
     def every_table(self) -> list[Declared]:
@@ -102,20 +116,26 @@ class PublishingRecord:
         return [d for d in self._newest(self._select(sa.true())) if d.policy != NOT_PUBLISHED]
 
     def of_job(self, job_id: str) -> list[Declared]:
-        """What the daemon publishes for a job: its declarations of the tables it still holds, the newest first."""
+        """What the daemon publishes for a job: its declarations of the branches it still holds, the newest first."""
         mine = self._select(publishing.c.job_id == job_id)
-        owners = self.owners([d.identifier for d in mine])
-        found = [d for d in mine if owners.get(d.identifier) == job_id and d.policy != NOT_PUBLISHED]
+        owners = self.owners([d.ref for d in mine])
+        found = [d for d in mine if _held_by(owners.get(d.ref), job_id) and d.policy != NOT_PUBLISHED]
         return sorted(found, key=lambda d: d.declared_at or _EPOCH, reverse=True)
+
+    def forget(self, identifiers: Sequence[str]) -> None:
+        """Drop every row of these tables (they no longer exist)."""
+        c = publishing.c
+        with database_errors(self._config), self._engine.begin() as connection:
+            connection.execute(sa.delete(publishing).where(c.catalog_name == self._config.name, _named(identifiers)))
 
     @staticmethod
     def _newest(found: list[Declared]) -> list[Declared]:
-        newest: dict[str, Declared] = {}
+        newest: dict[TableRef, Declared] = {}
         for one in found:
-            known = newest.get(one.identifier)
+            known = newest.get(one.ref)
             if known is None or (one.declared_at or _EPOCH, one.job_id) > (known.declared_at or _EPOCH, known.job_id):
-                newest[one.identifier] = one
-        return [newest[name] for name in sorted(newest)]
+                newest[one.ref] = one
+        return [newest[ref] for ref in sorted(newest, key=lambda r: (r.identifier, r.branch))]
 
     def _select(self, where: sa.ColumnElement[bool]) -> list[Declared]:
         c = publishing.c
@@ -156,9 +176,13 @@ def _utc(moment: datetime.datetime | None) -> datetime.datetime | None:
     return moment.replace(tzinfo=datetime.UTC) if moment is not None and moment.tzinfo is None else moment
 
 
-def _not_published(identifier: str, job_id: str) -> Declared:
-    return Declared(identifier, job_id, "", False, NOT_PUBLISHED, 0.0, ())
+def _not_published(identifier: str, branch: str, job_id: str) -> Declared:
+    return Declared(identifier, job_id, branch, False, NOT_PUBLISHED, 0.0, ())
 
 
 def _named(identifiers: Sequence[str]) -> sa.ColumnElement[bool]:
     return publishing.c.table_identifier.in_(sorted(set(identifiers)))
+
+
+def _held_by(owner: Declared | None, job_id: str) -> bool:
+    return owner is not None and owner.job_id == job_id

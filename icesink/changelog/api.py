@@ -63,13 +63,11 @@ def changes(
     planner = Planner(table)
     parts = []
     snapshots = planner.snapshots(start_snapshot, end) if end is not None and end != start_snapshot else []
-    if start_snapshot is None and snapshots:
-        parts += planner.state(snapshots[0])  # from the oldest snapshot kept: its rows, as inserts
-        snapshots = snapshots[1:]
     report = progress or (lambda done, total: None)
     for done, snapshot in enumerate(snapshots):
         report(done, len(snapshots) + 1)
-        parts += planner.changes(snapshot)
+        opening = start_snapshot is None and done == 0  # from the oldest snapshot kept: its rows, as inserts
+        parts += planner.state(snapshot) if opening else planner.changes(snapshot)
     report(len(snapshots), len(snapshots) + 1)  # the last step: reading the files the plan names
     changed = compute_changes(table, schema, parts, mode, net_changes, with_watermark)
     report(len(snapshots) + 1, len(snapshots) + 1)

@@ -6,7 +6,7 @@ Behind ``icesink branches``, ``icesink audit`` and ``icesink publish``.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -18,10 +18,12 @@ from icesink.audit.chain import Chain, Link, read_chain
 from icesink.audit.running import Check, import_check
 from icesink.catalog.audit_record import AuditEntry, AuditRecord
 from icesink.catalog.loader import load_table
+from icesink.catalog.publishing_record import NOT_PUBLISHED, PublishingRecord
 from icesink.commands import icesink_command
 from icesink.committer.publish_messages import diverged_message
 from icesink.committer.publisher import publish_moves
 from icesink.errors import CommitConflictError, ConfigError, PublishError
+from icesink.table_ref import TableRef
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -136,19 +138,26 @@ def _chain(table: Table, identifier: str, branch: str, config: CatalogConfig) ->
 
 
 def recorded_checks(identifier: str, branch: str, config: CatalogConfig) -> list[Check]:
-    """The checks the branch's last audit ran, made again (built-ins from their arguments, functions imported);
-    a :class:`ConfigError` naming the ones that cannot be."""
-    entries = AuditRecord(config).of_branch(identifier, branch)
-    if not entries:
-        raise ConfigError(
-            f"table {identifier}: no audit of branch {branch} is recorded, so there are no checks to run again; a "
-            "stream with audit=[...] records them with its first audit",
-            table=identifier,
-        )
-    latest = max(entries.values(), key=lambda e: (e.audited_at, e.snapshot_id))
+    """The checks of the stream that writes the branch now, as it declared them for the committer daemon, or
+    else those the branch's last audit ran, made again (built-ins from their arguments, functions imported); a
+    :class:`ConfigError` naming the ones that cannot be."""
+    ref = TableRef(identifier, branch)
+    owner = PublishingRecord(config).owners([ref]).get(ref)
+    described_checks: Sequence[Mapping[str, object]]
+    if owner is not None and owner.policy != NOT_PUBLISHED:
+        described_checks = owner.checks  # a stream that took it over may check more than the last audit did
+    else:
+        entries = AuditRecord(config).of_branch(identifier, branch)
+        if not entries:
+            raise ConfigError(
+                f"table {identifier}: no audit of branch {branch} is recorded, so there are no checks to run again; a "
+                "stream with audit=[...] records them with its first audit",
+                table=identifier,
+            )
+        described_checks = max(entries.values(), key=lambda e: (e.audited_at, e.snapshot_id)).checks
     checks: list[Check] = []
     lost: list[str] = []
-    for described in latest.checks:
+    for described in described_checks:
         check = import_check(dict(described))
         if check is None:
             lost.append(str(described.get("name") or described.get("check")))

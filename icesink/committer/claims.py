@@ -2,8 +2,8 @@
 
 Across processes and jobs the catalog database says whose a table is (``icesink_publishing``). Within one driver
 a stream restarted under the same job id (the same checkpoint location) would pass for the one before it, whose
-publish timer may still run: each stream takes a token when it starts and claims the tables it meets, and a
-publisher skips a table a stream started after its own claimed since.
+publish timer may still run: each stream takes a token when it starts and claims the branches it meets, and a
+publisher skips a branch a stream started after its own claimed since.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from __future__ import annotations
 import itertools
 import threading
 
-_claims: dict[tuple[str, str], int] = {}  # (catalog, table) -> the token of the newest stream that met it
+from icesink.table_ref import TableRef
+
+_claims: dict[tuple[str, TableRef], int] = {}  # (catalog, branch) -> the token of the newest stream that met it
 _tokens = itertools.count(1)
 _guard = threading.Lock()
 
@@ -22,15 +24,15 @@ def new_token() -> int:
         return next(_tokens)
 
 
-def claim(token: int, catalog: str, table: str) -> None:
-    """The stream of ``token`` met ``table`` of ``catalog``."""
+def claim(token: int, catalog: str, ref: TableRef) -> None:
+    """The stream of ``token`` met the branch ``ref`` of a table of ``catalog``."""
     with _guard:
-        _claims[(catalog, table)] = max(token, _claims.get((catalog, table), 0))
+        _claims[(catalog, ref)] = max(token, _claims.get((catalog, ref), 0))
 
 
-def claimed_by_another(token: int | None, catalog: str, table: str) -> bool:
-    """Whether a stream started after the one of ``token`` met the table (None: never)."""
+def claimed_by_another(token: int | None, catalog: str, ref: TableRef) -> bool:
+    """Whether a stream started after the one of ``token`` met the branch (None: never)."""
     if token is None:
         return False
     with _guard:
-        return _claims.get((catalog, table), 0) > token
+        return _claims.get((catalog, ref), 0) > token

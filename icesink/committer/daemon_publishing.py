@@ -68,6 +68,9 @@ class DaemonPublishing:
         with LeaseKeeper(self._lease):  # the lease stays renewed while the pass runs
             budget = float("inf") if self.unbounded else PUBLISH_PASS_SECONDS
             self._count(self._publishers.every_job(self._lease.check, budget))
+        declared = self._publishers.declared_tables
+        if declared is not None:  # a table taken over, or dropped: this daemon holds nothing of it any more
+            self._held_by_audit = {t: held for t, held in self._held_by_audit.items() if t in declared}
         # A pass that ran out of time goes on after the next round of commits.
         wait = 0.0 if self._publishers.unfinished else self._check_seconds
         self._check_at = time.monotonic() + wait

@@ -38,15 +38,15 @@ def declare_publishing(
     branches: Sequence[AuditedBranch],
     settings: PublishSettings,
     atomic: bool,
-    others: Sequence[str] = (),
+    others: Sequence[TableRef] = (),
 ) -> list[Declared]:
     """Tell the committer daemon how each of a stream's branches is audited and published (it cannot be handed the
     checks themselves: it makes them again from their descriptions); a branch without settings of its own
     publishes by ``settings``.
 
-    The tables of ``branches`` and ``others`` (tables the stream writes that the daemon does not publish for it)
-    are the stream's from now on: any older declaration of them, whichever job made it, is withdrawn; returns
-    what other jobs had declared of them.
+    The branches of ``branches`` and ``others`` (branches the stream writes that the daemon does not publish for
+    it) are the stream's from now on: any older declaration of them, whichever job made it, is withdrawn;
+    returns what other jobs held of them.
     """
     declared = [
         Declared(
@@ -82,7 +82,9 @@ def publisher_of_job(
         branches.append(AuditedBranch(TableRef(one.identifier, one.branch), made, own, missing))
     newest = declared[0]  # a group publishes together, as its stream's newest run said
     settings = PublishSettings(PublishPolicy(newest.policy), newest.interval_seconds, AuditFailure.CONTINUE)
-    publisher = Publisher(catalog, config, ledger, branches, settings, newest.atomic, lambda _: None, scope=scope)
+    publisher = Publisher(
+        catalog, config, ledger, branches, settings, newest.atomic, lambda _: None, scope=scope, by_daemon=True
+    )
     return publisher, complete
 
 
@@ -105,6 +107,7 @@ class DeclaredPublishers:
         self._seen: dict[str, tuple[tuple[str, str | None], ...]] = {}  # job -> its tables' pointers, last looked at
         self._everything_at = 0.0  # when the next pass looks at every job (monotonic)
         self._remaining: list[str] | None = None  # the jobs a pass that ran out of time left for the next one
+        self.declared_tables: set[str] | None = None  # what the last pass on its own found declared
 
     @property
     def unfinished(self) -> bool:
@@ -139,6 +142,14 @@ class DeclaredPublishers:
         except IcesinkError as e:
             log.warning("tables=%s: publishing skipped: %s", ",".join(self._scope) or "*", e)
             return []
+        dropped = sorted({d.identifier for d in declared} - set(pointers))
+        if dropped:  # dropped or renamed: nothing of them left to publish
+            declared = [d for d in declared if d.identifier not in dropped]
+            try:
+                record.forget(dropped)
+            except IcesinkError as e:
+                log.warning("tables=%s: their declarations stay for now: %s", ",".join(dropped), e)
+        self.declared_tables = {d.identifier for d in declared}
         tables_of: dict[str, set[str]] = {}
         for one in declared:
             tables_of.setdefault(one.job_id, set()).add(one.identifier)

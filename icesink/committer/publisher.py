@@ -27,12 +27,12 @@ from icesink.audit.publish_policy import AuditFailure, PublishPolicy, PublishSet
 from icesink.catalog.audit_record import AuditEntry, AuditRecord
 from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
-from icesink.catalog.publishing_record import PublishingRecord
+from icesink.catalog.publishing_record import NOT_PUBLISHED, PublishingRecord
 from icesink.committer.claims import claimed_by_another
 from icesink.committer.done_actions import DoneActions
 from icesink.committer.group_cut import group_cut, held_by_failed_audit
 from icesink.committer.publish_messages import diverged_message, failure_message, missing_checks_message
-from icesink.errors import AuditFailedError, CommitConflictError, PublishError
+from icesink.errors import AuditFailedError, CommitConflictError, PublishError, TableNotFoundError
 from icesink.failpoints import failpoint
 from icesink.iceberg.catalog_commit import TableSwap, commit_tables
 from icesink.iceberg.publish import descends_from_main, move_main
@@ -88,12 +88,14 @@ class Publisher:
         on_partition_done: Callable[[dict[str, object]], None] | None = None,
         scope: Collection[str] = (),
         token: int | None = None,
+        by_daemon: bool = False,
     ) -> None:
         """``forget`` drops a table from the committer's cache of tables once main moved (its metadata changed);
         ``atomic``: the tables are one stream's, committed together, and publish together (by ``settings``; apart,
         each by its branch's own settings, ``settings`` where it has none). ``scope``: the only tables whose main
         this publisher may move (a committer daemon's ``--table``; empty: any); ``token``: the stream of this
-        driver it publishes for (:mod:`icesink.committer.claims`)."""
+        driver it publishes for (:mod:`icesink.committer.claims`); ``by_daemon``: the committer daemon's, which
+        publishes only what the stream declared for it."""
         self._catalog = catalog
         self._config = config
         self._ledger = ledger
@@ -106,6 +108,8 @@ class Publisher:
         self.actions_waiting: set[str] = set()  # tables whose done actions failed after main moved
         self._scope = frozenset(scope)
         self._token = token
+        self._by_daemon = by_daemon
+        self._taken_told: set[TableRef] = set()  # branches another stream took over, logged once
         self._scope_told = False  # a group reaching outside the scope is logged once
         self._last_publish: dict[str, float] = {}  # table -> when its main last moved (monotonic)
         self._held_back: dict[str, float] = {}  # table -> when the interval that held its snapshots back ends
@@ -143,13 +147,29 @@ class Publisher:
         return self._still_its_own(job_id, found)
 
     def _still_its_own(self, job_id: str, branches: dict[str, AuditedBranch]) -> dict[str, AuditedBranch]:
-        """The branches no other stream took over since: one that met the table later publishes it."""
-        owners = PublishingRecord(self._config).owners(list(branches))
-        return {
-            name: branch
-            for name, branch in branches.items()
-            if owners.get(name, job_id) == job_id and not claimed_by_another(self._token, self._config.name, name)
-        }
+        """The branches no other stream took over since (one that met a branch later publishes it, or says
+        nobody does); for the daemon, only those the stream declared for it to publish."""
+        owners = PublishingRecord(self._config).owners([b.ref for b in branches.values()])
+        kept = {}
+        for name, branch in branches.items():
+            owner = owners.get(branch.ref)
+            taken = owner is not None and owner.job_id != job_id
+            if taken or claimed_by_another(self._token, self._config.name, branch.ref):
+                if branch.ref not in self._taken_told:
+                    self._taken_told.add(branch.ref)
+                    log.warning(
+                        "table=%s: a stream that started later (job %s) writes branch %s now, and publishes it; "
+                        "job %s no longer does",
+                        name,
+                        owner.job_id if owner is not None else job_id,
+                        branch.ref.branch,
+                        job_id,
+                    )
+                continue
+            if self._by_daemon and owner is not None and owner.policy == NOT_PUBLISHED:
+                continue  # its stream publishes it inline now, or nobody does
+            kept[name] = branch
+        return kept
 
     def after_commit(self, job_id: str, touched: Sequence[str] | None = None) -> PublishReport:
         """Audit what is new on the branches (of ``touched`` tables, default all), then publish as the policy
@@ -160,7 +180,7 @@ class Publisher:
         names = sorted(known) if touched is None or self._atomic else sorted(set(touched) & set(known))
         chains: list[Chain] = []
         for attempt in range(MAX_PUBLISH_CONFLICTS + 1):
-            chains = [self._audited(known[name], report) for name in names]
+            chains = self._chains(known, names, report)
             for name in names:  # held back again below if still not due
                 self._held_back.pop(name, None)
             moves = self._due(self._moves(job_id, chains, known), known)
@@ -231,6 +251,18 @@ class Publisher:
             self._scope_told = True
             log.warning("%s", message)
         return {}
+
+    def _chains(self, known: dict[str, AuditedBranch], names: Sequence[str], report: PublishReport) -> list[Chain]:
+        """Each table's chain, audited; a table dropped or renamed since its stream met it has none, and holds
+        no other table back."""
+        chains = []
+        for name in names:
+            try:
+                chains.append(self._audited(known[name], report))
+            except TableNotFoundError as e:
+                log.warning("table=%s: not published: %s", name, e)
+                report.held.append(str(e))
+        return chains
 
     def _audited(self, branch: AuditedBranch, report: PublishReport) -> Chain:
         """The branch's chain with every snapshot after main audited (and recorded)."""

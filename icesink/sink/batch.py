@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
     from icesink.completeness.watermark import WatermarkState
     from icesink.results import WriteResult
+    from icesink.table_ref import TableRef
 
 
 log = logging.getLogger("icesink.stream")
@@ -105,7 +106,7 @@ class MicroBatchHandler:
         self._publisher: Publisher | None = None
         self._publish_timer: PublishTimer | None = None  # publishes what a publish interval held back, when due
         self._declared_later: list[AuditedBranch] = []
-        self._met_later: list[str] = []  # tables met, whose publishing is still to be taken over
+        self._met_later: list[TableRef] = []  # branches met, whose publishing is still to be taken over
         self._token = new_token()  # this stream, to its publish timer and those of the driver's other streams
         # A stream of several tables keeps a mark per table and split (each table its own lateness).
         self._watermark = StreamWatermark(self._ledger, stream.idle_timeout, per_table=self._single_table is None)
@@ -133,8 +134,9 @@ class MicroBatchHandler:
         return sink
 
     def _publish_branch_of(self, settings: SinkSettings) -> None:
-        self._met_later.append(settings.table)  # takes the table's publishing over from older streams
-        claim(self._token, self._stream.catalog.name, settings.table)  # and from an earlier stream of the driver
+        if not settings.ref.on_main:  # takes the branch's publishing over from older streams, and earlier ones of
+            self._met_later.append(settings.ref)  # the driver (a stream on main publishes nothing)
+            claim(self._token, self._stream.catalog.name, settings.ref)
         publish = settings.publish
         if publish is None or (not settings.audit and publish.policy == PublishPolicy.MANUAL):
             return  # on main, or a branch nobody audits or publishes but an operator
@@ -168,12 +170,12 @@ class MicroBatchHandler:
         )
         for old in superseded:
             log.warning(
-                "table=%s: this stream (job %s) takes publishing over from job %s, whose branch %s the committer "
-                "daemon published: it no longer does. Main follows the stream that met the table last",
+                "table=%s: this stream (job %s) takes branch %s over from job %s, which no longer publishes it: "
+                "a branch is published by the stream that met it last",
                 old.identifier,
                 job_id,
-                old.job_id,
                 old.branch,
+                old.job_id,
             )
         self._met_later, self._declared_later = [], []
 
