@@ -46,6 +46,14 @@ def branches(tables: list[str], audit: tuple[Any, ...] = SAFE, publish: str | No
     return [AuditedBranch(TableRef(t, BRANCH), audit, own) for t in tables]
 
 
+def declared_stream(config: CatalogConfig, job: str, tables: list[str]) -> BranchStream:
+    """New tables, and a stream into them whose daemon publishes them apart, with the safe checks."""
+    for name in tables:
+        create_orders_table(config, name)
+    declare_publishing(config, job, branches(tables), settings(), atomic=False)
+    return BranchStream(config, tables, SAFE, job=job, atomic=False)
+
+
 def test_a_table_publishes_as_the_stream_that_met_it_last_says(sqlite_catalog: CatalogConfig) -> None:
     config = sqlite_catalog
     table = "db.a"
@@ -98,10 +106,7 @@ def test_each_table_publishes_by_its_own_policy_unless_committed_with_others(sql
 def test_a_committer_with_table_moves_main_of_its_tables_only(sqlite_catalog: CatalogConfig) -> None:
     config = sqlite_catalog
     tables = ["db.a", "db.b"]
-    for name in tables:
-        create_orders_table(config, name)
-    declare_publishing(config, "apart", branches(tables), settings(), atomic=False)
-    BranchStream(config, tables, SAFE, job="apart", atomic=False).batch({t: orders(0, 1) for t in tables})
+    declared_stream(config, "apart", tables).batch({t: orders(0, 1) for t in tables})
     assert [ids_at(config, t) for t in tables] == [[0], [0]]  # the inline commit published; now a later one:
     stream = BranchStream(config, tables, SAFE, job="apart", atomic=False, checkpoint=1)
     stream.batch({t: orders(1, 1) for t in tables}, commit=False)
@@ -343,10 +348,7 @@ def test_streams_into_other_branches_of_a_table_leave_each_other_alone(sqlite_ca
 def test_a_dropped_table_holds_neither_its_job_nor_the_health_report(sqlite_catalog: CatalogConfig) -> None:
     config = sqlite_catalog
     tables = ["db.a", "db.b"]
-    for name in tables:
-        create_orders_table(config, name)
-    declare_publishing(config, "J", branches(tables), settings(), atomic=False)
-    stream = BranchStream(config, tables, SAFE, job="J", atomic=False)
+    stream = declared_stream(config, "J", tables)
     stream.batch({"db.a": negative(0, 1), "db.b": orders(0, 1)}, commit=False)
     daemon = CommitterDaemon(config, lease_ttl=4, publish_check_seconds=0)
     daemon.run(once=True)
