@@ -226,9 +226,10 @@ class MicroBatchHandler:
         if self._dead_letter is not None:  # staged only when the micro-batch had late rows
             targets = [*targets, RoutedTarget(self._dead_letter, LATE_ROWS_SCHEMA, optional=True)]
         sinks = [self._sink(t.settings) for t in targets]
-        self._take_over_publishing(job_id)
         tables = load_tables(self._catalog, targets[0].settings.catalog, [t.settings.table for t in targets])
-        if not self._admitted(sinks, tables, job_id, checkpoint_id, stream):
+        admitted = self._admitted(sinks, tables, job_id, checkpoint_id, stream)
+        self._take_over_publishing(job_id)  # once the stream is known to be the job's (a refusal raised above)
+        if not admitted:
             return None
         timed = any(t.settings.event_time is not None for t in targets)
         late_before = (
