@@ -33,6 +33,7 @@ from tests.helpers.branch_streams import BRANCH, BranchStream, ids_at
 from tests.helpers.support import create_orders_table, orders
 from tests.test_write_audit_publish import negative
 
+HOSTILE = "db.ä %/x'\"_"  # quotes, wildcards of LIKE, a slash and a non-ASCII letter
 SAFE = (checks.not_null("id"), checks.in_range("amount", min=0))
 WEAK = (checks.not_null("id"),)
 
@@ -275,7 +276,7 @@ def test_of_two_streams_taking_a_table_over_at_once_the_newest_counts(catalog_co
     rows = [
         {
             "catalog_name": config.name,
-            "table_identifier": "db.a",
+            "table_identifier": HOSTILE,
             "job_id": job,
             "branch": BRANCH,
             "atomic": False,
@@ -290,11 +291,17 @@ def test_of_two_streams_taking_a_table_over_at_once_the_newest_counts(catalog_co
 
     with engine(config).begin() as connection:
         connection.execute(publishing.insert(), rows)
-    (owner,) = record.owners([TableRef("db.a", BRANCH)]).values()
+    (owner,) = record.owners([TableRef(HOSTILE, BRANCH)]).values()
     assert owner.job_id == "new"
-    assert record.of_tables(["db.a"]) == [] and record.of_job("old") == []  # "new" publishes it inline
-    record.take_over([], "old", [Declared("db.a", "old", BRANCH, False, "checkpoint", 0.0, ())])
-    assert [d.job_id for d in record.of_tables(["db.a"])] == ["old"]
+    assert record.of_tables([HOSTILE]) == [] and record.of_job("old") == []  # "new" publishes it inline
+    record.take_over([], "old", [Declared(HOSTILE, "old", BRANCH, False, "checkpoint", 0.0, ())])
+    assert [d.job_id for d in record.of_tables([HOSTILE])] == ["old"]
+    record.take_over([TableRef(HOSTILE, BRANCH), TableRef(HOSTILE.upper(), BRANCH)], "inline", [])  # another spelling
+    assert (
+        record.of_tables([HOSTILE]) == []
+        and record.owners([TableRef(HOSTILE, BRANCH)])[TableRef(HOSTILE, BRANCH)].job_id == "inline"
+    )
+    assert record.owners([TableRef(HOSTILE, "other")]) == {}  # another branch of it is nobody's
 
 
 def test_an_idle_inline_stream_publishes_another_tools_fix_of_its_branch(
