@@ -16,6 +16,7 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.errors import ConfigError
 from icesink.iceberg.marker import committed_marker
+from tests.helpers.streams import order_for_file_source
 from tests.helpers.support import create_orders_table
 from tests.test_watermark_stream import INPUT_SCHEMA, START, add_file
 
@@ -27,7 +28,11 @@ def ids_on(config: CatalogConfig, branch: str) -> list[int]:
     table = open_catalog(config).load_table(TABLE)
     snapshot = table.metadata.snapshot_by_name(branch)
     assert snapshot is not None, f"no {branch}"
-    return sorted(table.scan(snapshot_id=snapshot.snapshot_id, selected_fields=("id",)).to_arrow()["id"].to_pylist())
+    return ids_of(table, snapshot.snapshot_id)
+
+
+def ids_of(table: Any, snapshot_id: int) -> list[int]:
+    return sorted(table.scan(snapshot_id=snapshot_id, selected_fields=("id",)).to_arrow()["id"].to_pylist())
 
 
 def test_a_stream_into_a_branch_moves_only_the_branch_exactly_once_across_a_restart(
@@ -102,7 +107,9 @@ def _orders_file(directory: Path, number: int, rows: list[tuple[int, float, int]
             "partition": pa.array([0] * len(rows), pa.int32()),
         }
     )
-    pq.write_table(table, directory / f"part-{number:05d}.parquet")
+    path = directory / f"part-{number:05d}.parquet"
+    pq.write_table(table, path)
+    order_for_file_source(path, number)  # files written in one instant would tie, and Spark may take either first
 
 
 def test_a_stream_with_audits_publishes_to_main_only_what_passed_and_independent_readers_agree(
@@ -169,11 +176,17 @@ def test_a_stream_with_audits_publishes_to_main_only_what_passed_and_independent
     _orders_file(source, 4, [(7, 1.0, 140)])
     _orders_file(source, 5, [(8, 1.0, 150)])
     run(publish="8 seconds", maintain=True)
-    assert ids_on(config, AUDIT) == [1, 2, 3, 5, 6, 7, 8] and ids_on(config, "main") == [1, 2, 3, 5, 6, 7]
+    assert ids_on(config, AUDIT) == [1, 2, 3, 5, 6, 7, 8]
     deadline = time.monotonic() + 30
     while ids_on(config, "main") != ids_on(config, AUDIT) and time.monotonic() < deadline:
         time.sleep(0.25)
     assert ids_on(config, "main") == [1, 2, 3, 5, 6, 7, 8]
+    # Main's own history, not the clock of this test: it took 7 at once and 8 no sooner than 8 s later.
+    table = open_catalog(config).load_table(TABLE)
+    moves = [(entry.timestamp_ms, ids_of(table, entry.snapshot_id)) for entry in table.metadata.snapshot_log]
+    took_7 = next(at for at, ids in moves if ids == [1, 2, 3, 5, 6, 7])
+    took_8 = next(at for at, ids in moves if ids == [1, 2, 3, 5, 6, 7, 8])
+    assert took_8 - took_7 >= 8000
 
 
 def test_a_debezium_stream_into_branches_publishes_every_tables_main_together_once_audited(
