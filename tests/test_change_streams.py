@@ -122,6 +122,43 @@ def test_a_restart_after_the_last_read_snapshot_expired_stops_with_the_reason(
     assert f"snapshot {read_up_to}" in message and "history.expire.max-snapshot-age-ms" in message
 
 
+def test_a_start_time_older_than_the_kept_history_is_refused_not_read_as_inserts(sqlite_catalog: CatalogConfig) -> None:
+    """Snapshots expired: a time before the oldest one kept cannot tell what changed since (its rows were there
+    before or came after?); the reader stops with the times it could start at, before Spark logs an offset."""
+    from icesink.changelog.source import BEFORE_FIRST, ChangelogStreamReader, ReadOptions, spark_schema
+    from icesink.errors import StartingSnapshotExpiredError
+
+    config = sqlite_catalog
+    create(config)
+    before_all = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=1)
+
+    def start_at(moment: datetime.datetime) -> int:
+        options = {"table": TABLE, "catalog.name": config.name, "catalog.uri": config.uri}
+        read = ReadOptions.of({**options, "catalog.warehouse": config.warehouse, "starting": moment.isoformat()})
+        reader = ChangelogStreamReader(read, spark_schema(read.load().schema(), read.mode))
+        return int(reader.initialOffset()["snapshot_id"])
+
+    fill(config, 3, seed=8)
+    table = open_catalog(config).load_table(TABLE)
+    first, second, third = sorted(table.metadata.snapshots, key=lambda s: s.sequence_number)
+    assert start_at(before_all) == BEFORE_FIRST  # the whole history is kept: every row is a change since
+
+    def moment_of(snapshot: Any) -> datetime.datetime:
+        return EPOCH + datetime.timedelta(milliseconds=snapshot.timestamp_ms)
+
+    table.maintenance.expire_snapshots().by_id(first.snapshot_id).commit()
+    for moment in (before_all, moment_of(second)):
+        with pytest.raises(StartingSnapshotExpiredError) as raised:
+            start_at(moment)
+        message = str(raised.value)
+        assert f"table {TABLE}" in message and "older than the history the table keeps" in message
+        assert f"start later than {moment_of(second).isoformat(timespec='milliseconds')}" in message
+    assert start_at(moment_of(third)) == second.snapshot_id  # its changes: the third snapshot's
+
+
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
 def rewrite_offsets(checkpoint: Path, change: Any) -> None:
     """Rewrite the change stream's offsets kept in a reading query's checkpoint (the last line of each file)."""
     import json

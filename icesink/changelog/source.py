@@ -218,8 +218,29 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return offset(self._before_snapshot(starting.value))
         for snapshot in self._ancestry():  # oldest first
             if snapshot.timestamp_ms >= starting.value:
-                return offset(snapshot.parent_snapshot_id or BEFORE_FIRST)
+                return offset(self._before_time(snapshot, starting.value))
         return offset(self._head())
+
+    def _before_time(self, first: Any, moment_ms: int) -> int:
+        """The offset whose next changes are those made at ``moment_ms`` and after (``first`` is the oldest
+        snapshot of main since): the one before ``first``, which must still be kept. An older moment than the
+        history kept would otherwise read the oldest state as inserts made after it."""
+        from icesink.errors import StartingSnapshotExpiredError
+
+        parent = first.parent_snapshot_id
+        if parent is None and (first.sequence_number or 0) <= 1:
+            return BEFORE_FIRST  # before the table's first snapshot: its changes are all its rows
+        if parent is None or self._table.metadata.snapshot_by_id(parent) is None:
+            table = self._options.table
+            since = _iso(moment_ms)
+            oldest = _iso(first.timestamp_ms)
+            raise StartingSnapshotExpiredError(
+                f"table {table}: starting={since} is older than the history the table keeps (its oldest snapshot "
+                f"of main, {first.snapshot_id}, was made at {oldest}; those before it were expired by "
+                "history.expire.max-snapshot-age-ms / min-snapshots-to-keep), so the changes made since cannot be "
+                f"told; start later than {oldest}, or starting=earliest (the oldest state kept, as inserts)"
+            )
+        return int(parent)
 
     def _before_snapshot(self, snapshot_id: int) -> int:
         """The offset whose next changes are ``snapshot_id``'s: its parent, which must still be kept."""
@@ -338,3 +359,7 @@ def _limit(table: str, options: Mapping[str, str], name: str) -> int | None:
     if not raw.isascii() or not raw.isdigit() or int(raw) < 1:
         raise ConfigError(f"table {table}: option {name}={raw!r} must be a positive whole number")
     return int(raw)
+
+
+def _iso(moment_ms: int) -> str:
+    return (EPOCH + datetime.timedelta(milliseconds=moment_ms)).isoformat(timespec="milliseconds")
