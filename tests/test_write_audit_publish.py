@@ -434,6 +434,51 @@ def test_a_restarted_atomic_stream_moves_the_tables_it_met_in_an_earlier_run_too
     assert ids_at(config, tables[0]) == [0] and ids_at(config, tables[1]) == [0, 1]
 
 
+def test_a_restarted_atomic_stream_with_checks_per_table_moves_every_table_or_none(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    """Its tables met in an earlier run only are audited by the checks recorded for them; one never audited holds
+    the group until the stream meets it: a checkpoint reaches every table's main or none."""
+    from icesink.audit.publish_policy import PublishSettings
+    from icesink.catalog.ledger import Ledger
+    from icesink.committer.commit import TableCommitter
+    from icesink.committer.publisher import AuditedBranch, Publisher
+    from icesink.table_ref import TableRef
+
+    config = sqlite_catalog
+    weak = (checks.not_null("id"),)
+
+    def restarted(job: str, met: dict[str, Any]) -> Publisher:
+        catalog, ledger = open_catalog(config, pending_tables=True), Ledger(config)
+        branches = [AuditedBranch(TableRef(name, BRANCH), tuple(checks_of)) for name, checks_of in met.items()]
+        settings = PublishSettings.of(None, True, "continue", ",".join(met))
+        return Publisher(catalog, config, ledger, branches, settings, True, TableCommitter.of(config).forget)
+
+    a, b, c, p, q, r = (f"db.{name} ü" for name in "abcpqr")
+    for name in (a, b, c, p, q, r):
+        create_orders_table(config, name)
+    # Job X: checkpoint 0 audited (by SAFE, recorded) but not published; checkpoint 1 committed, never audited.
+    x = BranchStream(config, [a, b, c], SAFE, job="X", publish="manual")
+    x.batch({a: orders(0, 1), b: orders(0, 1), c: orders(0, 1)})
+    x.batch({a: orders(1, 1), b: orders(1, 1), c: orders(1, 1)}, commit=False)
+    x.committer.commit_atomic("X")
+    report = restarted("X", {a: SAFE, c: weak}).after_commit("X")  # b was met in the earlier run only
+    assert [ids_at(config, t) for t in (a, b, c)] == [[0, 1]] * 3 and set(report.published) == {a, b, c}
+    assert [e.identifier for e in report.audited if e.checkpoint_id == 1] == sorted([a, b, c])
+
+    # Job Y: committed, its driver died before any audit: no checks of q are recorded anywhere.
+    y = BranchStream(config, [p, q, r], SAFE, job="Y")
+    y.batch({p: orders(0, 1), q: orders(0, 1), r: orders(0, 1)}, commit=False)
+    y.committer.commit_atomic("Y")
+    publisher = restarted("Y", {p: SAFE, r: weak})
+    report = publisher.after_commit("Y")
+    assert [ids_at(config, t) for t in (p, q, r)] == [[], [], []] and not report.published
+    assert any(f"meets {q} again" in held and "no audit of branch" in held for held in report.held)
+    publisher.add(AuditedBranch(TableRef(q, BRANCH), tuple(SAFE)))  # the stream meets q
+    assert set(publisher.after_commit("Y").published) == {p, q, r}
+    assert [ids_at(config, t) for t in (p, q, r)] == [[0]] * 3
+
+
 def test_a_branch_nobody_audits_does_not_publish_what_failed_on_another(sqlite_catalog: CatalogConfig) -> None:
     config = sqlite_catalog
     create_orders_table(config, TABLE)

@@ -6,7 +6,7 @@ Behind ``icesink branches``, ``icesink audit`` and ``icesink publish``.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -15,15 +15,13 @@ from pyiceberg.table.refs import MAIN_BRANCH, SnapshotRefType
 
 from icesink.audit.auditing import audit_link
 from icesink.audit.chain import Chain, Link, read_chain
-from icesink.audit.running import Check, import_check
 from icesink.catalog.audit_record import AuditEntry, AuditRecord
 from icesink.catalog.loader import load_table
-from icesink.catalog.publishing_record import NOT_PUBLISHED, PublishingRecord
 from icesink.commands import icesink_command
+from icesink.committer.main_moves import publish_moves
 from icesink.committer.publish_messages import diverged_message
-from icesink.committer.publisher import publish_moves
+from icesink.committer.recorded_checks import recorded_checks
 from icesink.errors import CommitConflictError, ConfigError, PublishError
-from icesink.table_ref import TableRef
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -135,42 +133,6 @@ def _chain(table: Table, identifier: str, branch: str, config: CatalogConfig) ->
             table=identifier,
         )
     return read_chain(table, identifier, branch, AuditRecord(config))
-
-
-def recorded_checks(identifier: str, branch: str, config: CatalogConfig) -> list[Check]:
-    """The checks of the stream that writes the branch now, as it declared them for the committer daemon, or
-    else those the branch's last audit ran, made again (built-ins from their arguments, functions imported); a
-    :class:`ConfigError` naming the ones that cannot be."""
-    ref = TableRef(identifier, branch)
-    owner = PublishingRecord(config).owners([ref]).get(ref)
-    described_checks: Sequence[Mapping[str, object]]
-    if owner is not None and owner.policy != NOT_PUBLISHED:
-        described_checks = owner.checks  # a stream that took it over may check more than the last audit did
-    else:
-        entries = AuditRecord(config).of_branch(identifier, branch)
-        if not entries:
-            raise ConfigError(
-                f"table {identifier}: no audit of branch {branch} is recorded, so there are no checks to run again; a "
-                "stream with audit=[...] records them with its first audit",
-                table=identifier,
-            )
-        described_checks = max(entries.values(), key=lambda e: (e.audited_at, e.snapshot_id)).checks
-    checks: list[Check] = []
-    lost: list[str] = []
-    for described in described_checks:
-        check = import_check(dict(described))
-        if check is None:
-            lost.append(str(described.get("name") or described.get("check")))
-        else:
-            checks.append(check)
-    if lost:
-        raise ConfigError(
-            f"table {identifier}: the checks {', '.join(lost)} of branch {branch} cannot be run outside their "
-            "stream (a lambda, or a function no module can import): define them at the top level of an importable "
-            f"module to audit from here, or fix the rows and let the stream audit them. Nothing was audited",
-            table=identifier,
-        )
-    return checks
 
 
 def audit_again(table: Table, identifier: str, branch: str, config: CatalogConfig, ledger: Ledger) -> AuditEntry | None:

@@ -25,22 +25,20 @@ from icesink.audit.auditing import audit_link
 from icesink.audit.chain import Chain, Link, read_chain
 from icesink.audit.publish_policy import AuditFailure, PublishPolicy, PublishSettings
 from icesink.catalog.audit_record import AuditEntry, AuditRecord
-from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
 from icesink.catalog.publishing_record import NOT_PUBLISHED, PublishingRecord
 from icesink.committer.claims import claimed_by_another
 from icesink.committer.done_actions import DoneActions
 from icesink.committer.group_cut import group_cut, held_by_failed_audit
+from icesink.committer.main_moves import publish_moves
 from icesink.committer.publish_messages import diverged_message, failure_message, missing_checks_message
-from icesink.errors import AuditFailedError, CommitConflictError, PublishError, TableNotFoundError
+from icesink.committer.recorded_checks import recorded_checks
+from icesink.errors import AuditFailedError, CommitConflictError, ConfigError, TableNotFoundError
 from icesink.failpoints import failpoint
-from icesink.iceberg.catalog_commit import TableSwap, commit_tables
-from icesink.iceberg.publish import descends_from_main, move_main
 from icesink.table_ref import TableRef
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
-    from pyiceberg.table import Table
 
     from icesink.audit.running import Check
     from icesink.catalog.config import CatalogConfig
@@ -60,6 +58,7 @@ class AuditedBranch:
     checks: tuple[Check, ...] = ()
     settings: PublishSettings | None = None  # its own publish policy (None: the stream's)
     missing: tuple[str, ...] = ()  # checks the committer could not make again: nothing is audited until it can
+    waiting: str | None = None  # why its checks are not known here: not audited until its stream meets it
 
 
 @dataclass
@@ -114,6 +113,7 @@ class Publisher:
         self._last_publish: dict[str, float] = {}  # table -> when its main last moved (monotonic)
         self._held_back: dict[str, float] = {}  # table -> when the interval that held its snapshots back ends
         self._held_by_audit = False  # the last pass found main held behind a failed audit
+        self._earlier: dict[TableRef, AuditedBranch] = {}  # tables of the group not met in this run
 
     def take_actions_waiting(self) -> set[str]:
         """The tables whose done actions failed after main moved, since the last call."""
@@ -137,14 +137,31 @@ class Publisher:
             return self._still_its_own(job_id, met)
         checks = {b.checks for b in met.values()}
         branches = {b.ref.branch for b in met.values()}
-        if len(checks) != 1 or len(branches) != 1:
-            return self._still_its_own(job_id, met)  # tables with checks of their own: the stream names each
-        (shared,), (branch,) = checks, branches
+        shared = next(iter(checks)) if len(checks) == 1 and len(branches) == 1 else None
         found = dict(met)
         for identifier, its_branch in self._ledger.branches_of_job(job_id).items():
-            if its_branch == branch and identifier not in found:
-                found[identifier] = AuditedBranch(TableRef(identifier, branch), shared)
+            if its_branch in branches and identifier not in found:
+                ref = TableRef(identifier, its_branch)
+                found[identifier] = AuditedBranch(ref, shared) if shared is not None else self._met_earlier(job_id, ref)
         return self._still_its_own(job_id, found)
+
+    def _met_earlier(self, job_id: str, ref: TableRef) -> AuditedBranch:
+        """A table of the group met in an earlier run only, where the stream's tables have checks of their own:
+        audited by the checks recorded for its branch. None recorded (or one that cannot be made again), it is
+        not audited, so the group holds until the stream meets it: publishing the others alone would show a
+        checkpoint in some tables' main and not in its partner's."""
+        if ref not in self._earlier:
+            try:
+                self._earlier[ref] = AuditedBranch(
+                    ref, tuple(recorded_checks(ref.identifier, ref.branch, self._config))
+                )
+            except ConfigError as e:
+                waiting = (
+                    f"{e}. The tables of job {job_id} publish together, so none does until this stream meets "
+                    f"{ref.identifier} again"
+                )
+                self._earlier[ref] = AuditedBranch(ref, waiting=waiting)
+        return self._earlier[ref]
 
     def _still_its_own(self, job_id: str, branches: dict[str, AuditedBranch]) -> dict[str, AuditedBranch]:
         """The branches no other stream took over since (one that met a branch later publishes it, or says
@@ -276,6 +293,11 @@ class Publisher:
             log.warning("%s", message)
             report.unaudited[identifier] = message
             return chain
+        if branch.waiting is not None:
+            if any(link.entry is None and not link.maintenance for link in chain.links):
+                log.info("%s", branch.waiting)
+                report.held.append(branch.waiting)
+            return chain
         if chain.line.diverged:
             message = diverged_message(identifier, branch.ref.branch, chain)
             log.warning("%s", message)
@@ -344,32 +366,3 @@ class Publisher:
             )
             if not self._done_actions.run(table, chain.identifier, MAIN_BRANCH):
                 self.actions_waiting.add(chain.identifier)
-
-
-def publish_moves(
-    catalog: SqlCatalog, config: CatalogConfig, moves: Sequence[tuple[Chain, Link]], by: str
-) -> list[Table]:
-    """Move each table's main to its link's snapshot, all in one transaction of the catalog database that also
-    records them as published; ``CommitFailedException`` when a table changed since its chain was read."""
-    for chain, link in moves:
-        if not descends_from_main(chain.table, link.snapshot_id):
-            raise PublishError(
-                f"table {chain.identifier}: snapshot {link.snapshot_id} does not descend from main's head "
-                f"{chain.line.main_id}; main is not moved to it",
-                table=chain.identifier,
-            )
-    record = AuditRecord(config)
-    swaps = [
-        TableSwap(chain.table, move_main(chain.table, link.snapshot_id, chain.line.main_id)) for chain, link in moves
-    ]
-    published = [(chain.identifier, chain.branch, link.snapshot_id) for chain, link in moves]
-    failpoint("publish.before-swap")  # audits recorded, main not moved
-    with database_errors(config):
-        tables = commit_tables(
-            catalog,
-            swaps,
-            within=lambda connection: record.mark_published_in(connection, published, by),
-            moment="publish",
-        )
-    failpoint("publish.after-swap")  # main moved; the done actions for main not run
-    return tables

@@ -1,0 +1,53 @@
+"""The checks a branch is audited by when its stream is not there to give them: those its stream declared for the
+committer daemon, or those its last audit ran, made again (``icesink audit``; a table of an atomic group its
+stream has not met in this run)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from icesink.audit.running import Check, import_check
+from icesink.catalog.audit_record import AuditRecord
+from icesink.catalog.publishing_record import NOT_PUBLISHED, PublishingRecord
+from icesink.errors import ConfigError
+from icesink.table_ref import TableRef
+
+if TYPE_CHECKING:
+    from icesink.catalog.config import CatalogConfig
+
+
+def recorded_checks(identifier: str, branch: str, config: CatalogConfig) -> list[Check]:
+    """The checks of the stream that writes the branch now, as it declared them for the committer daemon, or
+    else those the branch's last audit ran, made again (built-ins from their arguments, functions imported); a
+    :class:`ConfigError` naming the ones that cannot be."""
+    ref = TableRef(identifier, branch)
+    owner = PublishingRecord(config).owners([ref]).get(ref)
+    described_checks: Sequence[Mapping[str, object]]
+    if owner is not None and owner.policy != NOT_PUBLISHED:
+        described_checks = owner.checks  # a stream that took it over may check more than the last audit did
+    else:
+        entries = AuditRecord(config).of_branch(identifier, branch)
+        if not entries:
+            raise ConfigError(
+                f"table {identifier}: no audit of branch {branch} is recorded, so there are no checks to run again; a "
+                "stream with audit=[...] records them with its first audit",
+                table=identifier,
+            )
+        described_checks = max(entries.values(), key=lambda e: (e.audited_at, e.snapshot_id)).checks
+    checks: list[Check] = []
+    lost: list[str] = []
+    for described in described_checks:
+        check = import_check(dict(described))
+        if check is None:
+            lost.append(str(described.get("name") or described.get("check")))
+        else:
+            checks.append(check)
+    if lost:
+        raise ConfigError(
+            f"table {identifier}: the checks {', '.join(lost)} of branch {branch} cannot be run outside their "
+            "stream (a lambda, or a function no module can import): define them at the top level of an importable "
+            f"module to audit from here, or fix the rows and let the stream audit them. Nothing was audited",
+            table=identifier,
+        )
+    return checks
