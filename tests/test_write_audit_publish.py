@@ -473,10 +473,24 @@ def test_a_restarted_atomic_stream_with_checks_per_table_moves_every_table_or_no
     publisher = restarted("Y", {p: SAFE, r: weak})
     report = publisher.after_commit("Y")
     assert [ids_at(config, t) for t in (p, q, r)] == [[], [], []] and not report.published
-    assert any(f"meets {q} again" in held and "no audit of branch" in held for held in report.held)
+    assert any(held.startswith(f"table {q}: no audit of branch") and "meets it again" in held for held in report.held)
     publisher.add(AuditedBranch(TableRef(q, BRANCH), tuple(SAFE)))  # the stream meets q
     assert set(publisher.after_commit("Y").published) == {p, q, r}
     assert [ids_at(config, t) for t in (p, q, r)] == [[0]] * 3
+
+    # Job Z: u checked weakly, v strictly. Its restart meets u alone: v is still audited by v's own checks.
+    u, v = "db.u ü", "db.v ü"
+    for name in (u, v):
+        create_orders_table(config, name)
+    z = BranchStream(config, [u, v], SAFE, job="Z")
+    z.batch({u: orders(0, 1), v: orders(0, 1)}, commit=False)
+    z.committer.commit_atomic("Z")
+    assert set(restarted("Z", {u: weak, v: SAFE}).after_commit("Z").published) == {u, v}
+    z.batch({u: orders(1, 1), v: negative(1, 1)}, commit=False)  # committed; its driver died before the audit
+    z.committer.commit_atomic("Z")
+    report = restarted("Z", {u: weak}).after_commit("Z")
+    assert [(e.identifier, e.passed) for e in report.audited] == [(u, True), (v, False)]
+    assert [ids_at(config, t) for t in (u, v)] == [[0], [0]] and not report.published
 
 
 def test_a_branch_nobody_audits_does_not_publish_what_failed_on_another(sqlite_catalog: CatalogConfig) -> None:

@@ -88,13 +88,15 @@ class Publisher:
         scope: Collection[str] = (),
         token: int | None = None,
         by_daemon: bool = False,
+        unpublished: Collection[str] = (),
     ) -> None:
         """``forget`` drops a table from the committer's cache of tables once main moved (its metadata changed);
         ``atomic``: the tables are one stream's, committed together, and publish together (by ``settings``; apart,
         each by its branch's own settings, ``settings`` where it has none). ``scope``: the only tables whose main
         this publisher may move (a committer daemon's ``--table``; empty: any); ``token``: the stream of this
         driver it publishes for (:mod:`icesink.committer.claims`); ``by_daemon``: the committer daemon's, which
-        publishes only what the stream declared for it."""
+        publishes only what the stream declared for it; ``unpublished``: tables the stream met and neither audits
+        nor publishes (kept up to date by the stream), never of the group."""
         self._catalog = catalog
         self._config = config
         self._ledger = ledger
@@ -106,6 +108,7 @@ class Publisher:
         self._done_actions = DoneActions(config, on_partition_done)
         self.actions_waiting: set[str] = set()  # tables whose done actions failed after main moved
         self._scope = frozenset(scope)
+        self._unpublished = unpublished
         self._token = token
         self._by_daemon = by_daemon
         self._taken_told: set[TableRef] = set()  # branches another stream took over, logged once
@@ -130,37 +133,35 @@ class Publisher:
 
     def _known(self, job_id: str) -> dict[str, AuditedBranch]:
         """The branches to look at: those the stream met in this run and, for an atomic stream, every other table
-        the job committed to the same branch (met in an earlier run: one that gets no rows now still moves with
-        the others), with the checks the stream gives all its tables."""
+        the job committed to a branch it publishes (met in an earlier run: one that gets no rows now still moves
+        with the others)."""
         met = dict(self._branches)  # a copy: the stream meets tables while a publish timer's pass may run
         if not self._atomic or not met:
             return self._still_its_own(job_id, met)
-        checks = {b.checks for b in met.values()}
         branches = {b.ref.branch for b in met.values()}
-        shared = next(iter(checks)) if len(checks) == 1 and len(branches) == 1 else None
         found = dict(met)
         for identifier, its_branch in self._ledger.branches_of_job(job_id).items():
-            if its_branch in branches and identifier not in found:
-                ref = TableRef(identifier, its_branch)
-                found[identifier] = AuditedBranch(ref, shared) if shared is not None else self._met_earlier(job_id, ref)
+            if identifier not in found and its_branch != MAIN_BRANCH and identifier not in self._unpublished:
+                earlier = self._met_earlier(job_id, TableRef(identifier, its_branch))
+                if earlier.waiting is None or its_branch in branches:
+                    found[identifier] = earlier  # one never audited on another branch: one the job does not publish
         return self._still_its_own(job_id, found)
 
     def _met_earlier(self, job_id: str, ref: TableRef) -> AuditedBranch:
-        """A table of the group met in an earlier run only, where the stream's tables have checks of their own:
-        audited by the checks recorded for its branch. None recorded (or one that cannot be made again), it is
-        not audited, so the group holds until the stream meets it: publishing the others alone would show a
-        checkpoint in some tables' main and not in its partner's."""
-        if ref not in self._earlier:
-            try:
-                self._earlier[ref] = AuditedBranch(
-                    ref, tuple(recorded_checks(ref.identifier, ref.branch, self._config))
-                )
-            except ConfigError as e:
-                waiting = (
-                    f"{e}. The tables of job {job_id} publish together, so none does until this stream meets "
-                    f"{ref.identifier} again"
-                )
-                self._earlier[ref] = AuditedBranch(ref, waiting=waiting)
+        """A table of the group met in an earlier run only, audited by the checks this job recorded for it (the
+        stream's checks now may be another table's: tables can have checks of their own). None recorded (the
+        driver died before its first audit) or one that cannot be made again, it is not audited, so the group
+        holds until the stream meets it: publishing the others alone would show a checkpoint in some tables'
+        main and not in its partner's."""
+        known = self._earlier.get(ref)
+        if known is not None:
+            return known
+        try:
+            checks = recorded_checks(ref.identifier, ref.branch, self._config, job_id)
+        except ConfigError as e:  # looked up again on the next pass: the module may be installed by then
+            waiting = f"{e}. The tables of job {job_id} publish together, so none does until this stream meets it again"
+            return AuditedBranch(ref, waiting=waiting)
+        self._earlier[ref] = AuditedBranch(ref, tuple(checks))
         return self._earlier[ref]
 
     def _still_its_own(self, job_id: str, branches: dict[str, AuditedBranch]) -> dict[str, AuditedBranch]:

@@ -17,24 +17,25 @@ if TYPE_CHECKING:
     from icesink.catalog.config import CatalogConfig
 
 
-def recorded_checks(identifier: str, branch: str, config: CatalogConfig) -> list[Check]:
+def recorded_checks(identifier: str, branch: str, config: CatalogConfig, job_id: str | None = None) -> list[Check]:
     """The checks of the stream that writes the branch now, as it declared them for the committer daemon, or
     else those the branch's last audit ran, made again (built-ins from their arguments, functions imported); a
-    :class:`ConfigError` naming the ones that cannot be."""
+    :class:`ConfigError` naming the ones that cannot be. With ``job_id``, only what that job declared or ran."""
     ref = TableRef(identifier, branch)
     owner = PublishingRecord(config).owners([ref]).get(ref)
     described_checks: Sequence[Mapping[str, object]]
-    if owner is not None and owner.policy != NOT_PUBLISHED:
+    if owner is not None and owner.policy != NOT_PUBLISHED and job_id in (None, owner.job_id):
         described_checks = owner.checks  # a stream that took it over may check more than the last audit did
     else:
-        entries = AuditRecord(config).of_branch(identifier, branch)
+        entries = [e for e in AuditRecord(config).of_branch(identifier, branch).values() if job_id in (None, e.job_id)]
         if not entries:
+            by = f" by job {job_id}" if job_id is not None else ""
             raise ConfigError(
-                f"table {identifier}: no audit of branch {branch} is recorded, so there are no checks to run again; a "
-                "stream with audit=[...] records them with its first audit",
+                f"table {identifier}: no audit of branch {branch}{by} is recorded, so there are no checks to run "
+                "again; a stream with audit=[...] records them with its first audit",
                 table=identifier,
             )
-        described_checks = max(entries.values(), key=lambda e: (e.audited_at, e.snapshot_id)).checks
+        described_checks = max(entries, key=lambda e: (e.audited_at, e.snapshot_id)).checks
     checks: list[Check] = []
     lost: list[str] = []
     for described in described_checks:

@@ -106,6 +106,7 @@ class MicroBatchHandler:
         self._publisher: Publisher | None = None
         self._publish_timer: PublishTimer | None = None  # publishes what a publish interval held back, when due
         self._declared_later: list[AuditedBranch] = []
+        self._unpublished: set[str] = set()  # tables met whose branch the stream neither audits nor publishes
         self._met_later: list[TableRef] = []  # branches met, whose publishing is still to be taken over
         self._token = new_token()  # this stream, to its publish timer and those of the driver's other streams
         # A stream of several tables keeps a mark per table and split (each table its own lateness).
@@ -139,6 +140,7 @@ class MicroBatchHandler:
             claim(self._token, self._stream.catalog.name, settings.ref)
         publish = settings.publish
         if publish is None or (not settings.audit and publish.policy == PublishPolicy.MANUAL):
+            self._unpublished.add(settings.table)  # not of the group that publishes together either
             return  # on main, or a branch nobody audits or publishes but an operator
         branch = AuditedBranch(settings.ref, settings.audit, publish)
         if not self._stream.inline_commit:  # the daemon audits and publishes: declared with the first checkpoint
@@ -155,6 +157,7 @@ class MicroBatchHandler:
                 self._committer.forget,
                 self._stream.on_partition_done,
                 token=self._token,
+                unpublished=self._unpublished,
             )
             self._publish_timer = PublishTimer(self._publisher, self._actions_lock, self._actions.waiting)
         self._publisher.add(branch)
