@@ -84,14 +84,11 @@ def _floats_alike(payload: Any, doubles: frozenset[str]) -> bool:
     for member, part in payload.items():  # loops and type tests, not calls: this runs for every record
         kind = type(part)
         if kind is dict:
-            if member != "after" and member != "before":
-                if fast_json.holds_float(part):
-                    return False
-                continue
+            row = member == "after" or member == "before"  # elsewhere (the source block) no float may stay
             for name, value in part.items():
                 kind = type(value)
                 if kind is float:
-                    if name not in doubles or not value:
+                    if not row or name not in doubles or not value:
                         return False
                 elif (kind is dict or kind is list) and fast_json.holds_float(value):
                     return False

@@ -42,17 +42,22 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame
 
+    from icesink.iceberg.pending_tables import PendingAwareCatalog
     from icesink.sink.sink_settings import SinkSettings
     from icesink.writer.spec import ChangeSpec
 
 log = logging.getLogger("icesink.stream")
 
 
-def preflight(df: DataFrame, options: StreamOptions, deferred: bool = False) -> tuple[SinkSettings, SqlCatalog]:
+def preflight(
+    df: DataFrame, options: StreamOptions, deferred: bool = False, catalog: PendingAwareCatalog | None = None
+) -> tuple[SinkSettings, SqlCatalog]:
     """Everything that can refuse a stream, checked before its query starts: the table (found or
     created), its key, the DataFrame's fit; returns the settings of the stream's micro-batches.
 
-    A table created ``deferred`` enters the catalog with its first commit (a stream into several tables)."""
+    A table created ``deferred`` enters the catalog with its first commit (a stream into several tables).
+    ``catalog``: the stream's catalog of ``options.catalog``, opened with pending tables, where the caller has
+    one (a router meeting hundreds of tables would otherwise open the catalog once a table)."""
 
     table = options.table
     if not options.checkpoint_location:
@@ -63,7 +68,7 @@ def preflight(df: DataFrame, options: StreamOptions, deferred: bool = False) -> 
     if not os.environ.get("PYSPARK_PYTHON"):
         log.warning("PYSPARK_PYTHON is not set; executors must run a Python that has icesink and pyarrow installed")
     config = resolve_catalog(options.catalog)
-    catalog_handle = open_catalog(config, pending_tables=True)
+    catalog_handle = catalog if catalog is not None else open_catalog(config, pending_tables=True)
     if options.equality_fields and not table_exists(catalog_handle, config, table):
         check_key_columns(table, df.schema, options.equality_fields)  # a new table takes its key from the DataFrame
     event_time = resolve_event_time(options, df.schema)  # before the table: a refusal here creates none
