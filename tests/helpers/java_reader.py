@@ -37,6 +37,7 @@ def _plain(value: object) -> object:
 
 def main(tables: list[tuple[str, list[str]]]) -> None:
     import snowpark_connect_deps_iceberg
+    from jvm_classes import QUICK_START, with_class_archive  # beside this file, which runs as a script
     from pyspark.sql import SparkSession
 
     jars = glob.glob(
@@ -47,7 +48,7 @@ def main(tables: list[tuple[str, list[str]]]) -> None:
     spark = (
         SparkSession.builder.master("local[1]")
         .config("spark.jars", ",".join(jars))
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")  # lives for seconds
+        .config("spark.driver.extraJavaOptions", with_class_archive(QUICK_START))  # lives for seconds
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()

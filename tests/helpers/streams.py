@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tests.helpers.jvm_classes import QUICK_START, with_class_archive
 from tests.helpers.support import orders
 
 SPARK_SCHEMA = "id long, name string, amount double, ts timestamp"
@@ -52,16 +53,18 @@ def expected_rows(batches: list[tuple[int, int]]) -> pa.Table:
     return pa.concat_tables([orders(start, count) for start, count in batches])
 
 
-# A killable job's JVM lives for seconds: the quick-starting C1 compiler only saves it about 2.5 s per start.
-JOB_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# A killable job's JVM lives for seconds: the quick-starting C1 compiler saves it about 2.5 s per start, and the
+# environment's class archive (:mod:`tests.helpers.jvm_classes`) about 8 s more.
+JOB_JAVA_OPTIONS = with_class_archive(QUICK_START)
 
 
 def local_session(app_name: str = "icesink-test-job", **settings: str) -> Any:
     """A local[2] Spark session as every test uses it: the test session's, or a killable job's own."""
     from pyspark.sql import SparkSession
 
-    if app_name == "icesink-test-job":
-        settings.setdefault("spark.driver.extraJavaOptions", JOB_JAVA_OPTIONS)
+    java_options = JOB_JAVA_OPTIONS if app_name == "icesink-test-job" else with_class_archive("")
+    if java_options:
+        settings.setdefault("spark.driver.extraJavaOptions", java_options)
 
     builder = (
         SparkSession.builder.master("local[2]")
