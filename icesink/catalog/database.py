@@ -207,6 +207,18 @@ def upgrade(config: CatalogConfig) -> None:
         migrations.upgrade(engine(config))
 
 
+def upgrade_on_first_use(config: CatalogConfig) -> None:
+    """The embedded catalog, created and migrated by whichever process uses it first. One query where it is at
+    icesink's latest migration already: running alembic costs every process (each CLI command) half a second."""
+
+    database_file = sqlite_path(config.uri)
+    if database_file is not None and database_file.exists():
+        with database_errors(config):
+            if migrations.current_revision(engine(config)) == migrations.HEAD:
+                return
+    upgrade(config)
+
+
 def ensure_migrated(config: CatalogConfig) -> None:
     """Fail with instructions unless the database is at icesink's latest migration."""
 

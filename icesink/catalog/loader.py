@@ -41,7 +41,7 @@ def open_catalog(config: CatalogConfig, pending_tables: bool = False) -> SqlCata
     """
 
     if config.embedded:
-        database.upgrade(config)
+        database.upgrade_on_first_use(config)
     database.ensure_migrated(config)
     kind = PendingAwareCatalog if pending_tables else IcesinkSqlCatalog
     with database.database_errors(config):
