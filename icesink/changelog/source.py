@@ -227,10 +227,8 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         history kept would otherwise read the oldest state as inserts made after it."""
         from icesink.errors import StartingSnapshotExpiredError
 
-        parent = first.parent_snapshot_id
-        if parent is None and (first.sequence_number or 0) <= 1:
-            return BEFORE_FIRST  # before the table's first snapshot: its changes are all its rows
-        if parent is None or self._table.metadata.snapshot_by_id(parent) is None:
+        before = self._kept_parent(first)
+        if before is None:
             table = self._options.table
             since = _iso(moment_ms)
             oldest = _iso(first.timestamp_ms)
@@ -240,7 +238,7 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 "history.expire.max-snapshot-age-ms / min-snapshots-to-keep), so the changes made since cannot be "
                 f"told; start later than {oldest}, or starting=earliest (the oldest state kept, as inserts)"
             )
-        return int(parent)
+        return before
 
     def _before_snapshot(self, snapshot_id: int) -> int:
         """The offset whose next changes are ``snapshot_id``'s: its parent, which must still be kept."""
@@ -259,17 +257,25 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 f"table {table}: snapshot {snapshot_id} (starting=) is not in the history of main (rolled back, or "
                 "on another branch); start at a snapshot of main"
             )
-        parent = snapshot.parent_snapshot_id
-        if parent is None and (snapshot.sequence_number or 0) <= 1:
-            return BEFORE_FIRST  # the table's first snapshot: its changes are its rows
-        if parent is None or metadata.snapshot_by_id(parent) is None:
-            # pyiceberg clears the parent id of a snapshot whose parent it expires; a later sequence number tells.
+        before = self._kept_parent(snapshot)
+        if before is None:
             raise StartingSnapshotExpiredError(
                 f"table {table}: starting={snapshot_id}, but the snapshot before it is no longer kept (expired by "
                 "history.expire.max-snapshot-age-ms / min-snapshots-to-keep), so the changes it made cannot be told; "
                 "start at a later snapshot, or starting=earliest (the oldest state kept, as inserts)"
             )
-        return parent
+        return before
+
+    def _kept_parent(self, snapshot: Any) -> int | None:
+        """The offset just before ``snapshot``: its parent while the table keeps it, :data:`BEFORE_FIRST` for the
+        table's first snapshot, None when the parent was expired (the changes ``snapshot`` made cannot be told).
+        pyiceberg clears the parent id of a snapshot whose parent it expires; a later sequence number tells."""
+        parent = snapshot.parent_snapshot_id
+        if parent is None and (snapshot.sequence_number or 0) <= 1:
+            return BEFORE_FIRST
+        if parent is None or self._table.metadata.snapshot_by_id(parent) is None:
+            return None
+        return int(parent)
 
     def _ancestry(self) -> list[Any]:
         head = self._head()
