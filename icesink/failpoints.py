@@ -29,6 +29,9 @@ def failpoint(name: str) -> None:
     armed = [entry.partition("@")[2] for entry in active.split(",") if entry.partition("@")[0] == name]
     if not armed:
         return
+    bad = [nth for nth in armed if nth and not nth.isdigit()]
+    if bad:
+        raise ValueError(f"{ENV}={active!r}: {name}@{bad[0]} should be {name}@N, N the time it dies at (1, 2, ...)")
     _reached[name] = _reached.get(name, 0) + 1
     if not any(not nth or _reached[name] >= int(nth) for nth in armed):
         return

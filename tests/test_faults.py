@@ -9,6 +9,7 @@ import contextlib
 import datetime
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.committer.gc import collect_garbage
+from icesink.failpoints import ENV, failpoint
 from tests.helpers.changes import ChangeModel, random_checkpoint, sorted_rows, write_checkpoint_file
 from tests.helpers.outcomes import check_outcome
 from tests.helpers.streams import add_input_files
@@ -559,3 +561,12 @@ def test_a_stream_setting_late_rows_aside_killed_mid_commit_lands_every_row_once
     late = catalog.load_table(f"{TABLE} late").scan().to_arrow()
     assert sorted(json.loads(r)["id"] for r in late.column("row").to_pylist()) == expected_late
     check_outcome("late rows set aside, SIGKILL at three moments in turn", sqlite_catalog, TABLE, expected_on_time)
+
+
+def test_a_failpoint_armed_at_no_number_is_refused_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``name@N`` dies at the N-th time; any other suffix is a mistake in the test's setting, said as such."""
+    monkeypatch.setenv(ENV, "stage.after-ledger,committer.after-catalog-commit@second")
+    point = "committer.after-catalog-commit"
+    with pytest.raises(ValueError, match=re.escape(f"{point}@second should be {point}@N")):
+        failpoint("committer.after-catalog-commit")
+    failpoint("committer.after-ledger-update")  # not armed: it goes on
