@@ -86,15 +86,18 @@ def run_page(name: str) -> None:
     blocks = [b for b in blocks_of(ROOT / name) if b.not_run is None]
     from tests.helpers.streams import JOB_JAVA_OPTIONS
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.driver.extraJavaOptions", JOB_JAVA_OPTIONS)  # a page's JVM lives for seconds
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    # Only a page with Python blocks gets a session: one of bash blocks alone needs no JVM.
+    spark = None
+    if any(b.language == "python" for b in blocks):
+        spark = (
+            SparkSession.builder.master("local[2]")
+            .config("spark.driver.extraJavaOptions", JOB_JAVA_OPTIONS)  # a page's JVM lives for seconds
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.driver.memory", "1g")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
     namespace: dict[str, object] = {"__name__": "__main__"}
     path = f"{sys.prefix}/bin{os.pathsep}{os.environ['PATH']}"
     for block in blocks:
@@ -106,7 +109,7 @@ def run_page(name: str) -> None:
             done = subprocess.run(["bash", "-euo", "pipefail", "-c", block.code], env={**os.environ, "PATH": path})
             if done.returncode != 0:
                 sys.exit(f"{block.page}:{block.line}: the bash block exited with {done.returncode}")
-    for query in spark.streams.active:
+    for query in spark.streams.active if spark is not None else ():
         query.stop()
 
 
