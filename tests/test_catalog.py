@@ -24,6 +24,28 @@ def test_nothing_configured_means_the_embedded_default(tmp_path: Path, monkeypat
     assert (tmp_path / "warehouse" / "catalog.db").exists()
 
 
+def test_the_embedded_catalog_behind_this_release_is_migrated_when_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening it at the latest migration runs no migration; behind it (made by an earlier release), it is brought
+    up to date, its rows kept."""
+    from icesink import migrations
+
+    monkeypatch.chdir(tmp_path)
+    config = CatalogConfig.resolve()
+    open_catalog(config).create_namespace("kept")
+    earlier = migrations.revisions()[-2]
+    migrations.downgrade(database.engine(config), earlier)
+    assert migrations.current_revision(database.engine(config)) == earlier
+    catalog = open_catalog(config)
+    assert migrations.current_revision(database.engine(config)) == migrations.HEAD
+    assert ("kept",) in catalog.list_namespaces()
+    ran: list[str] = []
+    monkeypatch.setattr(migrations, "upgrade", lambda engine, revision="head": ran.append(revision))
+    open_catalog(config).list_namespaces()
+    assert ran == []  # at the latest migration already: one query, no alembic
+
+
 def test_pyiceberg_environment_variables_configure_the_catalog(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYICEBERG_CATALOG__PROD__URI", "postgresql+psycopg2://icesink:s3cret@db:5432/catalog")
     monkeypatch.setenv("PYICEBERG_CATALOG__PROD__WAREHOUSE", "s3://lake/warehouse")
