@@ -37,7 +37,7 @@ def class_archive() -> Path:
 def with_class_archive(java_options: str) -> str:
     """``java_options`` with the environment's archive, when there is one."""
     archive = class_archive()
-    if not archive.is_file():
+    if not archive.is_file() or any(c.isspace() for c in str(archive)):  # Spark splits the options at whitespace
         return java_options
     return f"{java_options} -XX:SharedArchiveFile={archive}".strip()
 
