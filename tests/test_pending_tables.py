@@ -395,3 +395,46 @@ def test_tables_loaded_together_are_the_tables_loaded_one_by_one(catalog_config:
     with pytest.raises(TableCreatedElsewhereError) as taken:
         load_tables(catalog, config, [OLD, NEW])
     assert f"table {NEW}" in str(taken.value) and "another tool created" in str(taken.value)
+
+
+def test_a_pending_table_dropped_as_the_router_meets_it_is_not_created_again_published(
+    catalog_config: CatalogConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator drops the table a Debezium stream has just created pending, before the stream has checked
+    its rows against it: the stream must not create it a second time, published and empty."""
+    from pyspark.sql import types as T
+
+    import icesink
+    from icesink.debezium_events.route import OP_COLUMN, POSITION_COLUMN, RoutedTable
+    from icesink.debezium_events.sources import SourceTable
+    from icesink.sink import debezium_router
+    from icesink.sink.options import StreamWideOptions
+
+    config = catalog_config
+    identifier = "shop.customers"
+    created = debezium_router.resolve_table
+
+    def dropped_at_once(*args: Any, **kwargs: Any) -> Any:
+        table = created(*args, **kwargs)
+        code, output = invoke(config, "tables", "drop-pending", identifier, "--yes")
+        assert code == 0 and "dropped pending table" in output, output
+        return table
+
+    monkeypatch.setattr(debezium_router, "resolve_table", dropped_at_once)
+    own = StreamWideOptions(checkpoint_location=str(tmp_path / "checkpoint"), catalog=config, job_id="job")
+    router = debezium_router.DebeziumRouter(
+        icesink.debezium("shop"), own, open_catalog(config, pending_tables=True), config
+    )
+    rows = T.StructType(
+        [
+            T.StructField("id", T.LongType(), False),
+            T.StructField("name", T.StringType()),
+            T.StructField(OP_COLUMN, T.StringType()),
+            T.StructField(POSITION_COLUMN, T.StringType()),
+        ]
+    )
+    source = SourceTable("server", "db", "public", "customers")
+    settings = router._settings_of(RoutedTable(identifier, source, rows, ("id",), records=1))
+    assert settings.table == identifier and settings.changes is not None
+    assert pending_tables(engine(config), config.name) == []
+    assert _invisible(config, identifier)  # before, the check created it again: published, empty, no source

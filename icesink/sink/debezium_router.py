@@ -7,7 +7,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -35,7 +35,7 @@ from icesink.sink.json_names import json_names
 from icesink.sink.mapping_watch import MappingWatch
 from icesink.sink.options import StreamWideOptions
 from icesink.sink.phases import Phases
-from icesink.sink.preflight import preflight
+from icesink.sink.preflight import table_settings
 from icesink.sink.routing import Routed, RoutedTarget
 from icesink.sink.table_sink import PreparedWrite
 from icesink.sink.tables import resolve_table
@@ -205,7 +205,9 @@ class DebeziumRouter:
             raise _key_changed(table, identifier_fields)
         if not keyed and identifier_fields:  # keyed since the stream started
             raise _keyed_dead_letter(table.identifier, identifier_fields, "Nothing of the micro-batch was written")
-        settings, _ = preflight(cast("DataFrame", _SchemaOnly(table.schema)), options, catalog=self._catalog)
+        # Checked on the table in hand: looked up again, a pending table an operator dropped just now would be
+        # created anew, published and empty.
+        settings = table_settings(table.schema, options, iceberg, self._config)
         if keyed and self._spec.table_options.event_time is not None:
             lateness = self._spec.table_options.lateness
             event_time = EventTimeSettings(
@@ -310,18 +312,6 @@ def _distributed(parsed: DataFrame, tables: Sequence[RoutedTable], dead_letter: 
     ).where(F.col("target").isNotNull())
     within = F.when(F.col("target").isin(spread), F.col("key")).otherwise(F.lit("")) if spread else F.lit("")
     return rows.repartition(parallelism, "target", within.alias("spread")).sortWithinPartitions("target").drop("key")
-
-
-class _SchemaOnly:
-    """What preflight reads of a routed table's rows: their schema. A DataFrame of no rows (the stand-in before)
-    cost a Spark call of about 40 ms, a table's first sight, paid by every table of a database; the router's
-    tables are written by the Arrow writer, so preflight never plans a Spark write of them."""
-
-    def __init__(self, schema: StructType) -> None:
-        self.schema = schema
-
-    def __getattr__(self, name: str) -> Any:
-        raise AttributeError(f"a routed table's rows are known by their schema only, not by DataFrame.{name}")
 
 
 def _inferred(parsed: DataFrame, source: SourceTable) -> StructType:

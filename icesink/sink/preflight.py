@@ -41,23 +41,20 @@ if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
-    from icesink.iceberg.pending_tables import PendingAwareCatalog
+    from icesink.sink.projection import Projection
     from icesink.sink.sink_settings import SinkSettings
     from icesink.writer.spec import ChangeSpec
 
 log = logging.getLogger("icesink.stream")
 
 
-def preflight(
-    df: DataFrame, options: StreamOptions, deferred: bool = False, catalog: PendingAwareCatalog | None = None
-) -> tuple[SinkSettings, SqlCatalog]:
+def preflight(df: DataFrame, options: StreamOptions, deferred: bool = False) -> tuple[SinkSettings, SqlCatalog]:
     """Everything that can refuse a stream, checked before its query starts: the table (found or
     created), its key, the DataFrame's fit; returns the settings of the stream's micro-batches.
 
-    A table created ``deferred`` enters the catalog with its first commit (a stream into several tables).
-    ``catalog``: the stream's catalog of ``options.catalog``, opened with pending tables, where the caller has
-    one (a router meeting hundreds of tables would otherwise open the catalog once a table)."""
+    A table created ``deferred`` enters the catalog with its first commit (a stream into several tables)."""
 
     table = options.table
     if not options.checkpoint_location:
@@ -68,7 +65,7 @@ def preflight(
     if not os.environ.get("PYSPARK_PYTHON"):
         log.warning("PYSPARK_PYTHON is not set; executors must run a Python that has icesink and pyarrow installed")
     config = resolve_catalog(options.catalog)
-    catalog_handle = catalog if catalog is not None else open_catalog(config, pending_tables=True)
+    catalog_handle = open_catalog(config, pending_tables=True)
     if options.equality_fields and not table_exists(catalog_handle, config, table):
         check_key_columns(table, df.schema, options.equality_fields)  # a new table takes its key from the DataFrame
     event_time = resolve_event_time(options, df.schema)  # before the table: a refusal here creates none
@@ -86,27 +83,43 @@ def preflight(
         properties={k: str(v) for k, v in (options.table_properties or {}).items()},
         deferred=deferred,
     )
-    _warn_unknown_properties(iceberg_table, table)
-    changes, passthrough = _plan_pending_aware(df, options, iceberg_table, config, event_time)
-    settings = SinkSettings.of(options, config, changes=changes, passthrough=tuple(passthrough), event_time=event_time)
-    return settings, catalog_handle
+    return _fitted(df.schema, options, iceberg_table, config, event_time, df), catalog_handle
 
 
-def _plan_pending_aware(
-    df: DataFrame,
+def table_settings(
+    schema: StructType, options: StreamOptions, iceberg_table: Table, config: CatalogConfig
+) -> SinkSettings:
+    """The settings of rows of ``schema`` written into ``iceberg_table``, a table the caller has just found or
+    created itself (a router meeting a table): preflight's checks of the key and of the rows' fit, on that table.
+
+    The table is not looked up again: a table dropped in between (a pending one, by an operator) must not be
+    created anew here, published and empty. Rows known by their schema alone are written by the Arrow writer,
+    which is the one this checks them against."""
+
+    if options.writer == Writer.SPARK:
+        raise ValueError(f"table {options.table}: the Spark writer is checked against the DataFrame, by preflight")
+    return _fitted(schema, options, iceberg_table, config, resolve_event_time(options, schema), None)
+
+
+def _fitted(
+    schema: StructType,
     options: StreamOptions,
     iceberg_table: Table,
     config: CatalogConfig,
     event_time: EventTimeSettings | None,
-) -> tuple[ChangeSpec | None, list[str]]:
-    """:func:`_plan_changes`; a refusal concerning a pending table also says how its options can still change."""
+    df: DataFrame | None,
+) -> SinkSettings:
+    """The settings of a stream whose table is found; a refusal concerning a pending table also says how its
+    options can still change. ``df``: the rows, where Spark's writer may be planned for them."""
 
+    _warn_unknown_properties(iceberg_table, options.table)
     try:
-        return _plan_changes(df, options, iceberg_table, config, event_time)
+        changes, passthrough = _plan_changes(schema, options, iceberg_table, config, event_time, df)
     except (ConfigError, SchemaMismatchError) as e:
         if not isinstance(iceberg_table, PendingTable):
             raise
         raise type(e)(f"{e}. {pending_note(options.table)}") from e
+    return SinkSettings.of(options, config, changes=changes, passthrough=tuple(passthrough), event_time=event_time)
 
 
 def _warn_unknown_properties(iceberg_table: Table, table: str) -> None:
@@ -126,11 +139,12 @@ def _warn_unknown_properties(iceberg_table: Table, table: str) -> None:
 
 
 def _plan_changes(
-    df: DataFrame,
+    schema: StructType,
     options: StreamOptions,
     iceberg_table: Table,
     config: CatalogConfig,
     event_time: EventTimeSettings | None,
+    df: DataFrame | None,
 ) -> tuple[ChangeSpec | None, list[str]]:
     """The stream's key and change columns as the table names them now, and the DataFrame's fit to the table's
     schema (its event-time columns read, not written, where the table lacks them): refused here, before the query
@@ -141,7 +155,7 @@ def _plan_changes(
     known_job = options.job_id or query_id_of(checkpoint_location)
     known = known_field_ids(Ledger(config), iceberg_table, table, known_job)
     # The key as the table names it now (another tool may have renamed it since), and as the DataFrame does.
-    keys = resolve_equality_fields(iceberg_table, table, options.equality_fields, known, df.schema)
+    keys = resolve_equality_fields(iceberg_table, table, options.equality_fields, known, schema)
     if (options.op_column or options.op_values or options.sequence_by) and not keys:
         raise ConfigError(
             f"table {table}: op_column, op_values and sequence_by need a key: pass equality_fields, or give the "
@@ -150,9 +164,9 @@ def _plan_changes(
     changes = None
     passthrough: list[str] = []
     if keys:
-        check_key_columns(table, df.schema, dataframe_key_names(iceberg_table, table, keys, known))
+        check_key_columns(table, schema, dataframe_key_names(iceberg_table, table, keys, known))
         changes = change_spec(
-            iceberg_table, table, df.schema, keys, options.op_column, options.op_values, options.sequence_by
+            iceberg_table, table, schema, keys, options.op_column, options.op_values, options.sequence_by
         )
         passthrough = extra_columns(changes, iceberg_table)
     if changes is not None and options.late == Late.DEAD_LETTER:  # a key the table's identifier fields give
@@ -161,7 +175,7 @@ def _plan_changes(
             f"({', '.join(keys or ())}), so the stream applies changes; a late change is applied like the others, "
             "since setting one change of a key aside would leave its row at an older state. Leave late out"
         )
-    plan = plan_schema(df.schema, iceberg_table.schema(), table, passthrough, known)
+    plan = plan_schema(schema, iceberg_table.schema(), table, passthrough, known)
     if event_time is not None and not options.evolve_schema:
         # An event-time or split column the table has no field for (by the stream's field ids, then by name, as
         # every column is matched) is read by the tasks and not written (with evolve_schema it is added, as any
@@ -170,7 +184,7 @@ def _plan_changes(
         read_only = [c for c in event_time.columns if c in added and c not in passthrough]
         if read_only:
             passthrough += read_only
-            plan = plan_schema(df.schema, iceberg_table.schema(), table, passthrough, known)
+            plan = plan_schema(schema, iceberg_table.schema(), table, passthrough, known)
     # A column renamed in the table looks new to a stream whose job (Spark's query id, kept in a checkpoint
     # location this process cannot read) is unknown here: the first micro-batch knows it and decides.
     deferred = known_job is None and not paths.parse(checkpoint_location).is_local
@@ -178,13 +192,27 @@ def _plan_changes(
     if plan.changes and not options.evolve_schema and not (deferred and only_additions):
         raise SchemaMismatchError(schema_refusal(table, plan.changes[0]))
     if options.writer == Writer.SPARK and plan.projection is not None:
-        spec = writer_spec(iceberg_table, table, options.job_id or "check", changes)
-        if event_time is not None:
-            spec = replace(spec, event_time=event_time.spec(plan.projection, None))
-        refusal = spark_writer_refusal(spec, plan.projection.apply(df, iceberg_table.schema()))
-        if refusal:
-            raise ConfigError(f"table {table}: writer='spark' cannot write this stream: {refusal}")
+        assert df is not None, "the Spark writer is planned for a DataFrame"
+        _check_spark_writer(df, options, iceberg_table, changes, event_time, plan.projection)
     return changes, passthrough
+
+
+def _check_spark_writer(
+    df: DataFrame,
+    options: StreamOptions,
+    iceberg_table: Table,
+    changes: ChangeSpec | None,
+    event_time: EventTimeSettings | None,
+    projection: Projection,
+) -> None:
+    """``writer='spark'`` refused where Spark's Parquet writer cannot write the stream's rows as the table needs."""
+    table = options.table
+    spec = writer_spec(iceberg_table, table, options.job_id or "check", changes)
+    if event_time is not None:
+        spec = replace(spec, event_time=event_time.spec(projection, None))
+    refusal = spark_writer_refusal(spec, projection.apply(df, iceberg_table.schema()))
+    if refusal:
+        raise ConfigError(f"table {table}: writer='spark' cannot write this stream: {refusal}")
 
 
 def query_id_of(checkpoint_location: str) -> str | None:
