@@ -47,6 +47,7 @@ from pyspark.sql.streaming.datasource import (
 from icesink.changelog.offsets import offset, offset_snapshot
 from icesink.changelog.tasks import ChangeTask, conformed, group_parts, keys_stay_in_partitions, task_changes
 from icesink.errors import ConfigError
+from icesink.iceberg.expired_history import history_cut
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -269,9 +270,10 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def _kept_parent(self, snapshot: Any) -> int | None:
         """The offset just before ``snapshot``: its parent while the table keeps it, :data:`BEFORE_FIRST` for the
         table's first snapshot, None when the parent was expired (the changes ``snapshot`` made cannot be told).
-        pyiceberg clears the parent id of a snapshot whose parent it expires; a later sequence number tells."""
+
+        pyiceberg clears the parent id of a snapshot whose parent it expires (see :mod:`expired_history`)."""
         parent = snapshot.parent_snapshot_id
-        if parent is None and (snapshot.sequence_number or 0) <= 1:
+        if parent is None and not history_cut(snapshot):
             return BEFORE_FIRST
         if parent is None or self._table.metadata.snapshot_by_id(parent) is None:
             return None

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 from pyiceberg.table.refs import MAIN_BRANCH
 
+from icesink.iceberg.expired_history import history_cut
 from icesink.properties import (
     BRANCH_PROPERTY_PREFIX,
     JOB_ID_PROPERTY,
@@ -149,9 +150,9 @@ def snapshot_at_checkpoint(
             seen_job = True
             newest = snapshot.parent_snapshot_id  # this one holds later checkpoints: look below it
         snapshot_id = snapshot.parent_snapshot_id
-    # The walk ended at a snapshot without a parent. A table's first snapshot has sequence number 1; a later
-    # one without a parent had its history expired, and what was below it cannot be told apart any more.
-    cut = last is not None and (last.sequence_number or 0) > 1
+    # The walk ended at a snapshot without a parent: the table's first, or one whose history expired, below which
+    # nothing can be told apart any more.
+    cut = history_cut(last)
     recorded = metadata.properties.get(table_property(job_id, branch))
     later = seen_job or (recorded is not None and int(recorded) > checkpoint_id)
     if cut and later:

@@ -18,9 +18,10 @@ from pyiceberg.types import DateType, TimestampNanoType, TimestampType, Timestam
 
 from icesink.completeness.partition_times import TimeField, TimeKind
 from icesink.completeness.watermark import parse_watermark
+from icesink.iceberg.expired_history import history_cut
 from icesink.iceberg.manifest_lists import manifests_of
 from icesink.iceberg.scan import live_files
-from icesink.iceberg.watermarks import history_cut, recorded_event_fields
+from icesink.iceberg.watermarks import recorded_event_fields
 from icesink.properties import EVENT_TIME_FIELD_PROPERTY, MAINTENANCE_PROPERTY, WATERMARK_PROPERTY
 
 if TYPE_CHECKING:

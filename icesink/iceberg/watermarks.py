@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 from pyiceberg.table.refs import MAIN_BRANCH
 
 from icesink.completeness.watermark import format_watermark, parse_watermark
+from icesink.iceberg.expired_history import history_cut
 from icesink.iceberg.marker import branch_prefix
 from icesink.properties import JOB_ID_PROPERTY, WATERMARK_PROPERTY, WATERMARK_SPLITS_PREFIX
 
 if TYPE_CHECKING:
     from pyiceberg.table.metadata import TableMetadata
-    from pyiceberg.table.snapshots import Snapshot
 
 
 def splits_table_property(job_id: str, branch: str = MAIN_BRANCH) -> str:
@@ -87,13 +87,6 @@ def watermark_at(metadata: TableMetadata, snapshot_id: int, known: dict[int, int
     for one in walked:
         known[one] = found
     return found
-
-
-def history_cut(oldest: Snapshot | None) -> bool:
-    """Whether the oldest snapshot a walk reached had ancestors that expiry removed: pyiceberg's expiry also cuts
-    the parent link of the oldest snapshot it keeps, so a first snapshot of a later sequence number (format 2 and
-    up) is one. A format 1 table has no sequence numbers to tell by."""
-    return oldest is not None and (oldest.sequence_number or 0) > 1
 
 
 def _from_properties(metadata: TableMetadata, branch: str, job_id: str | None) -> int | None:
