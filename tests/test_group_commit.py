@@ -430,6 +430,29 @@ def test_a_checkpoint_whose_history_was_expired_below_another_writers_snapshot_i
     ) == [3, 5, 7, 99]
 
 
+def test_a_checkpoint_just_below_the_next_one_kept_is_read_however_much_history_below_was_expired(
+    three_tables: CatalogConfig,
+) -> None:
+    """The job's snapshot of checkpoint 5 sits on another writer's snapshot whose history was expired: every
+    commit of the job below it held checkpoint 4 or less, so that snapshot is the state at checkpoint 4."""
+    import icesink
+
+    config = three_tables
+    a = TABLES[0]
+    committer = TableCommitter.of(config)
+    for checkpoint in (3, 4):
+        stage_group(config, "job", checkpoint, {a: orders(checkpoint, 1)})
+        committer.commit_pending(a)
+    open_catalog(config).load_table(a).append(orders(99, 1))  # maintenance or another tool
+    stage_group(config, "job", 5, {a: orders(5, 1)})
+    committer.commit_pending(a)
+    table = open_catalog(config).load_table(a)
+    table.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in table.metadata.snapshots[:2]]).commit()
+    assert len(open_catalog(config).load_table(a).metadata.snapshots) == 2
+    cut = icesink.read_tables([a], job_id="job", checkpoint_id=4, catalog=config)
+    assert sorted(cut[a].column("id").to_pylist()) == [3, 4, 99]  # before, refused as expired
+
+
 def test_the_manifest_lists_a_commit_keeps_are_what_their_files_hold(three_tables: CatalogConfig) -> None:
     """The committer keeps each manifest list it writes rather than reading it back at the next commit: what it
     keeps must be what a reader of the file gets, new manifests' sequence numbers included."""

@@ -4,7 +4,7 @@ pyiceberg's expiry clears the parent id of the oldest snapshot it keeps, so a wa
 snapshot without a parent either way: the table's first, or one whose history is gone (what it changed, and any
 marker or watermark recorded below it, cannot be told any more). A sequence number above 1 says which (format 2
 and up). Where there is none to tell by (format 1, or the first snapshot after an upgrade to format 2, numbered
-1 again), the snapshot's summary does: the table's first snapshot found it empty.
+1), the snapshot's summary does: the table's first snapshot found it empty.
 """
 
 from __future__ import annotations
@@ -30,14 +30,13 @@ def history_cut(oldest: Snapshot | None) -> bool:
 
 
 def _held_something_before(snapshot: Snapshot) -> bool:
-    """Whether the summary says the table held files or rows before ``snapshot`` (a summary without totals, or
-    with totals that are not numbers, says nothing)."""
+    """Whether the summary says the table held files or rows before ``snapshot`` (a total missing, or with counts
+    that are not numbers, says nothing)."""
     summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
-    try:
-        return any(
-            int(summary[total]) - int(summary.get(added, 0)) + int(summary.get(removed, 0)) > 0
-            for total, added, removed in _TOTALS
-            if total in summary
-        )
-    except ValueError:
-        return False
+    for total, added, removed in _TOTALS:
+        try:
+            if total in summary and int(summary[total]) - int(summary.get(added, 0)) + int(summary.get(removed, 0)) > 0:
+                return True
+        except ValueError:
+            continue
+    return False

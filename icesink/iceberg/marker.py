@@ -136,10 +136,13 @@ def snapshot_at_checkpoint(
     newest = ref.snapshot_id if ref else None
     snapshot_id = newest
     seen_job = False  # passed a snapshot of the job holding later checkpoints
+    next_marker: int | None = None  # the marker of the oldest of them
     last = None
     while snapshot_id is not None:
         snapshot = metadata.snapshot_by_id(snapshot_id)
-        if snapshot is None:
+        if snapshot is None:  # expired, its child still naming it (as Iceberg Java's expiry leaves it)
+            if newest != snapshot_id and next_marker == checkpoint_id + 1:
+                return newest  # kept, and the answer (below)
             raise CheckpointExpired(snapshot_id)
         last = snapshot
         summary = snapshot.summary
@@ -147,7 +150,7 @@ def snapshot_at_checkpoint(
         if summary is not None and summary[JOB_ID_PROPERTY] == job_id and marker is not None:
             if int(marker) <= checkpoint_id:
                 return newest
-            seen_job = True
+            seen_job, next_marker = True, int(marker)
             newest = snapshot.parent_snapshot_id  # this one holds later checkpoints: look below it
         snapshot_id = snapshot.parent_snapshot_id
     # The walk ended at a snapshot without a parent: the table's first, or one whose history expired, below which
@@ -155,6 +158,10 @@ def snapshot_at_checkpoint(
     cut = history_cut(last)
     recorded = metadata.properties.get(table_property(job_id, branch))
     later = seen_job or (recorded is not None and int(recorded) > checkpoint_id)
+    # Markers grow along a branch: below the job's snapshot of the next checkpoint every commit of the job holds
+    # this checkpoint or an earlier one, so the kept snapshot under it answers however much history was cut.
+    if newest is not None and next_marker == checkpoint_id + 1:
+        return newest
     if cut and later:
         raise CheckpointExpired(last.snapshot_id if last is not None else None)
     return newest

@@ -61,9 +61,7 @@ def preflight(df: DataFrame, options: StreamOptions, deferred: bool = False) -> 
         raise ConfigError(
             f"table {table}: checkpoint_location is required; exactly-once needs Spark's checkpoint to survive restarts"
         )
-    check_environment()
-    if not os.environ.get("PYSPARK_PYTHON"):
-        log.warning("PYSPARK_PYTHON is not set; executors must run a Python that has icesink and pyarrow installed")
+    check_stream_environment()
     config = resolve_catalog(options.catalog)
     catalog_handle = open_catalog(config, pending_tables=True)
     if options.equality_fields and not table_exists(catalog_handle, config, table):
@@ -84,6 +82,13 @@ def preflight(df: DataFrame, options: StreamOptions, deferred: bool = False) -> 
         deferred=deferred,
     )
     return _fitted(df.schema, options, iceberg_table, config, event_time, df), catalog_handle
+
+
+def check_stream_environment() -> None:
+    """The environment a stream starts in: unknown ``ICESINK_*`` settings refused, a missing worker Python said."""
+    check_environment()
+    if not os.environ.get("PYSPARK_PYTHON"):
+        log.warning("PYSPARK_PYTHON is not set; executors must run a Python that has icesink and pyarrow installed")
 
 
 def table_settings(

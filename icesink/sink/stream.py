@@ -23,7 +23,7 @@ from icesink.sink.checkpoint_location import checkpoint_location, clear_unfinish
 from icesink.sink.dead_letter import check_dead_letter, dead_letter_settings, sets_late_rows_aside
 from icesink.sink.debezium_router import DebeziumRouter
 from icesink.sink.options import Committer, StreamOptions, StreamWideOptions, Target, args_doc
-from icesink.sink.preflight import preflight
+from icesink.sink.preflight import check_stream_environment, preflight
 from icesink.sink.routing import StaticRouter, TargetSettings
 from icesink.sink.sink_settings import SinkSettings
 from icesink.sink.tables import table_exists
@@ -328,7 +328,7 @@ def _stream_debezium(df: DataFrame, spec: Debezium, own: StreamWideOptions) -> S
         )
     if not options.checkpoint_location:
         raise ConfigError(f"tables {name}: checkpoint_location is required; exactly-once needs Spark's checkpoint")
-    check_environment()
+    check_stream_environment()
     config = resolve_catalog(options.catalog)
     catalog = open_catalog(config, pending_tables=True)
     stream_settings = SinkSettings.of(options, config)
