@@ -122,10 +122,20 @@ def test_a_restart_after_the_last_read_snapshot_expired_stops_with_the_reason(
     assert f"snapshot {read_up_to}" in message and "history.expire.max-snapshot-age-ms" in message
 
 
+def first_offset(config: CatalogConfig, table: str, moment: datetime.datetime) -> int:
+    """The snapshot a change stream of ``table`` starting at ``moment`` reads after (before Spark logs it)."""
+    from icesink.changelog.source import ChangelogStreamReader, ReadOptions, spark_schema
+
+    options = {"table": table, "catalog.name": config.name, "catalog.uri": config.uri}
+    read = ReadOptions.of({**options, "catalog.warehouse": config.warehouse, "starting": moment.isoformat()})
+    reader = ChangelogStreamReader(read, spark_schema(read.load().schema(), read.mode))
+    return int(reader.initialOffset()["snapshot_id"])
+
+
 def test_a_start_time_older_than_the_kept_history_is_refused_not_read_as_inserts(sqlite_catalog: CatalogConfig) -> None:
     """Snapshots expired: a time before the oldest one kept cannot tell what changed since (its rows were there
     before or came after?); the reader stops with the times it could start at, before Spark logs an offset."""
-    from icesink.changelog.source import BEFORE_FIRST, ChangelogStreamReader, ReadOptions, spark_schema
+    from icesink.changelog.source import BEFORE_FIRST
     from icesink.errors import StartingSnapshotExpiredError
 
     config = sqlite_catalog
@@ -133,10 +143,7 @@ def test_a_start_time_older_than_the_kept_history_is_refused_not_read_as_inserts
     before_all = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=1)
 
     def start_at(moment: datetime.datetime) -> int:
-        options = {"table": TABLE, "catalog.name": config.name, "catalog.uri": config.uri}
-        read = ReadOptions.of({**options, "catalog.warehouse": config.warehouse, "starting": moment.isoformat()})
-        reader = ChangelogStreamReader(read, spark_schema(read.load().schema(), read.mode))
-        return int(reader.initialOffset()["snapshot_id"])
+        return first_offset(config, TABLE, moment)
 
     fill(config, 3, seed=8)
     table = open_catalog(config).load_table(TABLE)
@@ -166,7 +173,7 @@ def test_expired_history_of_a_table_without_sequence_numbers_is_refused_not_read
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField
 
-    from icesink.changelog.source import BEFORE_FIRST, ChangelogStreamReader, ReadOptions, spark_schema
+    from icesink.changelog.source import BEFORE_FIRST
     from icesink.errors import StartingSnapshotExpiredError
 
     config, name = sqlite_catalog, "shop.version one"
@@ -178,10 +185,7 @@ def test_expired_history_of_a_table_without_sequence_numbers_is_refused_not_read
     before_all = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=1)
 
     def start_at(moment: datetime.datetime) -> int:
-        options = {"table": name, "catalog.name": config.name, "catalog.uri": config.uri}
-        read = ReadOptions.of({**options, "catalog.warehouse": config.warehouse, "starting": moment.isoformat()})
-        reader = ChangelogStreamReader(read, spark_schema(read.load().schema(), read.mode))
-        return int(reader.initialOffset()["snapshot_id"])
+        return first_offset(config, name, moment)
 
     for value in range(2):
         table.append(pa.table({"x": pa.array([value], pa.int64())}))

@@ -404,6 +404,18 @@ def test_a_checkpoint_discarded_while_its_group_commits_is_left_out(three_tables
     assert [r.state for r in Ledger(config).for_table(b)] == [CheckpointState.DISCARDED]
 
 
+def job_around_another_writer(config: CatalogConfig, before: tuple[int, ...], after: int) -> None:
+    """The job's checkpoints ``before`` into the first table, another writer's snapshot (row 99), then the job's
+    checkpoint ``after``."""
+    committer = TableCommitter.of(config)
+    for checkpoint in before:
+        stage_group(config, "job", checkpoint, {TABLES[0]: orders(checkpoint, 1)})
+        committer.commit_pending(TABLES[0])
+    open_catalog(config).load_table(TABLES[0]).append(orders(99, 1))  # maintenance or another tool
+    stage_group(config, "job", after, {TABLES[0]: orders(after, 1)})
+    committer.commit_pending(TABLES[0])
+
+
 def test_a_checkpoint_whose_history_was_expired_below_another_writers_snapshot_is_refused(
     three_tables: CatalogConfig,
 ) -> None:
@@ -412,13 +424,7 @@ def test_a_checkpoint_whose_history_was_expired_below_another_writers_snapshot_i
 
     config = three_tables
     a = TABLES[0]
-    committer = TableCommitter.of(config)
-    for checkpoint in (3, 5):
-        stage_group(config, "job", checkpoint, {a: orders(checkpoint, 1)})
-        committer.commit_pending(a)
-    open_catalog(config).load_table(a).append(orders(99, 1))  # maintenance or another tool
-    stage_group(config, "job", 7, {a: orders(7, 1)})
-    committer.commit_pending(a)
+    job_around_another_writer(config, (3, 5), 7)
     table = open_catalog(config).load_table(a)
     for snapshot in table.metadata.snapshots[:2]:  # the job's snapshots of checkpoints 3 and 5
         table = open_catalog(config).load_table(a)
@@ -439,13 +445,7 @@ def test_a_checkpoint_just_below_the_next_one_kept_is_read_however_much_history_
 
     config = three_tables
     a = TABLES[0]
-    committer = TableCommitter.of(config)
-    for checkpoint in (3, 4):
-        stage_group(config, "job", checkpoint, {a: orders(checkpoint, 1)})
-        committer.commit_pending(a)
-    open_catalog(config).load_table(a).append(orders(99, 1))  # maintenance or another tool
-    stage_group(config, "job", 5, {a: orders(5, 1)})
-    committer.commit_pending(a)
+    job_around_another_writer(config, (3, 4), 5)
     table = open_catalog(config).load_table(a)
     table.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in table.metadata.snapshots[:2]]).commit()
     assert len(open_catalog(config).load_table(a).metadata.snapshots) == 2
