@@ -89,6 +89,40 @@ def test_gc_removes_what_expired_snapshots_and_merges_left_behind(catalog_config
     assert [r.checkpoint_id for r in Ledger(catalog_config).for_table(TABLE)] == [5]
 
 
+def test_gc_forgets_the_audits_of_snapshots_the_table_expired(catalog_config: CatalogConfig) -> None:
+    """Write-audit-publish records an audit per audited snapshot; once expiry removed a snapshot, gc forgets its
+    audit, so the record does not grow for as long as the table lives. Another table's audits are its own."""
+    from icesink.catalog.audit_record import AuditEntry, AuditRecord
+
+    config = catalog_config
+    create_orders_table(config)
+    create_orders_table(config, "shop.other")
+    with open_catalog(config).load_table(TABLE).transaction() as transaction:
+        transaction.set_properties({"history.expire.max-snapshot-age-ms": "1"})
+    committer, record = TableCommitter.of(config, expire_snapshots=True), AuditRecord(config)
+
+    def audited(identifier: str, snapshot_id: int, checkpoint: int) -> None:
+        now = datetime.datetime.now(datetime.UTC)
+        record.record(AuditEntry(identifier, "audit", snapshot_id, None, "job-a", checkpoint, True, 10, {}, [], now))
+
+    for checkpoint in range(6):
+        time.sleep(0.01)
+        stage_rows(config, TABLE, "job-a", checkpoint, orders(checkpoint * 10, 10))
+        committer.commit_pending(TABLE)
+        audited(TABLE, open_catalog(config).load_table(TABLE).current_snapshot().snapshot_id, checkpoint)
+    audited("shop.other", 12345, 0)  # a snapshot of another table, which this one never had
+    (kept,) = open_catalog(config).load_table(TABLE).metadata.snapshots
+    assert len(record.of_branch(TABLE, "audit")) == 6
+    young = collect_garbage(open_catalog(config), config, TABLE, HOUR)
+    assert young.audit_rows_pruned == 0 and len(record.of_branch(TABLE, "audit")) == 6  # recorded just now
+    dry = collect_garbage(open_catalog(config), config, TABLE, datetime.timedelta(0), dry_run=True)
+    assert dry.audit_rows_pruned == 0 and len(record.of_branch(TABLE, "audit")) == 6  # a dry run forgets nothing
+    report = collect_garbage(open_catalog(config), config, TABLE, datetime.timedelta(0))
+    assert report.audit_rows_pruned == 5
+    assert list(record.of_branch(TABLE, "audit")) == [kept.snapshot_id]
+    assert list(record.of_branch("shop.other", "audit")) == [12345]
+
+
 def test_gc_refuses_to_guess_when_a_staged_manifest_is_missing(sqlite_catalog: CatalogConfig) -> None:
     create_orders_table(sqlite_catalog)
     stage_rows(sqlite_catalog, TABLE, "job-a", 0, orders(0, 10))

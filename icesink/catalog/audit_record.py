@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -91,6 +91,10 @@ class AuditEntry:
         }
 
 
+# Row ids named in one statement (well under every database's limit on bound parameters).
+_IDS_PER_STATEMENT = 1000
+
+
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
 
@@ -160,13 +164,19 @@ class AuditRecord:
                 .values(published_at=now, published_by=by)
             )
 
-    def forget_table(self, identifier: str) -> None:
+    def prune(self, identifier: str, kept: Collection[int], before: datetime.datetime) -> int:
+        """Forget the audits of snapshots the table keeps no more (expired), recorded before ``before``; how many.
+
+        A table keeps its history for as long as its retention says, and its audits with it: without this the
+        record would grow by a row per audited commit for as long as the table lives."""
+        c = audits.c
+        mine = [c.catalog_name == self._config.name, c.table_identifier == identifier]
         with database_errors(self._config), self._engine.begin() as connection:
-            connection.execute(
-                sa.delete(audits).where(
-                    audits.c.catalog_name == self._config.name, audits.c.table_identifier == identifier
-                )
-            )
+            rows = connection.execute(sa.select(c.id, c.snapshot_id, c.audited_at).where(*mine)).all()
+            gone = [r.id for r in rows if r.snapshot_id not in kept and as_utc(r.audited_at) < before]
+            for start in range(0, len(gone), _IDS_PER_STATEMENT):
+                connection.execute(sa.delete(audits).where(c.id.in_(gone[start : start + _IDS_PER_STATEMENT])))
+        return len(gone)
 
 
 def _entry(row: sa.Row) -> AuditEntry:  # type: ignore[type-arg]

@@ -245,6 +245,7 @@ def committer_gc(obj: CliContext, tables: tuple[str, ...], older_than: str, dry_
         Column("too young", lambda r: r.too_young),
         Column("would delete" if dry_run else "deleted", lambda r: len(r.deleted)),
         Column("ledger rows pruned", lambda r: r.ledger_rows_pruned),
+        Column("audit rows pruned", lambda r: r.audit_rows_pruned),
     ]
     obj.output(as_json).emit([asdict(r) for r in reports], lambda: text_table(reports, columns))
     for error in errors:

@@ -2,7 +2,8 @@
 
 Killed or retried task attempts leave data files that no checkpoint names,
 merged manifests and expired snapshots leave manifests and manifest lists
-behind, and the ledger keeps a row per committed checkpoint. A file under the
+behind, the ledger keeps a row per committed checkpoint, and the audit record a
+row per audited snapshot (pruned once the table expired the snapshot). A file under the
 table's location is removed only when all of these hold:
 
 * no snapshot, metadata log entry or statistics entry of the table names it;
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from icesink import paths
+from icesink.catalog.audit_record import AuditRecord
 from icesink.catalog.checkpoints import CheckpointState
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
@@ -52,6 +54,7 @@ class GcReport:
     too_young: int = 0
     deleted: list[str] = field(default_factory=list)
     ledger_rows_pruned: int = 0
+    audit_rows_pruned: int = 0  # the audits of snapshots the table expired
     dry_run: bool = False
 
 
@@ -77,8 +80,10 @@ def collect_garbage(
             table.io.delete(uri)
         before = datetime.datetime.now(datetime.UTC) - older_than
         report.ledger_rows_pruned = ledger.prune_committed(identifier, before)
+        kept = {s.snapshot_id for s in table.metadata.snapshots}
+        report.audit_rows_pruned = AuditRecord(config).prune(identifier, kept, before)
     log.info(
-        "table=%s gc: %d files, %d referenced, %d too young, %d %s, %d ledger rows pruned",
+        "table=%s gc: %d files, %d referenced, %d too young, %d %s, %d ledger rows pruned, %d audit rows pruned",
         identifier,
         report.files_seen,
         report.referenced,
@@ -86,6 +91,7 @@ def collect_garbage(
         len(report.deleted),
         "would be deleted" if dry_run else "deleted",
         report.ledger_rows_pruned,
+        report.audit_rows_pruned,
     )
     return report
 
