@@ -93,6 +93,7 @@ def test_gc_forgets_the_audits_of_snapshots_the_table_expired(catalog_config: Ca
     """Write-audit-publish records an audit per audited snapshot; once expiry removed a snapshot, gc forgets its
     audit, so the record does not grow for as long as the table lives. Another table's audits are its own."""
     from icesink.catalog.audit_record import AuditEntry, AuditRecord
+    from icesink.committer.recorded_checks import recorded_checks
 
     config = catalog_config
     create_orders_table(config)
@@ -101,25 +102,36 @@ def test_gc_forgets_the_audits_of_snapshots_the_table_expired(catalog_config: Ca
         transaction.set_properties({"history.expire.max-snapshot-age-ms": "1"})
     committer, record = TableCommitter.of(config, expire_snapshots=True), AuditRecord(config)
 
-    def audited(identifier: str, snapshot_id: int, checkpoint: int) -> None:
+    def audited(
+        identifier: str, snapshot_id: int, checkpoint: int, branch: str = "audit", job: str | None = "job-a"
+    ) -> None:
         now = datetime.datetime.now(datetime.UTC)
-        record.record(AuditEntry(identifier, "audit", snapshot_id, None, "job-a", checkpoint, True, 10, {}, [], now))
+        record.record(AuditEntry(identifier, branch, snapshot_id, None, job, checkpoint, True, 10, {}, [], now))
 
+    committed = []
     for checkpoint in range(6):
         time.sleep(0.01)
         stage_rows(config, TABLE, "job-a", checkpoint, orders(checkpoint * 10, 10))
         committer.commit_pending(TABLE)
-        audited(TABLE, open_catalog(config).load_table(TABLE).current_snapshot().snapshot_id, checkpoint)
+        committed.append(open_catalog(config).load_table(TABLE).current_snapshot().snapshot_id)
+        audited(TABLE, committed[-1], checkpoint)
     audited("shop.other", 12345, 0)  # a snapshot of another table, which this one never had
+    # A branch whose audits are all of snapshots expired since: the newest of each job says which checks it runs
+    # (another tool's snapshot, audited without a job, does not stand for the job's).
+    audited(TABLE, committed[0], 0, branch="side")
+    audited(TABLE, committed[1], 1, branch="side")
     (kept,) = open_catalog(config).load_table(TABLE).metadata.snapshots
+    audited(TABLE, kept.snapshot_id, 5, branch="side", job=None)
     assert len(record.of_branch(TABLE, "audit")) == 6
     young = collect_garbage(open_catalog(config), config, TABLE, HOUR)
     assert young.audit_rows_pruned == 0 and len(record.of_branch(TABLE, "audit")) == 6  # recorded just now
     dry = collect_garbage(open_catalog(config), config, TABLE, datetime.timedelta(0), dry_run=True)
-    assert dry.audit_rows_pruned == 0 and len(record.of_branch(TABLE, "audit")) == 6  # a dry run forgets nothing
+    assert dry.audit_rows_pruned == 6 and len(record.of_branch(TABLE, "audit")) == 6  # said, not done
     report = collect_garbage(open_catalog(config), config, TABLE, datetime.timedelta(0))
-    assert report.audit_rows_pruned == 5
+    assert report.audit_rows_pruned == 6
     assert list(record.of_branch(TABLE, "audit")) == [kept.snapshot_id]
+    assert sorted(record.of_branch(TABLE, "side")) == sorted([committed[1], kept.snapshot_id])
+    assert recorded_checks(TABLE, "side", config, "job-a") == []  # found (it ran none), not "no audit recorded"
     assert list(record.of_branch("shop.other", "audit")) == [12345]
 
 

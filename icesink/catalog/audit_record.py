@@ -91,8 +91,8 @@ class AuditEntry:
         }
 
 
-# Row ids named in one statement (well under every database's limit on bound parameters).
-_IDS_PER_STATEMENT = 1000
+# Row ids named in one statement (SQLite before 3.32 binds at most 999 parameters).
+_IDS_PER_STATEMENT = 500
 
 
 def _now() -> datetime.datetime:
@@ -164,18 +164,35 @@ class AuditRecord:
                 .values(published_at=now, published_by=by)
             )
 
-    def prune(self, identifier: str, kept: Collection[int], before: datetime.datetime) -> int:
-        """Forget the audits of snapshots the table keeps no more (expired), recorded before ``before``; how many.
+    def prune(self, identifier: str, kept: Collection[int], before: datetime.datetime, dry_run: bool = False) -> int:
+        """Forget the audits of snapshots the table keeps no more (expired), recorded before ``before``; how many
+        (``dry_run``: how many would go).
 
         A table keeps its history for as long as its retention says, and its audits with it: without this the
-        record would grow by a row per audited commit for as long as the table lives."""
+        record would grow by a row per audited commit for as long as the table lives. The newest audit of each
+        branch by each job (or by none: another tool's snapshot) stays whatever its snapshot: its checks are the
+        ones run again (``icesink audit``, a daemon publishing a table its stream met in an earlier run), and it
+        says the branch is audited at all, which ``icesink publish`` holds it to. ``kept`` must be read after
+        ``before`` was fixed: a snapshot committed since is audited after ``before``, so its audit stays."""
         c = audits.c
-        mine = [c.catalog_name == self._config.name, c.table_identifier == identifier]
+        old = [c.catalog_name == self._config.name, c.table_identifier == identifier, c.audited_at < before]
         with database_errors(self._config), self._engine.begin() as connection:
-            rows = connection.execute(sa.select(c.id, c.snapshot_id, c.audited_at).where(*mine)).all()
-            gone = [r.id for r in rows if r.snapshot_id not in kept and as_utc(r.audited_at) < before]
-            for start in range(0, len(gone), _IDS_PER_STATEMENT):
-                connection.execute(sa.delete(audits).where(c.id.in_(gone[start : start + _IDS_PER_STATEMENT])))
+            rows = connection.execute(sa.select(c.id, c.branch, c.job_id, c.snapshot_id, c.audited_at).where(*old))
+            newest: dict[tuple[str, str | None], tuple[datetime.datetime, int, int]] = {}
+            expired = []
+            for r in rows:
+                order = (as_utc(r.audited_at), r.snapshot_id, r.id)
+                key = (r.branch, r.job_id)
+                if key not in newest or order > newest[key]:
+                    newest[key] = order
+                if r.snapshot_id not in kept:
+                    expired.append(r.id)
+            last = {order[2] for order in newest.values()}
+            gone = [i for i in expired if i not in last]
+            if not dry_run:
+                for start in range(0, len(gone), _IDS_PER_STATEMENT):
+                    chunk = gone[start : start + _IDS_PER_STATEMENT]
+                    connection.execute(sa.delete(audits).where(*old, c.id.in_(chunk)))
         return len(gone)
 
 

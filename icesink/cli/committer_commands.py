@@ -205,7 +205,8 @@ def _failures(errors: dict[str, dict[str, object]]) -> list[str]:
 def committer_gc(obj: CliContext, tables: tuple[str, ...], older_than: str, dry_run: bool, as_json: bool) -> None:
     """Delete files no snapshot and no checkpoint references (failed attempts, expired snapshots, merged manifests).
 
-    Also forgets committed checkpoints older than --older-than in the ledger (the newest of each job stays).
+    Also forgets committed checkpoints older than --older-than in the ledger (the newest of each job stays), and
+    the audits of snapshots the table has expired (the newest of each branch and job stays).
     """
     from dataclasses import asdict
 

@@ -68,6 +68,8 @@ def collect_garbage(
     ledger = Ledger(config)
     report = GcReport(table=identifier, dry_run=dry_run)
     cutoff_ms = int((time.time() - older_than.total_seconds()) * 1000)
+    # Before the table is read: what is committed (and audited) after it was read is younger than this.
+    before = datetime.datetime.now(datetime.UTC) - older_than
 
     table = load_table(catalog, config, identifier)  # for its FileIO; what it references is read below
     keep = _staged_files(ledger, table, identifier)
@@ -75,13 +77,12 @@ def collect_garbage(
     with database_errors(config):
         keep.update(referenced_paths(table))
     _sort_stored_files(table, {paths.normal_form(p) for p in keep}, cutoff_ms, report, _others(config, identifier))
+    kept = {s.snapshot_id for s in table.metadata.snapshots}
+    report.audit_rows_pruned = AuditRecord(config).prune(identifier, kept, before, dry_run=dry_run)
     if not dry_run:
         for uri in report.deleted:
             table.io.delete(uri)
-        before = datetime.datetime.now(datetime.UTC) - older_than
         report.ledger_rows_pruned = ledger.prune_committed(identifier, before)
-        kept = {s.snapshot_id for s in table.metadata.snapshots}
-        report.audit_rows_pruned = AuditRecord(config).prune(identifier, kept, before)
     log.info(
         "table=%s gc: %d files, %d referenced, %d too young, %d %s, %d ledger rows pruned, %d audit rows pruned",
         identifier,
