@@ -17,6 +17,7 @@ from icesink.errors import ManifestError
 from tests.helpers.support import age_everything, create_orders_table, orders, stage_rows, table_ids, write_files
 
 TABLE = "shop.orders"
+OTHER = "shop.orders ü %/x"  # a name whose audits are another table's, however alike
 HOUR = datetime.timedelta(hours=1)
 
 
@@ -97,7 +98,7 @@ def test_gc_forgets_the_audits_of_snapshots_the_table_expired(catalog_config: Ca
 
     config = catalog_config
     create_orders_table(config)
-    create_orders_table(config, "shop.other")
+    create_orders_table(config, OTHER)
     with open_catalog(config).load_table(TABLE).transaction() as transaction:
         transaction.set_properties({"history.expire.max-snapshot-age-ms": "1"})
     committer, record = TableCommitter.of(config, expire_snapshots=True), AuditRecord(config)
@@ -115,7 +116,7 @@ def test_gc_forgets_the_audits_of_snapshots_the_table_expired(catalog_config: Ca
         committer.commit_pending(TABLE)
         committed.append(open_catalog(config).load_table(TABLE).current_snapshot().snapshot_id)
         audited(TABLE, committed[-1], checkpoint)
-    audited("shop.other", 12345, 0)  # a snapshot of another table, which this one never had
+    audited(OTHER, 12345, 0)  # a snapshot of another table, which this one never had
     # A branch whose audits are all of snapshots expired since: the newest of each job says which checks it runs
     # (another tool's snapshot, audited without a job, does not stand for the job's).
     audited(TABLE, committed[0], 0, branch="side")
@@ -132,7 +133,7 @@ def test_gc_forgets_the_audits_of_snapshots_the_table_expired(catalog_config: Ca
     assert list(record.of_branch(TABLE, "audit")) == [kept.snapshot_id]
     assert sorted(record.of_branch(TABLE, "side")) == sorted([committed[1], kept.snapshot_id])
     assert recorded_checks(TABLE, "side", config, "job-a") == []  # found (it ran none), not "no audit recorded"
-    assert list(record.of_branch("shop.other", "audit")) == [12345]
+    assert list(record.of_branch(OTHER, "audit")) == [12345]
 
 
 def test_gc_refuses_to_guess_when_a_staged_manifest_is_missing(sqlite_catalog: CatalogConfig) -> None:

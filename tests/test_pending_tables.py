@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 from pathlib import Path
 from shlex import quote
 from typing import Any
@@ -411,7 +412,7 @@ def test_a_pending_table_dropped_as_the_router_meets_it_is_not_created_again_pub
     from icesink.sink.options import StreamWideOptions
 
     config = catalog_config
-    identifier = "shop.customers"
+    identifier = NEW  # a name a catalog's default layout and a URL would both mangle
     created = debezium_router.resolve_table
 
     def dropped_at_once(*args: Any, **kwargs: Any) -> Any:
@@ -440,5 +441,5 @@ def test_a_pending_table_dropped_as_the_router_meets_it_is_not_created_again_pub
     assert _invisible(config, identifier)  # before, the check created it again: published, empty, no source
     # The micro-batch goes on to load its tables, and stops there naming it: nothing is written for it, and the
     # restarted stream (which replays the micro-batch) creates it again.
-    with pytest.raises(TableNotFoundError, match=f"table '{identifier}' does not exist"):
+    with pytest.raises(TableNotFoundError, match=re.escape(f"table {identifier!r} does not exist")):
         load_tables(open_catalog(config, pending_tables=True), config, [identifier, identifier])
