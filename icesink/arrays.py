@@ -1,7 +1,9 @@
-"""Arrow arrays icesink builds often, built in C++ rather than from Python lists (millions of rows)."""
+"""Arrow arrays icesink builds often, built in C++ rather than from Python lists (millions of rows); and set
+operations on sorted positions."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -85,3 +87,26 @@ def one_array(column: pa.ChunkedArray) -> pa.Array:
     if column.num_chunks == 1:
         return column.chunk(0)
     return column.combine_chunks() if column.num_chunks else pa.nulls(0, column.type)
+
+
+def sorted_union(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """The distinct values of two sorted arrays of distinct values, in order: a merge of the two runs, in linear
+    time (``np.union1d`` sorts them again)."""
+    if not len(first) or not len(second):
+        return second if not len(first) else first
+    both = np.concatenate([first, second])
+    both.sort(kind="stable")  # two sorted runs: merged, not sorted anew
+    fresh = np.empty(len(both), dtype=bool)
+    fresh[0] = True
+    np.not_equal(both[1:], both[:-1], out=fresh[1:])
+    return both[fresh]
+
+
+def in_sorted(values: np.ndarray, sorted_values: np.ndarray) -> np.ndarray:
+    """Which of ``values`` are in ``sorted_values`` (sorted and distinct): by bisection, without sorting both as
+    ``np.isin`` does."""
+    if not len(sorted_values):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_values, values), len(sorted_values) - 1)
+    found: np.ndarray = sorted_values[at] == values
+    return found

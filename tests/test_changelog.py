@@ -15,10 +15,14 @@ import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import icesink
+from icesink.arrays import in_sorted, sorted_union
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.committer.maintainer import Maintainer
@@ -605,3 +609,18 @@ def test_a_snapshot_of_equality_deletes_reads_only_the_files_its_keys_may_be_in(
     start = {k: f"a{k}" for k in range(100)}
     end = {**start, **{k: f"b{k}" for k in range(100, 199)}, 150: "b150 again", 300: "new"}
     assert replay(start, icesink.changes(TABLE, first, third, catalog=sqlite_catalog)) == end
+
+
+@given(
+    st.lists(st.integers(-5, 60), max_size=40),
+    st.lists(st.integers(-5, 60), max_size=40),
+    st.lists(st.integers(-10, 70), max_size=40),
+)
+def test_the_set_operations_on_sorted_positions_agree_with_numpys(
+    first: list[int], second: list[int], probes: list[int]
+) -> None:
+    # What a catch-up read keeps per data file: the positions deleted before, grown by each snapshot's own.
+    a, b = np.unique(np.array(first, np.int64)), np.unique(np.array(second, np.int64))
+    assert sorted_union(a, b).tolist() == np.union1d(a, b).tolist()
+    values = np.array(probes, np.int64)
+    assert in_sorted(values, a).tolist() == np.isin(values, a).tolist()

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icesink.arrays import empty_table, positions, repeated
+from icesink.arrays import empty_table, in_sorted, positions, repeated, sorted_union
 from icesink.changelog.change_columns import (
     CHANGE_FIELDS,
     DELETE,
@@ -72,6 +72,10 @@ class _Reader:
                 for f in added.after:
                     files[str(f.file_path)] = f
         self._positions = position_deletes_of(table, files.values())
+        # Per data file, the positions the delete files applying before a snapshot name, and which files those
+        # were: the next snapshot's are these and its own, so a catch-up read adds one file's positions a
+        # snapshot instead of uniting every earlier one again (which grew with the snapshots read).
+        self._named_before: dict[str, tuple[frozenset[str], np.ndarray]] = {}
 
     def rows(self, live: LiveFile) -> pa.Table:
         """Every row of the file, in file order (no delete applied)."""
@@ -115,14 +119,33 @@ class _Reader:
 
     def named(self, live: LiveFile, position_deletes: frozenset[DataFile]) -> np.ndarray:
         """The distinct positions of the file that these position delete files name, in order."""
-        arrays = [
-            np.asarray(self._positions[str(f.file_path)][live.path], dtype=np.int64)
-            for f in position_deletes
-            if live.path in self._positions.get(str(f.file_path), {})
-        ]
+        return self._named(live.path, self._naming(live, position_deletes))
+
+    def _naming(self, live: LiveFile, position_deletes: frozenset[DataFile]) -> frozenset[str]:
+        """Which of these position delete files name positions of the file."""
+        return frozenset(
+            str(f.file_path) for f in position_deletes if live.path in self._positions.get(str(f.file_path), {})
+        )
+
+    def _named(self, path: str, naming: frozenset[str]) -> np.ndarray:
+        arrays = [np.asarray(self._positions[d][path], dtype=np.int64) for d in naming]
         if len(arrays) == 1 and bool(np.all(arrays[0][1:] > arrays[0][:-1])):
             return arrays[0]  # one file, in order already (as the spec writes position deletes): nothing to sort
         return np.unique(np.concatenate(arrays)) if arrays else np.empty(0, np.int64)
+
+    def named_before(self, live: LiveFile, position_deletes: frozenset[DataFile]) -> np.ndarray:
+        """:meth:`named`, for the delete files that applied before a snapshot: what the previous snapshot's
+        read left for the file, with the positions of the files added since."""
+        naming = self._naming(live, position_deletes)
+        known = self._named_before.get(live.path)
+        if known is not None and known[0] == naming:
+            return known[1]
+        if known is not None and known[0] < naming:
+            found = sorted_union(known[1], self._named(live.path, naming - known[0]))
+        else:
+            found = self._named(live.path, naming)
+        self._named_before[live.path] = (naming, found)
+        return found
 
     def alive(
         self,
@@ -162,7 +185,7 @@ def deleted_and_inserted(reader: _Reader, part: SnapshotChanges) -> tuple[pa.Tab
             # file a few rows of which changed costs those row groups, not the file.
             newly = reader.named(changed.data, changed.after - changed.before)
             if len(newly) and changed.before:  # a position named again (a key updated twice) was deleted before
-                newly = newly[~np.isin(newly, reader.named(changed.data, changed.before), assume_unique=False)]
+                newly = newly[~in_sorted(newly, reader.named_before(changed.data, changed.before))]
             if len(newly):
                 deleted.append(reader.rows_at(changed.data, newly))
             continue
