@@ -39,7 +39,8 @@ def negative(first: int, count: int, bad: int = 1) -> pa.Table:
 
 
 def cli_run(config: CatalogConfig, *args: str) -> Any:
-    return CliRunner().invoke(cli, ["--catalog", config.name, "--uri", config.uri, *args], catch_exceptions=False)
+    where = ["--catalog", config.name, "--uri", config.uri, "--warehouse", config.warehouse]
+    return CliRunner().invoke(cli, [*where, *args], catch_exceptions=False)
 
 
 # --- the checks -----------------------------------------------------------------------------------------------
@@ -506,6 +507,39 @@ def test_a_branch_nobody_audits_does_not_publish_what_failed_on_another(sqlite_c
     assert ids_at(config, TABLE) == [0]
     assert cli_run(config, "publish", TABLE, "--branch", "copy", "--force").exit_code == 0
     assert ids_at(config, TABLE) == [0, 1]
+
+
+def test_a_table_dropped_and_created_again_under_its_name_keeps_none_of_the_old_ones_audits(
+    catalog_config: CatalogConfig,
+) -> None:
+    """Audits say which table they were of: a table created again under a dropped one's name has a branch no
+    stream audited, which publishes as such, has no checks to run again, and gc forgets the old table's audits."""
+    import datetime
+
+    from icesink.committer.gc import collect_garbage
+
+    config = catalog_config
+    create_orders_table(config, TABLE)
+    stream = BranchStream(config, [TABLE], SAFE)
+    stream.batch({TABLE: orders(0, 1)})
+    stream.batch({TABLE: negative(1, 1)})  # failed: the old table's branch held
+    assert len(AuditRecord(config).of_branch(TABLE, BRANCH)) == 2
+    catalog = open_catalog(config)
+    catalog.drop_table(TABLE)
+    table = create_orders_table(config, TABLE)
+    table.append(orders(100, 1))
+    table = catalog.load_table(TABLE)
+    table.manage_snapshots().create_branch(table.metadata.current_snapshot().snapshot_id, BRANCH).commit()
+    catalog.load_table(TABLE).append(orders(101, 1), branch=BRANCH)  # another tool writes the new table's branch
+    uuid = str(catalog.load_table(TABLE).metadata.table_uuid)
+    assert AuditRecord(config).of_branch(TABLE, BRANCH, uuid) == {}
+    result = cli_run(config, "audit", TABLE, "--branch", BRANCH)
+    assert result.exit_code == 2 and "no audit of branch" in result.output, result.output  # no old checks run
+    result = cli_run(config, "publish", TABLE, "--branch", BRANCH)  # never audited: published without --force
+    assert result.exit_code == 0, result.output
+    assert ids_at(config, TABLE) == [100, 101]
+    report = collect_garbage(open_catalog(config), config, TABLE, datetime.timedelta(0))
+    assert report.audit_rows_pruned == 2 and AuditRecord(config).of_branch(TABLE, BRANCH) == {}
 
 
 def test_a_table_that_failed_holds_the_group_at_the_last_checkpoint_every_table_passed(

@@ -64,6 +64,7 @@ def audit_link(chain: Chain, index: int, checks: Sequence[Check], ledger: Ledger
         problems=outcome.problems,
         checks=outcome.checks,
         audited_at=datetime.datetime.now(datetime.UTC),
+        table_uuid=str(table.metadata.table_uuid),
     )
 
 

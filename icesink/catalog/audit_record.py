@@ -43,6 +43,7 @@ audits = sa.Table(
     sa.Column("audited_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("published_at", sa.DateTime(timezone=True)),
     sa.Column("published_by", sa.String(255)),  # "committer", or the operator of `icesink publish`
+    sa.Column("table_uuid", sa.String(36)),  # of the table audited (None: recorded before 0016)
 )
 
 
@@ -63,6 +64,7 @@ class AuditEntry:
     audited_at: datetime.datetime
     published_at: datetime.datetime | None = None
     published_by: str | None = None
+    table_uuid: str | None = None  # which table of the name (None: recorded before it was said)
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -122,6 +124,7 @@ class AuditRecord:
             "problems": json.dumps(entry.problems, ensure_ascii=False),
             "checks": json.dumps(entry.checks, ensure_ascii=False, default=str),
             "audited_at": entry.audited_at,
+            "table_uuid": entry.table_uuid,
         }
         where = [*self._where(entry.identifier, entry.branch), c.snapshot_id == entry.snapshot_id]
         with database_errors(self._config), self._engine.begin() as connection:
@@ -134,10 +137,14 @@ class AuditRecord:
                 }
                 connection.execute(sa.insert(audits).values(**keys, **values))
 
-    def of_branch(self, identifier: str, branch: str) -> dict[int, AuditEntry]:
-        """Every recorded audit of the table's branch, by snapshot id."""
+    def of_branch(self, identifier: str, branch: str, table_uuid: str | None = None) -> dict[int, AuditEntry]:
+        """Every recorded audit of the table's branch, by snapshot id; with ``table_uuid``, only those of that
+        table (and those recorded before audits said which): not those of a table of the name dropped since."""
+        where = self._where(identifier, branch)
+        if table_uuid is not None:
+            where.append(_of_table(table_uuid))
         with database_errors(self._config), self._engine.connect() as connection:
-            rows = connection.execute(sa.select(audits).where(*self._where(identifier, branch))).all()
+            rows = connection.execute(sa.select(audits).where(*where)).all()
         return {r.snapshot_id: _entry(r) for r in rows}
 
     def of_snapshots(self, identifier: str, snapshot_ids: Sequence[int], branch: str | None = None) -> list[AuditEntry]:
@@ -164,9 +171,17 @@ class AuditRecord:
                 .values(published_at=now, published_by=by)
             )
 
-    def prune(self, identifier: str, kept: Collection[int], before: datetime.datetime, dry_run: bool = False) -> int:
-        """Forget the audits of snapshots the table keeps no more (expired), recorded before ``before``; how many
-        (``dry_run``: how many would go).
+    def prune(
+        self,
+        identifier: str,
+        kept: Collection[int],
+        before: datetime.datetime,
+        dry_run: bool = False,
+        table_uuid: str | None = None,
+    ) -> int:
+        """Forget the audits of snapshots the table keeps no more (expired), recorded before ``before``, and, given
+        the table's ``table_uuid``, every audit of an earlier table of the name (dropped and created again); how
+        many (``dry_run``: how many would go).
 
         A table keeps its history for as long as its retention says, and its audits with it: without this the
         record would grow by a row per audited commit for as long as the table lives. The newest audit of each
@@ -177,10 +192,13 @@ class AuditRecord:
         c = audits.c
         old = [c.catalog_name == self._config.name, c.table_identifier == identifier, c.audited_at < before]
         with database_errors(self._config), self._engine.begin() as connection:
-            rows = connection.execute(sa.select(c.id, c.branch, c.job_id, c.snapshot_id, c.audited_at).where(*old))
+            found = sa.select(c.id, c.branch, c.job_id, c.snapshot_id, c.audited_at, c.table_uuid).where(*old)
             newest: dict[tuple[str, str | None], tuple[datetime.datetime, int, int]] = {}
             expired = []
-            for r in rows:
+            for r in connection.execute(found):
+                if table_uuid is not None and r.table_uuid not in (None, table_uuid):
+                    expired.append(r.id)  # another table's, whatever its snapshot: its branch is gone with it
+                    continue
                 order = (as_utc(r.audited_at), r.snapshot_id, r.id)
                 key = (r.branch, r.job_id)
                 if key not in newest or order > newest[key]:
@@ -194,6 +212,12 @@ class AuditRecord:
                     chunk = gone[start : start + _IDS_PER_STATEMENT]
                     connection.execute(sa.delete(audits).where(*old, c.id.in_(chunk)))
         return len(gone)
+
+
+def _of_table(table_uuid: str) -> sa.ColumnElement[bool]:
+    """Audits of the table with this uuid, or recorded before audits said which table they were of."""
+    c = audits.c
+    return sa.or_(c.table_uuid.is_(None), c.table_uuid == table_uuid)
 
 
 def _entry(row: sa.Row) -> AuditEntry:  # type: ignore[type-arg]
@@ -211,4 +235,5 @@ def _entry(row: sa.Row) -> AuditEntry:  # type: ignore[type-arg]
         audited_at=as_utc(row.audited_at),
         published_at=as_utc(row.published_at),
         published_by=row.published_by,
+        table_uuid=row.table_uuid,
     )

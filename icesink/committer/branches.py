@@ -140,7 +140,7 @@ def audit_again(table: Table, identifier: str, branch: str, config: CatalogConfi
     main is at the branch's head already."""
 
     chain = _chain(table, identifier, branch, config)
-    checks = recorded_checks(identifier, branch, config)
+    checks = recorded_checks(identifier, branch, config, table_uuid=str(table.metadata.table_uuid))
     if chain.line.diverged:
         raise PublishError(diverged_message(identifier, branch, chain), table=identifier)
     if not chain.links:
@@ -196,6 +196,12 @@ def _refuse_failed_elsewhere(chain: Chain, config: CatalogConfig, upto: Link | N
         )
 
 
+def _audited(chain: Chain, config: CatalogConfig) -> bool:
+    """Whether an audit of the branch is recorded, of this table (not of one of the name dropped since)."""
+    uuid = str(chain.table.metadata.table_uuid)
+    return bool(AuditRecord(config).of_branch(chain.identifier, chain.branch, uuid))
+
+
 def _target(chain: Chain, snapshot_id: int | None, force: bool, config: CatalogConfig) -> Link:
     identifier, branch = chain.identifier, chain.branch
     if not chain.links:
@@ -215,7 +221,7 @@ def _target(chain: Chain, snapshot_id: int | None, force: bool, config: CatalogC
     elif force:
         link = chain.links[-1]
     else:
-        audited = bool(AuditRecord(config).of_branch(identifier, branch))
+        audited = _audited(chain, config)
         if not audited:
             _refuse_failed_elsewhere(chain, config)
         link = chain.newest_publishable() if audited else chain.links[-1]
@@ -230,7 +236,7 @@ def _target(chain: Chain, snapshot_id: int | None, force: bool, config: CatalogC
                 table=identifier,
             )
         return link
-    if not force and not AuditRecord(config).of_branch(identifier, branch):
+    if not force and not _audited(chain, config):
         _refuse_failed_elsewhere(chain, config, link)
     elif not force and not link.publishable:
         raise PublishError(

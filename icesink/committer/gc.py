@@ -78,7 +78,8 @@ def collect_garbage(
         keep.update(referenced_paths(table))
     _sort_stored_files(table, {paths.normal_form(p) for p in keep}, cutoff_ms, report, _others(config, identifier))
     kept = {s.snapshot_id for s in table.metadata.snapshots}
-    report.audit_rows_pruned = AuditRecord(config).prune(identifier, kept, before, dry_run=dry_run)
+    uuid = str(table.metadata.table_uuid)
+    report.audit_rows_pruned = AuditRecord(config).prune(identifier, kept, before, dry_run=dry_run, table_uuid=uuid)
     if not dry_run:
         for uri in report.deleted:
             table.io.delete(uri)

@@ -17,17 +17,21 @@ if TYPE_CHECKING:
     from icesink.catalog.config import CatalogConfig
 
 
-def recorded_checks(identifier: str, branch: str, config: CatalogConfig, job_id: str | None = None) -> list[Check]:
+def recorded_checks(
+    identifier: str, branch: str, config: CatalogConfig, job_id: str | None = None, table_uuid: str | None = None
+) -> list[Check]:
     """The checks of the stream that writes the branch now, as it declared them for the committer daemon, or
     else those the branch's last audit ran, made again (built-ins from their arguments, functions imported); a
-    :class:`ConfigError` naming the ones that cannot be. With ``job_id``, only what that job declared or ran."""
+    :class:`ConfigError` naming the ones that cannot be. With ``job_id``, only what that job declared or ran;
+    with ``table_uuid``, only the audits of that table (not of one of the name dropped since)."""
     ref = TableRef(identifier, branch)
     owner = PublishingRecord(config).owners([ref]).get(ref)
     described_checks: Sequence[Mapping[str, object]]
     if owner is not None and owner.policy != NOT_PUBLISHED and job_id in (None, owner.job_id):
         described_checks = owner.checks  # a stream that took it over may check more than the last audit did
     else:
-        entries = [e for e in AuditRecord(config).of_branch(identifier, branch).values() if job_id in (None, e.job_id)]
+        audits = AuditRecord(config).of_branch(identifier, branch, table_uuid)
+        entries = [e for e in audits.values() if job_id in (None, e.job_id)]
         if not entries:
             by = f" by job {job_id}" if job_id is not None else ""
             raise ConfigError(
