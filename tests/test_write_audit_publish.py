@@ -523,8 +523,13 @@ def test_a_table_dropped_and_created_again_under_its_name_keeps_none_of_the_old_
     stream = BranchStream(config, [TABLE], SAFE)
     stream.batch({TABLE: orders(0, 1)})
     stream.batch({TABLE: negative(1, 1)})  # failed: the old table's branch held
-    assert len(AuditRecord(config).of_branch(TABLE, BRANCH)) == 2
     catalog = open_catalog(config)
+    old_uuid = str(catalog.load_table(TABLE).metadata.table_uuid)
+    # Audits recorded before they said which table (a database taken back to 0015 and migrated again) take the uuid
+    # of their checkpoint's ledger row.
+    assert cli_run(config, "db", "downgrade", "0015").exit_code == 0
+    assert cli_run(config, "db", "upgrade").exit_code == 0
+    assert [e.table_uuid for e in AuditRecord(config).of_branch(TABLE, BRANCH).values()] == [old_uuid] * 2
     catalog.drop_table(TABLE)
     table = create_orders_table(config, TABLE)
     table.append(orders(100, 1))
@@ -533,13 +538,51 @@ def test_a_table_dropped_and_created_again_under_its_name_keeps_none_of_the_old_
     catalog.load_table(TABLE).append(orders(101, 1), branch=BRANCH)  # another tool writes the new table's branch
     uuid = str(catalog.load_table(TABLE).metadata.table_uuid)
     assert AuditRecord(config).of_branch(TABLE, BRANCH, uuid) == {}
-    result = cli_run(config, "audit", TABLE, "--branch", BRANCH)
-    assert result.exit_code == 2 and "no audit of branch" in result.output, result.output  # no old checks run
+    result = cli_run(config, "audit", TABLE, "--branch", BRANCH)  # no old checks run
+    assert result.exit_code == 2 and "no audit of branch" in result.output, result.output
+    assert "of an earlier table of the name" in result.output
     result = cli_run(config, "publish", TABLE, "--branch", BRANCH)  # never audited: published without --force
     assert result.exit_code == 0, result.output
     assert ids_at(config, TABLE) == [100, 101]
     report = collect_garbage(open_catalog(config), config, TABLE, datetime.timedelta(0))
     assert report.audit_rows_pruned == 2 and AuditRecord(config).of_branch(TABLE, BRANCH) == {}
+
+
+def test_a_restarted_atomic_stream_does_not_audit_a_table_created_again_since_with_the_old_ones_checks(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    """A table of the group met in an earlier run only, dropped and created again since: its audits are the old
+    table's, so it has no checks recorded and holds the group, rather than being published with them."""
+    from icesink.audit.publish_policy import PublishSettings
+    from icesink.catalog.ledger import Ledger
+    from icesink.committer.commit import TableCommitter
+    from icesink.committer.publisher import AuditedBranch, Publisher
+    from icesink.table_ref import TableRef
+
+    config = sqlite_catalog
+    a, b = "db.a ü", "db.a ü b"
+    for name in (a, b):
+        create_orders_table(config, name)
+    BranchStream(config, [a, b], SAFE, job="X", publish="manual").batch({a: orders(0, 1), b: orders(0, 1)})
+    catalog = open_catalog(config)
+    catalog.drop_table(b)
+    create_orders_table(config, b).append(orders(100, 1))
+    table = catalog.load_table(b)
+    table.manage_snapshots().create_branch(table.metadata.current_snapshot().snapshot_id, BRANCH).commit()
+    catalog.load_table(b).append(orders(101, 1), branch=BRANCH)  # another tool writes the new table's branch
+    settings = PublishSettings.of(None, True, "continue", a)
+    restarted = Publisher(
+        open_catalog(config, pending_tables=True),
+        config,
+        Ledger(config),
+        [AuditedBranch(TableRef(a, BRANCH), tuple(SAFE))],  # the restarted stream meets a alone
+        settings,
+        True,
+        TableCommitter.of(config).forget,
+    )
+    report = restarted.after_commit("X")
+    assert not report.published and ids_at(config, a) == [] and ids_at(config, b) == [100]
+    assert any(f"table {b}: no audit of branch" in held and "earlier table of the name" in held for held in report.held)
 
 
 def test_a_table_that_failed_holds_the_group_at_the_last_checkpoint_every_table_passed(

@@ -79,6 +79,7 @@ class AuditEntry:
             "audited_at": self.audited_at.isoformat(),
             "published_at": self.published_at.isoformat() if self.published_at else None,
             "published_by": self.published_by,
+            "table_uuid": self.table_uuid,
         }
 
     def held(self) -> dict[str, object]:

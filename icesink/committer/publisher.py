@@ -157,7 +157,12 @@ class Publisher:
         if known is not None:
             return known
         try:
-            checks = recorded_checks(ref.identifier, ref.branch, self._config, job_id)
+            # The audits of the table of the name now: one dropped and created again since is not the job's.
+            uuid: str | None = str(load_table(self._catalog, self._config, ref.identifier).metadata.table_uuid)
+        except TableNotFoundError:
+            uuid = None  # dropped or renamed: left out when the group's chains are read, holding no other back
+        try:
+            checks = recorded_checks(ref.identifier, ref.branch, self._config, job_id, uuid)
         except ConfigError as e:  # looked up again on the next pass: the module may be installed by then
             waiting = f"{e}. The tables of job {job_id} publish together, so none does until this stream meets it again"
             return AuditedBranch(ref, waiting=waiting)

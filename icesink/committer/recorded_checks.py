@@ -34,8 +34,10 @@ def recorded_checks(
         entries = [e for e in audits.values() if job_id in (None, e.job_id)]
         if not entries:
             by = f" by job {job_id}" if job_id is not None else ""
+            earlier = table_uuid is not None and bool(AuditRecord(config).of_branch(identifier, branch))
+            of = " of this table (those recorded are of an earlier table of the name, dropped since)" if earlier else ""
             raise ConfigError(
-                f"table {identifier}: no audit of branch {branch}{by} is recorded, so there are no checks to run "
+                f"table {identifier}: no audit of branch {branch}{by}{of} is recorded, so there are no checks to run "
                 "again; a stream with audit=[...] records them with its first audit",
                 table=identifier,
             )
