@@ -118,7 +118,8 @@ class TableCreatedElsewhereError(TerminalError):
 
 
 class TableReplacedError(TerminalError):
-    """Raised when a checkpoint was staged for a table that was since dropped and created again under its name."""
+    """Raised when a checkpoint was staged, or publishing declared, for a table that was since dropped and created
+    again under its name."""
 
 
 class CatalogReplacedError(TerminalError):

@@ -386,3 +386,52 @@ def test_an_operators_audit_runs_the_checks_of_the_stream_that_writes_the_branch
     assert audited.exit_code == 1 and "in_range(amount" in audited.output  # the new stream's check, not the old
     CommitterDaemon(config, lease_ttl=4, publish_check_seconds=0).run(once=True)
     assert ids_at(config, "db.a") == [0]
+
+
+def test_a_table_created_again_under_a_declared_name_is_not_published_with_the_old_streams_checks(
+    catalog_config: CatalogConfig,
+) -> None:
+    """What a stream declared for the daemon was of the table of the name then: once it is dropped and created
+    again, the daemon neither audits nor publishes the new table by it (it forgets it), an operator's audit does
+    not run its checks, and a stream that declares the new table publishes it by its own."""
+    from tests.test_write_audit_publish import cli_run
+
+    config = catalog_config
+    declared_stream(config, "J", [HOSTILE]).batch({HOSTILE: orders(0, 1)}, commit=False)
+    daemon = CommitterDaemon(config, lease_ttl=4, publish_check_seconds=0)
+    daemon.run(once=True)
+    assert ids_at(config, HOSTILE) == [0]
+    catalog = open_catalog(config)
+    old_uuid = str(catalog.load_table(HOSTILE).metadata.table_uuid)
+    # Declarations made before they said which table (a database taken back to 0016 and migrated again) take the
+    # uuid of the job's newest checkpoint of the table in the ledger.
+    assert cli_run(config, "db", "downgrade", "0016").exit_code == 0
+    assert cli_run(config, "db", "upgrade").exit_code == 0
+    [old] = PublishingRecord(config).of_job("J")
+    assert old.table_uuid == old_uuid
+
+    catalog.drop_table(HOSTILE)
+    table = create_orders_table(config, HOSTILE)
+    table.append(orders(100, 1))
+    table = catalog.load_table(HOSTILE)
+    table.manage_snapshots().create_branch(table.metadata.current_snapshot().snapshot_id, BRANCH).commit()
+    catalog.load_table(HOSTILE).append(orders(101, 1), branch=BRANCH)  # another tool writes the new table's branch
+    new_uuid = str(catalog.load_table(HOSTILE).metadata.table_uuid)
+    audited = cli_run(config, "audit", HOSTILE, "--branch", BRANCH)  # not the old stream's checks
+    assert audited.exit_code == 2 and "of an earlier table of the name" in audited.output, audited.output
+    daemon.run(once=True)
+    assert ids_at(config, HOSTILE) == [100] and AuditRecord(config).of_branch(HOSTILE, BRANCH, new_uuid) == {}
+    assert PublishingRecord(config).of_job("J") == []  # forgotten: the next pass does not look again
+    daemon.run(once=True)
+    assert ids_at(config, HOSTILE) == [100]
+
+    # A stream that meets the new table declares it anew; the old declaration forgotten late leaves it alone.
+    declare_publishing(config, "K", branches([HOSTILE], WEAK), settings(), atomic=False)
+    [new] = PublishingRecord(config).of_job("K")
+    assert new.table_uuid == new_uuid
+    PublishingRecord(config).forget_declared(dataclasses.replace(new, table_uuid=old_uuid))
+    assert PublishingRecord(config).of_job("K") == [new]
+    daemon.run(once=True)
+    assert ids_at(config, HOSTILE) == [100, 101]
+    [entry] = AuditRecord(config).of_branch(HOSTILE, BRANCH, new_uuid).values()
+    assert entry.passed and [c["check"] for c in entry.checks] == ["not_null"]

@@ -40,6 +40,7 @@ publishing = sa.Table(
     sa.Column("interval_seconds", sa.Float(), nullable=False),
     sa.Column("checks", sa.Text(), nullable=False),  # JSON: the checks, described
     sa.Column("declared_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("table_uuid", sa.String(36)),  # the table declared for (NULL: declared before 0017, any of the name)
 )
 
 
@@ -55,6 +56,11 @@ class Declared:
     interval_seconds: float
     checks: tuple[dict[str, object], ...]
     declared_at: datetime.datetime | None = field(default=None, compare=False)  # None: not recorded yet
+    table_uuid: str | None = None  # the table of the name it was declared for (None: any, declared before 0017)
+
+    def of_another_table(self, table_uuid: str) -> bool:
+        """Whether it was declared for another table of the name, dropped since (``table_uuid``: the one now)."""
+        return self.table_uuid is not None and self.table_uuid != table_uuid
 
     @property
     def ref(self) -> TableRef:
@@ -122,6 +128,20 @@ class PublishingRecord:
         found = [d for d in mine if _held_by(owners.get(d.ref), job_id) and d.policy != NOT_PUBLISHED]
         return sorted(found, key=lambda d: d.declared_at or _EPOCH, reverse=True)
 
+    def forget_declared(self, declared: Declared) -> None:
+        """Drop one job's declaration of a table that was dropped and created again since (the row as it was: a
+        declaration the job made since, of the table now, stays)."""
+        c = publishing.c
+        same = sa.and_(
+            c.catalog_name == self._config.name,
+            c.table_identifier == declared.identifier,
+            c.job_id == declared.job_id,
+            c.branch == declared.branch,
+            c.table_uuid == declared.table_uuid,
+        )
+        with database_errors(self._config), self._engine.begin() as connection:
+            connection.execute(sa.delete(publishing).where(same))
+
     def forget(self, identifiers: Sequence[str]) -> None:
         """Drop every row of these tables (they no longer exist)."""
         c = publishing.c
@@ -152,6 +172,7 @@ class PublishingRecord:
                 float(r.interval_seconds),
                 tuple(json.loads(r.checks)),
                 _utc(r.declared_at),
+                r.table_uuid,
             )
             for r in rows
         ]
@@ -168,6 +189,7 @@ def _row(catalog_name: str, declared: Declared, now: datetime.datetime) -> dict[
         "interval_seconds": declared.interval_seconds,
         "checks": json.dumps(list(declared.checks), ensure_ascii=False, default=str),
         "declared_at": now,
+        "table_uuid": declared.table_uuid,
     }
 
 
@@ -177,7 +199,7 @@ def _utc(moment: datetime.datetime | None) -> datetime.datetime | None:
 
 
 def _not_published(identifier: str, branch: str, job_id: str) -> Declared:
-    return Declared(identifier, job_id, branch, False, NOT_PUBLISHED, 0.0, ())
+    return Declared(identifier, job_id, branch, False, NOT_PUBLISHED, 0.0, ())  # of whatever table has the name
 
 
 def _named(identifiers: Sequence[str]) -> sa.ColumnElement[bool]:

@@ -7,15 +7,16 @@ from __future__ import annotations
 import importlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from icesink.audit.publish_policy import AuditFailure, PublishPolicy, PublishSettings
 from icesink.audit.running import describe_check, import_check
+from icesink.catalog.loader import load_table, open_catalog
 from icesink.catalog.pointers import every_pointer
 from icesink.catalog.publishing_record import Declared, PublishingRecord
 from icesink.committer.publisher import AuditedBranch, Publisher, PublishReport
-from icesink.errors import IcesinkError
+from icesink.errors import IcesinkError, TableNotFoundError
 from icesink.table_ref import TableRef
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ def declare_publishing(
     settings: PublishSettings,
     atomic: bool,
     others: Sequence[TableRef] = (),
+    table_uuids: Mapping[str, str] | None = None,
 ) -> list[Declared]:
     """Tell the committer daemon how each of a stream's branches is audited and published (it cannot be handed the
     checks themselves: it makes them again from their descriptions); a branch without settings of its own
@@ -46,8 +48,10 @@ def declare_publishing(
 
     The branches of ``branches`` and ``others`` (branches the stream writes that the daemon does not publish for
     it) are the stream's from now on: any older declaration of them, whichever job made it, is withdrawn;
-    returns what other jobs held of them.
+    returns what other jobs held of them. Each declaration is of the table of its name now (``table_uuids``, by
+    identifier; default: the catalog's): one dropped and created again later is not audited or published by it.
     """
+    uuids = table_uuids if table_uuids is not None else _uuids_now(config, [b.ref.identifier for b in branches])
     declared = [
         Declared(
             b.ref.identifier,
@@ -57,10 +61,25 @@ def declare_publishing(
             (b.settings or settings).policy.value,
             (b.settings or settings).interval_seconds,
             tuple(describe_check(c) for c in b.checks),
+            table_uuid=uuids.get(b.ref.identifier),
         )
         for b in branches
     ]
     return PublishingRecord(config).take_over(others, job_id, declared)
+
+
+def _uuids_now(config: CatalogConfig, identifiers: Sequence[str]) -> dict[str, str]:
+    """The uuid of each table of these names that exists (pending ones too: a stream declares before it commits)."""
+    if not identifiers:
+        return {}
+    catalog = open_catalog(config, pending_tables=True)
+    found = {}
+    for identifier in identifiers:
+        try:
+            found[identifier] = str(load_table(catalog, config, identifier, own=True).metadata.table_uuid)
+        except TableNotFoundError:
+            continue  # declared for whatever table of the name is created
+    return found
 
 
 def publisher_of_job(
@@ -79,7 +98,8 @@ def publisher_of_job(
         missing = tuple(str(d.get("function") or d.get("name")) for d, c in checks if c is None)
         complete = complete and not missing
         own = PublishSettings(PublishPolicy(one.policy), one.interval_seconds, AuditFailure.CONTINUE)
-        branches.append(AuditedBranch(TableRef(one.identifier, one.branch), made, own, missing))
+        ref = TableRef(one.identifier, one.branch)
+        branches.append(AuditedBranch(ref, made, own, missing, declared_for=one.table_uuid))
     newest = declared[0]  # a group publishes together, as its stream's newest run said
     settings = PublishSettings(PublishPolicy(newest.policy), newest.interval_seconds, AuditFailure.CONTINUE)
     publisher = Publisher(
@@ -202,6 +222,8 @@ class DeclaredPublishers:
                 known = self._known[job] = (of_job, made, complete)
             before()
             report = known[1].after_commit(job)
+            for gone in (d for d in known[0] if d.identifier in report.replaced):
+                PublishingRecord(self._config).forget_declared(gone)  # its stream meets the new table, or not
         except Exception as e:  # foreseen (the catalog away, a conflict, the lease lost) or not: never the daemon's end
             self._retry_at[job] = time.monotonic() + RETRY_SECONDS
             log.warning("%s job=%s: publishing failed (tried again within %gs): %s", where, job, RETRY_SECONDS, e)

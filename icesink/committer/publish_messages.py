@@ -53,3 +53,13 @@ def diverged_message(identifier: str, branch: str, chain: Chain) -> str:
         f"(`{icesink_command('branches', identifier, options=('--branch', branch))}` shows both); publishing resumes "
         "by itself"
     )
+
+
+def declared_for_another_message(ref: TableRef, declared_for: str, now: str) -> str:
+    return (
+        f"table {ref}: its stream declared how the committer daemon publishes it for the table of uuid "
+        f"{declared_for}, but the table of that name is now another one (uuid {now}): it was dropped and created "
+        "again since, or another table was renamed to its name. The daemon neither audits nor publishes the new "
+        "table with the old stream's checks, and forgets that declaration; a stream that writes the new table "
+        "declares its own when it meets it"
+    )

@@ -31,9 +31,14 @@ from icesink.committer.claims import claimed_by_another
 from icesink.committer.done_actions import DoneActions
 from icesink.committer.group_cut import group_cut, held_by_failed_audit
 from icesink.committer.main_moves import publish_moves
-from icesink.committer.publish_messages import diverged_message, failure_message, missing_checks_message
+from icesink.committer.publish_messages import (
+    declared_for_another_message,
+    diverged_message,
+    failure_message,
+    missing_checks_message,
+)
 from icesink.committer.recorded_checks import recorded_checks
-from icesink.errors import AuditFailedError, CommitConflictError, ConfigError, TableNotFoundError
+from icesink.errors import AuditFailedError, CommitConflictError, ConfigError, TableNotFoundError, TableReplacedError
 from icesink.failpoints import failpoint
 from icesink.table_ref import TableRef
 
@@ -59,6 +64,7 @@ class AuditedBranch:
     settings: PublishSettings | None = None  # its own publish policy (None: the stream's)
     missing: tuple[str, ...] = ()  # checks the committer could not make again: nothing is audited until it can
     waiting: str | None = None  # why its checks are not known here: not audited until its stream meets it
+    declared_for: str | None = None  # the daemon's: the uuid of the table its stream declared it for (None: any)
 
 
 @dataclass
@@ -70,6 +76,7 @@ class PublishReport:
     held: list[str] = field(default_factory=list)
     audited: list[AuditEntry] = field(default_factory=list)  # every audit made, passed or not
     unaudited: dict[str, str] = field(default_factory=dict)  # table -> why its branch could not be audited
+    replaced: list[str] = field(default_factory=list)  # tables created again since they were declared (daemon)
 
 
 class Publisher:
@@ -282,9 +289,11 @@ class Publisher:
         for name in names:
             try:
                 chains.append(self._audited(known[name], report))
-            except TableNotFoundError as e:
+            except (TableNotFoundError, TableReplacedError) as e:
                 log.warning("table=%s: not published: %s", name, e)
                 report.held.append(str(e))
+                if isinstance(e, TableReplacedError):
+                    report.replaced.append(name)
         return chains
 
     def _audited(self, branch: AuditedBranch, report: PublishReport) -> Chain:
@@ -293,6 +302,10 @@ class Publisher:
         # From the catalog, not a cache: another tool's fix on the branch counts even when the stream did not commit
         # to this table (a table of an atomic stream that gets no rows now).
         table = load_table(self._catalog, self._config, identifier)
+        now = str(table.metadata.table_uuid)
+        if branch.declared_for is not None and now != branch.declared_for:  # the daemon's, declared for another
+            message = declared_for_another_message(branch.ref, branch.declared_for, now)
+            raise TableReplacedError(message, table=identifier)
         chain = read_chain(table, identifier, branch.ref.branch, self._record)
         if branch.missing:  # not audited, so not recorded: audited once the checks can be made
             message = missing_checks_message(identifier, branch.missing)

@@ -23,11 +23,18 @@ def recorded_checks(
     """The checks of the stream that writes the branch now, as it declared them for the committer daemon, or
     else those the branch's last audit ran, made again (built-ins from their arguments, functions imported); a
     :class:`ConfigError` naming the ones that cannot be. With ``job_id``, only what that job declared or ran;
-    with ``table_uuid``, only the audits of that table (not of one of the name dropped since)."""
+    with ``table_uuid``, only what was declared for or audited of that table (not of one of the name dropped
+    since)."""
     ref = TableRef(identifier, branch)
     owner = PublishingRecord(config).owners([ref]).get(ref)
     described_checks: Sequence[Mapping[str, object]]
-    if owner is not None and owner.policy != NOT_PUBLISHED and job_id in (None, owner.job_id):
+    if owner is not None and (
+        owner.policy == NOT_PUBLISHED
+        or job_id not in (None, owner.job_id)
+        or (table_uuid is not None and owner.of_another_table(table_uuid))  # an earlier table's, dropped since
+    ):
+        owner = None
+    if owner is not None:
         described_checks = owner.checks  # a stream that took it over may check more than the last audit did
     else:
         audits = AuditRecord(config).of_branch(identifier, branch, table_uuid)

@@ -162,14 +162,21 @@ class MicroBatchHandler:
             self._publish_timer = PublishTimer(self._publisher, self._actions_lock, self._actions.waiting)
         self._publisher.add(branch)
 
-    def _take_over_publishing(self, job_id: str) -> None:
-        """Declare the tables met since the last micro-batch as this stream's: how the daemon publishes their
-        branches, or that it publishes none of them (the inline committer does, or nobody does)."""
+    def _take_over_publishing(self, job_id: str, table_uuids: dict[str, str]) -> None:
+        """Declare the tables met since the last micro-batch as this stream's (the tables of their names now,
+        ``table_uuids``): how the daemon publishes their branches, or that it publishes none of them (the inline
+        committer does, or nobody does)."""
         if not self._met_later:
             return
         default = self._stream.publish or PublishSettings(PublishPolicy.MANUAL)
         superseded = declare_publishing(
-            self._stream.catalog, job_id, self._declared_later, default, self._atomic, others=self._met_later
+            self._stream.catalog,
+            job_id,
+            self._declared_later,
+            default,
+            self._atomic,
+            others=self._met_later,
+            table_uuids=table_uuids,
         )
         for old in superseded:
             log.warning(
@@ -231,7 +238,8 @@ class MicroBatchHandler:
         sinks = [self._sink(t.settings) for t in targets]
         tables = load_tables(self._catalog, targets[0].settings.catalog, [t.settings.table for t in targets])
         admitted = self._admitted(sinks, tables, job_id, checkpoint_id, stream)
-        self._take_over_publishing(job_id)  # once the stream is known to be the job's (a refusal raised above)
+        uuids = {t.settings.table: str(table.metadata.table_uuid) for t, table in zip(targets, tables, strict=True)}
+        self._take_over_publishing(job_id, uuids)  # once the stream is known to be the job's (a refusal raised above)
         if not admitted:
             return None
         timed = any(t.settings.event_time is not None for t in targets)
