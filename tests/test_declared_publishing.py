@@ -435,3 +435,80 @@ def test_a_table_created_again_under_a_declared_name_is_not_published_with_the_o
     assert ids_at(config, HOSTILE) == [100, 101]
     [entry] = AuditRecord(config).of_branch(HOSTILE, BRANCH, new_uuid).values()
     assert entry.passed and [c["check"] for c in entry.checks] == ["not_null"]
+
+
+def test_a_running_stream_declares_a_table_created_again_under_its_feet_anew(catalog_config: CatalogConfig) -> None:
+    """A stream runs on while its table is dropped and created again: it writes the new table from then on (it
+    loads its tables every micro-batch), so it declares the new table as its own, and the daemon audits and
+    publishes its rows there by its checks; an atomic stream's checkpoints reach both tables' main together."""
+    from icesink.sink.branch_declarations import BranchDeclarations
+
+    config = catalog_config
+    tables = [HOSTILE, "db.b"]
+    for name in tables:
+        create_orders_table(config, name)
+    stream = BranchStream(config, tables, SAFE, job="J", atomic=True)
+    declarations = BranchDeclarations(config, settings(), atomic=True)  # the stream's, as its micro-batches use it
+    for branch in branches(tables):
+        declarations.met(branch.ref, branch)
+
+    def uuids() -> dict[str, str]:
+        catalog = open_catalog(config)
+        return {name: str(catalog.load_table(name).metadata.table_uuid) for name in tables}
+
+    daemon = CommitterDaemon(config, lease_ttl=4, publish_check_seconds=0)
+    declarations.take_over("J", uuids())
+    stream.batch({t: orders(0, 1) for t in tables}, commit=False)
+    daemon.run(once=True)
+    assert [ids_at(config, t) for t in tables] == [[0], [0]]
+    [first, _] = PublishingRecord(config).of_job("J")
+    declarations.take_over("J", uuids())  # the same tables: nothing declared again
+    assert PublishingRecord(config).of_job("J")[0].declared_at == first.declared_at
+
+    open_catalog(config).drop_table(HOSTILE)
+    create_orders_table(config, HOSTILE)  # by an operator, between two micro-batches
+    for checkpoint in (1, 2):
+        declarations.take_over("J", uuids())  # each micro-batch, with the tables as it loaded them
+        stream.batch({t: orders(checkpoint, 1) for t in tables}, commit=False)
+        daemon.run(once=True)
+        assert [ids_at(config, t) for t in tables] == [list(range(1, checkpoint + 1)), list(range(checkpoint + 1))]
+    now = uuids()
+    assert {d.identifier: d.table_uuid for d in PublishingRecord(config).of_job("J")} == now
+    [entry] = [e for e in AuditRecord(config).of_branch(HOSTILE, BRANCH, now[HOSTILE]).values() if e.checkpoint_id == 2]
+    assert entry.passed and [c["check"] for c in entry.checks] == ["not_null", "in_range"]
+
+
+def test_a_partner_dropped_and_later_created_again_by_another_tool_is_not_the_groups(
+    catalog_config: CatalogConfig,
+) -> None:
+    """An atomic job's table dropped while the daemon runs, then created again by another tool: the daemon, which
+    kept what it knew of the job's tables, neither audits the new one with the old checks nor publishes it with
+    the group, and the group goes on without it, pass after pass."""
+    config = catalog_config
+    tables = ["db.a", "db.a b"]  # one name a prefix of the other
+    for name in tables:
+        create_orders_table(config, name)
+    declare_publishing(config, "J", branches(tables), settings(), atomic=True)
+    stream = BranchStream(config, tables, SAFE, job="J", atomic=True)
+    daemon = CommitterDaemon(config, lease_ttl=4, publish_check_seconds=0)  # one daemon, kept running
+    stream.batch({t: orders(0, 1) for t in tables}, commit=False)
+    daemon.run(once=True)
+    assert [ids_at(config, t) for t in tables] == [[0], [0]]
+    catalog = open_catalog(config)
+    catalog.drop_table("db.a b")
+    stream.tables = ["db.a"]
+    stream.batch({"db.a": orders(1, 1)}, commit=False)
+    daemon.run(once=True)
+    assert ids_at(config, "db.a") == [0, 1]
+
+    table = create_orders_table(config, "db.a b")  # another tool's, with a branch of the name nobody audited
+    table.append(orders(100, 1))
+    table = catalog.load_table("db.a b")
+    table.manage_snapshots().create_branch(table.metadata.current_snapshot().snapshot_id, BRANCH).commit()
+    catalog.load_table("db.a b").append(orders(101, 1), branch=BRANCH)
+    new_uuid = str(catalog.load_table("db.a b").metadata.table_uuid)
+    for checkpoint in (2, 3):
+        stream.batch({"db.a": orders(checkpoint, 1)}, commit=False)
+        daemon.run(once=True)
+        assert ids_at(config, "db.a") == list(range(checkpoint + 1)) and ids_at(config, "db.a b") == [100]
+    assert AuditRecord(config).of_branch("db.a b", BRANCH, new_uuid) == {}

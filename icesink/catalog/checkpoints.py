@@ -271,6 +271,14 @@ class JobLag:
 
 
 @dataclass(frozen=True)
+class JobTable:
+    """A table one job wrote, as its latest checkpoint of it says."""
+
+    branch: str
+    table_uuid: str | None  # the table of the name then (None: staged before the ledger recorded it)
+
+
+@dataclass(frozen=True)
 class JobTables:
     """One job (a stream) and the tables it writes: what waits, what failed, how far each table is."""
 

@@ -26,6 +26,7 @@ from icesink.catalog.checkpoints import (
     CheckpointState,
     DeltaManifests,
     JobLag,
+    JobTable,
     JobTables,
     StagedCheckpoint,
     StreamIdentity,
@@ -533,17 +534,27 @@ class Ledger:
                 found = connection.execute(after.limit(1)).scalar()
         return str(found) if found is not None else MAIN_BRANCH
 
-    def branches_of_job(self, job_id: str) -> dict[str, str]:
-        """Every table the job has checkpoints of in the ledger, with the branch of its latest one."""
+    def tables_of_job(self, job_id: str) -> dict[str, JobTable]:
+        """Every table the job has checkpoints of in the ledger, with the branch and table uuid of its latest one."""
         c = checkpoints.c
+        mine = sa.and_(c.catalog_name == self._config.name, c.job_id == job_id)
+        newest = (
+            sa.select(c.table_identifier, sa.func.max(c.checkpoint_id).label("checkpoint_id"))
+            .where(mine)
+            .group_by(c.table_identifier)
+            .subquery()
+        )
         query = (
-            sa.select(c.table_identifier, c.branch, sa.func.max(c.checkpoint_id))
-            .where(c.catalog_name == self._config.name, c.job_id == job_id)
-            .group_by(c.table_identifier, c.branch)
+            sa.select(c.table_identifier, c.branch, c.table_uuid)
+            .join(
+                newest,
+                sa.and_(c.table_identifier == newest.c.table_identifier, c.checkpoint_id == newest.c.checkpoint_id),
+            )
+            .where(mine)
         )
         with database_errors(self._config), self._engine.connect() as connection:
-            rows = sorted(connection.execute(query), key=lambda r: r[2])
-        return {identifier: branch for identifier, branch, _ in rows}  # the latest checkpoint's branch wins
+            rows = connection.execute(query).all()
+        return {identifier: JobTable(branch, uuid) for identifier, branch, uuid in rows}
 
     def last_checkpoint(self, job_id: str) -> int | None:
         """The job's highest checkpoint in the ledger, whatever its state (None: the ledger has none)."""

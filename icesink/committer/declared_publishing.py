@@ -99,7 +99,7 @@ def publisher_of_job(
         complete = complete and not missing
         own = PublishSettings(PublishPolicy(one.policy), one.interval_seconds, AuditFailure.CONTINUE)
         ref = TableRef(one.identifier, one.branch)
-        branches.append(AuditedBranch(ref, made, own, missing, declared_for=one.table_uuid))
+        branches.append(AuditedBranch(ref, made, own, missing, table_uuid=one.table_uuid))
     newest = declared[0]  # a group publishes together, as its stream's newest run said
     settings = PublishSettings(PublishPolicy(newest.policy), newest.interval_seconds, AuditFailure.CONTINUE)
     publisher = Publisher(

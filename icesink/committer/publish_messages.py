@@ -55,11 +55,11 @@ def diverged_message(identifier: str, branch: str, chain: Chain) -> str:
     )
 
 
-def declared_for_another_message(ref: TableRef, declared_for: str, now: str) -> str:
+def replaced_table_message(ref: TableRef, was: str, now: str) -> str:
     return (
-        f"table {ref}: its stream declared how the committer daemon publishes it for the table of uuid "
-        f"{declared_for}, but the table of that name is now another one (uuid {now}): it was dropped and created "
-        "again since, or another table was renamed to its name. The daemon neither audits nor publishes the new "
-        "table with the old stream's checks, and forgets that declaration; a stream that writes the new table "
-        "declares its own when it meets it"
+        f"table {ref}: its stream wrote, or declared its publishing for, the table of uuid {was}, but the table "
+        f"of that name is now another one (uuid {now}): it was dropped and created again since, or another table "
+        "was renamed to its name. The new table is neither audited with the old table's checks nor published with "
+        "its stream's other tables, and holds none of them back; a stream that writes the new table audits and "
+        "publishes it by its own checks"
     )

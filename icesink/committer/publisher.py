@@ -32,10 +32,10 @@ from icesink.committer.done_actions import DoneActions
 from icesink.committer.group_cut import group_cut, held_by_failed_audit
 from icesink.committer.main_moves import publish_moves
 from icesink.committer.publish_messages import (
-    declared_for_another_message,
     diverged_message,
     failure_message,
     missing_checks_message,
+    replaced_table_message,
 )
 from icesink.committer.recorded_checks import recorded_checks
 from icesink.errors import AuditFailedError, CommitConflictError, ConfigError, TableNotFoundError, TableReplacedError
@@ -64,7 +64,7 @@ class AuditedBranch:
     settings: PublishSettings | None = None  # its own publish policy (None: the stream's)
     missing: tuple[str, ...] = ()  # checks the committer could not make again: nothing is audited until it can
     waiting: str | None = None  # why its checks are not known here: not audited until its stream meets it
-    declared_for: str | None = None  # the daemon's: the uuid of the table its stream declared it for (None: any)
+    table_uuid: str | None = None  # the table the stream wrote or declared it for (None: whichever has the name)
 
 
 @dataclass
@@ -147,33 +147,36 @@ class Publisher:
             return self._still_its_own(job_id, met)
         branches = {b.ref.branch for b in met.values()}
         found = dict(met)
-        for identifier, its_branch in self._ledger.branches_of_job(job_id).items():
-            if identifier not in found and its_branch != MAIN_BRANCH and identifier not in self._unpublished:
-                earlier = self._met_earlier(job_id, TableRef(identifier, its_branch))
-                if earlier.waiting is None or its_branch in branches:
+        for identifier, written in self._ledger.tables_of_job(job_id).items():
+            if identifier not in found and written.branch != MAIN_BRANCH and identifier not in self._unpublished:
+                earlier = self._met_earlier(job_id, TableRef(identifier, written.branch), written.table_uuid)
+                if earlier.waiting is None or written.branch in branches:
                     found[identifier] = earlier  # one never audited on another branch: one the job does not publish
         return self._still_its_own(job_id, found)
 
-    def _met_earlier(self, job_id: str, ref: TableRef) -> AuditedBranch:
-        """A table of the group met in an earlier run only, audited by the checks this job recorded for it (the
-        stream's checks now may be another table's: tables can have checks of their own). None recorded (the
-        driver died before its first audit) or one that cannot be made again, it is not audited, so the group
-        holds until the stream meets it: publishing the others alone would show a checkpoint in some tables'
-        main and not in its partner's."""
+    def _met_earlier(self, job_id: str, ref: TableRef, table_uuid: str | None) -> AuditedBranch:
+        """A table of the group met in an earlier run only (``table_uuid``: the one the job wrote last), audited by
+        the checks this job recorded for it (the stream's checks now may be another table's: tables can have
+        checks of their own). None recorded (the driver died before its first audit) or one that cannot be made
+        again, it is not audited, so the group holds until the stream meets it: publishing the others alone would
+        show a checkpoint in some tables' main and not in its partner's. One dropped, renamed or created again
+        since is not the job's any more, and holds no other back."""
         known = self._earlier.get(ref)
-        if known is not None:
+        if known is not None and table_uuid in (None, known.table_uuid):
             return known
         try:
-            # The audits of the table of the name now: one dropped and created again since is not the job's.
-            uuid: str | None = str(load_table(self._catalog, self._config, ref.identifier).metadata.table_uuid)
+            now = str(load_table(self._catalog, self._config, ref.identifier).metadata.table_uuid)
         except TableNotFoundError:
-            uuid = None  # dropped or renamed: left out when the group's chains are read, holding no other back
+            return AuditedBranch(ref, table_uuid=table_uuid)  # left out when the group's chains are read
+        if table_uuid is not None and now != table_uuid:
+            return AuditedBranch(ref, table_uuid=table_uuid)  # another table now: left out likewise
         try:
-            checks = recorded_checks(ref.identifier, ref.branch, self._config, job_id, uuid)
+            checks = recorded_checks(ref.identifier, ref.branch, self._config, job_id, now)
         except ConfigError as e:  # looked up again on the next pass: the module may be installed by then
             waiting = f"{e}. The tables of job {job_id} publish together, so none does until this stream meets it again"
             return AuditedBranch(ref, waiting=waiting)
-        self._earlier[ref] = AuditedBranch(ref, tuple(checks))
+        # Kept with the table it was of: should another table take the name, its audit refuses it.
+        self._earlier[ref] = AuditedBranch(ref, tuple(checks), table_uuid=table_uuid or now)
         return self._earlier[ref]
 
     def _still_its_own(self, job_id: str, branches: dict[str, AuditedBranch]) -> dict[str, AuditedBranch]:
@@ -303,9 +306,8 @@ class Publisher:
         # to this table (a table of an atomic stream that gets no rows now).
         table = load_table(self._catalog, self._config, identifier)
         now = str(table.metadata.table_uuid)
-        if branch.declared_for is not None and now != branch.declared_for:  # the daemon's, declared for another
-            message = declared_for_another_message(branch.ref, branch.declared_for, now)
-            raise TableReplacedError(message, table=identifier)
+        if branch.table_uuid is not None and now != branch.table_uuid:
+            raise TableReplacedError(replaced_table_message(branch.ref, branch.table_uuid, now), table=identifier)
         chain = read_chain(table, identifier, branch.ref.branch, self._record)
         if branch.missing:  # not audited, so not recorded: audited once the checks can be made
             message = missing_checks_message(identifier, branch.missing)

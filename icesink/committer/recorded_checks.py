@@ -42,7 +42,8 @@ def recorded_checks(
         if not entries:
             by = f" by job {job_id}" if job_id is not None else ""
             earlier = table_uuid is not None and bool(AuditRecord(config).of_branch(identifier, branch))
-            of = " of this table (those recorded are of an earlier table of the name, dropped since)" if earlier else ""
+            earlier_table = "an earlier table of the name, dropped or renamed away since"
+            of = f" of this table (those recorded are of {earlier_table})" if earlier else ""
             raise ConfigError(
                 f"table {identifier}: no audit of branch {branch}{by}{of} is recorded, so there are no checks to run "
                 "again; a stream with audit=[...] records them with its first audit",

@@ -30,7 +30,6 @@ from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import load_tables, open_catalog
 from icesink.committer.claims import claim, new_token
 from icesink.committer.commit import TableCommitter
-from icesink.committer.declared_publishing import declare_publishing
 from icesink.committer.done_actions import ActionRetrier
 from icesink.committer.protocol import Admission, admit
 from icesink.committer.publish_timer import PublishTimer
@@ -39,6 +38,7 @@ from icesink.committer.staging import stage_tables
 from icesink.errors import ConfigError, IcesinkError, SchemaMismatchError
 from icesink.failpoints import failpoint
 from icesink.retry import Backoff
+from icesink.sink.branch_declarations import BranchDeclarations
 from icesink.sink.dead_letter import LATE_ROWS_SCHEMA
 from icesink.sink.executor_errors import executor_errors
 from icesink.sink.phases import Phases
@@ -54,7 +54,6 @@ if TYPE_CHECKING:
 
     from icesink.completeness.watermark import WatermarkState
     from icesink.results import WriteResult
-    from icesink.table_ref import TableRef
 
 
 log = logging.getLogger("icesink.stream")
@@ -105,9 +104,9 @@ class MicroBatchHandler:
         # daemon, those to declare to it (it needs the job id, known with the first micro-batch).
         self._publisher: Publisher | None = None
         self._publish_timer: PublishTimer | None = None  # publishes what a publish interval held back, when due
-        self._declared_later: list[AuditedBranch] = []
         self._unpublished: set[str] = set()  # tables met whose branch the stream neither audits nor publishes
-        self._met_later: list[TableRef] = []  # branches met, whose publishing is still to be taken over
+        default = stream.publish or PublishSettings(PublishPolicy.MANUAL)
+        self._declarations = BranchDeclarations(stream.catalog, default, self._atomic)
         self._token = new_token()  # this stream, to its publish timer and those of the driver's other streams
         # A stream of several tables keeps a mark per table and split (each table its own lateness).
         self._watermark = StreamWatermark(self._ledger, stream.idle_timeout, per_table=self._single_table is None)
@@ -135,17 +134,19 @@ class MicroBatchHandler:
         return sink
 
     def _publish_branch_of(self, settings: SinkSettings) -> None:
+        publish = settings.publish  # None: on main, which publishes nothing
+        if publish is not None and not settings.audit and publish.policy == PublishPolicy.MANUAL:
+            publish = None  # a branch nobody audits or publishes but an operator
+        branch = AuditedBranch(settings.ref, settings.audit, publish) if publish is not None else None
+        by_daemon = branch if not self._stream.inline_commit else None  # declared with the first checkpoint
         if not settings.ref.on_main:  # takes the branch's publishing over from older streams, and earlier ones of
-            self._met_later.append(settings.ref)  # the driver (a stream on main publishes nothing)
+            self._declarations.met(settings.ref, by_daemon)  # the driver
             claim(self._token, self._stream.catalog.name, settings.ref)
-        publish = settings.publish
-        if publish is None or (not settings.audit and publish.policy == PublishPolicy.MANUAL):
+        if branch is None or publish is None:
             self._unpublished.add(settings.table)  # not of the group that publishes together either
-            return  # on main, or a branch nobody audits or publishes but an operator
-        branch = AuditedBranch(settings.ref, settings.audit, publish)
-        if not self._stream.inline_commit:  # the daemon audits and publishes: declared with the first checkpoint
-            self._declared_later.append(branch)
             return
+        if by_daemon is not None:
+            return  # the daemon audits and publishes it
         if self._publisher is None:
             self._publisher = Publisher(
                 self._catalog,
@@ -161,33 +162,6 @@ class MicroBatchHandler:
             )
             self._publish_timer = PublishTimer(self._publisher, self._actions_lock, self._actions.waiting)
         self._publisher.add(branch)
-
-    def _take_over_publishing(self, job_id: str, table_uuids: dict[str, str]) -> None:
-        """Declare the tables met since the last micro-batch as this stream's (the tables of their names now,
-        ``table_uuids``): how the daemon publishes their branches, or that it publishes none of them (the inline
-        committer does, or nobody does)."""
-        if not self._met_later:
-            return
-        default = self._stream.publish or PublishSettings(PublishPolicy.MANUAL)
-        superseded = declare_publishing(
-            self._stream.catalog,
-            job_id,
-            self._declared_later,
-            default,
-            self._atomic,
-            others=self._met_later,
-            table_uuids=table_uuids,
-        )
-        for old in superseded:
-            log.warning(
-                "table=%s: this stream (job %s) takes branch %s over from job %s, which no longer publishes it: "
-                "a branch is published by the stream that met it last",
-                old.identifier,
-                job_id,
-                old.branch,
-                old.job_id,
-            )
-        self._met_later, self._declared_later = [], []
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         job_id = self.job_id(batch_df)
@@ -239,7 +213,7 @@ class MicroBatchHandler:
         tables = load_tables(self._catalog, targets[0].settings.catalog, [t.settings.table for t in targets])
         admitted = self._admitted(sinks, tables, job_id, checkpoint_id, stream)
         uuids = {t.settings.table: str(table.metadata.table_uuid) for t, table in zip(targets, tables, strict=True)}
-        self._take_over_publishing(job_id, uuids)  # once the stream is known to be the job's (a refusal raised above)
+        self._declarations.take_over(job_id, uuids)  # once the stream is known to be the job's (a refusal raised above)
         if not admitted:
             return None
         timed = any(t.settings.event_time is not None for t in targets)
