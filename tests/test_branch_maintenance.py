@@ -22,9 +22,10 @@ from icesink.catalog.audit_record import AuditRecord
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
+from icesink.committer.audited_branch import AuditedBranch
 from icesink.committer.commit import TableCommitter
 from icesink.committer.maintainer import Maintainer
-from icesink.committer.publisher import AuditedBranch, Publisher
+from icesink.committer.publisher import Publisher
 from icesink.committer.staging import TableResults, stage_tables
 from icesink.iceberg.describe import writer_spec
 from icesink.iceberg.marker import committed_marker

@@ -25,9 +25,9 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.catalog.publishing_record import PublishingRecord
+from icesink.committer.audited_branch import AuditedBranch
 from icesink.committer.daemon import CommitterDaemon
 from icesink.committer.declared_publishing import DeclaredPublishers, declare_publishing
-from icesink.committer.publisher import AuditedBranch
 from icesink.table_ref import TableRef
 from tests.helpers.branch_streams import BRANCH, BranchStream, ids_at
 from tests.helpers.support import create_orders_table, orders
@@ -512,3 +512,33 @@ def test_a_partner_dropped_and_later_created_again_by_another_tool_is_not_the_gr
         daemon.run(once=True)
         assert ids_at(config, "db.a") == list(range(checkpoint + 1)) and ids_at(config, "db.a b") == [100]
     assert AuditRecord(config).of_branch("db.a b", BRANCH, new_uuid) == {}
+
+
+def test_a_running_stream_declares_again_what_the_daemon_forgot_while_the_name_was_missing(
+    catalog_config: CatalogConfig,
+) -> None:
+    """An operator renames a table away and back (the same table): a daemon pass in between found no table of the
+    name and forgot its declaration, so the running stream declares it again, and its rows go on being published."""
+    from icesink.sink.branch_declarations import BranchDeclarations
+
+    config = catalog_config
+    create_orders_table(config, HOSTILE)
+    stream = BranchStream(config, [HOSTILE], SAFE, job="J", atomic=False)
+    declarations = BranchDeclarations(config, settings(), atomic=False)
+    [branch] = branches([HOSTILE])
+    declarations.met(branch.ref, branch)
+    catalog = open_catalog(config)
+    uuids = {HOSTILE: str(catalog.load_table(HOSTILE).metadata.table_uuid)}
+    daemon = CommitterDaemon(config, lease_ttl=4, publish_check_seconds=0)
+    declarations.take_over("J", uuids)
+    stream.batch({HOSTILE: orders(0, 1)}, commit=False)
+    daemon.run(once=True)
+    catalog.rename_table(HOSTILE, "db.away")
+    daemon.run(once=True)
+    assert PublishingRecord(config).of_job("J") == []
+    catalog.rename_table("db.away", HOSTILE)
+    for checkpoint in (1, 2):
+        declarations.take_over("J", uuids)  # each micro-batch, as the stream's handler does
+        stream.batch({HOSTILE: orders(checkpoint, 1)}, commit=False)
+        daemon.run(once=True)
+    assert ids_at(config, HOSTILE) == [0, 1, 2]

@@ -15,7 +15,8 @@ from icesink.audit.running import describe_check, import_check
 from icesink.catalog.loader import load_table, open_catalog
 from icesink.catalog.pointers import every_pointer
 from icesink.catalog.publishing_record import Declared, PublishingRecord
-from icesink.committer.publisher import AuditedBranch, Publisher, PublishReport
+from icesink.committer.audited_branch import AuditedBranch
+from icesink.committer.publisher import Publisher, PublishReport
 from icesink.errors import IcesinkError, TableNotFoundError
 from icesink.table_ref import TableRef
 

@@ -57,9 +57,9 @@ def diverged_message(identifier: str, branch: str, chain: Chain) -> str:
 
 def replaced_table_message(ref: TableRef, was: str, now: str) -> str:
     return (
-        f"table {ref}: its stream wrote, or declared its publishing for, the table of uuid {was}, but the table "
-        f"of that name is now another one (uuid {now}): it was dropped and created again since, or another table "
-        "was renamed to its name. The new table is neither audited with the old table's checks nor published with "
-        "its stream's other tables, and holds none of them back; a stream that writes the new table audits and "
-        "publishes it by its own checks"
+        f"table {ref}: it was written, or its publishing declared, for the table of uuid {was}, but the table of "
+        f"that name is now another one (uuid {now}): it was dropped and created again since, or another table was "
+        "renamed to its name. The new table is neither audited with the old one's checks nor published by what was "
+        "declared for the old one (the committer daemon forgets that), and holds no other table back; a stream "
+        "that writes the new table audits and publishes it by its own checks"
     )

@@ -27,8 +27,10 @@ from icesink.audit.publish_policy import AuditFailure, PublishPolicy, PublishSet
 from icesink.catalog.audit_record import AuditEntry, AuditRecord
 from icesink.catalog.loader import load_table
 from icesink.catalog.publishing_record import NOT_PUBLISHED, PublishingRecord
+from icesink.committer.audited_branch import AuditedBranch
 from icesink.committer.claims import claimed_by_another
 from icesink.committer.done_actions import DoneActions
+from icesink.committer.earlier_tables import EarlierTables
 from icesink.committer.group_cut import group_cut, held_by_failed_audit
 from icesink.committer.main_moves import publish_moves
 from icesink.committer.publish_messages import (
@@ -37,15 +39,13 @@ from icesink.committer.publish_messages import (
     missing_checks_message,
     replaced_table_message,
 )
-from icesink.committer.recorded_checks import recorded_checks
-from icesink.errors import AuditFailedError, CommitConflictError, ConfigError, TableNotFoundError, TableReplacedError
+from icesink.errors import AuditFailedError, CommitConflictError, TableNotFoundError, TableReplacedError
 from icesink.failpoints import failpoint
 from icesink.table_ref import TableRef
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
 
-    from icesink.audit.running import Check
     from icesink.catalog.config import CatalogConfig
     from icesink.catalog.ledger import Ledger
 
@@ -53,18 +53,6 @@ log = logging.getLogger("icesink.committer")
 
 MAX_PUBLISH_CONFLICTS = 10
 DONE_ONLY = PublishPolicy.PARTITION_DONE  # publishes only as far as a snapshot that made a partition done
-
-
-@dataclass(frozen=True)
-class AuditedBranch:
-    """A table's branch that a stream writes, and the checks its snapshots must pass."""
-
-    ref: TableRef
-    checks: tuple[Check, ...] = ()
-    settings: PublishSettings | None = None  # its own publish policy (None: the stream's)
-    missing: tuple[str, ...] = ()  # checks the committer could not make again: nothing is audited until it can
-    waiting: str | None = None  # why its checks are not known here: not audited until its stream meets it
-    table_uuid: str | None = None  # the table the stream wrote or declared it for (None: whichever has the name)
 
 
 @dataclass
@@ -123,7 +111,7 @@ class Publisher:
         self._last_publish: dict[str, float] = {}  # table -> when its main last moved (monotonic)
         self._held_back: dict[str, float] = {}  # table -> when the interval that held its snapshots back ends
         self._held_by_audit = False  # the last pass found main held behind a failed audit
-        self._earlier: dict[TableRef, AuditedBranch] = {}  # tables of the group not met in this run
+        self._earlier = EarlierTables(catalog, config, ledger)  # tables of the group not met in this run
 
     def take_actions_waiting(self) -> set[str]:
         """The tables whose done actions failed after main moved, since the last call."""
@@ -145,39 +133,7 @@ class Publisher:
         met = dict(self._branches)  # a copy: the stream meets tables while a publish timer's pass may run
         if not self._atomic or not met:
             return self._still_its_own(job_id, met)
-        branches = {b.ref.branch for b in met.values()}
-        found = dict(met)
-        for identifier, written in self._ledger.tables_of_job(job_id).items():
-            if identifier not in found and written.branch != MAIN_BRANCH and identifier not in self._unpublished:
-                earlier = self._met_earlier(job_id, TableRef(identifier, written.branch), written.table_uuid)
-                if earlier.waiting is None or written.branch in branches:
-                    found[identifier] = earlier  # one never audited on another branch: one the job does not publish
-        return self._still_its_own(job_id, found)
-
-    def _met_earlier(self, job_id: str, ref: TableRef, table_uuid: str | None) -> AuditedBranch:
-        """A table of the group met in an earlier run only (``table_uuid``: the one the job wrote last), audited by
-        the checks this job recorded for it (the stream's checks now may be another table's: tables can have
-        checks of their own). None recorded (the driver died before its first audit) or one that cannot be made
-        again, it is not audited, so the group holds until the stream meets it: publishing the others alone would
-        show a checkpoint in some tables' main and not in its partner's. One dropped, renamed or created again
-        since is not the job's any more, and holds no other back."""
-        known = self._earlier.get(ref)
-        if known is not None and table_uuid in (None, known.table_uuid):
-            return known
-        try:
-            now = str(load_table(self._catalog, self._config, ref.identifier).metadata.table_uuid)
-        except TableNotFoundError:
-            return AuditedBranch(ref, table_uuid=table_uuid)  # left out when the group's chains are read
-        if table_uuid is not None and now != table_uuid:
-            return AuditedBranch(ref, table_uuid=table_uuid)  # another table now: left out likewise
-        try:
-            checks = recorded_checks(ref.identifier, ref.branch, self._config, job_id, now)
-        except ConfigError as e:  # looked up again on the next pass: the module may be installed by then
-            waiting = f"{e}. The tables of job {job_id} publish together, so none does until this stream meets it again"
-            return AuditedBranch(ref, waiting=waiting)
-        # Kept with the table it was of: should another table take the name, its audit refuses it.
-        self._earlier[ref] = AuditedBranch(ref, tuple(checks), table_uuid=table_uuid or now)
-        return self._earlier[ref]
+        return self._still_its_own(job_id, {**met, **self._earlier.of_job(job_id, met, self._unpublished)})
 
     def _still_its_own(self, job_id: str, branches: dict[str, AuditedBranch]) -> dict[str, AuditedBranch]:
         """The branches no other stream took over since (one that met a branch later publishes it, or says
@@ -295,6 +251,7 @@ class Publisher:
             except (TableNotFoundError, TableReplacedError) as e:
                 log.warning("table=%s: not published: %s", name, e)
                 report.held.append(str(e))
+                self._earlier.forget(known[name].ref)  # looked up again, and left out, on the next pass
                 if isinstance(e, TableReplacedError):
                     report.replaced.append(name)
         return chains

@@ -28,12 +28,13 @@ from icesink.audit.publish_policy import PublishPolicy, PublishSettings
 from icesink.catalog.checkpoints import StreamIdentity
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import load_tables, open_catalog
+from icesink.committer.audited_branch import AuditedBranch
 from icesink.committer.claims import claim, new_token
 from icesink.committer.commit import TableCommitter
 from icesink.committer.done_actions import ActionRetrier
 from icesink.committer.protocol import Admission, admit
 from icesink.committer.publish_timer import PublishTimer
-from icesink.committer.publisher import AuditedBranch, Publisher
+from icesink.committer.publisher import Publisher
 from icesink.committer.staging import stage_tables
 from icesink.errors import ConfigError, IcesinkError, SchemaMismatchError
 from icesink.failpoints import failpoint

@@ -3,7 +3,8 @@
 A stream meets its tables as rows come. The first micro-batch after it meets a table on a branch declares the
 branch as this stream's: how the committer daemon publishes it, or that the daemon publishes none of it (the
 inline committer does, or nobody does). A table dropped and created again while the stream runs is another
-table, and the stream writes the new one from then on: it is declared again, for the new table.
+table, and the stream writes the new one from then on: it is declared again, for the new table; so is one whose
+declaration the daemon forgot while its name was missing (renamed away and back).
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from icesink.catalog.publishing_record import PublishingRecord
 from icesink.committer.declared_publishing import declare_publishing
 
 if TYPE_CHECKING:
     from icesink.audit.publish_policy import PublishSettings
     from icesink.catalog.config import CatalogConfig
-    from icesink.committer.publisher import AuditedBranch
+    from icesink.committer.audited_branch import AuditedBranch
     from icesink.table_ref import TableRef
 
 log = logging.getLogger("icesink.stream")
@@ -47,6 +49,10 @@ class BranchDeclarations:
         """Declare the branches met since the last call, and those whose table is another one now (``table_uuids``:
         the micro-batch's tables, by identifier), as the stream of ``job_id``'s."""
         again = {t for t, uuid in table_uuids.items() if t in self._declared and self._declared[t] != uuid}
+        same = [self._refs[t] for t in table_uuids if t in self._declared and t not in again | self._due]
+        if same:  # the daemon forgets what was declared of a table whose name it found missing for a moment
+            owners = PublishingRecord(self._config).owners(same)  # (renamed away and back, registered again)
+            again |= {ref.identifier for ref in same if ref not in owners}
         due = sorted(self._due | again)
         if not due:
             return

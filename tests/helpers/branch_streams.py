@@ -16,8 +16,9 @@ from icesink.audit.publish_policy import PublishSettings
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
+from icesink.committer.audited_branch import AuditedBranch
 from icesink.committer.commit import TableCommitter
-from icesink.committer.publisher import AuditedBranch, Publisher, PublishReport
+from icesink.committer.publisher import Publisher, PublishReport
 from icesink.committer.staging import TableResults, stage_tables
 from icesink.table_ref import TableRef
 from tests.helpers.support import write_files

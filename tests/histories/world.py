@@ -26,8 +26,9 @@ from icesink.audit.publish_policy import PublishSettings
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
+from icesink.committer.audited_branch import AuditedBranch
 from icesink.committer.commit import TableCommitter
-from icesink.committer.publisher import AuditedBranch, Publisher
+from icesink.committer.publisher import Publisher
 from icesink.properties import EVENT_TIME_FIELD_PROPERTY, MAINTENANCE_PROPERTY
 from icesink.sink.event_time import EventTimeSettings
 from icesink.sink.stream_watermark import StreamWatermark, TableTimes
