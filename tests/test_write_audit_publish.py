@@ -585,6 +585,7 @@ def test_a_restarted_atomic_stream_does_not_audit_a_table_created_again_since_wi
     )
     for _ in range(2):  # the same on every pass
         report = restarted.after_commit("X")
+        assert b not in report.published
         assert ids_at(config, a) == [0] and ids_at(config, b) == [100] and ids_at(config, b, BRANCH) == [100, 101]
     said = [r.getMessage() for r in caplog.records if "no longer published with the job's other" in r.getMessage()]
     assert len(said) == 1 and f"table={b} (branch " in said[0] and "dropped and created again" in said[0]  # once
