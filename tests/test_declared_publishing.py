@@ -29,7 +29,7 @@ from icesink.committer.audited_branch import AuditedBranch
 from icesink.committer.daemon import CommitterDaemon
 from icesink.committer.declared_publishing import DeclaredPublishers, declare_publishing
 from icesink.table_ref import TableRef
-from tests.helpers.branch_streams import BRANCH, BranchStream, ids_at
+from tests.helpers.branch_streams import BRANCH, BranchStream, another_tools_table, ids_at
 from tests.helpers.support import create_orders_table, orders
 from tests.test_write_audit_publish import negative
 
@@ -411,12 +411,7 @@ def test_a_table_created_again_under_a_declared_name_is_not_published_with_the_o
     assert old.table_uuid == old_uuid
 
     catalog.drop_table(HOSTILE)
-    table = create_orders_table(config, HOSTILE)
-    table.append(orders(100, 1))
-    table = catalog.load_table(HOSTILE)
-    table.manage_snapshots().create_branch(table.metadata.current_snapshot().snapshot_id, BRANCH).commit()
-    catalog.load_table(HOSTILE).append(orders(101, 1), branch=BRANCH)  # another tool writes the new table's branch
-    new_uuid = str(catalog.load_table(HOSTILE).metadata.table_uuid)
+    new_uuid = another_tools_table(config, HOSTILE)  # with a branch of the name nobody audited
     audited = cli_run(config, "audit", HOSTILE, "--branch", BRANCH)  # not the old stream's checks
     assert audited.exit_code == 2 and "of an earlier table of the name" in audited.output, audited.output
     daemon.run(once=True)
@@ -501,12 +496,7 @@ def test_a_partner_dropped_and_later_created_again_by_another_tool_is_not_the_gr
     daemon.run(once=True)
     assert ids_at(config, "db.a") == [0, 1]
 
-    table = create_orders_table(config, "db.a b")  # another tool's, with a branch of the name nobody audited
-    table.append(orders(100, 1))
-    table = catalog.load_table("db.a b")
-    table.manage_snapshots().create_branch(table.metadata.current_snapshot().snapshot_id, BRANCH).commit()
-    catalog.load_table("db.a b").append(orders(101, 1), branch=BRANCH)
-    new_uuid = str(catalog.load_table("db.a b").metadata.table_uuid)
+    new_uuid = another_tools_table(config, "db.a b")  # with a branch of the name nobody audited
     for checkpoint in (2, 3):
         stream.batch({"db.a": orders(checkpoint, 1)}, commit=False)
         daemon.run(once=True)

@@ -24,7 +24,7 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
 from icesink.cli.app import main as cli
 from icesink.errors import AuditFailedError, ConfigError
-from tests.helpers.branch_streams import BRANCH, BranchStream, ids_at, main_snapshot
+from tests.helpers.branch_streams import BRANCH, BranchStream, another_tools_table, ids_at, main_snapshot
 from tests.helpers.support import create_orders_table, orders
 
 TABLE = "shop.orders ü"
@@ -532,12 +532,7 @@ def test_a_table_dropped_and_created_again_under_its_name_keeps_none_of_the_old_
     assert cli_run(config, "db", "upgrade").exit_code == 0
     assert [e.table_uuid for e in AuditRecord(config).of_branch(TABLE, BRANCH).values()] == [old_uuid] * 2
     catalog.drop_table(TABLE)
-    table = create_orders_table(config, TABLE)
-    table.append(orders(100, 1))
-    table = catalog.load_table(TABLE)
-    table.manage_snapshots().create_branch(table.metadata.current_snapshot().snapshot_id, BRANCH).commit()
-    catalog.load_table(TABLE).append(orders(101, 1), branch=BRANCH)  # another tool writes the new table's branch
-    uuid = str(catalog.load_table(TABLE).metadata.table_uuid)
+    uuid = another_tools_table(config, TABLE)  # with a branch of the name nobody audited
     assert AuditRecord(config).of_branch(TABLE, BRANCH, uuid) == {}
     result = cli_run(config, "audit", TABLE, "--branch", BRANCH)  # no old checks run
     assert result.exit_code == 2 and "no audit of branch" in result.output, result.output
@@ -569,10 +564,7 @@ def test_a_restarted_atomic_stream_does_not_audit_a_table_created_again_since_wi
     BranchStream(config, [a, b], SAFE, job="X", publish="manual").batch({a: orders(0, 1), b: orders(0, 1)})
     catalog = open_catalog(config)
     catalog.drop_table(b)
-    create_orders_table(config, b).append(orders(100, 1))
-    table = catalog.load_table(b)
-    table.manage_snapshots().create_branch(table.metadata.current_snapshot().snapshot_id, BRANCH).commit()
-    catalog.load_table(b).append(orders(101, 1), branch=BRANCH)  # another tool writes the new table's branch
+    another_tools_table(config, b)  # with a branch of the name nobody audited
     settings = PublishSettings.of(None, True, "continue", a)
     restarted = Publisher(
         open_catalog(config, pending_tables=True),
@@ -824,10 +816,7 @@ def test_a_partner_created_again_is_left_out_though_the_ledger_did_not_record_it
         connection.execute(sa.text("UPDATE icesink_audits SET table_uuid = NULL"))
     catalog = open_catalog(config)
     catalog.drop_table(b)
-    create_orders_table(config, b).append(orders(100, 1))
-    table = catalog.load_table(b)
-    table.manage_snapshots().create_branch(table.metadata.current_snapshot().snapshot_id, BRANCH).commit()
-    catalog.load_table(b).append(orders(101, 1), branch=BRANCH)  # another tool's, nobody audited it
+    another_tools_table(config, b)  # with a branch of the name nobody audited
     restarted = BranchStream(config, [a], SAFE, job="X", checkpoint=1)  # a new driver, meeting a alone
     for checkpoint in (1, 2):
         restarted.batch({a: orders(checkpoint, 1)})

@@ -21,7 +21,7 @@ from icesink.committer.commit import TableCommitter
 from icesink.committer.publisher import Publisher, PublishReport
 from icesink.committer.staging import TableResults, stage_tables
 from icesink.table_ref import TableRef
-from tests.helpers.support import write_files
+from tests.helpers.support import create_orders_table, orders, write_files
 
 BRANCH = "audit ✓"
 
@@ -141,3 +141,14 @@ def _script() -> None:
 
 if __name__ == "__main__":
     _script()
+
+
+def another_tools_table(config: CatalogConfig, identifier: str) -> str:
+    """A table another tool creates under a free name, with the order 100 on main and 101 on a branch of the
+    streams' branch name that nobody audited; its uuid."""
+    create_orders_table(config, identifier).append(orders(100, 1))
+    catalog = open_catalog(config)
+    table = catalog.load_table(identifier)
+    table.manage_snapshots().create_branch(table.metadata.current_snapshot().snapshot_id, BRANCH).commit()
+    catalog.load_table(identifier).append(orders(101, 1), branch=BRANCH)
+    return str(catalog.load_table(identifier).metadata.table_uuid)
