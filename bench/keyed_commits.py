@@ -4,11 +4,14 @@
 partitioned by ``bucket(--buckets, id)``. Every checkpoint writes ``--changes`` changes spread over the tables
 (60% new keys, the rest updates and deletes of keys written before, as the Debezium benchmark's generator
 makes them) with the executors' task writer, stages them, and commits them across every table in one
-transaction, as a stream's inline committer does. Staging is not timed. Reported: seconds per group commit,
-in order: what converting each checkpoint's equality deletes costs as the tables gain files. Every table is
-then read back with pyiceberg's own reader and checked against the changes.
+transaction, as a stream's inline committer does. Reported: seconds per staging and per group commit, in
+order: what converting each checkpoint's equality deletes costs as the tables gain files, and what staging a
+checkpoint of every table costs. ``--store S3`` puts the tables in moto's S3 server on 127.0.0.1 (real HTTP
+requests, none of an object store's latency). Every table is then read back with pyiceberg's own reader and
+checked against the changes.
 
     .venv/bin/python bench/keyed_commits.py [--tables 200] [--checkpoints 6] [--changes 50000] [--buckets 0]
+                                            [--store local|S3]
 """
 
 from __future__ import annotations
@@ -119,10 +122,18 @@ def main() -> None:
     parser.add_argument("--checkpoints", type=int, default=6)
     parser.add_argument("--changes", type=int, default=50_000, help="Changes per checkpoint, over all tables.")
     parser.add_argument("--buckets", type=int, default=0, help="Partition every table by bucket(N, id) (0: not).")
+    parser.add_argument("--store", choices=("local", "S3"), default="local")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="icesink-keyed-"))
+    server = None
     try:
-        config = CatalogConfig(f"c_{uuid.uuid4().hex[:6]}", f"sqlite:///{root / 'c.db'}", file_uri(root / "wh"))
+        if args.store == "S3":
+            from bench.committer_restart import moto_server, s3_config
+
+            server, endpoint = moto_server(root)
+            config = s3_config(root, endpoint)
+        else:
+            config = CatalogConfig(f"c_{uuid.uuid4().hex[:6]}", f"sqlite:///{root / 'c.db'}", file_uri(root / "wh"))
         upgrade(config)
         names = create_tables(config, args.tables, args.buckets)
         rng = random.Random(7)
@@ -130,6 +141,7 @@ def main() -> None:
         models: dict[str, dict[int, str]] = {n: {} for n in names}
         committer, ledger, catalog = TableCommitter.of(config), Ledger(config), open_catalog(config)
         seconds: list[float] = []
+        staging: list[float] = []
         for checkpoint in range(args.checkpoints):
             written = []
             for name in names:
@@ -141,15 +153,19 @@ def main() -> None:
                 writer = TaskWriter(spec.for_checkpoint(checkpoint), 0, 0)
                 writer.write(rows)
                 written.append(TableResults(table, name, [writer.complete()]))
+            started = time.perf_counter()
             assert stage_tables(ledger, "job", checkpoint, written, atomic=True)
+            staging.append(round(time.perf_counter() - started, 3))
             started = time.perf_counter()
             committer.commit_atomic("job")
             seconds.append(round(time.perf_counter() - started, 3))
-            print(json.dumps({"checkpoint": checkpoint, "commit_s": seconds[-1]}), flush=True)
+            print(json.dumps({"checkpoint": checkpoint, "stage_s": staging[-1], "commit_s": seconds[-1]}), flush=True)
         check(config, models)
-        report: dict[str, Any] = {**vars(args), "commit_seconds": seconds}
+        report: dict[str, Any] = {**vars(args), "stage_seconds": staging, "commit_seconds": seconds}
         print(json.dumps(report, indent=2))
     finally:
+        if server is not None:
+            server.kill()
         shutil.rmtree(root, ignore_errors=True)
 
 

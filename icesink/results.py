@@ -129,7 +129,8 @@ def _int_map(values: dict[str, int]) -> dict[int, int]:
     return {int(k): int(v) for k, v in values.items()}
 
 
-def _file_to_json(f: FileRecord) -> dict[str, Any]:
+def file_to_json(f: FileRecord) -> dict[str, Any]:
+    """A file as JSON holds it (in a write result, and in the ledger row of the checkpoint that staged it)."""
     encoded = {
         "path": f.path,
         "content": int(f.content),
@@ -151,7 +152,8 @@ def _file_to_json(f: FileRecord) -> dict[str, Any]:
     return encoded
 
 
-def _file_from_json_v1(d: dict[str, Any]) -> FileRecord:
+def file_from_json(d: dict[str, Any]) -> FileRecord:
+    """What :func:`file_to_json` wrote."""
     return FileRecord(
         path=d["path"],
         content=FileContent(d["content"]),
@@ -177,8 +179,8 @@ def encode_write_result(result: WriteResult) -> bytes:
         "checkpoint_id": result.checkpoint_id,
         "task_id": result.task_id,
         "attempt": result.attempt,
-        "data_files": [_file_to_json(f) for f in result.data_files],
-        "delete_files": [_file_to_json(f) for f in result.delete_files],
+        "data_files": [file_to_json(f) for f in result.data_files],
+        "delete_files": [file_to_json(f) for f in result.delete_files],
     }
     if result.event_times:  # an optional key: results of streams without event_time encode as before
         body["event_times"] = [[t.split, t.latest, t.rows, t.late_rows, t.untimed_rows] for t in result.event_times]
@@ -203,7 +205,7 @@ def decode_write_result(data: bytes) -> WriteResult:
         checkpoint_id=body["checkpoint_id"],
         task_id=body["task_id"],
         attempt=body["attempt"],
-        data_files=tuple(_file_from_json_v1(f) for f in body["data_files"]),
-        delete_files=tuple(_file_from_json_v1(f) for f in body["delete_files"]),
+        data_files=tuple(file_from_json(f) for f in body["data_files"]),
+        delete_files=tuple(file_from_json(f) for f in body["delete_files"]),
         event_times=tuple(SplitTimes(*t) for t in body.get("event_times", ())),
     )

@@ -24,7 +24,7 @@ from icesink.iceberg.marker import committed_marker, table_property
 from icesink.table_ref import TableRef
 from icesink.writer.spec import ChangeSpec
 from icesink.writer.task import TaskWriter
-from tests.helpers.support import create_orders_table, orders, stage_rows, table_ids
+from tests.helpers.support import create_orders_table, orders, stage_rows, staged_in_manifests, table_ids
 from tests.test_cli import invoke
 
 TABLE = "shop.orders ü"
@@ -173,6 +173,9 @@ def test_a_downgrade_waits_for_checkpoints_staged_for_another_branch(own_catalog
     config = own_catalog  # a database of its own: the schema goes back and forth
     create_orders_table(config, TABLE)
     assert stage_changes(config, 0, {TABLE: (orders(0, 1), ["I"])})
+    code, output = invoke(config, "db", "downgrade", "0010")  # 0018's downgrade first: its files are in its row
+    assert code != 0 and "Traceback" not in output and "releases before revision 0018" in output, output
+    staged_in_manifests(config, TABLE, "job", 0)  # as a release before 0018 staged it
     code, output = invoke(config, "db", "downgrade", "0010")
     assert code != 0 and "Traceback" not in output, output
     assert f"checkpoint 0 of job 'job' for table {TABLE!r}" in output and repr(AUDIT) in output

@@ -16,7 +16,14 @@ from icesink.iceberg.manifests import to_data_file
 from icesink.iceberg.marker import committed_marker
 from icesink.iceberg.snapshots import commit_prepared, prepare_snapshot
 from icesink.properties import JOB_ID_PROPERTY, MAX_CHECKPOINT_PROPERTY
-from tests.helpers.support import create_orders_table, orders, stage_rows, table_ids, write_files
+from tests.helpers.support import (
+    create_orders_table,
+    orders,
+    stage_rows,
+    staged_in_manifests,
+    table_ids,
+    write_files,
+)
 
 TABLE = "shop.orders"
 
@@ -53,13 +60,101 @@ def test_temporary_manifests_are_deleted_after_the_commit(catalog_config: Catalo
 
     create_orders_table(catalog_config)
     stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
-    (row,) = Ledger(catalog_config).pending(TABLE)
+    row = staged_in_manifests(catalog_config, TABLE, "job-a", 0)  # as a release before staged it
     manifest = Path(row.manifests.data.path.removeprefix("file://"))
     assert manifest.exists()
     committer(catalog_config).commit_pending(TABLE)
     assert not manifest.exists()
     (row,) = Ledger(catalog_config).for_table(TABLE)
     assert row.manifests_deleted
+
+
+def test_staging_writes_no_file_and_a_committed_row_lets_its_files_entries_go(catalog_config: CatalogConfig) -> None:
+    from pathlib import Path
+
+    from icesink.catalog.checkpoints import InlineFiles
+
+    create_orders_table(catalog_config)
+    table = open_catalog(catalog_config).load_table(TABLE)
+    metadata = Path(table.location().removeprefix("file://")) / "metadata"
+    before = sorted(metadata.iterdir())
+    stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
+    assert sorted(metadata.iterdir()) == before  # nothing beside the table's metadata but its data files
+    assert Ledger(catalog_config).pending(TABLE)[0].files is None  # read only by what commits or keeps them
+    (row,) = Ledger(catalog_config).pending(TABLE, with_files=True)
+    assert row.manifests.data == InlineFiles(1, 10) and row.files is not None and not row.files.deletes
+    (staged,) = row.files.data
+    assert Path(staged.path.removeprefix("file://")).exists() and not row.manifests_deleted
+    committer(catalog_config).commit_pending(TABLE)
+    assert table_ids(catalog_config, TABLE) == list(range(10))
+    (row,) = Ledger(catalog_config).for_table(TABLE, with_files=True)
+    assert row.state == CheckpointState.COMMITTED and row.manifests_deleted
+    assert row.manifests.data == InlineFiles(1, 10) and row.files is None  # how many it held, not the files
+    assert [f.file.file_path for f in open_catalog(catalog_config).load_table(TABLE).scan().plan_files()] == [
+        staged.path
+    ]
+
+
+def test_a_file_the_tables_partition_spec_cannot_hold_is_refused_before_anything_is_staged(
+    catalog_config: CatalogConfig,
+) -> None:
+    from dataclasses import replace
+
+    from icesink.committer.staging import stage_checkpoint
+    from icesink.errors import WriteResultError
+
+    create_orders_table(catalog_config)
+    table = open_catalog(catalog_config).load_table(TABLE)
+    result = write_files(table, TABLE, "job-a", 0, orders(0, 10))
+    (good,) = result.data_files
+    for odd in (replace(good, partition=("x",)), replace(good, spec_id=7)):
+        with pytest.raises(WriteResultError, match=f"table {TABLE}: checkpoint 0 holds file"):
+            stage_checkpoint(Ledger(catalog_config), table, TABLE, "job-a", 0, [replace(result, data_files=(odd,))])
+        assert Ledger(catalog_config).for_table(TABLE) == []
+
+
+def test_a_row_whose_staged_files_are_damaged_stops_only_its_table_and_can_be_discarded(
+    catalog_config: CatalogConfig,
+) -> None:
+    import datetime
+
+    import sqlalchemy as sa
+
+    from icesink.catalog.database import engine
+    from icesink.catalog.ledger import checkpoints
+    from icesink.committer.gc import collect_garbage
+    from icesink.errors import LedgerFormatError
+    from tests.test_cli import invoke
+
+    other = "shop.other ü"
+    create_orders_table(catalog_config)
+    create_orders_table(catalog_config, other)
+    stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
+    stage_rows(catalog_config, other, "job-a", 0, orders(0, 10))
+    with engine(catalog_config).begin() as connection:  # a file with no path: by hand, or a bad restore
+        connection.execute(
+            checkpoints.update()
+            .where(checkpoints.c.table_identifier == TABLE)
+            .values(staged_files='{"version":1,"data":[{"path":""}],"deletes":[]}')
+        )
+    with pytest.raises(LedgerFormatError) as raised:
+        committer(catalog_config).commit_pending(TABLE)
+    message = str(raised.value)
+    assert "checkpoint 0 of job 'job-a'" in message and repr(TABLE) in message and "discard" in message
+    committer(catalog_config).commit_pending(other)  # another table goes on
+    assert table_ids(catalog_config, other) == list(range(10))
+    code, output = invoke(catalog_config, "checkpoints", "list", TABLE, "--json")
+    assert code == 0 and [r["status"] for r in json.loads(output)["checkpoints"]] == ["unreadable"], output
+    with pytest.raises(LedgerFormatError, match="gc deletes nothing in this table"):
+        collect_garbage(open_catalog(catalog_config), catalog_config, TABLE, datetime.timedelta(hours=1))
+    code, output = invoke(catalog_config, "checkpoints", "discard", TABLE, "0", "--yes")
+    assert code == 0, output
+    assert committer(catalog_config).commit_pending(TABLE) == []
+    (row,) = Ledger(catalog_config).for_table(TABLE, with_files=True)
+    assert row.state == CheckpointState.DISCARDED and row.files is None
+    with engine(catalog_config).connect() as connection:
+        mine = checkpoints.c.catalog_name == catalog_config.name
+        assert connection.execute(sa.select(checkpoints.c.staged_files).where(mine)).scalars().all() == [None, None]
 
 
 def test_a_second_run_commits_nothing(catalog_config: CatalogConfig) -> None:
@@ -154,7 +249,7 @@ def test_missing_manifest_is_a_clear_error_and_loses_nothing(catalog_config: Cat
 
     create_orders_table(catalog_config)
     stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
-    (row,) = Ledger(catalog_config).pending(TABLE)
+    row = staged_in_manifests(catalog_config, TABLE, "job-a", 0)  # as a release before staged it
     Path(row.manifests.data.path.removeprefix("file://")).unlink()
     with pytest.raises(ManifestError) as raised:
         committer(catalog_config).commit_pending(TABLE)
@@ -359,12 +454,75 @@ def test_a_committer_that_remembers_the_table_takes_files_of_a_partition_spec_an
     assert {f.file.spec_id for f in table.scan().plan_files()} == {0, 1}
 
 
+def test_files_staged_in_the_ledger_row_are_versioned_values_read_back_exactly() -> None:
+    import decimal
+
+    from icesink.catalog.checkpoints import DELTA_MANIFESTS_VERSION, DeltaManifests, InlineFiles, StagedFiles
+    from icesink.catalog.checkpoints import StagedManifest as Manifest
+    from icesink.results import FileContent, FileRecord
+
+    data = FileRecord(
+        path='s3://b/d ü"x%20.parquet',
+        content=FileContent.DATA,
+        record_count=7,
+        file_size_bytes=1000,
+        spec_id=3,
+        partition=(b"\x00\xff", decimal.Decimal("-1.50"), None, "ü", 2**40, True, 0.1),
+        column_sizes={1: 10},
+        value_counts={1: 7},
+        null_value_counts={1: 0},
+        lower_bounds={1: b"\x00"},
+        upper_bounds={1: b"\xff" * 3},
+        split_offsets=(4,),
+    )
+    deletes = FileRecord(
+        path="/x/eq.parquet",
+        content=FileContent.EQUALITY_DELETES,
+        record_count=2,
+        file_size_bytes=50,
+        spec_id=3,
+        partition=(),
+        equality_ids=(1, 2),
+    )
+    counts = DeltaManifests(InlineFiles.of((data, data)), InlineFiles.of((deletes,)))
+    assert json.loads(counts.encode())["version"] == DELTA_MANIFESTS_VERSION == 2
+    assert DeltaManifests.decode(counts.encode()) == counts and counts.paths == []
+    assert (counts.data_files, counts.data_records, counts.delete_files, counts.delete_records) == (2, 14, 1, 2)
+    assert counts.flat()["data_manifest"] is None and counts.flat()["data_files"] == 2
+    mixed = DeltaManifests(Manifest("/d.avro", 1, 1, 1), InlineFiles(1, 2))
+    assert DeltaManifests.decode(mixed.encode()) == mixed and mixed.paths == ["/d.avro"]
+    files = StagedFiles((data, data), (deletes,))
+    assert StagedFiles.decode(files.encode()) == files and files.paths == [data.path, data.path, deletes.path]
+    assert not StagedFiles() and files
+    body = json.loads(files.encode())
+    first, delete = body["data"][0], body["deletes"][0]
+    for unreadable in (  # each would commit part of a checkpoint, or the wrong files
+        {**body, "version": 2},
+        {**body, "more": []},
+        {**body, "data": [{**first, "content": 9}]},
+        {**body, "data": [delete]},  # a delete file among the data files would be committed as rows
+        {**body, "deletes": [first]},
+        {**body, "data": [{k: v for k, v in first.items() if k != "path"}]},
+        {**body, "data": [{**first, "path": ""}]},
+        {**body, "data": [{**first, "partition": [{"z": 1}]}]},
+        {**body, "deletes": "none"},
+    ):
+        with pytest.raises(ValueError):
+            StagedFiles.decode(json.dumps(unreadable))
+    for unreadable in (
+        {"content": "data", "files": 1, "records": -1},
+        {"content": "data", "files": 1, "records": 1, "entries": []},
+    ):
+        with pytest.raises(ValueError):
+            DeltaManifests.decode(json.dumps({"version": 2, "manifests": [unreadable]}))
+
+
 def test_delta_manifests_are_one_versioned_value_in_the_ledger() -> None:
     from icesink.catalog.checkpoints import DELTA_MANIFESTS_VERSION, DeltaManifests, StagedManifest
 
     both = DeltaManifests(StagedManifest("s3://b/d ü.avro", 10, 2, 7), StagedManifest("/x/del%.avro", 5, 1, 3))
     assert DeltaManifests.decode(both.encode()) == both
-    assert json.loads(both.encode())["version"] == DELTA_MANIFESTS_VERSION == 1
+    assert json.loads(both.encode())["version"] == 1 < DELTA_MANIFESTS_VERSION  # readable by releases before
     assert both.paths == ["s3://b/d ü.avro", "/x/del%.avro"] and both.data_records == 7 and both.delete_files == 1
     only_deletes = DeltaManifests(deletes=StagedManifest("/x/del.avro", 5, 1, 3))
     assert DeltaManifests.decode(only_deletes.encode()) == only_deletes
@@ -380,10 +538,11 @@ def test_delta_manifests_are_one_versioned_value_in_the_ledger() -> None:
         {"version": 1, "manifests": [{**manifest, "path": None}]},
         {"version": 1, "manifests": [{**manifest, "records": -1}]},
         {"version": True, "manifests": [manifest]},
+        {"version": 1, "manifests": [{"content": "data", "files": 0, "records": 0}]},  # files held: version 2
     ]
     assert DeltaManifests.decode(json.dumps({"version": 1, "manifests": [manifest]})).data_records == 1
     for unreadable in (
-        '{"version": 2, "manifests": []}',
+        json.dumps({"version": DELTA_MANIFESTS_VERSION + 1, "manifests": []}),
         '{"manifests": []}',
         "[1]",
         '{"version": "1"}',

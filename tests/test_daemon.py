@@ -21,7 +21,7 @@ from icesink.catalog.lease import Lease, LeaseHolder
 from icesink.catalog.ledger import Ledger
 from icesink.committer.daemon import CommitterDaemon
 from icesink.committer.observability import StatusServer
-from tests.helpers.support import create_orders_table, orders, stage_rows, table_ids, wait_for
+from tests.helpers.support import create_orders_table, orders, stage_rows, staged_in_manifests, table_ids, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = "shop.orders"
@@ -39,7 +39,7 @@ def test_terminal_error_stops_one_table_others_commit_and_health_says_why(catalo
     create_orders_table(catalog_config, "shop.broken")
     create_orders_table(catalog_config, "shop.fine")
     stage_rows(catalog_config, "shop.broken", "job", 0, orders(0, 10))
-    (row,) = Ledger(catalog_config).pending("shop.broken")
+    row = staged_in_manifests(catalog_config, "shop.broken", "job", 0)  # as a release before staged it
     Path(row.manifests.data.path.removeprefix("file://")).unlink()  # a lost staged manifest: retrying cannot help
     daemon = CommitterDaemon(catalog_config, poll_interval=0.1, lease_ttl=5)
     server = StatusServer("127.0.0.1", 0, daemon.metrics, daemon.problems)
@@ -141,7 +141,7 @@ def test_a_pass_that_commits_some_checkpoints_then_fails_counts_those_it_committ
     create_orders_table(sqlite_catalog, "shop.half")
     stage_rows(sqlite_catalog, "shop.half", "job", 0, orders(0, 10))
     stage_rows(sqlite_catalog, "shop.half", "job", 1, orders(10, 10))
-    lost = Ledger(sqlite_catalog).pending("shop.half")[1]
+    lost = staged_in_manifests(sqlite_catalog, "shop.half", "job", 1)  # as a release before staged it
     Path(lost.manifests.data.path.removeprefix("file://")).unlink()  # checkpoint 1 can never commit
     daemon = CommitterDaemon(sqlite_catalog, poll_interval=0.1, lease_ttl=5)
     report = daemon.run(once=True)

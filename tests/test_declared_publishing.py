@@ -389,14 +389,14 @@ def test_an_operators_audit_runs_the_checks_of_the_stream_that_writes_the_branch
 
 
 def test_a_table_created_again_under_a_declared_name_is_not_published_with_the_old_streams_checks(
-    catalog_config: CatalogConfig,
+    own_catalog: CatalogConfig,
 ) -> None:
     """What a stream declared for the daemon was of the table of the name then: once it is dropped and created
     again, the daemon neither audits nor publishes the new table by it (it forgets it), an operator's audit does
     not run its checks, and a stream that declares the new table publishes it by its own."""
     from tests.test_write_audit_publish import cli_run
 
-    config = catalog_config
+    config = own_catalog  # a database of its own: the schema goes back and forth
     declared_stream(config, "J", [HOSTILE]).batch({HOSTILE: orders(0, 1)}, commit=False)
     daemon = CommitterDaemon(config, lease_ttl=4, publish_check_seconds=0)
     daemon.run(once=True)

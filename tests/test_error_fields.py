@@ -18,7 +18,7 @@ from icesink.committer.commit import TableCommitter
 from icesink.committer.daemon import CommitterDaemon
 from icesink.committer.observability import StatusServer
 from icesink.errors import ConfigError, ManifestError, SchemaMismatchError
-from tests.helpers.support import create_orders_table, orders, stage_group, stage_rows
+from tests.helpers.support import create_orders_table, orders, stage_group, stage_rows, staged_in_manifests
 from tests.test_cli import invoke
 
 TABLE = "shop.orders ü"
@@ -28,6 +28,7 @@ LINES = "shop.orders ü archive"
 
 def break_manifest(config: CatalogConfig, identifier: str, checkpoint_id: int) -> str:
     row = next(r for r in Ledger(config).pending(identifier) if r.checkpoint_id == checkpoint_id)
+    row = staged_in_manifests(config, identifier, row.job_id, checkpoint_id)  # as a release before staged it
     assert row.manifests.data is not None
     path = row.manifests.data.path
     Path(path.removeprefix("file://")).unlink()

@@ -14,7 +14,15 @@ from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
 from icesink.committer.gc import collect_garbage, parse_age
 from icesink.errors import ManifestError
-from tests.helpers.support import age_everything, create_orders_table, orders, stage_rows, table_ids, write_files
+from tests.helpers.support import (
+    age_everything,
+    create_orders_table,
+    orders,
+    stage_rows,
+    staged_in_manifests,
+    table_ids,
+    write_files,
+)
 
 TABLE = "shop.orders"
 OTHER = "shop.orders ü %/x"  # a name whose audits are another table's, however alike
@@ -38,7 +46,7 @@ def test_gc_deletes_orphans_and_keeps_everything_referenced(catalog_config: Cata
     table = open_catalog(catalog_config).load_table(TABLE)
     (orphan,) = write_files(table, TABLE, "job-a", 1, orders(500, 5), task_id=7).data_files
     stage_rows(catalog_config, TABLE, "job-a", 1, orders(10, 10))
-    (staged,) = Ledger(catalog_config).pending(TABLE)
+    (staged,) = Ledger(catalog_config).pending(TABLE, with_files=True)
     age_everything(table_root(catalog_config))
     (young,) = write_files(table, TABLE, "job-a", 2, orders(900, 5), task_id=8).data_files
 
@@ -49,7 +57,8 @@ def test_gc_deletes_orphans_and_keeps_everything_referenced(catalog_config: Cata
     assert report.deleted == [orphan.path]
     assert report.too_young == 1 and local(young.path).exists()  # may belong to a batch still being written
     assert not local(orphan.path).exists()
-    assert local(staged.manifests.data.path).exists()
+    assert staged.manifests.data is not None and staged.manifests.data.files == 1 and staged.files is not None
+    assert all(local(path).exists() for path in staged.files.paths)  # named in its ledger row only
     # The staged checkpoint still commits, and the table reads exactly.
     committer.commit_pending(TABLE)
     assert table_ids(catalog_config, TABLE) == list(range(20))
@@ -139,7 +148,7 @@ def test_gc_forgets_the_audits_of_snapshots_the_table_expired(catalog_config: Ca
 def test_gc_refuses_to_guess_when_a_staged_manifest_is_missing(sqlite_catalog: CatalogConfig) -> None:
     create_orders_table(sqlite_catalog)
     stage_rows(sqlite_catalog, TABLE, "job-a", 0, orders(0, 10))
-    (row,) = Ledger(sqlite_catalog).pending(TABLE)
+    row = staged_in_manifests(sqlite_catalog, TABLE, "job-a", 0)  # as a release before staged it
     local(row.manifests.data.path).unlink()
     age_everything(table_root(sqlite_catalog))
     files_before = sorted(table_root(sqlite_catalog).rglob("*.parquet"))
@@ -183,10 +192,13 @@ def test_gc_racing_a_commit_finds_the_files_in_the_table(
     """gc read the checkpoint as staged; the committer committed it and deleted its manifest before gc read that."""
     create_orders_table(sqlite_catalog)
     stage_rows(sqlite_catalog, TABLE, "job-a", 0, orders(0, 10))
+    staged_in_manifests(sqlite_catalog, TABLE, "job-a", 0)  # as a release before staged it: a manifest to delete
     stale_rows = Ledger(sqlite_catalog).for_table(TABLE)
     TableCommitter.of(sqlite_catalog).commit_pending(TABLE)
     assert not local(stale_rows[0].manifests.data.path).exists()
-    monkeypatch.setattr(Ledger, "for_table", lambda self, identifier, newest=None, unreadable_too=False: stale_rows)
+    monkeypatch.setattr(
+        Ledger, "for_table", lambda self, identifier, newest=None, unreadable_too=False, with_files=False: stale_rows
+    )
     age_everything(table_root(sqlite_catalog))
     report = collect_garbage(open_catalog(sqlite_catalog), sqlite_catalog, TABLE, HOUR)
     assert not any(uri.endswith(".parquet") for uri in report.deleted)

@@ -223,3 +223,86 @@ def test_a_key_schema_is_the_schema_select_gives() -> None:
         assert made == selected, keys
         assert made.identifier_field_ids == selected.identifier_field_ids and made.schema_id == selected.schema_id
         assert [f.field_id for f in made.fields] == [f.field_id for f in selected.fields]
+
+
+def test_a_file_staged_in_the_ledger_has_the_partition_values_a_manifest_gives_back(tmp_path: Path) -> None:
+    """The committer reads a staged file's partition values from its ledger row, and compares them with those of
+    the table's files, read from manifests: for every partition type, the two must be the same values."""
+    import decimal
+    import uuid
+
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import (
+        BucketTransform,
+        DayTransform,
+        HourTransform,
+        IdentityTransform,
+        MonthTransform,
+        TruncateTransform,
+        YearTransform,
+    )
+    from pyiceberg.types import (
+        BinaryType,
+        BooleanType,
+        DateType,
+        DecimalType,
+        DoubleType,
+        FixedType,
+        FloatType,
+        IntegerType,
+        LongType,
+        NestedField,
+        StringType,
+        TimestampType,
+        TimestamptzType,
+        TimeType,
+        UUIDType,
+    )
+
+    from icesink.catalog import database
+    from icesink.results import FileContent, FileRecord
+
+    columns = [  # (type, the value a task's writer gives for it as identity, transform and its value)
+        (IntegerType(), -7, BucketTransform(8), 3),
+        (LongType(), 2**40, TruncateTransform(10), 2**40 - 6),
+        (FloatType(), 0.1, None, None),
+        (DoubleType(), 0.1, None, None),
+        (DecimalType(9, 2), decimal.Decimal("-1.50"), TruncateTransform(10), decimal.Decimal("-1.50")),
+        (DateType(), 20000, MonthTransform(), 657),
+        (TimeType(), 3_600_000_000, None, None),
+        (TimestampType(), 1_700_000_000_000_000, HourTransform(), 472222),
+        (TimestamptzType(), 1_700_000_000_000_000, DayTransform(), 19675),
+        (StringType(), "ü/x=%", TruncateTransform(2), "ü/"),
+        (UUIDType(), uuid.UUID(int=5).bytes, None, None),
+        (FixedType(3), b"\x00\xff\x01", None, None),
+        (BinaryType(), b"\xff", None, None),
+        (BooleanType(), True, None, None),
+        (DateType(), None, YearTransform(), 54),
+    ]
+    schema = Schema(*(NestedField(i + 1, f"c{i}", t, required=False) for i, (t, *_) in enumerate(columns)))
+    fields, values = [], []
+    for i, (_, value, transform, transformed) in enumerate(columns):
+        fields.append(PartitionField(i + 1, 1000 + len(fields), IdentityTransform(), f"c{i}"))
+        values.append(value)
+        if transform is not None:
+            fields.append(PartitionField(i + 1, 1000 + len(fields), transform, f"c{i}_{len(fields)}"))
+            values.append(transformed)
+    config = CatalogConfig("t", f"sqlite:///{tmp_path / 'c.db'}", file_uri(tmp_path))
+    database.upgrade(config)
+    catalog = open_catalog(config)
+    catalog.create_namespace("p")
+    table = catalog.create_table("p.every_type", schema=schema, partition_spec=PartitionSpec(*fields))
+    record = FileRecord(file_uri(tmp_path / "d.parquet"), FileContent.DATA, 1, 10, 0, tuple(values))
+    partition_type = table.spec().partition_type(table.schema())
+    staged = to_data_file(record, table.metadata.format_version, partition_type)
+    path = file_uri(tmp_path / "delta.avro")
+    manifest = write_delta_manifest(
+        table.metadata, table.io, path, 0, [to_data_file(record, table.metadata.format_version)]
+    )
+    (read,) = read_delta_manifest(table.io, manifest)
+    assert len(read.partition) == len(values) == len(staged.partition)
+    for position, field in enumerate(partition_type.fields):
+        have, want = staged.partition[position], read.partition[position]
+        assert (type(have), have) == (type(want), want), field.name
+    assert isinstance(staged.partition[[f.name for f in partition_type.fields].index("c10")], uuid.UUID)

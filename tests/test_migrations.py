@@ -138,14 +138,14 @@ def test_a_row_of_a_later_encoding_is_refused_by_name_and_left_as_it_is(own_cata
         manifests=_expected((("/wh/d.avro", 1, 1, 1), None)),
     )
     assert ledger.stage(staged)
-    later = json.dumps({"version": 2, "manifests": [], "segments": [{"path": "/wh/x.avro"}]})
+    later = json.dumps({"version": 3, "manifests": [], "segments": [{"path": "/wh/x.avro"}]})
     table = sa.Table("icesink_checkpoints", sa.MetaData(), autoload_with=engine(own_catalog))
     with engine(own_catalog).begin() as connection:
         connection.execute(table.update().values(delta_manifests=later))
     with pytest.raises(LedgerFormatError) as refused:
         ledger.pending(TABLE)
     message = str(refused.value)
-    assert "checkpoint 7" in message and repr(TABLE) in message and "version 2" in message
+    assert "checkpoint 7" in message and repr(TABLE) in message and "version 3" in message
     assert "upgrade icesink" in message
     assert [r["delta_manifests"] for r in _ledger_rows(engine(own_catalog), "delta_manifests")] == [later]
 
@@ -159,9 +159,9 @@ def test_a_downgrade_that_would_lose_a_row_or_names_no_revision_is_refused(own_c
     assert code == 2 and "no schema revision '0042'" in output and "0001, 0002" in output
     table = sa.Table("icesink_checkpoints", sa.MetaData(), autoload_with=engine(own_catalog))
     with engine(own_catalog).begin() as connection:
-        connection.execute(table.update().values(delta_manifests='{"version": 2, "manifests": []}'))
+        connection.execute(table.update().values(delta_manifests='{"version": 3, "manifests": []}'))
     code, output = invoke(own_catalog, "db", "downgrade", "0006")  # where a later encoding cannot go
-    assert code != 0 and "encoding version 2" in output and "Traceback" not in output, output
+    assert code != 0 and "encoding version 3" in output and "Traceback" not in output, output
     assert f"checkpoint 0 of job 'job' for table {TABLE!r}" in output
     assert migrations.current_revision(engine(own_catalog)) == migrations.head_revision()  # nothing half-done
 
@@ -201,3 +201,53 @@ def test_a_database_a_later_release_migrated_says_which_release_to_use(own_catal
 def test_the_head_every_catalog_is_compared_with_is_alembics_head() -> None:
     """A new migration must move migrations.HEAD too: a catalog at the new revision would otherwise be refused."""
     assert migrations.HEAD == migrations.head_revision() == migrations.revisions()[-1]
+
+
+def test_files_staged_in_ledger_rows_go_back_to_the_release_before_only_once_committed(
+    own_catalog: CatalogConfig,
+) -> None:
+    from icesink.catalog.checkpoints import InlineFiles, StagedFiles
+    from icesink.results import FileContent, FileRecord
+
+    ledger = Ledger(own_catalog)
+    data = FileRecord(f"file:///wh/{TABLE}/d.parquet", FileContent.DATA, 3, 100, 0, ())
+    inline = DeltaManifests(InlineFiles.of((data,)))
+    for checkpoint_id in (0, 1):
+        staged = StagedCheckpoint(
+            identifier=TABLE,
+            job_id="job ü",
+            checkpoint_id=checkpoint_id,
+            spec_id=0,
+            manifests=inline,
+            files=StagedFiles((data,)),
+        )
+        assert ledger.stage(staged)
+    old = _expected((("/wh/d 1.avro", 10, 1, 5), None))  # staged by a release before, still staged
+    assert ledger.stage(StagedCheckpoint(identifier=TABLE, job_id="old", checkpoint_id=0, spec_id=0, manifests=old))
+    first = ledger.get(TABLE, "job ü", 0)
+    assert first is not None and first.manifests == inline
+    ledger.mark_committed([first.id], 1)
+    ledger.mark_cleaned([first.id])
+
+    code, output = invoke(own_catalog, "db", "downgrade", "0017")  # checkpoint 1 holds files only this release reads
+    assert code != 0 and "Traceback" not in output, output
+    assert f"checkpoint 1 of job 'job ü' for table {TABLE!r}" in output and "commit it" in output
+    assert migrations.current_revision(engine(own_catalog)) == "0018"
+    (second,) = [r for r in ledger.pending(TABLE, "job ü", with_files=True)]
+    assert second.files == StagedFiles((data,))
+
+    ledger.mark_committed([second.id], 2)
+    ledger.mark_cleaned([second.id])
+    code, output = invoke(own_catalog, "db", "downgrade", "0017")
+    assert code == 0, output
+    rows = _ledger_rows(engine(own_catalog), "delta_manifests", "manifests_deleted")
+    in_the_row = {"content": "data", "path": "(staged in the ledger row)", "length": 0, "files": 1, "records": 3}
+    assert [(r["job_id"], json.loads(r["delta_manifests"]), r["manifests_deleted"]) for r in rows] == [
+        ("job ü", {"version": 1, "manifests": [in_the_row]}, True),  # what it held, for the release before
+        ("job ü", {"version": 1, "manifests": [in_the_row]}, True),
+        ("old", json.loads(old.encode()), False),
+    ]
+    code, output = invoke(own_catalog, "db", "upgrade")
+    assert code == 0, output
+    read = Ledger(own_catalog).for_table(TABLE, with_files=True)
+    assert [(r.manifests.data_records, r.files) for r in read] == [(3, None), (3, None), (5, None)]

@@ -17,7 +17,7 @@ from icesink.catalog.config import CatalogConfig
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
 from icesink.cli import main
-from tests.helpers.support import create_orders_table, orders, stage_rows, table_ids, wait_for
+from tests.helpers.support import create_orders_table, orders, stage_rows, staged_in_manifests, table_ids, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKEN = "shop.broken ü %/x"
@@ -43,8 +43,8 @@ def states(config: CatalogConfig, table: str) -> dict[int, str]:
 def lose_manifest(
     config: CatalogConfig, table: str, checkpoint: int, keep: Path | None = None, job: str = "job"
 ) -> Path:
-    row = Ledger(config).get(table, job, checkpoint)
-    assert row is not None and row.manifests.data is not None
+    row = staged_in_manifests(config, table, job, checkpoint)  # as a release before staged it
+    assert row.manifests.data is not None
     path = Path(row.manifests.data.path.removeprefix("file://"))
     if keep is not None:
         shutil.copy(path, keep)

@@ -511,7 +511,7 @@ def test_a_branch_nobody_audits_does_not_publish_what_failed_on_another(sqlite_c
 
 
 def test_a_table_dropped_and_created_again_under_its_name_keeps_none_of_the_old_ones_audits(
-    catalog_config: CatalogConfig,
+    own_catalog: CatalogConfig,
 ) -> None:
     """Audits say which table they were of: a table created again under a dropped one's name has a branch no
     stream audited, which publishes as such, has no checks to run again, and gc forgets the old table's audits."""
@@ -519,7 +519,7 @@ def test_a_table_dropped_and_created_again_under_its_name_keeps_none_of_the_old_
 
     from icesink.committer.gc import collect_garbage
 
-    config = catalog_config
+    config = own_catalog  # a database of its own: the schema goes back and forth
     create_orders_table(config, TABLE)
     stream = BranchStream(config, [TABLE], SAFE)
     stream.batch({TABLE: orders(0, 1)})
@@ -528,7 +528,8 @@ def test_a_table_dropped_and_created_again_under_its_name_keeps_none_of_the_old_
     old_uuid = str(catalog.load_table(TABLE).metadata.table_uuid)
     # Audits recorded before they said which table (a database taken back to 0015 and migrated again) take the uuid
     # of their checkpoint's ledger row.
-    assert cli_run(config, "db", "downgrade", "0015").exit_code == 0
+    result = cli_run(config, "db", "downgrade", "0015")
+    assert result.exit_code == 0, result.output
     assert cli_run(config, "db", "upgrade").exit_code == 0
     assert [e.table_uuid for e in AuditRecord(config).of_branch(TABLE, BRANCH).values()] == [old_uuid] * 2
     catalog.drop_table(TABLE)

@@ -1,14 +1,16 @@
-"""What the ledger holds, as values: a staged checkpoint of one table, its delta manifests, its fate,
-and what operators see of jobs. Plain data, shared by staging, committing, gc and the CLI."""
+"""What the ledger holds, as values: a staged checkpoint of one table, the files it staged, its fate, and what
+operators see of jobs. Plain data, shared by staging, committing, gc and the CLI."""
 
 from __future__ import annotations
 
 import datetime
 import enum
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from icesink.errors import WriteResultError
+from icesink.results import FileContent, FileRecord, file_from_json, file_to_json
 from icesink.table_ref import MAIN_BRANCH, TableRef
 
 
@@ -41,7 +43,8 @@ class StreamIdentity:
 
 @dataclass(frozen=True)
 class StagedManifest:
-    """One manifest a checkpoint staged: where it is, its length, and what it holds."""
+    """One delta manifest file a checkpoint staged (as releases before inline files did): where it is, its
+    length, and what it holds."""
 
     path: str
     length: int
@@ -49,10 +52,23 @@ class StagedManifest:
     records: int  # rows of data files, keys of delete files
 
 
-# The ledger keeps a checkpoint's delta manifests as this encoding's JSON, its version inside: a release reads
-# every earlier version and refuses a later one (rows staged before revision 0007 were rewritten into version 1
-# by that migration).
-DELTA_MANIFESTS_VERSION = 1
+@dataclass(frozen=True)
+class InlineFiles:
+    """Files a checkpoint staged in its ledger row itself, with no manifest file: how many, and their rows (of
+    data files) or keys (of delete files). The files themselves are the row's :class:`StagedFiles`."""
+
+    files: int
+    records: int
+
+    @staticmethod
+    def of(records: tuple[FileRecord, ...]) -> InlineFiles:
+        return InlineFiles(len(records), sum(r.record_count for r in records))
+
+
+# The ledger keeps what a checkpoint staged as this encoding's JSON, its version inside: a release reads every
+# earlier version and refuses a later one (rows staged before revision 0007 were rewritten into version 1 by that
+# migration). Version 1 names delta manifest files; version 2 may say that the files are in the row itself.
+DELTA_MANIFESTS_VERSION = 2
 _CONTENTS = (("data", False), ("deletes", True))
 
 
@@ -73,21 +89,26 @@ def versioned_body(text: str, what: str, latest: int) -> dict[str, Any]:
     return body
 
 
+Staged = StagedManifest | InlineFiles
+
+
 @dataclass(frozen=True)
 class DeltaManifests:
-    """What one checkpoint staged for one table: a manifest of its data files and one of its delete files
-    (either may be absent). The ledger keeps it as one versioned value (:meth:`encode`)."""
+    """What one checkpoint staged for one table: its data files and its delete files (either may be absent),
+    each in the ledger row itself (:class:`InlineFiles`) or, as releases before this one staged them, in a
+    delta manifest file (:class:`StagedManifest`). The ledger keeps it as one versioned value (:meth:`encode`)."""
 
-    data: StagedManifest | None = None
-    deletes: StagedManifest | None = None
+    data: Staged | None = None
+    deletes: Staged | None = None
 
-    def present(self) -> list[tuple[bool, StagedManifest]]:
-        """(holds deletes, manifest) of each manifest there is."""
+    def present(self) -> list[tuple[bool, Staged]]:
+        """(holds deletes, what was staged) of each content there is."""
         return [(deletes, m) for deletes, m in ((False, self.data), (True, self.deletes)) if m is not None]
 
     @property
     def paths(self) -> list[str]:
-        return [m.path for _, m in self.present()]
+        """The delta manifest files (only rows staged by releases before this one have any)."""
+        return [m.path for _, m in self.present() if isinstance(m, StagedManifest)]
 
     @property
     def data_files(self) -> int:
@@ -106,38 +127,60 @@ class DeltaManifests:
         return self.deletes.records if self.deletes else 0
 
     def encode(self) -> str:
-        """As the ledger keeps it: JSON with its version, each manifest by its content (Iceberg's words)."""
-        manifests = [
-            {"content": content, "path": m.path, "length": m.length, "files": m.files, "records": m.records}
-            for content, deletes in _CONTENTS
-            if (m := self.deletes if deletes else self.data) is not None
-        ]
-        return json.dumps({"version": DELTA_MANIFESTS_VERSION, "manifests": manifests}, separators=(",", ":"))
+        """As the ledger keeps it: JSON with its version, each content by Iceberg's word for it. Manifest files
+        alone are written as version 1, which releases before inline files read too."""
+        staged = []
+        for content, deletes in _CONTENTS:
+            m = self.deletes if deletes else self.data
+            if isinstance(m, StagedManifest):
+                staged.append(
+                    {"content": content, "path": m.path, "length": m.length, "files": m.files, "records": m.records}
+                )
+            elif m is not None:
+                staged.append({"content": content, "files": m.files, "records": m.records})
+        inline = any(isinstance(m, InlineFiles) for _, m in self.present())
+        version = DELTA_MANIFESTS_VERSION if inline else 1
+        return json.dumps({"version": version, "manifests": staged}, separators=(",", ":"))
 
     @staticmethod
     def decode(text: str) -> DeltaManifests:
         """Read what :meth:`encode` wrote, in any version up to this release's; :class:`ValueError` for anything
         else, down to a key it does not know (a value it half understood would commit half a checkpoint)."""
         body = versioned_body(text, "delta-manifests", DELTA_MANIFESTS_VERSION)
+        version = body["version"]
         if set(body) != {"version", "manifests"} or not isinstance(body["manifests"], list):
-            raise ValueError(f"a delta-manifests value of version 1 with keys {sorted(body)}: {text[:200]!r}")
-        found: dict[str, StagedManifest] = {}
+            raise ValueError(f"a delta-manifests value of version {version} with keys {sorted(body)}: {text[:200]!r}")
+        found: dict[str, Staged] = {}
         for m in body["manifests"]:
             content = m.get("content") if isinstance(m, dict) else None
-            if content not in ("data", "deletes") or content in found or not _is_manifest(m):
+            if content not in ("data", "deletes") or content in found:
                 raise ValueError(f"a delta manifest icesink cannot read: {json.dumps(m)[:200]}")
-            found[content] = StagedManifest(m["path"], m["length"], m["files"], m["records"])
+            if _is_manifest(m):
+                found[content] = StagedManifest(m["path"], m["length"], m["files"], m["records"])
+            elif version >= 2 and _is_inline(m):
+                found[content] = InlineFiles(m["files"], m["records"])
+            else:
+                raise ValueError(f"a delta manifest icesink cannot read: {json.dumps(m)[:200]}")
         return DeltaManifests(found.get("data"), found.get("deletes"))
 
     def flat(self) -> dict[str, Any]:
-        """As flat fields (``data_manifest``, ``delete_files``, ...): what the CLI's JSON shows of a checkpoint."""
+        """As flat fields (``data_manifest``, ``delete_files``, ...): what the CLI's JSON shows of a checkpoint
+        (a manifest and its length only for rows staged in manifest files)."""
         values: dict[str, Any] = {}
-        for kind, manifest in (("data", self.data), ("delete", self.deletes)):
+        for kind, staged in (("data", self.data), ("delete", self.deletes)):
+            manifest = staged if isinstance(staged, StagedManifest) else None
             values[f"{kind}_manifest"] = manifest.path if manifest else None
             values[f"{kind}_manifest_length"] = manifest.length if manifest else None
-            values[f"{kind}_files"] = manifest.files if manifest else 0
-            values[f"{kind}_records"] = manifest.records if manifest else 0
+            values[f"{kind}_files"] = staged.files if staged else 0
+            values[f"{kind}_records"] = staged.records if staged else 0
         return values
+
+
+def _is_inline(entry: dict[str, Any]) -> bool:
+    counts = [entry.get(k) for k in ("files", "records")]
+    return set(entry) == {"content", "files", "records"} and all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts
+    )
 
 
 def _is_manifest(entry: dict[str, Any]) -> bool:
@@ -203,6 +246,9 @@ class StagedCheckpoint:
     branch: str = MAIN_BRANCH  # of the table, that the commit moves
     # The uuid of the table its files were written for: one dropped and created again under the name is another.
     table_uuid: str | None = None
+    # Its files, where its manifests say they are in its row (InlineFiles): given to the ledger at staging, and
+    # read back only by the queries that commit or keep them (None otherwise, and once committed).
+    files: StagedFiles | None = field(default=None, compare=False)
 
     @property
     def ref(self) -> TableRef:
@@ -289,3 +335,55 @@ class JobTables:
     failed: int
     last_committed_checkpoint: int | None
     oldest_pending_at: datetime.datetime | None
+
+
+# A staged checkpoint's files, in their ledger row (``staged_files``) until it is committed: versioned JSON like
+# the other ledger values, each file as a write result holds it.
+STAGED_FILES_VERSION = 1
+
+
+@dataclass(frozen=True)
+class StagedFiles:
+    """The data files and delete files one checkpoint staged for one table, as its ledger row holds them until
+    the checkpoint is committed (read only where they are committed or kept from gc: they may be many)."""
+
+    data: tuple[FileRecord, ...] = ()
+    deletes: tuple[FileRecord, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.data or self.deletes)
+
+    @property
+    def paths(self) -> list[str]:
+        return [f.path for f in (*self.data, *self.deletes)]
+
+    def encode(self) -> str:
+        body = {
+            "version": STAGED_FILES_VERSION,
+            "data": [file_to_json(f) for f in self.data],
+            "deletes": [file_to_json(f) for f in self.deletes],
+        }
+        # ASCII, whatever the paths and partition values hold: any database encoding takes it.
+        return json.dumps(body, separators=(",", ":"))
+
+    @staticmethod
+    def decode(text: str) -> StagedFiles:
+        """Read what :meth:`encode` wrote; :class:`ValueError` for anything else, down to a file under the wrong
+        content (a data file committed as a delete file would delete rows)."""
+        body = versioned_body(text, "staged-files", STAGED_FILES_VERSION)
+        if set(body) != {"version", "data", "deletes"}:
+            raise ValueError(f"a staged-files value of version 1 with keys {sorted(body)}: {text[:200]!r}")
+        try:
+            data = tuple(file_from_json(f) for f in body["data"])
+            deletes = tuple(file_from_json(f) for f in body["deletes"])
+        except (KeyError, TypeError, ValueError, AttributeError, WriteResultError) as e:
+            raise ValueError(f"a staged file icesink cannot read ({type(e).__name__}: {e})") from e
+        for kind, files, allowed in (("data", data, _DATA), ("delete", deletes, _DELETES)):
+            for f in files:
+                if f.content not in allowed or not isinstance(f.path, str) or not f.path:
+                    raise ValueError(f"a staged {kind} file icesink cannot read: {f.path!r}, content {f.content}")
+        return StagedFiles(data, deletes)
+
+
+_DATA = frozenset({FileContent.DATA})
+_DELETES = frozenset({FileContent.POSITION_DELETES, FileContent.EQUALITY_DELETES})

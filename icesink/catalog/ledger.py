@@ -29,6 +29,7 @@ from icesink.catalog.checkpoints import (
     JobTable,
     JobTables,
     StagedCheckpoint,
+    StagedFiles,
     StreamIdentity,
     decode_snapshot_properties,
     encode_snapshot_properties,
@@ -72,12 +73,15 @@ checkpoints = sa.Table(
     sa.Column("snapshot_properties", sa.Text()),  # encode_snapshot_properties: versioned JSON
     sa.Column("branch", sa.String(255), nullable=False, server_default=MAIN_BRANCH),
     sa.Column("table_uuid", sa.String(36)),  # of the table the checkpoint was staged for (None: staged before 0015)
+    sa.Column("staged_files", sa.Text()),  # StagedFiles.encode while staged (None: none, committed, or before 0018)
 )
 
 
 # A checkpoint's field -> its ledger column, where the two are named apart (the column predates the glossary).
 LEDGER_COLUMN = {"identifier": "table_identifier"}
-_ROW_FIELDS = tuple(f.name for f in fields(CheckpointRow) if f.name not in ("manifests", "unreadable"))
+_ROW_FIELDS = tuple(f.name for f in fields(CheckpointRow) if f.name not in ("manifests", "unreadable", "files"))
+# Every column but the staged files, which only the queries that commit or keep them read (they may be many).
+_WITHOUT_FILES = [c for c in checkpoints.c if c.name != "staged_files"]
 
 
 def _now() -> datetime.datetime:
@@ -96,8 +100,19 @@ def _manifests_of(values: Mapping[str, object], encoded: str) -> DeltaManifests:
         raise _format_error(
             values,
             e,
-            "the row is damaged: restore the ledger row from a backup (a checkpoint's delta manifests are in the "
-            "table's metadata directory, named after its job and checkpoint)",
+            "the row is damaged: restore the ledger row from a backup (the delta manifests of a checkpoint staged "
+            "before 0018 are in the table's metadata directory, named after its job and checkpoint), or discard it",
+        ) from e
+
+
+def _files_of(values: Mapping[str, object], encoded: str) -> StagedFiles:
+    try:
+        return StagedFiles.decode(encoded)
+    except ValueError as e:
+        raise _format_error(
+            values,
+            e,
+            "the row is damaged and its files are known nowhere else: restore it from a backup, or discard it",
         ) from e
 
 
@@ -130,10 +145,12 @@ class Ledger:
         values = {name: row._mapping[LEDGER_COLUMN.get(name, name)] for name in _ROW_FIELDS}
         try:
             values["manifests"] = _manifests_of(values, row._mapping["delta_manifests"])
+            files = row._mapping.get("staged_files")
+            values["files"] = _files_of(values, files) if files is not None else None
         except LedgerFormatError as e:
             if not unreadable_too:
                 raise
-            values["manifests"], values["unreadable"] = DeltaManifests(), str(e)
+            values["manifests"], values["files"], values["unreadable"] = DeltaManifests(), None, str(e)
         try:
             values["snapshot_properties"] = _properties_of(values)
         except LedgerFormatError as e:
@@ -163,14 +180,15 @@ class Ledger:
                 **{
                     LEDGER_COLUMN.get(f.name, f.name): getattr(staged, f.name)
                     for f in fields(staged)
-                    if f.name != "manifests"
+                    if f.name not in ("manifests", "files")
                 },
                 "delta_manifests": staged.manifests.encode(),
+                "staged_files": staged.files.encode() if staged.files else None,
                 "catalog_name": self._config.name,
                 "state": state.value,
                 "staged_at": now,
                 "committed_at": now if state == CheckpointState.COMMITTED else None,
-                "manifests_deleted": not staged.manifest_paths,
+                "manifests_deleted": not staged.manifests.present(),
                 "column_ids": json.dumps(dict(staged.column_ids)) if staged.column_ids is not None else None,
                 "snapshot_properties": encode_snapshot_properties(staged.snapshot_properties),
             }
@@ -186,11 +204,14 @@ class Ledger:
                 return False
         return True
 
-    def _select(self, *where: sa.ColumnElement[bool], unreadable_too: bool = False) -> list[CheckpointRow]:
+    def _select(
+        self, *where: sa.ColumnElement[bool], unreadable_too: bool = False, with_files: bool = False
+    ) -> list[CheckpointRow]:
         """The rows, in order; a row whose manifests cannot be read is a :class:`LedgerFormatError`, or with
-        ``unreadable_too`` (to list it, or to discard it) a row marked ``unreadable``."""
+        ``unreadable_too`` (to list it, or to discard it) a row marked ``unreadable``. Their staged files only
+        ``with_files``."""
         query = (
-            sa.select(checkpoints)
+            sa.select(*(checkpoints.c if with_files else _WITHOUT_FILES))
             .where(checkpoints.c.catalog_name == self._config.name, *where)
             .order_by(checkpoints.c.table_identifier, checkpoints.c.job_id, checkpoints.c.checkpoint_id)
         )
@@ -284,14 +305,17 @@ class Ledger:
                 return int(checkpoint_id), properties
         return None
 
-    def pending(self, identifier: str | None = None, job_id: str | None = None) -> list[CheckpointRow]:
-        """Staged, not yet committed checkpoints, ordered by table, job and checkpoint."""
+    def pending(
+        self, identifier: str | None = None, job_id: str | None = None, with_files: bool = False
+    ) -> list[CheckpointRow]:
+        """Staged, not yet committed checkpoints, ordered by table, job and checkpoint (with their staged files
+        for a committer)."""
         where = [checkpoints.c.state == CheckpointState.STAGED.value]
         if identifier is not None:
             where.append(checkpoints.c.table_identifier == identifier)
         if job_id is not None:
             where.append(checkpoints.c.job_id == job_id)
-        return self._select(*where)
+        return self._select(*where, with_files=with_files)
 
     def tables_with_pending(self) -> list[str]:
         query = (
@@ -314,10 +338,12 @@ class Ledger:
             return {r[0]: int(r[1]) for r in connection.execute(query)}
 
     def for_table(
-        self, identifier: str, newest: int | None = None, unreadable_too: bool = False
+        self, identifier: str, newest: int | None = None, unreadable_too: bool = False, with_files: bool = False
     ) -> list[CheckpointRow]:
         """The table's checkpoints in order; only the ``newest`` of each job when given."""
-        rows = self._select(checkpoints.c.table_identifier == identifier, unreadable_too=unreadable_too)
+        rows = self._select(
+            checkpoints.c.table_identifier == identifier, unreadable_too=unreadable_too, with_files=with_files
+        )
         if newest is None:
             return rows
         by_job: dict[str, list[CheckpointRow]] = {}
@@ -423,8 +449,13 @@ class Ledger:
 
     def discard(self, row_id: int, who: str, why: str) -> bool:
         """Give up a staged checkpoint for good; False if it is not staged (committed, or discarded already)."""
-        return self._update_staged(
-            row_id, state=CheckpointState.DISCARDED.value, discarded_at=_now(), discarded_by=who, discard_reason=why
+        return self._update_staged(  # its files are garbage now: gc deletes them, no snapshot will name them
+            row_id,
+            state=CheckpointState.DISCARDED.value,
+            discarded_at=_now(),
+            discarded_by=who,
+            discard_reason=why,
+            staged_files=None,
         )
 
     def unrecorded_discards(self, identifier: str, job_id: str) -> list[CheckpointRow]:
@@ -476,8 +507,9 @@ class Ledger:
             return int(connection.execute(query).rowcount)
 
     def uncleaned(self, identifier: str | None = None, job_id: str | None = None) -> list[CheckpointRow]:
-        """Committed checkpoints whose temporary manifests may still exist (an unreadable row's are left to gc:
-        the table holds its files, so they are no longer the ledger's to keep)."""
+        """Committed checkpoints not cleaned up yet: their rows still list their files, or their delta manifests
+        (staged before 0018) may still exist (an unreadable row's are left to gc: the table holds its files, so
+        they are no longer the ledger's to keep)."""
         where = [checkpoints.c.state == CheckpointState.COMMITTED.value, checkpoints.c.manifests_deleted == sa.false()]
         if identifier is not None:
             where.append(checkpoints.c.table_identifier == identifier)
@@ -564,11 +596,13 @@ class Ledger:
             found = connection.execute(query).scalar()
         return int(found) if found is not None else None
 
-    def pending_atomic(self, job_id: str, unreadable_too: bool = False) -> list[CheckpointRow]:
+    def pending_atomic(
+        self, job_id: str, unreadable_too: bool = False, with_files: bool = False
+    ) -> list[CheckpointRow]:
         """The job's staged checkpoints that commit across tables, by checkpoint, then table."""
         c = checkpoints.c
         query = (
-            sa.select(checkpoints)
+            sa.select(*(checkpoints.c if with_files else _WITHOUT_FILES))
             .where(
                 c.catalog_name == self._config.name,
                 c.job_id == job_id,
@@ -580,8 +614,20 @@ class Ledger:
         with database_errors(self._config), self._engine.connect() as connection:
             return [self._row(r, unreadable_too) for r in connection.execute(query)]
 
-    def mark_manifests_deleted(self, ids: Iterable[int]) -> None:
-        self._update(list(ids), manifests_deleted=True)
+    def mark_cleaned(self, ids: Iterable[int]) -> None:
+        """Committed checkpoints whose delta manifests are deleted (staged before 0018), or whose rows let their
+        files go (the table holds them now; the row keeps how many there were). A row still staged keeps them:
+        they are known nowhere else."""
+        ids = list(ids)
+        if not ids:
+            return
+        c = checkpoints.c
+        with database_errors(self._config), self._engine.begin() as connection:
+            connection.execute(
+                checkpoints.update()
+                .where(c.id.in_(ids), c.state != CheckpointState.STAGED.value)
+                .values(manifests_deleted=True, staged_files=None)
+            )
 
     def _update(self, ids: Sequence[int], **values: object) -> None:
         if not ids:

@@ -103,7 +103,8 @@ def checkpoints_list(obj: CliContext, table: str, limit: int, as_json: bool) -> 
         if not ledger.for_table(table, newest=1, unreadable_too=True):
             raise  # neither a table nor checkpoints: most likely a typo
     jobs = ledger.lag(table)
-    rows = ledger.for_table(table, newest=limit or None, unreadable_too=True)
+    # With their staged files: a row whose files cannot be read shows as unreadable, as the committer finds it.
+    rows = ledger.for_table(table, newest=limit or None, unreadable_too=True, with_files=True)
     # A checkpoint committed to an audited branch (write-audit-publish): its snapshot's audit, and whether main has it.
     snapshots = [r.snapshot_id for r in rows if r.snapshot_id is not None and r.branch != "main"]
     audits = {(e.snapshot_id, e.branch): e for e in AuditRecord(obj.config).of_snapshots(table, snapshots)}
@@ -167,7 +168,7 @@ def _held_back(ledger: Any, table: str, rows: Sequence[Any]) -> list[str]:
     for job in sorted({r.job_id for r in rows if r.atomic and r.status == "staged"}):
         failing = [
             r
-            for r in ledger.pending_atomic(job, unreadable_too=True)
+            for r in ledger.pending_atomic(job, unreadable_too=True, with_files=True)
             if r.identifier != table and r.status in ("failed", "unreadable")
         ]
         if failing:

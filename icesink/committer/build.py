@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from pyiceberg.table.refs import MAIN_BRANCH
 
-from icesink.catalog.checkpoints import CheckpointRow
+from icesink.catalog.checkpoints import CheckpointRow, InlineFiles
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import load_table
@@ -24,7 +24,7 @@ from icesink.commands import icesink_command
 from icesink.committer.completeness import CommitCompleteness, records_completeness
 from icesink.committer.conversion import CommitConversions
 from icesink.committer.done_actions import DoneActions
-from icesink.committer.staging import check_staged_for
+from icesink.committer.staging import check_staged_for, files_in_row
 from icesink.errors import (
     IcesinkError,
     JobIdConflictError,
@@ -337,6 +337,8 @@ class SnapshotBuilder:
         staged = row.manifests.deletes if deletes else row.manifests.data
         if staged is None:
             return []
+        if isinstance(staged, InlineFiles):  # in the ledger row itself
+            return files_in_row(table, identifier, row, deletes)
         path = staged.path
         which, job = (identifier, row.checkpoint_id), ("--job", row.job_id)
         manifest = DeltaManifest(path, row.spec_id, staged.length, deletes=deletes)

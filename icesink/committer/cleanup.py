@@ -1,4 +1,5 @@
-"""Deleting the delta manifests of committed checkpoints (their files are in the table now)."""
+"""Letting go of what committed checkpoints staged (their files are in the table now): the entries of their
+files in their ledger rows, and the delta manifest files of checkpoints staged by releases before."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ log = logging.getLogger("icesink.committer")
 
 
 def clean_staged(ledger: Ledger, table: Table, rows: Sequence[CheckpointRow]) -> None:
-    """Delete the delta manifests of committed checkpoints; a failure here is only logged (gc retries)."""
+    """Let go of what committed checkpoints staged; a failure to delete a manifest file is only logged (the next
+    run, or gc, retries)."""
     clean_staged_of(ledger, [(table, rows)])
 
 
@@ -29,8 +31,9 @@ def clean_staged_of(ledger: Ledger, committed: Sequence[tuple[Table, Sequence[Ch
     for table, rows in committed:
         for row in rows:
             try:
-                for path in row.manifest_paths:
+                if row.manifests.present():
                     failpoint("committer.during-cleanup")
+                for path in row.manifest_paths:
                     delete_quietly(table.io, [path])
                 cleaned.append(row.id)
             except OSError as e:  # the next run (or gc) retries
@@ -40,4 +43,4 @@ def clean_staged_of(ledger: Ledger, committed: Sequence[tuple[Table, Sequence[Ch
                     row.checkpoint_id,
                     e,
                 )
-    ledger.mark_manifests_deleted(cleaned)
+    ledger.mark_cleaned(cleaned)

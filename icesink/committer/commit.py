@@ -113,14 +113,14 @@ class TableCommitter:
         error stopped the rest.
         """
         outcomes = [] if outcomes is None else outcomes
-        rows = self._ledger.pending(identifier, job_id)
+        rows = self._ledger.pending(identifier, job_id, with_files=True)
         if not rows:
             return outcomes
         atomic_jobs = sorted({r.job_id for r in rows if r.atomic})
         for job in atomic_jobs:
             self.commit_atomic(job, outcomes)
         if atomic_jobs:  # those jobs' older checkpoints of one table were committed on the way
-            rows = [r for r in self._ledger.pending(identifier, job_id) if not r.atomic]
+            rows = [r for r in self._ledger.pending(identifier, job_id, with_files=True) if not r.atomic]
         self._commit_table(identifier, rows, outcomes)
         return outcomes
 
@@ -131,7 +131,7 @@ class TableCommitter:
         several with the same job) commit first, table by table: the group's marker would pass over them.
         """
         outcomes = [] if outcomes is None else outcomes
-        single = [r for r in self._ledger.pending(job_id=job_id) if not r.atomic]
+        single = [r for r in self._ledger.pending(job_id=job_id, with_files=True) if not r.atomic]
         for identifier in sorted({r.identifier for r in single}):
             self._commit_table(identifier, [r for r in single if r.identifier == identifier], outcomes)
         outcomes += self._group.commit_job(job_id)
@@ -287,7 +287,8 @@ class TableCommitter:
         return committed, prepared.rows, None
 
     def clean_committed(self) -> int:
-        """Delete leftover temporary manifests of every committed checkpoint; returns how many were cleaned."""
+        """Clean up after every committed checkpoint a committer left (see :mod:`icesink.committer.cleanup`);
+        returns how many were cleaned."""
         rows = self._ledger.uncleaned()
         for identifier, table_rows in itertools.groupby(rows, key=lambda r: r.identifier):
             self._cleanup(load_table(self._catalog, self._config, identifier), list(table_rows))

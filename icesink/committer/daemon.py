@@ -345,14 +345,15 @@ class CommitterDaemon:
         )
 
     def _clean_leftovers(self) -> None:
-        """Temporary manifests a predecessor committed but died before deleting."""
+        """What checkpoints a predecessor committed but died before cleaning up kept: the files in their rows, the
+        delta manifests of those staged before 0018."""
         try:
             cleaned = self._committer.clean_committed()
         except IcesinkError as e:
-            log.warning("could not clean leftover manifests: %s", e)
+            log.warning("could not clean up after committed checkpoints: %s", e)
             return
         if cleaned:
-            log.info("deleted leftover manifests of %d committed checkpoint(s)", cleaned)
+            log.info("cleaned up after %d committed checkpoint(s) a predecessor left", cleaned)
 
     def _hold_lease(self) -> bool:
         """Acquire or renew the lease; log when this committer becomes active or standby."""

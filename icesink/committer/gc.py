@@ -7,8 +7,9 @@ row per audited snapshot (pruned once the table expired the snapshot). A file un
 table's location is removed only when all of these hold:
 
 * no snapshot, metadata log entry or statistics entry of the table names it;
-* no checkpoint in the ledger names it (a staged checkpoint's delta manifest
-  and every file listed in it, a committed one's manifest not yet cleaned);
+* no checkpoint in the ledger names it (every file a staged checkpoint's row lists; for one staged before
+  revision 0018, its delta manifest and every file listed in it, and a committed one's manifest not yet
+  cleaned);
 * it was last modified before ``older_than`` ago, which protects files of
   micro-batches still being written or staged (keep it above the longest batch);
 * it is not under another table's directory inside this table's location (a
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from icesink import paths
 from icesink.catalog.audit_record import AuditRecord
-from icesink.catalog.checkpoints import CheckpointState
+from icesink.catalog.checkpoints import CheckpointState, InlineFiles
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
 from icesink.catalog.ledger import Ledger
@@ -99,10 +100,11 @@ def collect_garbage(
 
 
 def _staged_files(ledger: Ledger, table: Table, identifier: str) -> set[str]:
-    """What the ledger still needs: staged manifests, and the files of checkpoints not committed yet."""
+    """What the ledger still needs: staged manifests (of releases before inline files), and the files of
+    checkpoints not committed yet."""
 
     keep: set[str] = set()
-    for row in ledger.for_table(identifier, unreadable_too=True):
+    for row in ledger.for_table(identifier, unreadable_too=True, with_files=True):
         if (row.state == CheckpointState.COMMITTED and row.manifests_deleted) or row.state == CheckpointState.DISCARDED:
             continue  # a discarded checkpoint's files are garbage: no snapshot will ever name them
         if row.unreadable and row.state == CheckpointState.STAGED:  # its files cannot be told from garbage
@@ -111,6 +113,9 @@ def _staged_files(ledger: Ledger, table: Table, identifier: str) -> set[str]:
         if row.state != CheckpointState.STAGED:
             continue
         for deletes, staged in row.manifests.present():
+            if isinstance(staged, InlineFiles):  # in the ledger row itself
+                keep.update(row.files.paths if row.files is not None else ())
+                continue
             path = staged.path
             manifest = DeltaManifest(path, row.spec_id, staged.length, deletes=deletes)
             try:

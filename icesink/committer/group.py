@@ -88,7 +88,7 @@ class GroupCommitter:
         for identifier, leftovers in itertools.groupby(self._ledger.uncleaned(job_id=job_id), key=_table_of):
             clean_staged(self._ledger, self._table(identifier), list(leftovers))
         conflicts = 0
-        while rows := self._ledger.pending_atomic(job_id):
+        while rows := self._ledger.pending_atomic(job_id, with_files=True):
             by_table = {t: list(r) for t, r in itertools.groupby(sorted(rows, key=_by_table), key=_table_of)}
             outside = sorted(set(by_table) - self._scope) if self._scope else []
             if outside:

@@ -3,32 +3,31 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from icesink import paths
 from icesink.catalog.checkpoints import (
     CheckpointRow,
     CheckpointState,
     DeltaManifests,
+    InlineFiles,
     StagedCheckpoint,
-    StagedManifest,
+    StagedFiles,
     StreamIdentity,
 )
 from icesink.catalog.ledger import Ledger
 from icesink.commands import icesink_command
-from icesink.errors import ConfigError, JobIdConflictError, TableReplacedError
+from icesink.errors import ConfigError, JobIdConflictError, LedgerFormatError, TableReplacedError, WriteResultError
 from icesink.failpoints import failpoint
-from icesink.iceberg.manifests import to_data_file, write_delta_manifest
-from icesink.iceberg.references import delete_quietly
+from icesink.iceberg.manifests import to_data_file
 from icesink.iceberg.summaries import computed_by_iceberg
 from icesink.properties import COMMITTER_SUMMARY_NAMES, WATERMARK_PROPERTY
-from icesink.results import WriteResult
+from icesink.results import FileRecord, WriteResult
 from icesink.table_ref import MAIN_BRANCH, TableRef
 
 if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
 
 log = logging.getLogger(__name__)
@@ -77,13 +76,17 @@ def stage_tables(
     stream: StreamIdentity | None = None,
     atomic: bool = False,
 ) -> bool:
-    """Write the checkpoint's delta manifests, one pair per table, and record them in the ledger in one
-    transaction: every table's row, or none.
+    """Record the checkpoint's files in the ledger, a row per table holding that table's data and delete files,
+    in one transaction: every table's row, or none.
 
-    Returns False when the ledger already had this checkpoint from the same stream (a retried batch);
-    the earlier staging wins and this attempt's manifests are removed. The same checkpoint of the same
-    job staged by another stream is a :class:`JobIdConflictError`: two streams share a job id. With
-    ``atomic`` the tables' rows are committed together, in one catalog transaction.
+    The files are kept in the rows themselves, not in delta manifest files (as releases before did): staging
+    writes no file, whatever the number of tables, and the committer reads them with the rows. A committed
+    checkpoint's row lets its files go (see :mod:`icesink.committer.cleanup`).
+
+    Returns False when the ledger already had this checkpoint from the same stream (a retried batch); the
+    earlier staging wins. The same checkpoint of the same job staged by another stream is a
+    :class:`JobIdConflictError`: two streams share a job id. With ``atomic`` the tables' rows are committed
+    together, in one catalog transaction.
     """
     stream = stream or StreamIdentity()
     names = [w.identifier for w in written]
@@ -93,27 +96,20 @@ def stage_tables(
             f"table {twice[0]}: checkpoint {checkpoint_id} of job {job_id} would stage it twice (two parts of the "
             "stream write it); nothing was staged. Give each part a table of its own"
         )
-    staged: list[StagedCheckpoint] = []
-    try:
-        for one in written:
-            staged.append(_write_delta_manifests(one, job_id, checkpoint_id, stream, atomic))
-    except BaseException:
-        _drop_manifests(written, staged)
-        raise
-    wrote_files = any(s.manifest_paths for s in staged)
-    if wrote_files:
+    staged = [_staged(one, job_id, checkpoint_id, stream, atomic) for one in written]
+    holds_files = any(s.manifests.present() for s in staged)
+    if holds_files:
         failpoint("stage.after-manifest")
     rows = [(s, CheckpointState.STAGED if _to_commit(s) else CheckpointState.COMMITTED) for s in staged]
     if ledger.stage_all(rows):
-        if wrote_files:
+        if holds_files:
             failpoint("stage.after-ledger")
         return True
-    _drop_manifests(written, staged)
     for one in written:
         _same_stream(ledger, one.identifier, job_id, checkpoint_id, stream)
-    if wrote_files:
+    if holds_files:
         log.warning(
-            "table(s) %s: checkpoint %d of job %s was already staged; dropped this attempt's manifests",
+            "table(s) %s: checkpoint %d of job %s was already staged; this attempt's files are left to gc",
             ", ".join(w.identifier for w in written),
             checkpoint_id,
             job_id,
@@ -127,25 +123,30 @@ def _to_commit(staged: StagedCheckpoint) -> bool:
     make the table's partitions done, or late rows to count, though the table got no rows (a quiet table of a
     stream whose other tables move its watermark, or a table whose rows were all set aside as late). The
     committer makes a snapshot of such a checkpoint only when it records something."""
-    return bool(staged.manifest_paths) or any(name == WATERMARK_PROPERTY for name, _ in staged.snapshot_properties)
+    return bool(staged.manifests.present()) or any(name == WATERMARK_PROPERTY for name, _ in staged.snapshot_properties)
 
 
-def _write_delta_manifests(
+def _staged(
     written: TableResults, job_id: str, checkpoint_id: int, stream: StreamIdentity, atomic: bool
 ) -> StagedCheckpoint:
-    """The table's checkpoint with its delta manifests written (none when it wrote no file)."""
+    """The table's checkpoint, its files in it (none when it wrote no file)."""
 
     table = written.table
-    records = [f for r in written.results for f in r.data_files]
-    delete_records = [f for r in written.results for f in r.delete_files]
+    records = tuple(f for r in written.results for f in r.data_files)
+    delete_records = tuple(f for r in written.results for f in r.delete_files)
     every_file = records + delete_records
     # Every file of a checkpoint is written with the spec the driver read for it.
     spec_id = every_file[0].spec_id if every_file else table.metadata.default_spec_id
-    empty = StagedCheckpoint(
+    _check_partitions(written, checkpoint_id, spec_id, every_file)
+    return StagedCheckpoint(
         identifier=written.identifier,
         job_id=job_id,
         checkpoint_id=checkpoint_id,
         spec_id=spec_id,
+        manifests=DeltaManifests(
+            InlineFiles.of(records) if records else None, InlineFiles.of(delete_records) if delete_records else None
+        ),
+        files=StagedFiles(records, delete_records) if every_file else None,
         stream_id=stream.stream_id,
         checkpoint_location=stream.checkpoint_location,
         schema_id=table.metadata.current_schema_id if written.schema_id is None else written.schema_id,
@@ -155,28 +156,20 @@ def _write_delta_manifests(
         branch=written.branch,
         table_uuid=str(table.metadata.table_uuid),
     )
-    if not every_file:
-        # No files; remembered (as committed unless it carries a watermark) so a retry does not rewrite it.
-        return empty
-    format_version = table.metadata.format_version
-    prefix = f"icesink-{paths.segment(job_id, 64)}-{checkpoint_id:010d}-{uuid.uuid4().hex}"
-    staged_manifests: list[StagedManifest | None] = []
-    try:
-        for deletes, group in ((False, records), (True, delete_records)):
-            if not group:
-                staged_manifests.append(None)
-                continue
-            kind = "deletes" if deletes else "data"
-            path = table.location_provider().new_metadata_location(f"{prefix}-{kind}.avro")
-            files = [to_data_file(r, format_version) for r in group]
-            manifest = write_delta_manifest(table.metadata, table.io, path, spec_id, files, deletes=deletes)
-            staged_manifests.append(
-                StagedManifest(path, manifest.length, len(group), sum(r.record_count for r in group))
-            )
-    except BaseException:
-        delete_quietly(table.io, [m.path for m in staged_manifests if m is not None])
-        raise
-    return replace(empty, manifests=DeltaManifests(*staged_manifests))
+
+
+def _check_partitions(written: TableResults, checkpoint_id: int, spec_id: int, files: tuple[FileRecord, ...]) -> None:
+    """Files staged in the ledger are read at commit: one whose spec or partition the table does not have would
+    stop its table until discarded. Refused here instead, before anything is staged."""
+    spec = written.table.metadata.specs().get(spec_id)
+    odd = next((f for f in files if spec is None or f.spec_id != spec_id or len(f.partition) != len(spec.fields)), None)
+    if odd is not None:
+        raise WriteResultError(
+            f"table {written.identifier}: checkpoint {checkpoint_id} holds file {odd.path} of partition spec "
+            f"{odd.spec_id} with {len(odd.partition)} partition value(s); the table's spec {spec_id} "
+            f"{'is not in its metadata' if spec is None else f'has {len(spec.fields)} field(s)'}. Nothing was "
+            "staged. Run the same icesink version on the driver and on every executor (PYSPARK_PYTHON)"
+        )
 
 
 def _snapshot_properties(written: TableResults, checkpoint_id: int) -> tuple[tuple[str, str], ...]:
@@ -200,11 +193,6 @@ def _snapshot_properties(written: TableResults, checkpoint_id: int) -> tuple[tup
                 f"field {whose} for every snapshot; name it otherwise. Nothing was staged"
             )
     return tuple(sorted(given.items()))
-
-
-def _drop_manifests(written: Sequence[TableResults], staged: Sequence[StagedCheckpoint]) -> None:
-    for one, checkpoint in zip(written, staged, strict=False):
-        delete_quietly(one.table.io, checkpoint.manifest_paths)
 
 
 def _same_stream(ledger: Ledger, identifier: str, job_id: str, checkpoint_id: int, stream: StreamIdentity) -> bool:
@@ -242,3 +230,23 @@ def check_staged_for(table: Table, identifier: str, row: CheckpointRow) -> None:
         checkpoint_id=row.checkpoint_id,
         job_id=row.job_id,
     )
+
+
+def files_in_row(table: Table, identifier: str, row: CheckpointRow, deletes: bool) -> list[DataFile]:
+    """The data (or delete) files a checkpoint staged in its ledger row, as a manifest would give them back (read
+    with the row: ``Ledger.pending(..., with_files=True)``)."""
+    if row.files is None:  # a row that lost them (or read without them): nothing to commit from
+        discard = icesink_command(
+            "checkpoints discard", identifier, row.checkpoint_id, options=("--job", row.job_id, "--yes")
+        )
+        raise LedgerFormatError(
+            f"table {identifier}, job {row.job_id}, checkpoint {row.checkpoint_id}: its ledger row holds no files, "
+            f"though the checkpoint staged some; the row is damaged. Restore it from a backup, or give the "
+            f"checkpoint up with `{discard}`"
+        )
+    spec = table.metadata.specs().get(row.spec_id)
+    partition_type = spec.partition_type(table.schema()) if spec is not None else None
+    return [
+        to_data_file(r, table.metadata.format_version, partition_type)
+        for r in (row.files.deletes if deletes else row.files.data)
+    ]

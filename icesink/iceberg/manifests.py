@@ -7,6 +7,8 @@ when the checkpoint is committed.
 
 from __future__ import annotations
 
+import struct
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -37,7 +39,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import TableProperties
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record, TableVersion
-from pyiceberg.types import IntegerType, ListType, NestedField, StringType, StructType
+from pyiceberg.types import DoubleType, FloatType, IntegerType, ListType, NestedField, StringType, StructType, UUIDType
 
 from icesink.iceberg import check_pyiceberg_version
 from icesink.iceberg.avro_files import KnownSchemaAvroFile, encoded_output
@@ -120,14 +122,16 @@ def fetch_entries(io: FileIO, manifest: ManifestFile, discard_deleted: bool = Tr
         ]
 
 
-def to_data_file(record: FileRecord, format_version: int) -> DataFile:
-    """The manifest entry payload of a file written by an executor."""
+def to_data_file(record: FileRecord, format_version: int, partition_type: StructType | None = None) -> DataFile:
+    """The manifest entry payload of a file written by an executor. Given its spec's ``partition_type``, its
+    partition values are those pyiceberg's manifest reader would give (as the table's committed files have them):
+    a file staged in the ledger then compares with them as one read back from a manifest would."""
     data_file = DataFile.from_args(
         _table_format_version=cast(TableVersion, format_version),
         content=_CONTENT[record.content],
         file_path=record.path,
         file_format=FileFormat.PARQUET,
-        partition=Record(*record.partition),
+        partition=_as_read(record.partition, partition_type),
         record_count=record.record_count,
         file_size_in_bytes=record.file_size_bytes,
         column_sizes=record.column_sizes,
@@ -144,6 +148,23 @@ def to_data_file(record: FileRecord, format_version: int) -> DataFile:
     if record.content != FileContent.DATA:
         _with_reference_slot(data_file, record.referenced_data_file)
     return data_file
+
+
+def _as_read(values: tuple[Any, ...], partition_type: StructType | None) -> Record:
+    """Partition values as a manifest gives them back: a uuid (which files carry as its 16 bytes) as a
+    :class:`uuid.UUID`, a float or double rounded to the 32 bits pyiceberg's manifest writer stores (the table's
+    committed files have theirs so); every other value as it is."""
+    if partition_type is None:
+        return Record(*values)
+    read = []
+    for value, field in zip(values, partition_type.fields, strict=False):
+        kind = field.field_type
+        if isinstance(value, bytes) and isinstance(kind, UUIDType):
+            value = uuid.UUID(bytes=value)
+        elif isinstance(value, float) and isinstance(kind, (FloatType, DoubleType)):  # pyiceberg writes both so
+            value = struct.unpack("<f", struct.pack("<f", value))[0]
+        read.append(value)
+    return Record(*read)
 
 
 EQUALITY_IDS_FIELD_ID = 135
@@ -343,7 +364,9 @@ class DeltaManifest:
 def write_delta_manifest(
     metadata: TableMetadata, io: FileIO, path: str, spec_id: int, files: Sequence[DataFile], deletes: bool = False
 ) -> DeltaManifest:
-    """Write the data (or delete) files of one checkpoint as an Avro manifest pyiceberg's reader accepts."""
+    """Write the data (or delete) files of one checkpoint as an Avro manifest pyiceberg's reader accepts, as
+    releases before inline files staged a checkpoint (the committer and gc still read such manifests: an upgrade
+    may find checkpoints staged so)."""
     manifest = write_added(metadata, spec_id, io.new_output(path), STAGING_SNAPSHOT_ID, files, deletes)
     return DeltaManifest(path=path, spec_id=spec_id, length=manifest.manifest_length, deletes=deletes)
 

@@ -19,7 +19,7 @@ VERSION_TABLE = "icesink_alembic_version"
 # The newest revision, written out: every process that opens a catalog compares the database's revision with
 # it, and asking alembic means importing it and every script (about half a second, paid again by each Python
 # process Spark starts for a stream). tests/test_migrations.py holds it equal to alembic's head.
-HEAD = "0017"
+HEAD = "0018"
 SCRIPT_LOCATION = str(Path(__file__).parent)
 
 

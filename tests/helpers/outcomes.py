@@ -100,7 +100,7 @@ def check_outcome(
         actual = [tuple(sorted(r.items())) for r in rows]
         expected = [tuple(sorted(r.items())) for r in expected_rows]
     have, want = Counter(actual), Counter(expected)
-    staged = {(r.job_id, r.checkpoint_id) for r in Ledger(config).for_table(identifier) if r.manifests.paths}
+    staged = {(r.job_id, r.checkpoint_id) for r in Ledger(config).for_table(identifier) if r.manifests.present()}
     counts = checkpoint_counts(config, identifier)
     outcome = Outcome(
         case=case,

@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from icesink.catalog.checkpoints import CheckpointRow
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
@@ -90,6 +91,46 @@ def stage_rows(config: CatalogConfig, identifier: str, job_id: str, checkpoint_i
     table = catalog.load_table(identifier)
     result = write_files(table, identifier, job_id, checkpoint_id, rows)
     return stage_checkpoint(Ledger(config), table, identifier, job_id, checkpoint_id, [result])
+
+
+def staged_in_manifests(config: CatalogConfig, identifier: str, job_id: str, checkpoint_id: int) -> CheckpointRow:
+    """The checkpoint's ledger row made as releases before inline files staged it: its files in delta manifest
+    files in the table's metadata directory, the row naming them (version 1 of its value). Rows an upgrade
+    finds staged are such rows; so is any checkpoint whose manifest a test loses."""
+    import uuid
+
+    from icesink.catalog.checkpoints import DeltaManifests, InlineFiles, StagedManifest
+    from icesink.catalog.database import engine
+    from icesink.catalog.ledger import checkpoints
+    from icesink.iceberg.manifests import to_data_file, write_delta_manifest
+
+    ledger = Ledger(config)
+    (row,) = [r for r in ledger.pending(identifier, job_id, with_files=True) if r.checkpoint_id == checkpoint_id]
+    table = open_catalog(config, pending_tables=True).load_table(identifier)
+    manifests: list[StagedManifest | None] = []
+    for deletes, staged in ((False, row.manifests.data), (True, row.manifests.deletes)):
+        if staged is None:
+            manifests.append(None)
+            continue
+        assert isinstance(staged, InlineFiles) and row.files is not None
+        partition_type = table.metadata.specs()[row.spec_id].partition_type(table.schema())
+        records = row.files.deletes if deletes else row.files.data
+        files = [to_data_file(r, table.metadata.format_version, partition_type) for r in records]
+        name = f"icesink-{checkpoint_id:010d}-{uuid.uuid4().hex}-{'deletes' if deletes else 'data'}.avro"
+        path = table.location_provider().new_metadata_location(name)
+        written = write_delta_manifest(table.metadata, table.io, path, row.spec_id, files, deletes=deletes)
+        manifests.append(StagedManifest(path, written.length, staged.files, staged.records))
+    value = DeltaManifests(*manifests).encode()
+    assert '"version":1' in value
+    with engine(config).begin() as connection:
+        connection.execute(
+            checkpoints.update()
+            .where(checkpoints.c.id == row.id)
+            .values(delta_manifests=value, staged_files=None, manifests_deleted=False)
+        )
+    again = ledger.get(identifier, job_id, checkpoint_id)
+    assert again is not None
+    return again
 
 
 def stage_group(

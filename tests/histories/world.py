@@ -334,13 +334,14 @@ class World:
         self.commit()
 
     def lose_and_discard(self, checkpoint: int) -> None:
-        """A staged checkpoint's manifest is lost; committing fails for it alone; an operator discards it."""
+        """A checkpoint staged by a release before (in delta manifest files, as an upgrade finds it) loses its
+        manifest; committing fails for it alone; an operator discards it."""
         from icesink.committer.operator import choose_checkpoint, discard
         from icesink.errors import ManifestError
+        from tests.helpers.support import staged_in_manifests
 
         ledger = Ledger(self.config)
-        row = ledger.get(IDENTIFIER, JOB, checkpoint)
-        assert row is not None
+        row = staged_in_manifests(self.config, IDENTIFIER, JOB, checkpoint)
         for path in row.manifest_paths:
             Path(path.removeprefix("file://")).unlink()
         try:
@@ -591,9 +592,10 @@ class World:
                 needed.add(manifest.manifest_path)
                 entries = manifest.fetch_manifest_entry(table.io, discard_deleted=False)
                 needed.update(entry.data_file.file_path for entry in entries)
-        for row in Ledger(self.config).for_table(identifier):
-            if row.state == CheckpointState.STAGED:
+        for row in Ledger(self.config).for_table(identifier, with_files=True):
+            if row.state == CheckpointState.STAGED:  # its manifests, or the files its row holds
                 needed.update(row.manifest_paths)
+                needed.update(row.files.paths if row.files is not None else ())
         return needed
 
     def collect_garbage(self, dry_run: bool = False, identifier: str | None = None) -> list[str]:
