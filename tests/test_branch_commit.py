@@ -24,7 +24,15 @@ from icesink.iceberg.marker import committed_marker, table_property
 from icesink.table_ref import TableRef
 from icesink.writer.spec import ChangeSpec
 from icesink.writer.task import TaskWriter
-from tests.helpers.support import create_orders_table, orders, stage_rows, staged_in_manifests, table_ids
+from tests.helpers.support import (
+    create_orders_table,
+    lose_the_ledger_update,
+    orders,
+    stage_rows,
+    staged_files_now,
+    staged_in_manifests,
+    table_ids,
+)
 from tests.test_cli import invoke
 
 TABLE = "shop.orders ü"
@@ -112,18 +120,17 @@ def test_a_crash_after_the_branch_moved_is_recovered_from_the_branchs_marker(cat
     config = catalog_config
     create_orders_table(config, TABLE)
     assert stage_changes(config, 0, {TABLE: (orders(0, 2), ["I", "I"])})
+    files = staged_files_now(config)
     TableCommitter.of(config).commit_pending(TABLE)
     branch_head = head_of(config, TABLE, AUDIT)
-    with engine(config).begin() as connection:  # forget the ledger update
-        connection.execute(sa.update(checkpoints).values(state="staged", snapshot_id=None))
+    lose_the_ledger_update(config, files)
     outcomes = TableCommitter.of(config).commit_pending(TABLE)
     assert [(o.checkpoint_ids, o.already_committed) for o in outcomes] == [((0,), True)]
     assert head_of(config, TABLE, AUDIT) == branch_head
     assert head_of(config, TABLE) is None  # main never had a snapshot
     assert ids_on(config, TABLE, AUDIT) == [0, 1]
     # Operators are told the same: the checkpoint is in the table's branch, so it cannot be discarded.
-    with engine(config).begin() as connection:
-        connection.execute(sa.update(checkpoints).values(state="staged", snapshot_id=None))
+    lose_the_ledger_update(config, files)
     code, output = invoke(config, "checkpoints", "discard", TABLE, "0", "--reason", "test")
     assert code != 0 and "is in the table" in output, output
     assert [r.state for r in Ledger(config).for_table(TABLE)] == [CheckpointState.STAGED]

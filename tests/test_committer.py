@@ -18,8 +18,10 @@ from icesink.iceberg.snapshots import commit_prepared, prepare_snapshot
 from icesink.properties import JOB_ID_PROPERTY, MAX_CHECKPOINT_PROPERTY
 from tests.helpers.support import (
     create_orders_table,
+    lose_the_ledger_update,
     orders,
     stage_rows,
+    staged_files_now,
     staged_in_manifests,
     table_ids,
     write_files,
@@ -113,8 +115,13 @@ def test_a_file_the_tables_partition_spec_cannot_hold_is_refused_before_anything
         assert Ledger(catalog_config).for_table(TABLE) == []
 
 
+@pytest.mark.parametrize(
+    ("damaged", "said"),
+    [('{"version":1,"data":[{"path":""}],"deletes":[]}', "cannot read"), (None, "missing from its row")],
+    ids=["a file with no path", "its files gone"],
+)
 def test_a_row_whose_staged_files_are_damaged_stops_only_its_table_and_can_be_discarded(
-    catalog_config: CatalogConfig,
+    catalog_config: CatalogConfig, damaged: str | None, said: str
 ) -> None:
     import datetime
 
@@ -133,18 +140,21 @@ def test_a_row_whose_staged_files_are_damaged_stops_only_its_table_and_can_be_di
     stage_rows(catalog_config, other, "job-a", 0, orders(0, 10))
     with engine(catalog_config).begin() as connection:  # a file with no path: by hand, or a bad restore
         connection.execute(
-            checkpoints.update()
-            .where(checkpoints.c.table_identifier == TABLE)
-            .values(staged_files='{"version":1,"data":[{"path":""}],"deletes":[]}')
+            checkpoints.update().where(checkpoints.c.table_identifier == TABLE).values(staged_files=damaged)
         )
     with pytest.raises(LedgerFormatError) as raised:
         committer(catalog_config).commit_pending(TABLE)
     message = str(raised.value)
     assert "checkpoint 0 of job 'job-a'" in message and repr(TABLE) in message and "discard" in message
+    assert said in message
     committer(catalog_config).commit_pending(other)  # another table goes on
     assert table_ids(catalog_config, other) == list(range(10))
     code, output = invoke(catalog_config, "checkpoints", "list", TABLE, "--json")
-    assert code == 0 and [r["status"] for r in json.loads(output)["checkpoints"]] == ["unreadable"], output
+    (listed,) = json.loads(output)["checkpoints"]
+    assert code == 0 and listed["status"] == "unreadable" and listed["data_files"] == 1, output
+    assert "files" not in listed  # counts, not the files themselves
+    code, output = invoke(catalog_config, "checkpoints", "retry", TABLE, "0")
+    assert code == 2 and "cannot be tried again" in output, output
     with pytest.raises(LedgerFormatError, match="gc deletes nothing in this table"):
         collect_garbage(open_catalog(catalog_config), catalog_config, TABLE, datetime.timedelta(hours=1))
     code, output = invoke(catalog_config, "checkpoints", "discard", TABLE, "0", "--yes")
@@ -167,16 +177,12 @@ def test_a_second_run_commits_nothing(catalog_config: CatalogConfig) -> None:
 
 def test_checkpoint_already_in_the_table_is_not_committed_again(catalog_config: CatalogConfig) -> None:
     """The state a crash between the catalog commit and the ledger update leaves behind."""
-    import sqlalchemy as sa
-
-    from icesink.catalog.database import engine
-    from icesink.catalog.ledger import checkpoints
 
     create_orders_table(catalog_config)
     stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
+    files = staged_files_now(catalog_config)
     committer(catalog_config).commit_pending(TABLE)
-    with engine(catalog_config).begin() as connection:  # forget the ledger update
-        connection.execute(sa.update(checkpoints).values(state="staged", snapshot_id=None))
+    lose_the_ledger_update(catalog_config, files)
     outcomes = committer(catalog_config).commit_pending(TABLE)
     assert [(o.checkpoint_ids, o.already_committed) for o in outcomes] == [((0,), True)]
     assert table_ids(catalog_config, TABLE) == list(range(10))
@@ -222,6 +228,7 @@ def test_stale_committer_rechecks_the_marker_after_losing_the_swap(catalog_confi
 
     create_orders_table(catalog_config)
     stage_rows(catalog_config, TABLE, "job-a", 0, orders(0, 10))
+    files = staged_files_now(catalog_config)
     first, second = committer(catalog_config), committer(catalog_config)
     catalog = open_catalog(catalog_config)
     stale_view = catalog.load_table(TABLE)
@@ -232,13 +239,8 @@ def test_stale_committer_rechecks_the_marker_after_losing_the_swap(catalog_confi
     with pytest.raises(CommitFailedException):
         commit_prepared(stale_view, prepared)
     # ... and the second committer, seeing the checkpoint staged again, skips it by the marker.
-    import sqlalchemy as sa
 
-    from icesink.catalog.database import engine
-    from icesink.catalog.ledger import checkpoints
-
-    with engine(catalog_config).begin() as connection:
-        connection.execute(sa.update(checkpoints).values(state="staged"))
+    lose_the_ledger_update(catalog_config, files, snapshot_id_too=False)
     outcomes = second.commit_pending(TABLE)
     assert all(o.already_committed for o in outcomes)
     assert table_ids(catalog_config, TABLE) == list(range(10))
@@ -282,13 +284,10 @@ def test_partitioned_table_commits_partition_values_readers_can_filter_on(catalo
 
 def test_marker_survives_expiry_of_its_snapshot_under_another_writers_snapshot(catalog_config: CatalogConfig) -> None:
     """Invariant 2 after maintenance: the crash-window state must still be recognised as committed."""
-    import sqlalchemy as sa
-
-    from icesink.catalog.database import engine
-    from icesink.catalog.ledger import checkpoints
 
     create_orders_table(catalog_config)
     stage_rows(catalog_config, TABLE, "job-a", 4, orders(0, 10))
+    files = staged_files_now(catalog_config)
     committer(catalog_config).commit_pending(TABLE)
     catalog = open_catalog(catalog_config)
     table = catalog.load_table(TABLE)
@@ -300,8 +299,7 @@ def test_marker_survives_expiry_of_its_snapshot_under_another_writers_snapshot(c
     assert metadata.snapshot_by_id(ours) is None
     assert max_committed_checkpoint(metadata, "job-a") == 4
     assert max_committed_checkpoint(metadata, "job-b") is None
-    with engine(catalog_config).begin() as connection:  # the ledger update that a crash lost
-        connection.execute(sa.update(checkpoints).values(state="staged"))
+    lose_the_ledger_update(catalog_config, files, snapshot_id_too=False)  # the update that a crash lost
     outcomes = committer(catalog_config).commit_pending(TABLE)
     assert [o.already_committed for o in outcomes] == [True]
     assert table_ids(catalog_config, TABLE) == [*range(10), *range(100, 105)]

@@ -1,6 +1,6 @@
 """The ledger: checkpoints staged by writers and their fate, in the catalog database.
 
-A row is written when a micro-batch's files and delta manifests are durable
+A row is written when a micro-batch's files are durable, and lists them
 (state ``staged``); the committer moves it to ``committed`` after the catalog
 commit. The ledger only says what is waiting: whether a checkpoint is in the
 table is decided by the table's marker (see :mod:`icesink.iceberg.marker`).
@@ -25,6 +25,7 @@ from icesink.catalog.checkpoints import (
     CheckpointRow,
     CheckpointState,
     DeltaManifests,
+    InlineFiles,
     JobLag,
     JobTable,
     JobTables,
@@ -105,8 +106,15 @@ def _manifests_of(values: Mapping[str, object], encoded: str) -> DeltaManifests:
         ) from e
 
 
-def _files_of(values: Mapping[str, object], encoded: str) -> StagedFiles:
+def _files_in(values: Mapping[str, object], encoded: str | None) -> StagedFiles | None:
+    """A row's staged files; a staged row whose manifests say they are in it must hold them."""
+    manifests = values["manifests"]
+    in_row = isinstance(manifests, DeltaManifests) and any(isinstance(m, InlineFiles) for _, m in manifests.present())
     try:
+        if encoded is None:
+            if in_row and values["state"] == CheckpointState.STAGED.value:
+                raise ValueError("its files are missing from its row")
+            return None
         return StagedFiles.decode(encoded)
     except ValueError as e:
         raise _format_error(
@@ -145,12 +153,17 @@ class Ledger:
         values = {name: row._mapping[LEDGER_COLUMN.get(name, name)] for name in _ROW_FIELDS}
         try:
             values["manifests"] = _manifests_of(values, row._mapping["delta_manifests"])
-            files = row._mapping.get("staged_files")
-            values["files"] = _files_of(values, files) if files is not None else None
         except LedgerFormatError as e:
             if not unreadable_too:
                 raise
-            values["manifests"], values["files"], values["unreadable"] = DeltaManifests(), None, str(e)
+            values["manifests"], values["unreadable"] = DeltaManifests(), str(e)
+        try:
+            if "staged_files" in row._mapping and "unreadable" not in values:  # read with its files
+                values["files"] = _files_in(values, row._mapping["staged_files"])
+        except LedgerFormatError as e:  # what it staged is still known, not the files themselves
+            if not unreadable_too:
+                raise
+            values["unreadable"] = str(e)
         try:
             values["snapshot_properties"] = _properties_of(values)
         except LedgerFormatError as e:
@@ -219,15 +232,30 @@ class Ledger:
             return [self._row(r, unreadable_too) for r in connection.execute(query)]
 
     def get(
-        self, identifier: str, job_id: str, checkpoint_id: int, unreadable_too: bool = False
+        self,
+        identifier: str,
+        job_id: str,
+        checkpoint_id: int,
+        unreadable_too: bool = False,
+        with_files: bool = False,
     ) -> CheckpointRow | None:
         rows = self._select(
             checkpoints.c.table_identifier == identifier,
             checkpoints.c.job_id == job_id,
             checkpoints.c.checkpoint_id == checkpoint_id,
             unreadable_too=unreadable_too,
+            with_files=with_files,
         )
         return rows[0] if rows else None
+
+    def with_files(self, rows: Sequence[CheckpointRow]) -> list[CheckpointRow]:
+        """``rows`` (read without their files), their staged ones read again with them, in one query: an operator's
+        view of a few rows, not a table's whole backlog decoded."""
+        staged = [r.id for r in rows if r.state == CheckpointState.STAGED and not r.unreadable]
+        if not staged:
+            return list(rows)
+        again = {r.id: r for r in self._select(checkpoints.c.id.in_(staged), unreadable_too=True, with_files=True)}
+        return [again.get(r.id, r) for r in rows]
 
     def get_many(
         self, identifiers: Sequence[str], job_id: str, checkpoint_id: int, unreadable_too: bool = False
@@ -306,15 +334,21 @@ class Ledger:
         return None
 
     def pending(
-        self, identifier: str | None = None, job_id: str | None = None, with_files: bool = False
+        self,
+        identifier: str | None = None,
+        job_id: str | None = None,
+        with_files: bool = False,
+        atomic: bool | None = None,
     ) -> list[CheckpointRow]:
         """Staged, not yet committed checkpoints, ordered by table, job and checkpoint (with their staged files
-        for a committer)."""
+        for a committer; only those that commit across tables, or only the others, given ``atomic``)."""
         where = [checkpoints.c.state == CheckpointState.STAGED.value]
         if identifier is not None:
             where.append(checkpoints.c.table_identifier == identifier)
         if job_id is not None:
             where.append(checkpoints.c.job_id == job_id)
+        if atomic is not None:
+            where.append(checkpoints.c.atomic == (sa.true() if atomic else sa.false()))
         return self._select(*where, with_files=with_files)
 
     def tables_with_pending(self) -> list[str]:

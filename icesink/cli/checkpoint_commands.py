@@ -64,7 +64,8 @@ def checkpoint_json(row: Any) -> dict[str, Any]:
     from icesink.catalog.ledger import LEDGER_COLUMN
 
     # Named as the ledger's columns are (``table_identifier``), which scripts read.
-    plain = {LEDGER_COLUMN.get(f.name, f.name): getattr(row, f.name) for f in fields(row) if f.name != "manifests"}
+    shown = [f for f in fields(row) if f.name not in ("manifests", "files")]  # the files: counts, below
+    plain = {LEDGER_COLUMN.get(f.name, f.name): getattr(row, f.name) for f in shown}
     plain["snapshot_properties"] = dict(row.snapshot_properties)  # as the snapshot's summary will hold them
     return {**plain, **row.manifests.flat(), "status": row.status}
 
@@ -103,8 +104,9 @@ def checkpoints_list(obj: CliContext, table: str, limit: int, as_json: bool) -> 
         if not ledger.for_table(table, newest=1, unreadable_too=True):
             raise  # neither a table nor checkpoints: most likely a typo
     jobs = ledger.lag(table)
-    # With their staged files: a row whose files cannot be read shows as unreadable, as the committer finds it.
-    rows = ledger.for_table(table, newest=limit or None, unreadable_too=True, with_files=True)
+    # Staged rows read again with their files: one whose files cannot be read shows as unreadable, as the committer
+    # finds it.
+    rows = ledger.with_files(ledger.for_table(table, newest=limit or None, unreadable_too=True))
     # A checkpoint committed to an audited branch (write-audit-publish): its snapshot's audit, and whether main has it.
     snapshots = [r.snapshot_id for r in rows if r.snapshot_id is not None and r.branch != "main"]
     audits = {(e.snapshot_id, e.branch): e for e in AuditRecord(obj.config).of_snapshots(table, snapshots)}

@@ -1,9 +1,9 @@
 """Building one table's snapshot of staged checkpoints, ready to swap into the catalog.
 
 Shared by the committer of one table (:mod:`icesink.committer.commit`) and the one of a group of tables
-committed together (:mod:`icesink.committer.group`): read each checkpoint's delta manifests, check its
-files still fit the table, convert its equality deletes, and write the snapshot's manifests and
-manifest list. What is written for a snapshot that is never committed is deleted again.
+committed together (:mod:`icesink.committer.group`): read each checkpoint's files, check they still fit
+the table, convert its equality deletes, and write the snapshot's manifests and manifest list. What is written
+for a snapshot that is never committed is deleted again.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class CheckpointFailed(Exception):
 
 @dataclass(frozen=True)
 class CheckpointFiles:
-    """One staged checkpoint with the files its delta manifests list."""
+    """One staged checkpoint with the files it staged."""
 
     row: CheckpointRow
     files: list[DataFile]

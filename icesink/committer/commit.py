@@ -120,7 +120,7 @@ class TableCommitter:
         for job in atomic_jobs:
             self.commit_atomic(job, outcomes)
         if atomic_jobs:  # those jobs' older checkpoints of one table were committed on the way
-            rows = [r for r in self._ledger.pending(identifier, job_id, with_files=True) if not r.atomic]
+            rows = self._ledger.pending(identifier, job_id, with_files=True, atomic=False)
         self._commit_table(identifier, rows, outcomes)
         return outcomes
 
@@ -131,7 +131,7 @@ class TableCommitter:
         several with the same job) commit first, table by table: the group's marker would pass over them.
         """
         outcomes = [] if outcomes is None else outcomes
-        single = [r for r in self._ledger.pending(job_id=job_id, with_files=True) if not r.atomic]
+        single = self._ledger.pending(job_id=job_id, with_files=True, atomic=False)
         for identifier in sorted({r.identifier for r in single}):
             self._commit_table(identifier, [r for r in single if r.identifier == identifier], outcomes)
         outcomes += self._group.commit_job(job_id)

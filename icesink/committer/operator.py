@@ -72,7 +72,9 @@ def choose_checkpoint(ledger: Ledger, identifier: str, checkpoint_id: int, job_i
         raise ConfigError(
             f"table {identifier}: checkpoint {checkpoint_id} exists for several jobs ({jobs}); name one with --job"
         )
-    return CheckpointChoice(rows[0])
+    # Read again with its files: a row whose files cannot be read is unreadable, not merely failed.
+    chosen = ledger.get(identifier, rows[0].job_id, checkpoint_id, unreadable_too=True, with_files=True)
+    return CheckpointChoice(chosen or rows[0])
 
 
 def check_not_in_table(table: Table, choice: CheckpointChoice) -> None:

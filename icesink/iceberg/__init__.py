@@ -4,7 +4,7 @@ pyiceberg 0.12.0 (pinned exactly in pyproject.toml) has no public API for
 what icesink needs, so these modules build on its internals, one concern each:
 
 * :mod:`~icesink.iceberg.manifests`: executor file records as manifest entries,
-  the per-checkpoint delta manifests, delete manifests (pyiceberg's writers
+  the per-checkpoint delta manifests of releases before 0018, delete manifests (pyiceberg's writers
   always write ``content: data`` and declare ``equality_ids`` as
   ``list<long>``, apache/iceberg-python#3840), partition field names that
   every Avro reader accepts;

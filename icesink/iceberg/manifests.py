@@ -1,8 +1,8 @@
 """Manifest files: executor file records as entries, delta manifests, delete manifests.
 
-A checkpoint's files are staged as a *delta manifest* (a hand-off format, as
-in Iceberg's Flink sink): its entries are re-added under the real snapshot id
-when the checkpoint is committed.
+Releases before revision 0018 staged a checkpoint's files as a *delta manifest* (a hand-off format, as in
+Iceberg's Flink sink), whose entries are re-added under the real snapshot id when the checkpoint is committed;
+the committer still reads such manifests. Checkpoints are now staged in their ledger rows.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@
    go through Spark's own Parquet writer (``spark_writer``), everything else
    through icesink's Arrow writer in a ``mapInArrow`` task; either way the
    driver ends up with the tasks' ``WriteResult``s.
-3. The checkpoint's delta manifest is written and staged in the ledger
+3. The checkpoint's files are staged in the ledger (listed in its row)
    before ``foreachBatch`` returns, so that Spark only records the batch as
    done once the hand-off is durable.
 4. With the inline committer, the driver commits right away.

@@ -133,6 +133,38 @@ def staged_in_manifests(config: CatalogConfig, identifier: str, job_id: str, che
     return again
 
 
+def staged_files_now(config: CatalogConfig) -> dict[int, str | None]:
+    """Each ledger row's staged files as they are now (read before a commit lets them go)."""
+    import sqlalchemy as sa
+
+    from icesink.catalog.database import engine
+    from icesink.catalog.ledger import checkpoints
+
+    c = checkpoints.c
+    with engine(config).connect() as connection:
+        rows = connection.execute(sa.select(c.id, c.staged_files).where(c.catalog_name == config.name))
+        return {row_id: files for row_id, files in rows}
+
+
+def lose_the_ledger_update(config: CatalogConfig, files: dict[int, str | None], snapshot_id_too: bool = True) -> None:
+    """What a crash between the catalog commit and the ledger update leaves: the rows staged again, holding the
+    files they staged (``files``, read by :func:`staged_files_now` before the commit)."""
+    import sqlalchemy as sa
+
+    from icesink.catalog.database import engine
+    from icesink.catalog.ledger import checkpoints
+
+    c = checkpoints.c
+    values: dict[str, Any] = {"state": "staged", "manifests_deleted": False, "staged_files": sa.bindparam("files")}
+    if snapshot_id_too:
+        values["snapshot_id"] = None
+    with engine(config).begin() as connection:
+        connection.execute(
+            checkpoints.update().where(c.id == sa.bindparam("row_id")).values(**values),
+            [{"row_id": row_id, "files": staged} for row_id, staged in files.items()],
+        )
+
+
 def stage_group(
     config: CatalogConfig, job_id: str, checkpoint_id: int, rows: dict[str, pa.Table | None], atomic: bool = True
 ) -> bool:
