@@ -549,3 +549,28 @@ def test_delta_manifests_are_one_versioned_value_in_the_ledger() -> None:
     ):
         with pytest.raises(ValueError):
             DeltaManifests.decode(unreadable)
+
+
+def test_rows_read_again_with_their_files_in_queries_of_bounded_size(catalog_config: CatalogConfig) -> None:
+    """More staged rows than one query names (a long backlog shown or committed) are all read with their files."""
+    from icesink.catalog.checkpoints import DeltaManifests, InlineFiles, StagedCheckpoint, StagedFiles
+    from icesink.catalog.ledger import _IDS_PER_QUERY
+    from icesink.results import FileContent, FileRecord
+
+    ledger = Ledger(catalog_config)
+    count = 2 * _IDS_PER_QUERY + 7
+    staged = []
+    for checkpoint_id in range(count):
+        record = FileRecord(f"file:///wh/ü/{checkpoint_id}.parquet", FileContent.DATA, 1, 10, 0, ())
+        files = StagedFiles((record,))
+        manifests = DeltaManifests(InlineFiles.of(files.data))
+        row = StagedCheckpoint(
+            identifier=TABLE, job_id="job", checkpoint_id=checkpoint_id, spec_id=0, manifests=manifests, files=files
+        )
+        staged.append((row, CheckpointState.STAGED))
+    assert ledger.stage_all(staged)
+    rows = ledger.pending(TABLE)
+    assert len(rows) == count and all(r.files is None for r in rows)
+    read = ledger.with_files(rows)
+    assert [r.id for r in read] == [r.id for r in rows]
+    assert [r.files.data[0].path for r in read if r.files] == [f"file:///wh/ü/{i}.parquet" for i in range(count)]

@@ -516,3 +516,43 @@ def _fields(manifest: ManifestFile) -> tuple[object, ...]:
             "key_metadata",
         )
     ) + tuple((p.contains_null, p.contains_nan, p.lower_bound, p.upper_bound) for p in (manifest.partitions or []))
+
+
+def test_a_backlog_of_group_commits_reads_each_checkpoints_files_once(
+    three_tables: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keyed checkpoints commit one snapshot each: a committer catching up reads the pending rows again after each
+    commit, but decodes each row's staged files once (not once per remaining commit), and a checkpoint staged
+    while it commits is read with its files too."""
+    from icesink.catalog.checkpoints import StagedFiles
+
+    config = three_tables
+    a, b = TABLES[0], TABLES[1]
+    for checkpoint in range(4):  # an update of key 1 in each: a snapshot per checkpoint
+        ops = ["I", "U"] if checkpoint else ["I", "I"]
+        _stage_changes(config, "job", checkpoint, {a: (orders(checkpoint, 2), ops), b: (orders(10, 1), ["U"])})
+    decoded: list[int] = []
+    original = StagedFiles.decode
+
+    def counted(text: str) -> StagedFiles:
+        decoded.append(1)
+        return original(text)
+
+    monkeypatch.setattr(StagedFiles, "decode", staticmethod(counted))
+    committer = TableCommitter.of(config)
+    staged_late = []
+
+    def stage_one_more(*args: object, **kwargs: object) -> None:  # another micro-batch staged meanwhile
+        if not staged_late:
+            staged_late.append(4)
+            _stage_changes(config, "job", 4, {a: (orders(50, 1), ["I"]), b: (orders(60, 1), ["I"])})
+
+    monkeypatch.setattr(
+        Ledger, "mark_cleaned", lambda self, ids, real=Ledger.mark_cleaned: (real(self, ids), stage_one_more())
+    )
+    outcomes = committer.commit_atomic("job")
+    assert sorted({c for o in outcomes for c in o.checkpoint_ids}) == [0, 1, 2, 3, 4]
+    assert sum(decoded) == 10  # 5 checkpoints x 2 tables, each once
+    assert table_ids(config, a) == [0, 1, 2, 3, 4, 50]
+    assert table_ids(config, b) == [10, 60]
+    assert [marker_of(config, t) for t in (a, b)] == [4, 4]

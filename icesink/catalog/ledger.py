@@ -81,6 +81,8 @@ checkpoints = sa.Table(
 # A checkpoint's field -> its ledger column, where the two are named apart (the column predates the glossary).
 LEDGER_COLUMN = {"identifier": "table_identifier"}
 _ROW_FIELDS = tuple(f.name for f in fields(CheckpointRow) if f.name not in ("manifests", "unreadable", "files"))
+# Row ids a query names at most (SQLite allows 32,766 parameters in a statement, older builds 999).
+_IDS_PER_QUERY = 500
 # Every column but the staged files, which only the queries that commit or keep them read (they may be many).
 _WITHOUT_FILES = [c for c in checkpoints.c if c.name != "staged_files"]
 
@@ -248,13 +250,16 @@ class Ledger:
         )
         return rows[0] if rows else None
 
-    def with_files(self, rows: Sequence[CheckpointRow]) -> list[CheckpointRow]:
-        """``rows`` (read without their files), their staged ones read again with them, in one query: an operator's
-        view of a few rows, not a table's whole backlog decoded."""
+    def with_files(self, rows: Sequence[CheckpointRow], unreadable_too: bool = True) -> list[CheckpointRow]:
+        """``rows`` (read without their files), their staged ones read again with them: what an operator is shown
+        of a few rows, or what a committer reads of the rows it had not read before, rather than a whole backlog
+        decoded again."""
         staged = [r.id for r in rows if r.state == CheckpointState.STAGED and not r.unreadable]
-        if not staged:
-            return list(rows)
-        again = {r.id: r for r in self._select(checkpoints.c.id.in_(staged), unreadable_too=True, with_files=True)}
+        again: dict[int, CheckpointRow] = {}
+        for start in range(0, len(staged), _IDS_PER_QUERY):
+            chunk = staged[start : start + _IDS_PER_QUERY]
+            selected = self._select(checkpoints.c.id.in_(chunk), unreadable_too=unreadable_too, with_files=True)
+            again.update((r.id, r) for r in selected)
         return [again.get(r.id, r) for r in rows]
 
     def get_many(

@@ -21,11 +21,12 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from pyiceberg.exceptions import CommitFailedException
 
-from icesink.catalog.checkpoints import CheckpointRow
+from icesink.catalog.checkpoints import CheckpointRow, StagedFiles
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.database import database_errors
 from icesink.catalog.ledger import Ledger
@@ -88,7 +89,8 @@ class GroupCommitter:
         for identifier, leftovers in itertools.groupby(self._ledger.uncleaned(job_id=job_id), key=_table_of):
             clean_staged(self._ledger, self._table(identifier), list(leftovers))
         conflicts = 0
-        while rows := self._ledger.pending_atomic(job_id, with_files=True):
+        known: dict[int, StagedFiles | None] = {}  # each row's files, decoded once however many commits a backlog takes
+        while rows := self._pending(job_id, known):
             by_table = {t: list(r) for t, r in itertools.groupby(sorted(rows, key=_by_table), key=_table_of)}
             outside = sorted(set(by_table) - self._scope) if self._scope else []
             if outside:
@@ -120,6 +122,18 @@ class GroupCommitter:
                 for identifier in by_table:
                     self._tables.pop(identifier, None)
         return outcomes
+
+    def _pending(self, job_id: str, known: dict[int, StagedFiles | None]) -> list[CheckpointRow]:
+        """The job's pending rows with their files: read with them the first time; after a commit, only the rows
+        not read before (staged meanwhile) are, the others keep what was read."""
+        rows = self._ledger.pending_atomic(job_id, with_files=not known)
+        if known:
+            fresh = {
+                r.id: r for r in self._ledger.with_files([r for r in rows if r.id not in known], unreadable_too=False)
+            }
+            rows = [fresh[r.id] if r.id in fresh else replace(r, files=known[r.id]) for r in rows]
+        known.update((r.id, r.files) for r in rows)
+        return rows
 
     def _table(self, identifier: str) -> Table:
         return self._tables.get(identifier) or load_table(self._catalog, self._config, identifier)
