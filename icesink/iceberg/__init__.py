@@ -24,7 +24,9 @@ what icesink needs, so these modules build on its internals, one concern each:
 * :mod:`~icesink.iceberg.describe`: what executors need to know of a table (its columns, partitioning,
   Parquet settings), as icesink's own typed values;
 * :mod:`~icesink.iceberg.history`: the snapshots between two states of a branch, for change reads;
-* :mod:`~icesink.iceberg.schemas`: schema changes as values, paths of nested fields, field ids of files.
+* :mod:`~icesink.iceberg.schemas`: schema changes as values, paths of nested fields, field ids of files;
+* :mod:`~icesink.iceberg.avro_doubles`: doubles read from manifests at full precision (installed on import:
+  pyiceberg 0.12's compiled decoder rounds them to floats).
 
 Nothing outside this package imports pyiceberg's private names.
 ``tests/test_iceberg_boundary.py`` exercises each of them so that a pyiceberg
@@ -33,7 +35,11 @@ upgrade that moves or changes one fails loudly there.
 
 from __future__ import annotations
 
+from icesink.iceberg.avro_doubles import read_doubles_exactly
+
 PYICEBERG_VERSION = "0.12.0"
+
+read_doubles_exactly()
 
 
 def check_pyiceberg_version() -> None:

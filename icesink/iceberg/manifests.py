@@ -39,7 +39,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import TableProperties
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.typedef import Record, TableVersion
-from pyiceberg.types import DoubleType, FloatType, IntegerType, ListType, NestedField, StringType, StructType, UUIDType
+from pyiceberg.types import FloatType, IntegerType, ListType, NestedField, StringType, StructType, UUIDType
 
 from icesink.iceberg import check_pyiceberg_version
 from icesink.iceberg.avro_files import KnownSchemaAvroFile, encoded_output
@@ -152,8 +152,8 @@ def to_data_file(record: FileRecord, format_version: int, partition_type: Struct
 
 def _as_read(values: tuple[Any, ...], partition_type: StructType | None) -> Record:
     """Partition values as a manifest gives them back: a uuid (which files carry as its 16 bytes) as a
-    :class:`uuid.UUID`, a float or double rounded to the 32 bits pyiceberg's manifest writer stores (the table's
-    committed files have theirs so); every other value as it is."""
+    :class:`uuid.UUID`, a float rounded to the 32 bits a manifest stores it in; every other value (a double among them:
+    manifests store and icesink reads its 64 bits) as it is."""
     if partition_type is None:
         return Record(*values)
     read = []
@@ -161,7 +161,7 @@ def _as_read(values: tuple[Any, ...], partition_type: StructType | None) -> Reco
         kind = field.field_type
         if isinstance(value, bytes) and isinstance(kind, UUIDType):
             value = uuid.UUID(bytes=value)
-        elif isinstance(value, float) and isinstance(kind, (FloatType, DoubleType)):  # pyiceberg writes both so
+        elif isinstance(value, float) and isinstance(kind, FloatType):
             value = struct.unpack("<f", struct.pack("<f", value))[0]
         read.append(value)
     return Record(*read)

@@ -1,6 +1,7 @@
 """Reads Iceberg tables with DuckDB's iceberg extension and prints their rows as JSON lines.
 
-Run as a child process (``python duckdb_reader.py METADATA_JSON [METADATA_JSON …]``): DuckDB 1.5
+Run as a child process (``python duckdb_reader.py METADATA_JSON [METADATA_JSON …]``, or ``--sql QUERY`` for the
+rows of one query of DuckDB's own, such as ``read_avro`` of a manifest): DuckDB 1.5
 aborts the whole process on some manifests it cannot parse, which must fail a test, not end the
 test session. The extensions come from the ``duckdb-extension-iceberg`` and ``duckdb-extension-avro``
 wheels and are loaded by path with automatic installation off, so nothing is downloaded.
@@ -41,7 +42,22 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def main(locations: list[str]) -> None:
+def main(arguments: list[str]) -> None:
+    connection = _connected()
+    if arguments[:1] == ["--sql"]:
+        _print_rows(connection.execute(arguments[1]), 0)
+        return
+    for number, location in enumerate(arguments):
+        _print_rows(connection.execute("SELECT * FROM iceberg_scan(?)", [location]), number)
+
+
+def _print_rows(cursor: Any, number: int) -> None:
+    names = [d[0] for d in cursor.description]
+    for row in cursor.fetchall():
+        print(json.dumps({"table": number, "row": {n: _plain(v) for n, v in zip(names, row, strict=True)}}))
+
+
+def _connected() -> Any:
     import duckdb
     import duckdb_extension_avro
     import duckdb_extension_iceberg
@@ -52,11 +68,7 @@ def main(locations: list[str]) -> None:
     connection.execute("SET TimeZone = 'UTC'")
     for module in (duckdb_extension_avro, duckdb_extension_iceberg):
         connection.execute(f"LOAD '{_extension(module)}'")
-    for number, location in enumerate(locations):
-        cursor = connection.execute("SELECT * FROM iceberg_scan(?)", [location])
-        names = [d[0] for d in cursor.description]
-        for row in cursor.fetchall():
-            print(json.dumps({"table": number, "row": {n: _plain(v) for n, v in zip(names, row, strict=True)}}))
+    return connection
 
 
 if __name__ == "__main__":

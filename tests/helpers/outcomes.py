@@ -174,3 +174,11 @@ def read_with_duckdb(*metadata_locations: str) -> list[list[dict[str, Any]]]:
 
     command = [sys.executable, str(Path(__file__).parent / "duckdb_reader.py"), *metadata_locations]
     return _json_lines_of(command, len(metadata_locations))
+
+
+def query_with_duckdb(sql: str) -> list[dict[str, Any]]:
+    """The rows of one DuckDB query (its iceberg and avro extensions loaded), in a child process."""
+    import sys
+
+    command = [sys.executable, str(Path(__file__).parent / "duckdb_reader.py"), "--sql", sql]
+    return _json_lines_of(command, 1)[0]
