@@ -97,6 +97,43 @@ def test_staging_writes_no_file_and_a_committed_row_lets_its_files_entries_go(ca
     ]
 
 
+def test_clean_up_after_committed_checkpoints_goes_on_past_a_dropped_table(
+    catalog_config: CatalogConfig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What a committer killed before its clean-up left (its successor cleans up when it takes the lease): a table
+    dropped since holds back only its own rows."""
+    from pathlib import Path
+
+    import icesink.committer.commit as commit_module
+
+    names = ["shop.gone_old", "shop.kept_old", "shop.gone_new", "shop.kept_new"]  # _old: staged as before 0018
+    for name in names:
+        create_orders_table(catalog_config, name)
+        stage_rows(catalog_config, name, "job-a", 0, orders(0, 10))
+    manifests = {
+        name: Path(staged_in_manifests(catalog_config, name, "job-a", 0).manifests.data.path.removeprefix("file://"))
+        for name in names
+        if name.endswith("_old")
+    }
+    with monkeypatch.context() as patched:  # killed before the clean-up
+        patched.setattr(commit_module, "clean_staged", lambda *args: None)
+        for name in names:
+            committer(catalog_config).commit_pending(name)
+    catalog = open_catalog(catalog_config)
+    catalog.drop_table("shop.gone_old")
+    catalog.drop_table("shop.gone_new")
+    ledger = Ledger(catalog_config)
+    assert sorted(r.identifier for r in ledger.uncleaned()) == sorted(names)
+
+    with caplog.at_level("WARNING", logger="icesink.committer"):
+        assert committer(catalog_config).clean_committed() == 3
+    assert [r.identifier for r in ledger.uncleaned()] == ["shop.gone_old"]
+    assert manifests["shop.gone_old"].exists() and not manifests["shop.kept_old"].exists()
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert "shop.gone_old" in warning and "1 committed checkpoint" in warning
+    assert table_ids(catalog_config, "shop.kept_new") == list(range(10))
+
+
 def test_a_file_the_tables_partition_spec_cannot_hold_is_refused_before_anything_is_staged(
     catalog_config: CatalogConfig,
 ) -> None:

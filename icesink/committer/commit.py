@@ -289,10 +289,29 @@ class TableCommitter:
     def clean_committed(self) -> int:
         """Clean up after every committed checkpoint a committer left (see :mod:`icesink.committer.cleanup`);
         returns how many were cleaned."""
-        rows = self._ledger.uncleaned()
-        for identifier, table_rows in itertools.groupby(rows, key=lambda r: r.identifier):
-            self._cleanup(load_table(self._catalog, self._config, identifier), list(table_rows))
-        return len(rows)
+        rows = sorted(self._ledger.uncleaned(), key=lambda r: r.identifier)
+        without_files: list[int] = []  # rows whose files are listed in them: no table needed to let go of them
+        cleaned = 0
+        for identifier, grouped in itertools.groupby(rows, key=lambda r: r.identifier):
+            table_rows = list(grouped)
+            if not any(r.manifest_paths for r in table_rows):
+                without_files.extend(r.id for r in table_rows)
+                continue
+            try:  # delta manifests staged before 0018 are deleted through the table's file IO
+                table = load_table(self._catalog, self._config, identifier)
+            except IcesinkError as e:  # a dropped table holds back its own rows, not the others'
+                log.warning(
+                    "table=%s: cannot clean up after %d committed checkpoint(s) of it (%s); the other tables are "
+                    "cleaned up",
+                    identifier,
+                    len(table_rows),
+                    e,
+                )
+                continue
+            self._cleanup(table, table_rows)
+            cleaned += len(table_rows)
+        self._ledger.mark_cleaned(without_files)
+        return cleaned + len(without_files)
 
     def _cleanup(self, table: Table, rows: Sequence[CheckpointRow]) -> None:
         clean_staged(self._ledger, table, rows)
