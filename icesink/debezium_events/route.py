@@ -6,7 +6,8 @@ into its source table, upsert or delete, key, position and row as JSON; the deco
 schema (never a row per record), and gives each source table its Iceberg table and the Spark schema its rows
 have: every column any of the micro-batch's schemas has, each in the widest type that holds all of its values
 exactly (:func:`icesink.debezium_events.connect_types.widest`). The rows of every table are then written in one
-Spark job (:mod:`icesink.writer.json_tables`).
+Spark job (:mod:`icesink.writer.json_tables`). This is the general way; a micro-batch that brings nothing the
+stream has not met skips the summary and is written by the job that decodes it (:mod:`icesink.sink.known_routes`).
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ class Summary:
 
 
 def decode_records(spec: Debezium, batch_df: DataFrame) -> DataFrame:
-    """The micro-batch decoded (see :data:`PARSED_DDL`), persisted: every later step reads it, not the source."""
+    """The micro-batch decoded (see :data:`PARSED_DDL`); the general path persists it, so that every later step
+    reads it, not the source."""
     from pyspark.sql import functions as F
 
     present = [c for c in (*INPUT_COLUMNS, *KAFKA_COLUMNS) if c in batch_df.columns]
@@ -89,7 +91,7 @@ def decode_records(spec: Debezium, batch_df: DataFrame) -> DataFrame:
     # (or keep as it came), not a task that fails.
     text = [F.col(c).cast("binary").alias(c) if c in INPUT_COLUMNS else F.col(c) for c in present]
     keep_rejected = spec.dead_letter is not None
-    return batch_df.select(*text).mapInArrow(parse_task(present, keep_rejected, spec), PARSED_DDL).persist()
+    return batch_df.select(*text).mapInArrow(parse_task(present, keep_rejected, spec), PARSED_DDL)
 
 
 def summarize(parsed: DataFrame) -> Summary:

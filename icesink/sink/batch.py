@@ -42,6 +42,7 @@ from icesink.retry import Backoff
 from icesink.sink.branch_declarations import BranchDeclarations
 from icesink.sink.dead_letter import LATE_ROWS_SCHEMA
 from icesink.sink.executor_errors import executor_errors
+from icesink.sink.known_routes import Mispredicted
 from icesink.sink.phases import Phases
 from icesink.sink.routing import Routed, RoutedTarget, Router, StaticRouter
 from icesink.sink.sink_settings import SinkSettings
@@ -177,9 +178,19 @@ class MicroBatchHandler:
         phases = Phases()
         stream = self.stream_identity(batch_df)
         with executor_errors():
-            routed = self._router.route(batch_df, job_id)
+            routed = self._router.route(batch_df, job_id, checkpoint_id)
+            phases.done("route")  # a Debezium stream's summary, or its whole write in one job
             try:
-                outcome = self._write(routed, job_id, checkpoint_id, stream, phases)
+                try:
+                    outcome = self._write(routed, job_id, checkpoint_id, stream, phases)
+                except Mispredicted as e:
+                    if routed.general is None:
+                        raise
+                    log.info("checkpoint=%d: %s; routed again", checkpoint_id, e)
+                    routed.release()
+                    routed = routed.general()
+                    phases.done("route")
+                    outcome = self._write(routed, job_id, checkpoint_id, stream, phases)
             finally:
                 routed.release()
         if outcome is None:
@@ -212,6 +223,8 @@ class MicroBatchHandler:
             targets = [*targets, RoutedTarget(self._dead_letter, LATE_ROWS_SCHEMA, optional=True)]
         sinks = [self._sink(t.settings) for t in targets]
         tables = load_tables(self._catalog, targets[0].settings.catalog, [t.settings.table for t in targets])
+        if routed.check is not None:
+            routed.check(tables)
         admitted = self._admitted(sinks, tables, job_id, checkpoint_id, stream)
         uuids = {t.settings.table: str(table.metadata.table_uuid) for t, table in zip(targets, tables, strict=True)}
         self._declarations.take_over(job_id, uuids)  # once the stream is known to be the job's (a refusal raised above)

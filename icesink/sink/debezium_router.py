@@ -3,7 +3,6 @@ first sight, and all of them written by one Spark job."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -15,7 +14,6 @@ from pyspark.sql import types as T
 from icesink.catalog.database import database_errors
 from icesink.catalog.loader import load_table
 from icesink.completeness.durations import duration_micros
-from icesink.debezium_events.decode_task import REJECTED
 from icesink.debezium_events.route import (
     OP_COLUMN,
     POSITION_COLUMN,
@@ -30,8 +28,16 @@ from icesink.debezium_events.stream_spec import Debezium
 from icesink.errors import ConfigError, SchemaMismatchError, TableNotFoundError
 from icesink.properties import SOURCE_PROPERTY
 from icesink.results import decode_write_result
+from icesink.sink.debezium_jobs import (
+    distributed,
+    general_target,
+    one_job_target,
+    spread_tables,
+    write_task,
+    write_task_tables,
+)
 from icesink.sink.event_time import EventTimeSettings
-from icesink.sink.json_names import json_names
+from icesink.sink.known_routes import KnownRoutes, KnownTable, collected, numbered_routes, task_tables_at
 from icesink.sink.mapping_watch import MappingWatch
 from icesink.sink.options import StreamWideOptions
 from icesink.sink.phases import Phases
@@ -41,7 +47,13 @@ from icesink.sink.table_sink import PreparedWrite
 from icesink.sink.tables import resolve_table
 from icesink.spark_types import spark_type_of
 from icesink.table_options import Writer
-from icesink.writer.json_tables import EVENT_TIME_COLUMN, OUTPUT_DDL, SPLIT_COLUMNS, JsonTable, json_tables_task
+from icesink.writer.json_tables import (
+    EVENT_TIME_COLUMN,
+    OUTPUT_DDL,
+    SPLIT_COLUMNS,
+    JsonTable,
+    result_rows,
+)
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -73,6 +85,7 @@ class DebeziumRouter:
         self._keys: dict[str, tuple[str, ...]] = {}  # each table's key, as its events first gave it
         self._owners: dict[str, SourceTable] = {}  # each table's source table, as the table records it
         self._mapped = MappingWatch(spec, config)
+        self._routes = KnownRoutes()  # what lets a micro-batch be written in one job
         if spec.dead_letter is not None:
             # At start, not at the first rejected record, which may come weeks later.
             self._check_dead_letter_table(spec.dead_letter)
@@ -86,8 +99,18 @@ class DebeziumRouter:
         if keys:
             raise _keyed_dead_letter(identifier, keys, "The stream did not start")
 
-    def route(self, batch_df: DataFrame, job_id: str) -> Routed:
-        parsed = decode_records(self._spec, batch_df)
+    def route(self, batch_df: DataFrame, job_id: str, checkpoint_id: int) -> Routed:
+        known = self._routes.ready() if self._spec.table_options.event_time is None else None
+        if known is not None:
+            routed = self._route_in_one_job(batch_df, job_id, checkpoint_id, known)
+            if routed is not None:
+                return routed
+            self._routes.missed()
+        return self._route_generally(batch_df, job_id)
+
+    def _route_generally(self, batch_df: DataFrame, job_id: str) -> Routed:
+        """Decoded and kept, summarized (which tables, keys and schemas), then written by a second job."""
+        parsed = decode_records(self._spec, batch_df).persist()
         try:
             summary = summarize(parsed)
             tables = route(self._spec, summary, self._known, lambda source: _inferred(parsed, source))
@@ -103,41 +126,80 @@ class DebeziumRouter:
             raise
 
         def write_all(prepared: Sequence[PreparedWrite], phases: Phases) -> list[list[WriteResult]]:
-            return self._write(parsed, tables, prepared, summary.rejected, phases)
+            task_tables = write_task_tables(tables, prepared)
+            results = self._write(parsed, tables, task_tables, summary.rejected, phases)
+            self._routes.learned(summary, tables, task_tables, prepared)
+            return results
 
         return Routed(targets, parsed.unpersist, write_all)
+
+    def _route_in_one_job(
+        self, batch_df: DataFrame, job_id: str, checkpoint_id: int, known: list[KnownTable]
+    ) -> Routed | None:
+        """Decoded, distributed and written by one job with the tables the stream knows (see
+        :mod:`icesink.sink.known_routes`); None when the micro-batch cannot be written so."""
+        tables = [k.table for k in known]
+        spread = spread_tables(tables, batch_df.sparkSession.sparkContext.defaultParallelism)
+        whole = [i not in spread and not t.dead_letter for i, t in enumerate(tables)]  # dead letters: whole always
+        task_tables = task_tables_at(known, checkpoint_id, whole)
+        routes, numbers, table_of = numbered_routes(known)
+        target, route = one_job_target(numbers, table_of, tables)
+        rows = distributed(decode_records(self._spec, batch_df), target, tables, route)
+        outputs = rows.mapInArrow(write_task(tables, task_tables), OUTPUT_DDL).collect()
+        write = collected(list(result_rows(outputs)), known, routes, [t.spec for t in task_tables])
+        if write is None:
+            return None
+        try:
+            self._routes.counted(known, write.counts)
+            self._mapped.seen(job_id, [k.table for k in write.tables])
+            targets = [
+                RoutedTarget(
+                    self._settings[k.table.identifier],
+                    k.table.schema,
+                    optional=k.table.dead_letter,
+                    explain=_explainer(k.table),
+                )
+                for k in write.tables
+            ]
+        except BaseException:
+            write.let_go()
+            raise
+
+        def taken(prepared: Sequence[PreparedWrite], phases: Phases) -> list[list[WriteResult]]:
+            results = write.take(prepared, phases)
+            self._say_rejected(write.rejected)
+            return results
+
+        def general() -> Routed:
+            self._routes.missed()
+            return self._route_generally(batch_df, job_id)
+
+        return Routed(targets, write.let_go, taken, general, write.check)
 
     def _write(
         self,
         parsed: DataFrame,
         tables: Sequence[RoutedTable],
-        prepared: Sequence[PreparedWrite],
+        task_tables: Sequence[JsonTable],
         rejected_decoding: int,
         phases: Phases,
     ) -> list[list[WriteResult]]:
         """Every table's rows in one Spark job: distributed by table and key, each task writing its tables one
         after another (:mod:`icesink.writer.json_tables`)."""
 
-        json_tables = [
-            JsonTable(
-                one.spec,
-                json_names(one.projection, one.spec.columns),
-                dead_letter=table.dead_letter,
-                op_column=None if table.dead_letter else OP_COLUMN,
-                position_column=None if table.dead_letter else POSITION_COLUMN,
-            )
-            for table, one in zip(tables, prepared, strict=True)
-        ]
-        dead_letter = next((i for i, t in enumerate(tables) if t.dead_letter), None)
-        task = json_tables_task(json_tables, dead_letter)
-        outputs = _distributed(parsed, tables, dead_letter).mapInArrow(task, OUTPUT_DDL).collect()
+        rows = distributed(parsed, general_target(tables), tables)
+        outputs = rows.mapInArrow(write_task(tables, task_tables), OUTPUT_DDL).collect()
         phases.done("write")
         results: list[list[WriteResult]] = [[] for _ in tables]
         rejected = rejected_decoding
-        for number, encoded, refused in outputs:
+        for number, encoded, refused, _, _ in result_rows(outputs):
             rejected += refused
             if encoded is not None:
                 results[number].append(decode_write_result(encoded))
+        self._say_rejected(rejected)
+        return results
+
+    def _say_rejected(self, rejected: int) -> None:
         if rejected:
             # Said on the driver's log too: a dead-letter table is not where anyone looks first.
             log.warning(
@@ -146,7 +208,6 @@ class DebeziumRouter:
                 rejected,
                 self._spec.dead_letter,
             )
-        return results
 
     def _explained_settings_of(self, table: RoutedTable) -> SinkSettings:
         try:
@@ -275,43 +336,6 @@ def _explainer(table: RoutedTable) -> Callable[[SchemaMismatchError, int | None]
         )
 
     return explain
-
-
-def _distributed(parsed: DataFrame, tables: Sequence[RoutedTable], dead_letter: int | None) -> DataFrame:
-    """The decoded records each with its table's number, every change of a key in one task, and a task's
-    records sorted by table (the dead-letter table last, so that it takes what the others refused).
-
-    A table holding a large share of the micro-batch is spread over the tasks by key; the others go whole to
-    one task each, so that a small table gets one data file (and one delete file) per micro-batch, not one per
-    task.
-    """
-
-    parallelism = parsed.sparkSession.sparkContext.defaultParallelism
-    numbers = {t.source.key: i for i, t in enumerate(tables) if t.source is not None}
-    # One literal, whatever the number of tables (a literal per key and number was two calls into the JVM a
-    # table); Spark folds the constant once. Without a source table (every record of the micro-batch rejected)
-    # there is no map to look in.
-    by_source = F.from_json(F.lit(json.dumps(numbers)), "map<string,int>")
-    other = by_source[F.col("source")] if numbers else F.lit(None)
-    target = F.when(F.col("source") == REJECTED, F.lit(dead_letter)).otherwise(other)
-    share = sum(t.records for t in tables) / parallelism / 2
-    spread = [i for i, t in enumerate(tables) if t.records >= share and not t.dead_letter]
-    rows = parsed.select(
-        target.cast("int").alias("target"),
-        "row",
-        "op",
-        "position",
-        (F.col("schema_id") == "").alias("exact"),
-        "topic",
-        "partition",
-        "offset",
-        "raw_key",
-        "raw_value",
-        "key",
-        "source_ms",
-    ).where(F.col("target").isNotNull())
-    within = F.when(F.col("target").isin(spread), F.col("key")).otherwise(F.lit("")) if spread else F.lit("")
-    return rows.repartition(parallelism, "target", within.alias("spread")).sortWithinPartitions("target").drop("key")
 
 
 def _inferred(parsed: DataFrame, source: SourceTable) -> StructType:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from pyiceberg.table import Table
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
@@ -50,16 +51,22 @@ WriteAll = Callable[[Sequence["PreparedWrite"], "Phases"], list[list["WriteResul
 
 @dataclass
 class Routed:
-    """A micro-batch split by table; ``release`` frees what routing cached; ``write_all`` (if any) writes every
-    table's rows at once, where each table's ``rows`` would otherwise be a Spark job of its own."""
+    """A micro-batch split by table; ``release`` frees what routing cached (or files written and not taken);
+    ``write_all`` (if any) writes every table's rows at once, where each table's ``rows`` would otherwise be a
+    Spark job of its own. A router that wrote the files while routing (:mod:`icesink.sink.known_routes`) gives
+    ``check`` and ``general``: the micro-batch routed again its general way, when ``check`` or ``write_all`` finds a
+    table otherwise than predicted."""
 
     targets: list[RoutedTarget]
     release: Callable[[], object] = lambda: None
     write_all: WriteAll | None = None
+    general: Callable[[], Routed] | None = None
+    # Asked with the targets' tables as loaded, before they are fitted to the checkpoint (may raise Mispredicted).
+    check: Callable[[Sequence[Table]], None] | None = None
 
 
 class Router(Protocol):
-    def route(self, batch_df: DataFrame, job_id: str) -> Routed: ...
+    def route(self, batch_df: DataFrame, job_id: str, checkpoint_id: int) -> Routed: ...
 
 
 class StaticRouter:
@@ -75,7 +82,7 @@ class StaticRouter:
         """The one table of a stream into one table (None for several)."""
         return self._targets[0].settings.table if len(self._targets) == 1 else None
 
-    def route(self, batch_df: DataFrame, job_id: str) -> Routed:
+    def route(self, batch_df: DataFrame, job_id: str, checkpoint_id: int) -> Routed:
         if len(self._targets) == 1 and not self._read_twice:
             target = self._targets[0]
             rows = target.select(batch_df) if target.select else batch_df

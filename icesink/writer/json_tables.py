@@ -41,8 +41,19 @@ SOURCE_MS = "source_ms"  # source.ts_ms: the change's time in the source databas
 EVENT_TIME_COLUMN = "__icesink_event_time"
 SPLIT_COLUMNS = ("topic", "partition")
 RAW_COLUMNS = ("raw_key", "raw_value")
-OUTPUT_DDL = "target int, write_result binary, rejected long"
+# A task's output, a row per table it met: its result (None: no rows left to write), the rows it set aside for the
+# dead-letter table, and the records it got and the routes they came by (numbers the driver gave, in a one-job
+# write; see :mod:`icesink.sink.known_routes`).
+OUTPUT_DDL = "target int, write_result binary, rejected long, records long, routes array<int>"
+ROUTE = "route"  # the number of a record's route, in a one-job write
+# The target of a record no table of the task takes (a one-job write met a route it does not know): it sorts
+# before every table, so the task meets such records first and writes nothing (see
+# :mod:`icesink.sink.known_routes`); its one output counts them in place of rejected records.
+MISSED = -1
+OVERSIZED = -2  # a task's one output when a table kept whole had more records than its max_records
 _SPLIT_TYPES = (pa.string(), pa.int32())
+# One table's output of a task: (table number, encoded result, rejected, records, routes), as OUTPUT_DDL says.
+Output = tuple[int, bytes | None, int, int, list[int]]
 ORDER = "__icesink_order"
 
 
@@ -55,6 +66,9 @@ class JsonTable:
     dead_letter: bool = False  # rows of rejected records: (topic, partition, offset, key, value, error)
     op_column: str | None = None  # the change columns the spec's ChangeSpec reads, as the rows carry them
     position_column: str | None = None
+    # In a one-job write, a table kept whole in one task: the most records the task takes of it before it gives
+    # the micro-batch back (OVERSIZED), so that a burst of one table never sits in one task's memory.
+    max_records: int | None = None
 
 
 def json_tables_task(
@@ -79,8 +93,10 @@ def json_tables_task(
                 pa.array([o[0] for o in outputs], pa.int32()),
                 pa.array([o[1] for o in outputs], pa.binary()),
                 pa.array([o[2] for o in outputs], pa.int64()),
+                pa.array([o[3] for o in outputs], pa.int64()),
+                pa.array([o[4] for o in outputs], pa.list_(pa.int32())),
             ],
-            names=["target", "write_result", "rejected"],
+            names=["target", "write_result", "rejected", "records", "routes"],
         )
 
     return run
@@ -95,21 +111,35 @@ class _Task:
         self._rejected: list[dict[str, Any]] = []  # records the write refused, for the dead-letter table
         self._written: list[tuple[WriterSpec, WriteResult]] = []
 
-    def run(self, batches: Iterable[pa.RecordBatch]) -> list[tuple[int, bytes | None, int]]:
-        outputs: list[tuple[int, bytes | None, int]] = []
+    def run(self, batches: Iterable[pa.RecordBatch]) -> list[Output]:
+        outputs: list[Output] = []
         try:
             current: int | None = None
             rows: list[dict[str, Any]] = []
+            missed = 0
+            oversized: int | None = None
+            limit: int | None = None
             for batch in batches:
-                if not batch.num_rows:
+                if not batch.num_rows or oversized is not None:  # the rest is read, not written
+                    continue
+                if missed or batch.column(TARGET)[0].as_py() == MISSED:
+                    missed += sum(1 for target in batch.column(TARGET).to_pylist() if target == MISSED)
                     continue
                 for record in batch.to_pylist():
                     target = record[TARGET]
                     if target != current:
                         if current is not None:
                             outputs.append(self._table(current, rows))
-                        current, rows = target, []
+                        current, rows, limit = target, [], self._tables[target].max_records
                     rows.append(record)
+                    if limit is not None and len(rows) > limit:
+                        oversized = target
+                        break
+            if missed:
+                return [(MISSED, None, 0, missed, [])]
+            if oversized is not None:
+                self._let_go()
+                return [(OVERSIZED, None, 0, oversized, [])]
             if current is not None:
                 outputs.append(self._table(current, rows))
             if self._rejected and self._dead_letter is not None and current != self._dead_letter:
@@ -117,11 +147,20 @@ class _Task:
             return outputs
         except BaseException:
             # A failed attempt leaves no files behind; the retry writes its own.
-            for spec, result in self._written:
-                delete_files([*result.data_files, *result.delete_files], spec.storage_options)
+            self._let_go()
             raise
 
-    def _table(self, target: int, records: list[dict[str, Any]]) -> tuple[int, bytes | None, int]:
+    def _let_go(self) -> None:
+        for spec, result in self._written:
+            delete_files([*result.data_files, *result.delete_files], spec.storage_options)
+        self._written = []
+
+    def _table(self, target: int, records: list[dict[str, Any]]) -> Output:
+        routes = sorted({r[ROUTE] for r in records if r.get(ROUTE) is not None and r[ROUTE] >= 0})
+        written, rejected = self._written_of(target, records)
+        return target, written, rejected, len(records), routes
+
+    def _written_of(self, target: int, records: list[dict[str, Any]]) -> tuple[bytes | None, int]:
         table = self._tables[target]
         if table.dead_letter:
             rows = [_rejected_row(r) for r in records] + self._rejected
@@ -132,7 +171,7 @@ class _Task:
             rows = [_parse(r) for r in records]
             arrow, rejected = self._typed(table, rows, records)
         if arrow.num_rows == 0:
-            return target, None, rejected
+            return None, rejected
         writer = TaskWriter(table.spec, self._task_id, self._attempt)
         try:
             writer.write(arrow)
@@ -141,7 +180,7 @@ class _Task:
             writer.abort()
             raise
         self._written.append((table.spec, result))
-        return target, encode_write_result(result), rejected
+        return encode_write_result(result), rejected
 
     def _typed(
         self, table: JsonTable, rows: list[dict[str, Any]], records: list[dict[str, Any]]
@@ -230,7 +269,7 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:80] + "…"
 
 
-def result_rows(rows: Iterable[Any]) -> Iterator[tuple[int, bytes | None, int]]:
-    """The task outputs a collect gives, as (table number, encoded result or None, records rejected)."""
+def result_rows(rows: Iterable[Any]) -> Iterator[Output]:
+    """The task outputs a collect gives, as :data:`Output` tuples."""
     for row in rows:
-        yield row[0], row[1], row[2]
+        yield row[0], row[1], row[2], row[3], list(row[4] or ())

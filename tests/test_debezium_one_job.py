@@ -1,0 +1,246 @@
+"""A Debezium micro-batch that brings nothing new is written in one Spark job (:mod:`icesink.sink.known_routes`);
+one that brings a new source, key or schema, or meets a table another tool changed, goes the general way, and
+either way the tables hold what the general way alone would write, with no file left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+import icesink
+import icesink.sink.debezium_router as router_module
+from icesink.catalog.config import CatalogConfig
+from icesink.catalog.loader import open_catalog
+from tests.helpers.debezium_fixture import KAFKA_SCHEMA, record, write_batches
+from tests.helpers.outcomes import read_with_duckdb
+
+USERS = [{"type": "int64", "optional": False, "field": "id"}, {"type": "string", "optional": True, "field": "n"}]
+ITEMS = [{"type": "int64", "optional": False, "field": "sku"}, {"type": "int32", "optional": True, "field": "qty"}]
+
+
+def _users(partition: int, offset: int, key: int, name: str | None, fields: list[dict[str, Any]] = USERS) -> Any:
+    after = None if name is None else {"id": key, "n": name, **({"email": f"{name}@x"} if len(fields) > 2 else {})}
+    return record("db.public.users", partition, offset, {"id": key}, after, fields, op="d" if name is None else "u")
+
+
+def _items(offset: int, sku: int, qty: int) -> Any:
+    return record("db.public.items", 0, offset, {"sku": sku}, {"sku": sku, "qty": qty}, ITEMS)
+
+
+@pytest.fixture
+def one_job_writes(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each one-job write the driver tried was taken (True) or missed a route (False)."""
+    tried: list[bool] = []
+    real = router_module.collected
+
+    def watched(*args: Any) -> Any:
+        written = real(*args)
+        tried.append(written is not None)
+        return written
+
+    monkeypatch.setattr(router_module, "collected", watched)
+    return tried
+
+
+def _files_on_disk(config: CatalogConfig, identifier: str) -> set[str]:
+    location = open_catalog(config).load_table(identifier).location().removeprefix("file://")
+    return {
+        os.path.join(root, name)
+        for root, _, names in os.walk(os.path.join(location, "data"))
+        for name in names
+        if name.endswith(".parquet")
+    }
+
+
+def _files_referenced(config: CatalogConfig, identifier: str) -> set[str]:
+    table = open_catalog(config).load_table(identifier)
+    return {path.removeprefix("file://") for path in table.inspect.files().column("file_path").to_pylist()}
+
+
+def _rows(config: CatalogConfig, identifier: str, key: str) -> list[dict[str, Any]]:
+    (rows,) = read_with_duckdb(open_catalog(config).load_table(identifier).metadata_location)
+    return sorted(rows, key=lambda r: r[key])
+
+
+@pytest.mark.spark
+def test_micro_batches_bringing_nothing_new_are_written_in_one_job_and_a_new_schema_or_source_goes_the_general_way(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, one_job_writes: list[bool]
+) -> None:
+    with_email = [*USERS, {"type": "string", "optional": True, "field": "email"}]
+    batches = [
+        [_users(0, 0, 1, "a"), _users(1, 0, 2, "b"), _users(0, 1, 3, "c")],  # general: the tables are met
+        [_users(0, 2, 1, "a2"), _users(1, 1, 2, None)],  # one job
+        [_users(1, 2, 4, "d"), _users(0, 3, 3, "c2")],  # one job
+        # A new source and a new schema of users, interleaved with the known one: missed, then the general way.
+        [_users(0, 4, 5, "e"), _items(0, 10, 1), _users(1, 3, 6, "f", with_email), _users(0, 5, 1, "a3")],
+        [_users(0, 6, 7, "g", with_email), _items(1, 10, 2)],  # after a miss: the general way (users' routes new)
+        [_users(1, 4, 8, "h", with_email), _items(2, 11, 5)],  # the general way, bringing nothing new
+        [_users(0, 7, 3, None, with_email), _items(3, 11, 6)],  # one job again
+        [_users(1, 5, 9, "i")],  # a partition still on the old schema: missed, then the general way
+    ]
+    write_batches(tmp_path / "in", batches)
+    events = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).json(str(tmp_path / "in"))
+    query = icesink.stream(
+        events,
+        tables=icesink.debezium("app"),
+        checkpoint_location=str(tmp_path / "ckpt"),
+        trigger={"availableNow": True},
+        catalog=sqlite_catalog,
+    )
+    query.awaitTermination()
+    assert one_job_writes == [True, True, False, True, False]
+
+    assert _rows(sqlite_catalog, "app.users", "id") == [
+        {"id": 1, "n": "a3", "email": None},
+        {"id": 4, "n": "d", "email": None},
+        {"id": 5, "n": "e", "email": None},
+        {"id": 6, "n": "f", "email": "f@x"},
+        {"id": 7, "n": "g", "email": "g@x"},
+        {"id": 8, "n": "h", "email": "h@x"},
+        {"id": 9, "n": "i", "email": None},
+    ]
+    assert _rows(sqlite_catalog, "app.items", "sku") == [{"sku": 10, "qty": 2}, {"sku": 11, "qty": 6}]
+    for identifier in ("app.users", "app.items"):  # the missed job's files are deleted
+        assert _files_on_disk(sqlite_catalog, identifier) == _files_referenced(sqlite_catalog, identifier)
+    users = open_catalog(sqlite_catalog).load_table("app.users")
+    assert [s.summary["icesink.max-committed-checkpoint-id"] for s in users.snapshots()] == [str(c) for c in range(8)]
+
+
+@pytest.mark.spark
+def test_a_table_another_tool_changed_between_micro_batches_is_written_the_general_way(
+    spark: Any,
+    sqlite_catalog: CatalogConfig,
+    tmp_path: Path,
+    one_job_writes: list[bool],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from pyiceberg.types import StringType
+
+    source = tmp_path / "in"
+    write_batches(source, [[_users(0, 0, 1, "a"), _users(0, 1, 2, "b")]])
+    events = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).json(str(source))
+    query = icesink.stream(
+        events,
+        tables=icesink.debezium("app"),
+        checkpoint_location=str(tmp_path / "ckpt"),
+        trigger={"processingTime": "100 milliseconds"},
+        catalog=sqlite_catalog,
+    )
+    caplog.set_level("INFO", logger="icesink.stream")
+    try:
+        query.processAllAvailable()
+
+        def next_batch(number: int, rows: list[Any]) -> None:
+            path = source / f"part-{number:05d}.json"
+            path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+            query.processAllAvailable()
+
+        next_batch(1, [_users(0, 2, 1, "a2")])  # one job
+        table = open_catalog(sqlite_catalog).load_table("app.users")
+        with table.update_schema() as update:  # another tool adds a column
+            update.add_column("note", StringType())
+        next_batch(2, [_users(0, 3, 3, "c")])  # predicted without the column: the general way
+        next_batch(3, [_users(0, 4, 2, "b2")])  # one job, with it
+        with open_catalog(sqlite_catalog).load_table("app.users").transaction() as transaction:
+            transaction.set_properties({"write.parquet.compression-codec": "snappy"})
+        next_batch(4, [_users(0, 5, 4, "d")])  # written zstd by the job, then refused: the general way
+        next_batch(5, [_users(0, 6, 5, "e")])  # one job, snappy
+    finally:
+        query.stop()
+    # The second and the fourth were written by the job, then refused by the driver.
+    assert one_job_writes == [True, True, True, True, True]
+    refused = [r.getMessage() for r in caplog.records if "routed again" in r.getMessage()]
+    assert refused == [
+        "checkpoint=2: table app.users: its schema or partition spec changed since the micro-batch before; "
+        "routed again",
+        "checkpoint=4: table app.users: its write was prepared otherwise than predicted; routed again",
+    ]
+    codecs = {
+        pq.ParquetFile(path).metadata.row_group(0).column(0).compression
+        for path in _files_referenced(sqlite_catalog, "app.users")
+        if not path.endswith("-deletes.parquet")
+    }
+    assert codecs == {"ZSTD", "SNAPPY"}
+    assert _rows(sqlite_catalog, "app.users", "id") == [
+        {"id": 1, "n": "a2", "note": None},
+        {"id": 2, "n": "b2", "note": None},
+        {"id": 3, "n": "c", "note": None},
+        {"id": 4, "n": "d", "note": None},
+        {"id": 5, "n": "e", "note": None},
+    ]
+    assert _files_on_disk(sqlite_catalog, "app.users") == _files_referenced(sqlite_catalog, "app.users")
+
+
+@pytest.mark.spark
+def test_a_table_whose_records_come_by_fewer_routes_than_its_schema_was_merged_from_goes_the_general_way(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, one_job_writes: list[bool]
+) -> None:
+    """Typed as the general way types them: by the schemas the micro-batch holds, not by those of the one before."""
+    with_email = [*USERS, {"type": "string", "optional": False, "field": "email"}]  # required at the source
+    batches = [
+        [_users(0, 0, 1, "a"), _users(1, 0, 2, "b", with_email)],  # both schemas: the rows' schema merges them
+        [_users(1, 1, 3, "c", with_email)],  # one job tried: fewer routes, so the general way
+        [_users(1, 2, 4, "d", with_email)],  # the general way (the routes changed), bringing nothing new
+        [_users(1, 3, 5, "e", with_email)],  # one job
+    ]
+    write_batches(tmp_path / "in", batches)
+    events = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).json(str(tmp_path / "in"))
+    icesink.stream(
+        events,
+        tables=icesink.debezium("app"),
+        checkpoint_location=str(tmp_path / "ckpt"),
+        trigger={"availableNow": True},
+        catalog=sqlite_catalog,
+    ).awaitTermination()
+    assert one_job_writes == [False, True]
+    assert _rows(sqlite_catalog, "app.users", "id") == [
+        {"id": 1, "n": "a", "email": None},
+        *({"id": i, "n": n, "email": f"{n}@x"} for i, n in ((2, "b"), (3, "c"), (4, "d"), (5, "e"))),
+    ]
+    assert _files_on_disk(sqlite_catalog, "app.users") == _files_referenced(sqlite_catalog, "app.users")
+
+
+@pytest.mark.spark
+def test_a_burst_of_one_table_kept_whole_in_one_task_goes_the_general_way_and_is_spread(
+    spark: Any,
+    sqlite_catalog: CatalogConfig,
+    tmp_path: Path,
+    one_job_writes: list[bool],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The micro-batch before predicts which tables are small enough for one task; a table past twice that (and
+    past the floor) in one task gives the micro-batch back, and the general way spreads it by its own counts."""
+    import icesink.sink.known_routes as known_routes
+
+    monkeypatch.setattr(known_routes, "MAX_WHOLE_RECORDS", 3)
+
+    def users(batch: int, count: int) -> list[Any]:
+        return [_users(i % 2, batch * 100 + i, batch * 100 + i, f"u{batch}") for i in range(count)]
+
+    batches = [
+        [*users(0, 8), _items(0, 1, 1)],  # users spread over the tasks, items whole in one
+        [*users(1, 8), _items(1, 2, 1)],  # one job
+        # Items past 3 in one task: given back, and written the general way, which brings nothing new.
+        [*users(2, 1), *(_items(10 + i, 100 + i, i) for i in range(6))],
+        [*users(3, 8), _items(20, 3, 1)],  # now users, predicted whole from one record: given back too
+        [*users(4, 8), _items(21, 4, 1)],  # one job
+    ]
+    write_batches(tmp_path / "in", batches)
+    events = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).json(str(tmp_path / "in"))
+    icesink.stream(
+        events,
+        tables=icesink.debezium("app"),
+        checkpoint_location=str(tmp_path / "ckpt"),
+        trigger={"availableNow": True},
+        catalog=sqlite_catalog,
+    ).awaitTermination()
+    assert one_job_writes == [True, False, False, True]
+    assert [r["sku"] for r in _rows(sqlite_catalog, "app.items", "sku")] == [1, 2, 3, 4, *range(100, 106)]
+    assert len(_rows(sqlite_catalog, "app.users", "id")) == 8 * 4 + 1
+    for identifier in ("app.users", "app.items"):
+        assert _files_on_disk(sqlite_catalog, identifier) == _files_referenced(sqlite_catalog, identifier)
