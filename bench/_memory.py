@@ -16,8 +16,12 @@ from pathlib import Path
 
 
 def _children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
+    found: list[int] = []
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").glob("*"))
+    except OSError:  # the process ended while it was being walked (a Python worker between tasks)
+        return found
+    for task in tasks:
         try:
             found += [int(c) for c in (task / "children").read_text().split()]
         except OSError:
