@@ -19,16 +19,19 @@ instead: icesink's seconds there against its seconds over ``--tables``, whole an
 first (which creates the tables), and the peak resident memory of Spark's Python workers in each. Last, the many
 tables once more, each partitioned by ``bucket(--buckets, id)``: many more partitions a micro-batch than a task's
 budget of open files, for the memory that takes. Every run's tables are checked against the generator's model
-(every key's last row, deletes applied).
+(every key's last row, deletes applied). With ``--general-too``, each round runs the stream once more with every
+micro-batch routed the general way (two jobs, as before one-job writes): the one-job write against it in the same
+rounds.
 
     .venv/bin/python bench/debezium_throughput.py [--tables 20] [--many 200] [--events 50000] [--batches 4]
-                                                  [--rounds 2] [--skip-many] [--buckets 16]
+                                                  [--rounds 2] [--skip-many] [--buckets 16] [--general-too]
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import random
@@ -38,6 +41,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -257,6 +261,19 @@ def run_icesink(
     return IcesinkRun(seconds, batches, peak.mib()["python_workers"], config)
 
 
+@contextlib.contextmanager
+def general_way_only() -> Iterator[None]:
+    """Streams started inside route every micro-batch the general way (two jobs), as before one-job writes."""
+    from icesink.sink.known_routes import KnownRoutes
+
+    ready = KnownRoutes.ready
+    KnownRoutes.ready = lambda self: None  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        KnownRoutes.ready = ready  # type: ignore[method-assign]
+
+
 def run_spark(spark: Any, source: Path, root: Path, name: str) -> float:
     from pyspark.sql import functions as F
 
@@ -310,6 +327,11 @@ def main() -> None:
         "--buckets", type=int, default=16, help="Then the many tables each partitioned by bucket(N, id) (0: skip)."
     )
     parser.add_argument("--no-record", action="store_true", help="Print the figures only.")
+    parser.add_argument(
+        "--general-too",
+        action="store_true",
+        help="Each round, the stream once more with every micro-batch routed the general way (two jobs).",
+    )
     args = parser.parse_args()
 
     from bench._spark import local_spark
@@ -325,12 +347,19 @@ def main() -> None:
         run_icesink(spark, root / "few", root, "warm")
         icesink_seconds, spark_seconds = [], []
         few_runs: list[IcesinkRun] = []
+        general_runs: list[IcesinkRun] = []
         for round_number in range(args.rounds):
             spark_seconds.append(run_spark(spark, root / "few", root, f"s{round_number}"))
             run = run_icesink(spark, root / "few", root, f"i{round_number}")
             check(run.config, few["model"])
             icesink_seconds.append(run.seconds)
             few_runs.append(run)
+            general = None
+            if args.general_too:
+                with general_way_only():
+                    general = run_icesink(spark, root / "few", root, f"g{round_number}")
+                check(general.config, few["model"])
+                general_runs.append(general)
             print(
                 json.dumps(
                     {
@@ -338,6 +367,14 @@ def main() -> None:
                         "spark_s": spark_seconds[-1],
                         "icesink_s": run.seconds,
                         "icesink_batches_s": [round(b, 2) for b in run.batch_seconds],
+                        **(
+                            {
+                                "general_way_s": general.seconds,
+                                "general_way_batches_s": [round(b, 2) for b in general.batch_seconds],
+                            }
+                            if general is not None
+                            else {}
+                        ),
                     }
                 ),
                 flush=True,
@@ -350,6 +387,14 @@ def main() -> None:
             "icesink_rows_per_second": [round(records / s) for s in icesink_seconds],
             "ratio": [round(s / i, 3) for s, i in zip(spark_seconds, icesink_seconds, strict=True)],
         }
+        if general_runs:
+            report["general_way_ratio"] = [
+                round(s / g.seconds, 3) for s, g in zip(spark_seconds, general_runs, strict=True)
+            ]
+            report["general_way_steady_batch_s"] = round(
+                statistics.median(g.steady_batch_seconds for g in general_runs), 2
+            )
+            report["steady_batch_s"] = round(statistics.median(r.steady_batch_seconds for r in few_runs), 2)
         if not args.skip_many:
             many = write_events(root / "many", args.many, args.batches, args.events)
             many_runs: list[IcesinkRun] = []
