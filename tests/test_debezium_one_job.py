@@ -16,7 +16,7 @@ import icesink
 import icesink.sink.debezium_router as router_module
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
-from tests.helpers.debezium_fixture import KAFKA_SCHEMA, record, write_batches
+from tests.helpers.debezium_fixture import KAFKA_SCHEMA, record, run_stream, write_batches
 from tests.helpers.outcomes import read_with_duckdb
 
 USERS = [{"type": "int64", "optional": False, "field": "id"}, {"type": "string", "optional": True, "field": "n"}]
@@ -84,15 +84,7 @@ def test_micro_batches_bringing_nothing_new_are_written_in_one_job_and_a_new_sch
         [_users(1, 5, 9, "i")],  # a partition still on the old schema: missed, then the general way
     ]
     write_batches(tmp_path / "in", batches)
-    events = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).json(str(tmp_path / "in"))
-    query = icesink.stream(
-        events,
-        tables=icesink.debezium("app"),
-        checkpoint_location=str(tmp_path / "ckpt"),
-        trigger={"availableNow": True},
-        catalog=sqlite_catalog,
-    )
-    query.awaitTermination()
+    run_stream(spark, sqlite_catalog, tmp_path, icesink.debezium("app"))
     assert one_job_writes == [True, True, False, True, False]
 
     assert _rows(sqlite_catalog, "app.users", "id") == [
@@ -189,14 +181,7 @@ def test_a_table_whose_records_come_by_fewer_routes_than_its_schema_was_merged_f
         [_users(1, 3, 5, "e", with_email)],  # one job
     ]
     write_batches(tmp_path / "in", batches)
-    events = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).json(str(tmp_path / "in"))
-    icesink.stream(
-        events,
-        tables=icesink.debezium("app"),
-        checkpoint_location=str(tmp_path / "ckpt"),
-        trigger={"availableNow": True},
-        catalog=sqlite_catalog,
-    ).awaitTermination()
+    run_stream(spark, sqlite_catalog, tmp_path, icesink.debezium("app"))
     assert one_job_writes == [False, True]
     assert _rows(sqlite_catalog, "app.users", "id") == [
         {"id": 1, "n": "a", "email": None},
@@ -231,14 +216,7 @@ def test_a_burst_of_one_table_kept_whole_in_one_task_goes_the_general_way_and_is
         [*users(4, 8), _items(21, 4, 1)],  # one job
     ]
     write_batches(tmp_path / "in", batches)
-    events = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).json(str(tmp_path / "in"))
-    icesink.stream(
-        events,
-        tables=icesink.debezium("app"),
-        checkpoint_location=str(tmp_path / "ckpt"),
-        trigger={"availableNow": True},
-        catalog=sqlite_catalog,
-    ).awaitTermination()
+    run_stream(spark, sqlite_catalog, tmp_path, icesink.debezium("app"))
     assert one_job_writes == [True, False, False, True]
     assert [r["sku"] for r in _rows(sqlite_catalog, "app.items", "sku")] == [1, 2, 3, 4, *range(100, 106)]
     assert len(_rows(sqlite_catalog, "app.users", "id")) == 8 * 4 + 1
