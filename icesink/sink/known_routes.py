@@ -40,7 +40,7 @@ from icesink.debezium_events.route import RoutedTable, Summary
 from icesink.results import decode_write_result
 from icesink.sink.debezium_jobs import route_key
 from icesink.writer.files import delete_files
-from icesink.writer.json_tables import MISSED, OVERSIZED, JsonTable
+from icesink.writer.json_tables import MISSED, OVERSIZED, JsonTable, Output
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -193,12 +193,8 @@ class OneJobWrite:
             )
 
 
-# The outputs of the job's tasks: (table number or MISSED, encoded result or None, rows rejected, records, routes).
-TaskOutput = tuple[int, bytes | None, int, int, Sequence[int]]
-
-
 def collected(
-    outputs: Sequence[TaskOutput], known: Sequence[KnownTable], routes: Sequence[str], specs: Sequence[WriterSpec]
+    outputs: Sequence[Output], known: Sequence[KnownTable], routes: Sequence[str], specs: Sequence[WriterSpec]
 ) -> OneJobWrite | None:
     """The job's outputs by table (only the tables it wrote); None when a task met a record of a route not known,
     or a table's records came by other routes than its schema was merged from (the files written are deleted then).
