@@ -16,6 +16,7 @@ from icesink.committer.commit import TableCommitter
 from icesink.errors import SchemaMismatchError
 from icesink.iceberg.schemas import AddColumn, WidenColumn, written_schema_problem
 from icesink.sink.projection import plan_projection, plan_schema
+from tests.helpers.outcomes import read_with_duckdb
 from tests.helpers.support import add_input_file, create_orders_table, orders, stage_rows, wait_for
 
 TABLE = "shop.events"
@@ -334,6 +335,32 @@ def test_evolve_schema_makes_a_required_column_optional_when_nulls_arrive(
     table = catalog.load_table(TABLE)
     assert [f.required for f in table.schema().fields] == [True, False]
     assert table.scan().to_arrow().sort_by("id").column("qty").to_pylist() == [5, None, 7]
+
+
+@pytest.mark.spark
+def test_nulls_arriving_after_a_commit_make_the_column_optional_and_commit_in_the_same_run(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    """The committer keeps its view of the table from its last commit; the column made optional after that must
+    not have the checkpoint refused by the view of before (the stream used to fail, and commit only once
+    restarted)."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import IntegerType, LongType, NestedField
+
+    catalog = open_catalog(sqlite_catalog)
+    catalog.create_namespace_if_not_exists("shop")
+    catalog.create_table(
+        TABLE, Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "qty", IntegerType(), True))
+    )
+    source = tmp_path / "in"
+    add_input_file(source, pa.table({"id": pa.array([1, 2], pa.int64()), "qty": pa.array([5, 6], pa.int32())}))
+    add_input_file(source, pa.table({"id": pa.array([3, 4], pa.int64()), "qty": pa.array([None, 8], pa.int32())}))
+    _run(spark, source, "id long, qty int", sqlite_catalog, tmp_path / "ckpt", evolve_schema=True)
+    table = catalog.load_table(TABLE)
+    assert [f.required for f in table.schema().fields] == [True, False]
+    assert [s.summary["icesink.max-committed-checkpoint-id"] for s in table.snapshots()] == ["0", "1"]
+    (rows,) = read_with_duckdb(table.metadata_location)
+    assert sorted((r["id"], r["qty"]) for r in rows) == [(1, 5), (2, 6), (3, None), (4, 8)]
 
 
 @pytest.mark.spark

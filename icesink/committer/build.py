@@ -171,31 +171,40 @@ class SnapshotBuilder:
         alone, so the ones after it are not blamed.
         """
         uuid = str(table.metadata.table_uuid)
-        if any(
+        other = any(
             row.schema_id not in (None, table.metadata.current_schema_id) or row.table_uuid not in (None, uuid)
             for row in group
-        ):
-            # Judged on the table as it is now (a view kept from an earlier commit may be of a table another tool
-            # dropped and created again since), after the re-read a lost swap does too.
-            fresh = load_table(self._catalog, self._config, identifier)
-            if fresh.metadata_location != table.metadata_location:
-                return None
+        )
+        # Judged on the table as it is now (a view kept from an earlier commit may be of a table another tool
+        # dropped and created again since), after the re-read a lost swap does too.
+        if other and self._moved(table, identifier):
+            return None
         try:
             check_format_version(table, identifier)  # another tool may have upgraded it since staging
         except IcesinkError as e:
             raise CheckpointFailed(e, group) from e
-        per_row = self._committable(table, identifier, group)
-        specs = {f.spec_id for c in per_row for f in (*c.files, *c.deletes)}
-        if not specs <= set(table.metadata.specs()):
-            # Written with a partition spec another tool added after this view of the table was read.
-            fresh = load_table(self._catalog, self._config, identifier)
-            if fresh.metadata_location != table.metadata_location:
+        try:
+            per_row = self._committable(table, identifier, group)
+        except CheckpointFailed:
+            # Refused by a view kept from an earlier commit, by a table that may accept the files now: a stream makes
+            # a column optional for nulls after writing them with the schema before (the id this view has).
+            if self._moved(table, identifier):
                 return None
+            raise
+        specs = {f.spec_id for c in per_row for f in (*c.files, *c.deletes)}
+        # Written with a partition spec added after this view was read; or a later checkpoint refused (as above).
+        cut = not specs <= set(table.metadata.specs()) or len(per_row) < len(group)
+        if cut and self._moved(table, identifier):
+            return None
         committing = [c.row for c in per_row]
         try:
             return self._prepare(table, identifier, job_id, per_row, properties or {}, discarded)
         except Exception as e:
             raise commit_failure(e, identifier, job_id, committing) from e
+
+    def _moved(self, table: Table, identifier: str) -> bool:
+        """Whether the catalog holds a later version of the table than ``table`` (the caller reads it again)."""
+        return load_table(self._catalog, self._config, identifier).metadata_location != table.metadata_location
 
     def _committable(self, table: Table, identifier: str, group: Sequence[CheckpointRow]) -> list[CheckpointFiles]:
         """The checkpoints of ``group`` up to the first that cannot be committed, with their files."""
