@@ -173,7 +173,9 @@ def test_a_table_whose_records_come_by_fewer_routes_than_its_schema_was_merged_f
     spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, one_job_writes: list[bool]
 ) -> None:
     """Typed as the general way types them: by the schemas the micro-batch holds, not by those of the one before."""
-    with_email = [*USERS, {"type": "string", "optional": False, "field": "email"}]  # required at the source
+    # Optional at the source: a required column would be made optional by the first micro-batch's nulls (the
+    # records of the schema without it), which alone sends the next micro-batch the general way.
+    with_email = [*USERS, {"type": "string", "optional": True, "field": "email"}]
     batches = [
         [_users(0, 0, 1, "a"), _users(1, 0, 2, "b", with_email)],  # both schemas: the rows' schema merges them
         [_users(1, 1, 3, "c", with_email)],  # one job tried: fewer routes, so the general way
@@ -186,6 +188,48 @@ def test_a_table_whose_records_come_by_fewer_routes_than_its_schema_was_merged_f
     assert _rows(sqlite_catalog, "app.users", "id") == [
         {"id": 1, "n": "a", "email": None},
         *({"id": i, "n": n, "email": f"{n}@x"} for i, n in ((2, "b"), (3, "c"), (4, "d"), (5, "e"))),
+    ]
+    assert _files_on_disk(sqlite_catalog, "app.users") == _files_referenced(sqlite_catalog, "app.users")
+
+
+@pytest.mark.spark
+def test_a_column_the_stream_makes_optional_is_learned_again_without_a_wasted_job(
+    spark: Any,
+    sqlite_catalog: CatalogConfig,
+    tmp_path: Path,
+    one_job_writes: list[bool],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A source column made nullable (its Connect schema new, a null in it) is made optional when its checkpoint is
+    finished, after the write: the micro-batch after goes the general way at once instead of being written in one
+    job at the old schema and refused."""
+    required = [USERS[0], {**USERS[1], "optional": False}]
+    batches = [
+        [_users(0, 0, 1, "a", required), _users(1, 0, 2, "b", required)],  # the general way: n required
+        [_users(0, 1, 3, "c", required)],  # one job
+        [_users(1, 1, 4, "d")],  # a new schema, n optional at the source: missed, then the general way
+        [_users(1, 2, 5, "e")],  # the general way, bringing nothing new
+        # One job, with a null in n: n is made optional once the micro-batch is written.
+        [record("db.public.users", 0, 2, {"id": 6}, {"id": 6, "n": None}, USERS)],
+        [_users(1, 3, 7, "g")],  # the general way: the schema learned is the one before
+        [_users(0, 3, 8, "h")],  # one job, at the new schema
+    ]
+    write_batches(tmp_path / "in", batches)
+    caplog.set_level("INFO", logger="icesink.stream")
+    run_stream(spark, sqlite_catalog, tmp_path, icesink.debezium("app"))
+    assert one_job_writes == [True, False, True, True]
+    assert [r.getMessage() for r in caplog.records if "routed again" in r.getMessage()] == []
+    users = open_catalog(sqlite_catalog).load_table("app.users")
+    assert not users.schema().find_field("n").required
+    assert _rows(sqlite_catalog, "app.users", "id") == [
+        {"id": 1, "n": "a"},
+        {"id": 2, "n": "b"},
+        {"id": 3, "n": "c"},
+        {"id": 4, "n": "d"},
+        {"id": 5, "n": "e"},
+        {"id": 6, "n": None},
+        {"id": 7, "n": "g"},
+        {"id": 8, "n": "h"},
     ]
     assert _files_on_disk(sqlite_catalog, "app.users") == _files_referenced(sqlite_catalog, "app.users")
 

@@ -191,6 +191,8 @@ class MicroBatchHandler:
                     routed = routed.general()
                     phases.done("route")
                     outcome = self._write(routed, job_id, checkpoint_id, stream, phases)
+                if outcome is not None:
+                    routed.refitted(_refitted(outcome[0]))
             finally:
                 routed.release()
         if outcome is None:
@@ -378,3 +380,12 @@ def _prepare(
         if target.explain is None:
             raise
         raise target.explain(e, checkpoint_id) from e
+
+
+def _refitted(written: Sequence[Written]) -> list[str]:
+    """The tables whose schema their checkpoint's own write changed (columns made optional when finished)."""
+    return [
+        w.results.identifier
+        for w in written
+        if w.results.schema_id is not None and w.results.table.metadata.current_schema_id != w.results.schema_id
+    ]

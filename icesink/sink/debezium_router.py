@@ -131,7 +131,7 @@ class DebeziumRouter:
             self._routes.learned(summary, tables, task_tables, prepared)
             return results
 
-        return Routed(targets, parsed.unpersist, write_all)
+        return Routed(targets, parsed.unpersist, write_all, refitted=self._routes.refitted)
 
     def _route_in_one_job(
         self, batch_df: DataFrame, job_id: str, checkpoint_id: int, known: list[KnownTable]
@@ -174,7 +174,7 @@ class DebeziumRouter:
             self._routes.missed()
             return self._route_generally(batch_df, job_id)
 
-        return Routed(targets, write.let_go, taken, general, write.check)
+        return Routed(targets, write.let_go, taken, general, write.check, self._routes.refitted)
 
     def _write(
         self,

@@ -121,6 +121,15 @@ class KnownRoutes:
         """A one-job write met something new: the next micro-batches go the general way (see the module)."""
         self._one_job = False
 
+    def refitted(self, identifiers: Sequence[str]) -> None:
+        """The stream changed these tables' schema after writing them (columns made optional): the write learned
+        for them is of the schema before, so the next micro-batch goes the general way, which learns it again,
+        rather than be written in one job and refused (see :meth:`OneJobWrite.check`)."""
+        if any(i in self._tables for i in identifiers):
+            changed = ", ".join(identifiers)
+            log.info("icesink.debezium: %s: schema changed; the next micro-batch is routed again", changed)
+            self._one_job = False
+
     def ready(self) -> list[KnownTable] | None:
         """The tables to write the next micro-batch in one job (each with its last count of records), or None:
         the general way."""

@@ -63,6 +63,9 @@ class Routed:
     general: Callable[[], Routed] | None = None
     # Asked with the targets' tables as loaded, before they are fitted to the checkpoint (may raise Mispredicted).
     check: Callable[[Sequence[Table]], None] | None = None
+    # Told the tables whose schema the stream itself changed after writing them (columns made optional for nulls
+    # they got): a router that predicts the next micro-batch's tables predicts them at their new schema.
+    refitted: Callable[[Sequence[str]], None] = lambda identifiers: None
 
 
 class Router(Protocol):
