@@ -169,6 +169,57 @@ def test_a_table_another_tool_changed_between_micro_batches_is_written_the_gener
 
 
 @pytest.mark.spark
+def test_a_table_another_tool_dropped_is_created_again_as_a_restarted_stream_would(
+    spark: Any,
+    sqlite_catalog: CatalogConfig,
+    tmp_path: Path,
+    one_job_writes: list[bool],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The running stream used to fail (its message said to create the table first) where a restart created it."""
+    source = tmp_path / "in"
+    write_batches(source, [[_users(0, 0, 1, "a"), _items(0, 10, 1)]])
+    events = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).json(str(source))
+    query = icesink.stream(
+        events,
+        tables=icesink.debezium("app"),
+        checkpoint_location=str(tmp_path / "ckpt"),
+        trigger={"processingTime": "100 milliseconds"},
+        catalog=sqlite_catalog,
+    )
+    caplog.set_level("WARNING", logger="icesink.debezium_events.route")
+    catalog = open_catalog(sqlite_catalog)
+    try:
+        query.processAllAvailable()
+
+        def next_batch(number: int, rows: list[Any]) -> None:
+            path = source / f"part-{number:05d}.json"
+            path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+            query.processAllAvailable()
+
+        next_batch(1, [_users(0, 1, 2, "b"), _items(1, 11, 2)])  # one job
+        catalog.drop_table("app.items")
+        next_batch(2, [_users(0, 2, 3, "c"), _items(2, 12, 3)])  # one job, then items created again
+        catalog.drop_table("app.items")
+        other = record(
+            "db.public.orders", 0, 0, {"o": 1}, {"o": 1}, [{"type": "int64", "optional": False, "field": "o"}]
+        )
+        next_batch(3, [_users(0, 3, 4, "d"), _items(3, 13, 4), other])  # the general way (a new source)
+        next_batch(4, [_users(0, 4, 5, "e"), _items(4, 14, 5)])
+    finally:
+        query.stop()
+    assert one_job_writes == [True, True, False]  # the last: orders unknown to the job, then the general way
+    dropped = [r.getMessage() for r in caplog.records if "dropped while this stream writes it" in r.getMessage()]
+    assert [m.split(":")[0] for m in dropped] == ["table=app.items", "table=app.items"]
+    assert [r["id"] for r in _rows(sqlite_catalog, "app.users", "id")] == [1, 2, 3, 4, 5]
+    assert _rows(sqlite_catalog, "app.items", "sku") == [{"sku": 13, "qty": 4}, {"sku": 14, "qty": 5}]
+    assert _rows(sqlite_catalog, "app.orders", "o") == [{"o": 1}]
+    items = catalog.load_table("app.items")
+    assert [s.summary["icesink.max-committed-checkpoint-id"] for s in items.snapshots()] == ["3", "4"]
+    assert _files_on_disk(sqlite_catalog, "app.users") == _files_referenced(sqlite_catalog, "app.users")
+
+
+@pytest.mark.spark
 def test_a_table_whose_records_come_by_fewer_routes_than_its_schema_was_merged_from_goes_the_general_way(
     spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, one_job_writes: list[bool]
 ) -> None:

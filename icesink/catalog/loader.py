@@ -118,11 +118,13 @@ def _not_found(catalog: SqlCatalog, config: CatalogConfig, identifier: str) -> T
         return TableNotFoundError(
             f"table {identifier!r} is not in {config.describe()} yet: a stream created it, and it appears with the "
             f"first commit that brings it rows (`{icesink_command('checkpoints list', identifier)}` shows what is "
-            "staged)"
+            "staged)",
+            table=identifier,
         )
     return TableNotFoundError(
         f"table {identifier!r} does not exist in {config.describe()}; create it first (icesink.stream(..., "
-        "create_table=True) does), or check the name and the catalog (`icesink tables list`)"
+        "create_table=True) does), or check the name and the catalog (`icesink tables list`)",
+        table=identifier,
     )
 
 

@@ -45,7 +45,8 @@ def read_pointers(config: CatalogConfig, identifiers: Sequence[str], pending: bo
     if missing:
         raise TableNotFoundError(
             f"table(s) {', '.join(repr(m) for m in missing)} do not exist in {config.describe()}; check the names "
-            "(`icesink tables list`)"
+            "(`icesink tables list`)",
+            table=missing[0] if len(missing) == 1 else None,
         )
     return {i: found[i] for i in identifiers}
 

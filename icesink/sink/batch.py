@@ -36,7 +36,7 @@ from icesink.committer.protocol import Admission, admit
 from icesink.committer.publish_timer import PublishTimer
 from icesink.committer.publisher import Publisher
 from icesink.committer.staging import stage_tables
-from icesink.errors import ConfigError, IcesinkError, SchemaMismatchError
+from icesink.errors import ConfigError, IcesinkError, SchemaMismatchError, TableNotFoundError
 from icesink.failpoints import failpoint
 from icesink.retry import Backoff
 from icesink.sink.branch_declarations import BranchDeclarations
@@ -181,18 +181,9 @@ class MicroBatchHandler:
             routed = self._router.route(batch_df, job_id, checkpoint_id)
             phases.done("route")  # a Debezium stream's summary, or its whole write in one job
             try:
-                try:
-                    outcome = self._write(routed, job_id, checkpoint_id, stream, phases)
-                except Mispredicted as e:
-                    if routed.general is None:
-                        raise
-                    log.info("checkpoint=%d: %s; routed again", checkpoint_id, e)
-                    routed.release()
-                    routed = routed.general()
-                    phases.done("route")
-                    outcome = self._write(routed, job_id, checkpoint_id, stream, phases)
+                routed, outcome = self._write_routed(routed, job_id, checkpoint_id, stream, phases)
                 if outcome is not None:
-                    routed.refitted(_refitted(outcome[0]))
+                    routed.refitted([w.results.identifier for w in outcome[0] if w.refitted])
             finally:
                 routed.release()
         if outcome is None:
@@ -212,6 +203,38 @@ class MicroBatchHandler:
         log.info(
             "table=%s checkpoint=%d took %s", ", ".join(w.results.identifier for w in written), checkpoint_id, phases
         )
+
+    def _write_routed(
+        self, routed: Routed, job_id: str, checkpoint_id: int, stream: StreamIdentity, phases: Phases
+    ) -> tuple[Routed, tuple[list[Written], WatermarkState | None] | None]:
+        """:meth:`_write`, routing the micro-batch again where the router offers to: a one-job write that found a
+        table otherwise than predicted, or a table dropped since the router met it (created again). Returns the
+        routing that was written (the caller releases it, as it releases the one it passed)."""
+        recreated: set[str] = set()
+        try:
+            while True:
+                try:
+                    return routed, self._write(routed, job_id, checkpoint_id, stream, phases)
+                except Mispredicted as e:
+                    if routed.general is None:
+                        raise
+                    log.info("checkpoint=%d: %s; routed again", checkpoint_id, e)
+                    again = routed.general
+                except TableNotFoundError as e:
+                    gone = e.table
+                    if gone is None or gone in recreated or routed.recreate is None:
+                        raise
+                    recreate = routed.recreate(gone)
+                    if recreate is None:
+                        raise
+                    recreated.add(gone)
+                    again = recreate
+                routed.release()
+                routed = again()
+                phases.done("route")
+        except BaseException:
+            routed.release()
+            raise
 
     def _write(
         self, routed: Routed, job_id: str, checkpoint_id: int, stream: StreamIdentity, phases: Phases
@@ -281,7 +304,7 @@ class MicroBatchHandler:
         frames = [
             sink.late_rows(target.rows, one)
             for sink, target, one, written in zip(sinks, targets, prepared, results, strict=False)
-            if target.rows is not None and _sets_aside(one) and late_rows_of(written) > 0
+            if target.rows is not None and one.sets_aside_late and late_rows_of(written) > 0
         ]
         if not frames:
             return []
@@ -361,11 +384,6 @@ class MicroBatchHandler:
             self._publisher.after_commit(job_id)
 
 
-def _sets_aside(prepared: PreparedWrite) -> bool:
-    event_time = prepared.spec.event_time
-    return event_time is not None and event_time.set_aside_late and event_time.late_before is not None
-
-
 def late_rows_of(results: Sequence[WriteResult]) -> int:
     """The late rows a table's write tasks saw."""
     return sum(times.late_rows for result in results for times in result.event_times)
@@ -380,12 +398,3 @@ def _prepare(
         if target.explain is None:
             raise
         raise target.explain(e, checkpoint_id) from e
-
-
-def _refitted(written: Sequence[Written]) -> list[str]:
-    """The tables whose schema their checkpoint's own write changed (columns made optional when finished)."""
-    return [
-        w.results.identifier
-        for w in written
-        if w.results.schema_id is not None and w.results.table.metadata.current_schema_id != w.results.schema_id
-    ]

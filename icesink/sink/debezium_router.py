@@ -20,12 +20,11 @@ from icesink.debezium_events.route import (
     RoutedTable,
     decode_records,
     route,
-    shared_target_message,
     summarize,
 )
 from icesink.debezium_events.sources import SourceTable
 from icesink.debezium_events.stream_spec import Debezium
-from icesink.errors import ConfigError, SchemaMismatchError, TableNotFoundError
+from icesink.errors import SchemaMismatchError, TableNotFoundError
 from icesink.properties import SOURCE_PROPERTY
 from icesink.results import decode_write_result
 from icesink.sink.debezium_jobs import (
@@ -36,6 +35,7 @@ from icesink.sink.debezium_jobs import (
     write_task,
     write_task_tables,
 )
+from icesink.sink.debezium_refusals import explainer, key_changed, keyed_dead_letter, taken
 from icesink.sink.event_time import EventTimeSettings
 from icesink.sink.known_routes import KnownRoutes, KnownTable, collected, numbered_routes, task_tables_at
 from icesink.sink.mapping_watch import MappingWatch
@@ -97,7 +97,7 @@ class DebeziumRouter:
             return  # created at the first record that cannot be applied
         keys = tuple(sorted(table.schema().identifier_field_names()))
         if keys:
-            raise _keyed_dead_letter(identifier, keys, "The stream did not start")
+            raise keyed_dead_letter(identifier, keys, "The stream did not start")
 
     def route(self, batch_df: DataFrame, job_id: str, checkpoint_id: int) -> Routed:
         known = self._routes.ready() if self._spec.table_options.event_time is None else None
@@ -118,7 +118,7 @@ class DebeziumRouter:
                 self._check_owner(table)
             self._mapped.seen(job_id, tables)
             targets = [
-                RoutedTarget(self._explained_settings_of(t), t.schema, optional=t.dead_letter, explain=_explainer(t))
+                RoutedTarget(self._explained_settings_of(t), t.schema, optional=t.dead_letter, explain=explainer(t))
                 for t in tables
             ]
         except BaseException:
@@ -131,7 +131,13 @@ class DebeziumRouter:
             self._routes.learned(summary, tables, task_tables, prepared)
             return results
 
-        return Routed(targets, parsed.unpersist, write_all, refitted=self._routes.refitted)
+        return Routed(
+            targets,
+            parsed.unpersist,
+            write_all,
+            refitted=self._routes.refitted,
+            recreate=lambda identifier: self._recreated(identifier, batch_df, job_id),
+        )
 
     def _route_in_one_job(
         self, batch_df: DataFrame, job_id: str, checkpoint_id: int, known: list[KnownTable]
@@ -157,7 +163,7 @@ class DebeziumRouter:
                     self._settings[k.table.identifier],
                     k.table.schema,
                     optional=k.table.dead_letter,
-                    explain=_explainer(k.table),
+                    explain=explainer(k.table),
                 )
                 for k in write.tables
             ]
@@ -174,7 +180,31 @@ class DebeziumRouter:
             self._routes.missed()
             return self._route_generally(batch_df, job_id)
 
-        return Routed(targets, write.let_go, taken, general, write.check, self._routes.refitted)
+        return Routed(
+            targets,
+            write.let_go,
+            taken,
+            general,
+            write.check,
+            self._routes.refitted,
+            lambda identifier: self._recreated(identifier, batch_df, job_id),
+        )
+
+    def _recreated(self, identifier: str, batch_df: DataFrame, job_id: str) -> Callable[[], Routed] | None:
+        """A table met before that another tool dropped since: forgotten, so that routing the micro-batch again
+        creates it, as a restarted stream does (None: not a table of this stream's)."""
+        if self._settings.pop(identifier, None) is None:
+            return None
+        self._keys.pop(identifier, None)
+        self._owners.pop(identifier, None)
+        self._routes.missed()  # the write learned for it is of the table dropped
+        log.warning(
+            "table=%s: dropped while this stream writes it; created again from its source's schema. It holds the "
+            "changes from this micro-batch on: a snapshot of the source table (Debezium's incremental snapshot) "
+            "brings back the rows that did not change since",
+            identifier,
+        )
+        return lambda: self._route_generally(batch_df, job_id)
 
     def _write(
         self,
@@ -213,7 +243,7 @@ class DebeziumRouter:
         try:
             return self._settings_of(table)
         except SchemaMismatchError as e:  # a table's first sight in this run fits it to the micro-batch too
-            explain = _explainer(table)
+            explain = explainer(table)
             if explain is None:
                 raise
             raise explain(e, None) from e
@@ -224,7 +254,7 @@ class DebeziumRouter:
         known = self._settings.get(table.identifier)
         if known is not None:
             if self._keys[table.identifier] != table.keys:
-                raise _key_changed(table, self._keys[table.identifier])
+                raise key_changed(table, self._keys[table.identifier])
             return known
         keyed = not table.dead_letter  # created here if missing; the dead-letter table takes appends
         partition_by = tuple(self._spec.partition_by.get(table.identifier, ()))
@@ -263,9 +293,9 @@ class DebeziumRouter:
         options = self._options.joined(table.identifier, per_table)
         identifier_fields = tuple(sorted(iceberg.schema().identifier_field_names()))
         if keyed and identifier_fields and identifier_fields != tuple(sorted(table.keys)):
-            raise _key_changed(table, identifier_fields)
+            raise key_changed(table, identifier_fields)
         if not keyed and identifier_fields:  # keyed since the stream started
-            raise _keyed_dead_letter(table.identifier, identifier_fields, "Nothing of the micro-batch was written")
+            raise keyed_dead_letter(table.identifier, identifier_fields, "Nothing of the micro-batch was written")
         # Checked on the table in hand: looked up again, a pending table an operator dropped just now would be
         # created anew, published and empty.
         settings = table_settings(table.schema, options, iceberg, self._config)
@@ -284,7 +314,7 @@ class DebeziumRouter:
         is written (tables seen before in this stream; a table's first sight checks what the table records)."""
         owner = self._owners.get(table.identifier)
         if owner is not None and table.source is not None and owner != table.source:
-            raise _taken(self._spec, table, owner, "this stream wrote it")
+            raise taken(self._spec, table, owner, "this stream wrote it")
 
     def _record_owner(self, table: RoutedTable, iceberg: Table) -> None:
         """The source the table records as its own (recorded now if it records none), checked against this one."""
@@ -300,7 +330,7 @@ class DebeziumRouter:
             owner = table.source
         if owner != table.source:
             why = "its table property icesink.debezium.source says so" if owner else "it records another source"
-            raise _taken(self._spec, table, owner, why, recorded)
+            raise taken(self._spec, table, owner, why, recorded)
         self._owners[table.identifier] = table.source
 
     def _known(self, identifier: str) -> StructType | None:
@@ -313,29 +343,6 @@ class DebeziumRouter:
         return T.StructType(
             [T.StructField(f.name, spark_type_of(f.field_type), not f.required) for f in table.schema().fields]
         )
-
-
-def _explainer(table: RoutedTable) -> Callable[[SchemaMismatchError, int | None], SchemaMismatchError] | None:
-    """A column type the table cannot take, said with the records that bring it."""
-    if table.source is None:
-        return None
-    source = table.source
-
-    def explain(error: SchemaMismatchError, checkpoint_id: int | None) -> SchemaMismatchError:
-        if error.column is None or not table.holders(error.column):
-            return error
-        at = f", checkpoint {checkpoint_id}" if checkpoint_id is not None else ""
-        return SchemaMismatchError(
-            f"table {table.identifier}{at}: column {error.column!r} is {error.table_type} in "
-            f"the table, and the micro-batch's records of source {source} hold {table.holders(error.column)}; "
-            "Iceberg widens an int to a long, a float to a double and a decimal's precision, never its scale, and "
-            "changes no type into another. Nothing of the micro-batch was written. Write the source into a new "
-            "table (a mapping in icesink.debezium(tables=...)), or change the column back at the source",
-            column=error.column,
-            table_type=error.table_type,
-        )
-
-    return explain
 
 
 def _inferred(parsed: DataFrame, source: SourceTable) -> StructType:
@@ -351,39 +358,3 @@ def _inferred(parsed: DataFrame, source: SourceTable) -> StructType:
 
 def _owner_property(table: RoutedTable) -> dict[str, str]:
     return {SOURCE_PROPERTY: table.source.recorded()} if table.source is not None else {}
-
-
-def _taken(
-    spec: Debezium, table: RoutedTable, owner: SourceTable | None, why: str, recorded: str | None = None
-) -> ConfigError:
-    """Refusal of a second source table for a table that belongs to another."""
-    assert table.source is not None
-    if owner is None:
-        return ConfigError(
-            f"table {table.identifier}: it records {recorded!r} as its source table ({SOURCE_PROPERTY}), which is "
-            f"not a source icesink recorded; source table {table.source} would go there. Nothing of the "
-            "micro-batch was written. Map the source to another table, or remove the property if the table is "
-            "the source's"
-        )
-    return ConfigError(
-        f"{shared_target_message(spec, table.identifier, [owner, table.source])} The table belongs to source "
-        f"table {owner.describe()} ({why}). If that source table was only renamed (its connector, database or "
-        f"schema), remove the table property {SOURCE_PROPERTY} from the table and the stream records the new name"
-    )
-
-
-def _keyed_dead_letter(identifier: str, keys: tuple[str, ...], outcome: str) -> SchemaMismatchError:
-    return SchemaMismatchError(
-        f"table {identifier}: it is the stream's dead_letter table, which takes every rejected record as a row of "
-        f"its own, but it is keyed by ({', '.join(keys)}), so records would replace each other. {outcome}. Name "
-        "a new table as dead_letter (icesink creates it), or drop the table's identifier fields"
-    )
-
-
-def _key_changed(table: RoutedTable, before: tuple[str, ...]) -> SchemaMismatchError:
-    return SchemaMismatchError(
-        f"table {table.identifier}: its events are keyed by ({', '.join(table.keys)}), but the table is keyed by "
-        f"({', '.join(before)}); the source's primary key changed. Nothing of the micro-batch was written. "
-        "Keying rows by another key would merge or split them: write the table anew under a new name (a "
-        "mapping in icesink.debezium(tables=...)), or change its identifier fields first"
-    )

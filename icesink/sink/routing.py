@@ -66,6 +66,10 @@ class Routed:
     # Told the tables whose schema the stream itself changed after writing them (columns made optional for nulls
     # they got): a router that predicts the next micro-batch's tables predicts them at their new schema.
     refitted: Callable[[Sequence[str]], None] = lambda identifiers: None
+    # Asked about a table of the micro-batch that is gone from the catalog (another tool dropped it since the router
+    # met it): the micro-batch routed again with the table created anew, as a restarted stream would create it; None
+    # (or no ``recreate``) where the router creates no tables, and the table's absence is the error.
+    recreate: Callable[[str], Callable[[], Routed] | None] | None = None
 
 
 class Router(Protocol):

@@ -182,6 +182,12 @@ class PreparedWrite:
     spec: WriterSpec
     projection: Projection
 
+    @property
+    def sets_aside_late(self) -> bool:
+        """Whether its tasks leave late rows out (for the dead-letter table), rather than write them."""
+        event_time = self.spec.event_time
+        return event_time is not None and event_time.set_aside_late and event_time.late_before is not None
+
 
 @dataclass(frozen=True)
 class Written:
@@ -189,6 +195,12 @@ class Written:
 
     results: TableResults
     projection: Projection
+
+    @property
+    def refitted(self) -> bool:
+        """Whether finishing the checkpoint changed the table's schema (columns made optional for its nulls)."""
+        written_with = self.results.schema_id
+        return written_with is not None and self.results.table.metadata.current_schema_id != written_with
 
 
 def _distribution_key(df: DataFrame, leaf: Leaf) -> Column:
