@@ -44,7 +44,7 @@ from icesink.sink.dead_letter import LATE_ROWS_SCHEMA
 from icesink.sink.executor_errors import executor_errors
 from icesink.sink.known_routes import Mispredicted
 from icesink.sink.phases import Phases
-from icesink.sink.routing import Routed, RoutedTarget, Router, StaticRouter
+from icesink.sink.routing import Routed, RoutedTarget, Router, StaticRouter, recreation
 from icesink.sink.sink_settings import SinkSettings
 from icesink.sink.stream_watermark import StreamWatermark, TableTimes
 from icesink.sink.table_sink import PreparedWrite, TableSink, Written
@@ -221,14 +221,7 @@ class MicroBatchHandler:
                     log.info("checkpoint=%d: %s; routed again", checkpoint_id, e)
                     again = routed.general
                 except TableNotFoundError as e:
-                    gone = e.table
-                    if gone is None or gone in recreated or routed.recreate is None:
-                        raise
-                    recreate = routed.recreate(gone)
-                    if recreate is None:
-                        raise
-                    recreated.add(gone)
-                    again = recreate
+                    again = recreation(routed, e, recreated, checkpoint_id)
                 routed.release()
                 routed = again()
                 phases.done("route")

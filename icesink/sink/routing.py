@@ -11,6 +11,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from icesink.errors import TableNotFoundError
+
 if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyspark.sql import DataFrame
@@ -97,3 +99,26 @@ class StaticRouter:
         cached = batch_df.persist()  # every target reads the micro-batch: its source is read once
         selected = [(t.settings, t.select(cached) if t.select else cached) for t in self._targets]
         return Routed([RoutedTarget(settings, rows.schema, rows) for settings, rows in selected], cached.unpersist)
+
+
+def recreation(
+    routed: Routed, error: TableNotFoundError, recreated: set[str], checkpoint_id: int
+) -> Callable[[], Routed]:
+    """How to route the micro-batch again with a table of it that is gone from the catalog created anew (each table
+    once: ``recreated`` holds those done); raises where the router does not create it."""
+    gone = error.table
+    if routed.recreate is not None and gone is not None and gone not in recreated:
+        again = routed.recreate(gone)
+        if again is not None:
+            recreated.add(gone)
+            return again
+    if routed.recreate is None and gone is not None and any(t.settings.table == gone for t in routed.targets):
+        raise TableNotFoundError(
+            f"table {gone}, checkpoint {checkpoint_id}: the table is gone from the catalog; it was dropped while the "
+            "stream wrote it. Nothing of the checkpoint was written. Restart the stream to go on: with "
+            "create_table=True it creates the table anew, holding the rows from this checkpoint on; or create or "
+            "restore the table first (`icesink tables list` shows what the catalog holds)",
+            table=gone,
+            checkpoint_id=checkpoint_id,
+        ) from error
+    raise error
