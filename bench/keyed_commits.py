@@ -8,24 +8,30 @@ transaction, as a stream's inline committer does. Reported: seconds per staging 
 order: what converting each checkpoint's equality deletes costs as the tables gain files, and what staging a
 checkpoint of every table costs. ``--store S3`` puts the tables in moto's S3 server on 127.0.0.1 (real HTTP
 requests, none of an object store's latency). Every table is then read back with pyiceberg's own reader and
-checked against the changes.
+checked against the changes. ``--latency-ms`` holds every request to it back by that long (a relay on loopback,
+``bench/_latency.py``), as an object store's round trip would. ``--alternate``: every other checkpoint commits its
+tables one after another instead of side by side (``icesink.side_by_side``, for tables on an object store), and
+the two are reported apart: the same history, in the same run.
 
     .venv/bin/python bench/keyed_commits.py [--tables 200] [--checkpoints 6] [--changes 50000] [--buckets 0]
-                                            [--store local|S3]
+                                            [--store local|S3] [--latency-ms 0] [--alternate]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import decimal
 import json
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,14 +129,19 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=50_000, help="Changes per checkpoint, over all tables.")
     parser.add_argument("--buckets", type=int, default=0, help="Partition every table by bucket(N, id) (0: not).")
     parser.add_argument("--store", choices=("local", "S3"), default="local")
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="Each S3 request held back this long.")
+    parser.add_argument("--alternate", action="store_true", help="Every other checkpoint one table after another.")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="icesink-keyed-"))
-    server = None
+    server = relay = None
     try:
         if args.store == "S3":
+            from bench._latency import delayed_endpoint
             from bench.committer_restart import moto_server, s3_config
 
             server, endpoint = moto_server(root)
+            if args.latency_ms:
+                relay, endpoint = delayed_endpoint(endpoint, args.latency_ms / 1000)
             config = s3_config(root, endpoint)
         else:
             config = CatalogConfig(f"c_{uuid.uuid4().hex[:6]}", f"sqlite:///{root / 'c.db'}", file_uri(root / "wh"))
@@ -156,17 +167,41 @@ def main() -> None:
             started = time.perf_counter()
             assert stage_tables(ledger, "job", checkpoint, written, atomic=True)
             staging.append(round(time.perf_counter() - started, 3))
-            started = time.perf_counter()
-            committer.commit_atomic("job")
-            seconds.append(round(time.perf_counter() - started, 3))
-            print(json.dumps({"checkpoint": checkpoint, "stage_s": staging[-1], "commit_s": seconds[-1]}), flush=True)
+            one_after_another = args.alternate and checkpoint % 2 == 1
+            with side_by_side_off() if one_after_another else contextlib.nullcontext():
+                started = time.perf_counter()
+                committer.commit_atomic("job")
+                seconds.append(round(time.perf_counter() - started, 3))
+            way = "one after another" if one_after_another else "side by side"
+            print(json.dumps({"checkpoint": checkpoint, "stage_s": staging[-1], "commit_s": seconds[-1], "way": way}))
         check(config, models)
         report: dict[str, Any] = {**vars(args), "stage_seconds": staging, "commit_seconds": seconds}
+        if args.alternate:  # the first two (tables still small) left out of the medians
+            report["side_by_side_median_s"] = statistics.median(seconds[2::2])
+            report["one_after_another_median_s"] = statistics.median(seconds[3::2])
         print(json.dumps(report, indent=2))
     finally:
-        if server is not None:
-            server.kill()
+        for process in (relay, server):
+            if process is not None:
+                process.kill()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def side_by_side_off() -> Iterator[None]:
+    """Commits inside work on their tables one after another, as on a local disk."""
+    import icesink.committer.group as group
+    import icesink.iceberg.catalog_commit as catalog_commit
+
+    modules = (group, catalog_commit)
+    real = [m.on_object_store for m in modules]
+    for module in modules:
+        module.on_object_store = lambda table: False  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for module, function in zip(modules, real, strict=True):
+            module.on_object_store = function  # type: ignore[assignment]
 
 
 def check(config: CatalogConfig, models: dict[str, dict[int, str]]) -> None:

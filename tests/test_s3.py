@@ -118,3 +118,40 @@ def test_a_misspelt_object_store_setting_is_a_startup_error(s3_catalog: CatalogC
     assert done.returncode == 2
     assert "unknown setting 's3.endpiont'" in done.stderr and "did you mean 's3.endpoint'" in done.stderr
     assert "Traceback" not in done.stderr and S3_SECRET not in done.stderr
+
+
+def test_a_group_commit_on_s3_prepares_its_tables_side_by_side_and_a_refused_one_leaves_nothing(
+    s3_catalog: CatalogConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tables on an object store are prepared on the preparing threads (their requests wait together); a table
+    that cannot commit still holds the whole group, and what was prepared for the others is deleted."""
+    import threading
+
+    from icesink.committer.build import SnapshotBuilder
+    from icesink.committer.commit import TableCommitter
+    from icesink.errors import ManifestError
+    from tests.helpers.support import create_orders_table, orders, stage_group, staged_in_manifests, table_ids
+
+    tables = [f"shop.t{n}" for n in range(4)]
+    for identifier in tables:
+        create_orders_table(s3_catalog, identifier)
+    threads: set[str] = set()
+    real = SnapshotBuilder.try_prepare
+
+    def watched(self: SnapshotBuilder, *args: Any, **kwargs: Any) -> Any:
+        threads.add(threading.current_thread().name.split("_")[0])
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(SnapshotBuilder, "try_prepare", watched)
+    stage_group(s3_catalog, "job", 0, {t: orders(100 * n, 2) for n, t in enumerate(tables)})
+    stage_group(s3_catalog, "job", 1, {t: orders(100 * n + 2, 1) for n, t in enumerate(tables)})
+    broken = staged_in_manifests(s3_catalog, tables[1], "job", 1)  # as a release before staged it, then lost
+    open_catalog(s3_catalog).load_table(tables[1]).io.delete(broken.manifests.data.path)
+    with pytest.raises(ManifestError, match=f"table {tables[1]}, job job, checkpoint 1"):
+        TableCommitter.of(s3_catalog).commit_pending(tables[0])
+    assert threads == {"icesink-prepare"}
+    # Checkpoint 0 moved every table; checkpoint 1 none, and nothing written for it is left but what is staged.
+    assert [table_ids(s3_catalog, t) for t in tables] == [[100 * n, 100 * n + 1] for n in range(4)]
+    for identifier in (tables[0], *tables[2:]):  # the refused table's own gc waits for its checkpoint
+        report = collect_garbage(open_catalog(s3_catalog), s3_catalog, identifier, datetime.timedelta(0), True)
+        assert report.deleted == [], identifier

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -25,13 +26,7 @@ from icesink.committer.completeness import CommitCompleteness, records_completen
 from icesink.committer.conversion import CommitConversions
 from icesink.committer.done_actions import DoneActions
 from icesink.committer.staging import check_staged_for, files_in_row
-from icesink.errors import (
-    IcesinkError,
-    JobIdConflictError,
-    ManifestError,
-    SchemaMismatchError,
-    UnexpectedCommitError,
-)
+from icesink.errors import IcesinkError, JobIdConflictError, ManifestError, SchemaMismatchError, UnexpectedCommitError
 from icesink.iceberg.describe import check_format_version
 from icesink.iceberg.manifests import DeltaManifest, read_delta_manifest
 from icesink.iceberg.marker import CommittedMarker, marker_properties, marker_table_properties
@@ -149,6 +144,7 @@ class SnapshotBuilder:
         self._expire_snapshots = expire_snapshots
         self._conversions = CommitConversions()
         self._completeness = CommitCompleteness(config)
+        self._recording = threading.Lock()  # tables prepared side by side keep the partition record one at a time
         self._done_actions = DoneActions(config, on_partition_done)
         self.actions_waiting: set[str] = set()  # tables whose done actions failed after a commit
 
@@ -239,7 +235,8 @@ class SnapshotBuilder:
         branch = last.branch  # every checkpoint of one snapshot commits to the same branch (plan_snapshots)
         # The checkpoints' own values (a later checkpoint's replacing an earlier one's), then icesink's, which win.
         own = {n: v for row in group for n, v in row.snapshot_properties if n not in COMMITTER_SUMMARY_NAMES}
-        splits = self._completeness.record(table, identifier, branch, per_row, own)
+        with self._recording:
+            splits = self._completeness.record(table, identifier, branch, per_row, own)
         properties = {**own, **marker_properties(job_id, last.checkpoint_id, last.stream_id), **extra}
         properties[CHECKPOINT_RANGE_PROPERTY] = checkpoint_range(group)
         if unrecorded is None:

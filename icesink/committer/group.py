@@ -45,6 +45,7 @@ from icesink.errors import CommitConflictError, ConfigError, IcesinkError
 from icesink.iceberg.catalog_commit import TableSwap, commit_tables
 from icesink.iceberg.marker import CommittedMarker, KnownMarker, committed_marker
 from icesink.properties import COMMIT_ID_PROPERTY
+from icesink.side_by_side import SideBySide, on_object_store
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -188,20 +189,26 @@ class GroupCommitter:
         discarded = self._ledger.unrecorded_discards_of(sorted(by_table), job_id)  # one query, not one a table
         while True:
             prepared: list[PreparedCommit] = []
+            groups = [(i, [r for r in rows if r.checkpoint_id <= cut]) for i, rows in sorted(by_table.items())]
+            groups = [(identifier, group) for identifier, group in groups if group]
+            each = SideBySide(
+                lambda one: self._builder.try_prepare(
+                    tables[one[0]], one[0], job_id, one[1], properties, discarded.get(one[0], [])
+                ),
+                groups,
+                side_by_side=all(on_object_store(tables[identifier]) for identifier, _ in groups),
+            )
             try:
-                for identifier, table_rows in sorted(by_table.items()):
-                    group = [r for r in table_rows if r.checkpoint_id <= cut]
-                    if not group:
-                        continue
-                    one = self._builder.try_prepare(
-                        tables[identifier], identifier, job_id, group, properties, discarded.get(identifier, [])
-                    )
-                    if one is None:
-                        self._abandon(prepared)
-                        return None
-                    prepared.append(one)
-                    if len(one.rows) < len(group):  # a later checkpoint of this table cannot commit yet
-                        break
+                try:
+                    for (_, group), one in zip(groups, each, strict=True):
+                        if one is None:
+                            self._abandon(prepared)
+                            return None
+                        prepared.append(one)
+                        if len(one.rows) < len(group):  # a later checkpoint of this table cannot commit yet
+                            break
+                finally:  # the tables after where the loop stopped, prepared side by side: no snapshot of theirs
+                    self._abandon([one for one in each.unused() if one is not None])
             except CheckpointFailed as failed:
                 self._abandon(prepared)
                 self._record_failure(failed, job_id, by_table)

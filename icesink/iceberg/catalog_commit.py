@@ -27,6 +27,7 @@ from pyiceberg.table.update import TableRequirement, TableUpdate
 from icesink.failpoints import failpoint
 from icesink.iceberg.metadata_cache import remember
 from icesink.iceberg.pending_tables import PendingAwareCatalog, PendingTable, publish
+from icesink.side_by_side import SideBySide, on_object_store
 
 
 class MetadataChange(Protocol):
@@ -62,13 +63,17 @@ def commit_tables(
     """
     staged = [_stage(catalog, swap, current) for swap, current in zip(swaps, _current(catalog, swaps), strict=True)]
     written: list[tuple[Table, str]] = []
+    each = SideBySide(
+        lambda new: _written(catalog, new),
+        [new for _, new in staged],
+        side_by_side=all(on_object_store(new) for _, new in staged),
+    )
     try:
-        for _, new in staged:
-            catalog._write_metadata(metadata=new.metadata, io=new.io, metadata_path=new.metadata_location)
+        for new in each:
             written.append((new, new.metadata_location))
         failpoint(f"{moment}.before-transaction")  # every metadata file written, no pointer moved
     except BaseException:
-        _delete_quietly(written)
+        _delete_quietly([*written, *((new, new.metadata_location) for new in each.unused())])
         raise
     with catalog.engine.connect() as connection:
         transaction = connection.begin()
@@ -102,6 +107,11 @@ def commit_tables(
         )
         for _, new in staged
     ]
+
+
+def _written(catalog: SqlCatalog, new: Table) -> Table:
+    catalog._write_metadata(metadata=new.metadata, io=new.io, metadata_path=new.metadata_location)
+    return new
 
 
 def _current(catalog: SqlCatalog, swaps: Sequence[TableSwap]) -> list[Table]:
