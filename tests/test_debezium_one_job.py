@@ -4,8 +4,10 @@ either way the tables hold what the general way alone would write, with no file 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +69,33 @@ def _rows(config: CatalogConfig, identifier: str, key: str) -> list[dict[str, An
     return sorted(rows, key=lambda r: r[key])
 
 
+@contextlib.contextmanager
+def running_stream(spark: Any, config: CatalogConfig, tmp_path: Path, first: list[Any]) -> Iterator[Any]:
+    """A Debezium stream into ``app`` that keeps running, its first micro-batch ``first`` processed; yields
+    ``next_batch(number, records)``, which hands the stream one more micro-batch and waits for it."""
+    source = tmp_path / "in"
+    write_batches(source, [first])
+    events = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).json(str(source))
+    query = icesink.stream(
+        events,
+        tables=icesink.debezium("app"),
+        checkpoint_location=str(tmp_path / "ckpt"),
+        trigger={"processingTime": "100 milliseconds"},
+        catalog=config,
+    )
+
+    def next_batch(number: int, records: list[Any]) -> None:
+        path = source / f"part-{number:05d}.json"
+        path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        query.processAllAvailable()
+
+    try:
+        query.processAllAvailable()
+        yield next_batch
+    finally:
+        query.stop()
+
+
 @pytest.mark.spark
 def test_micro_batches_bringing_nothing_new_are_written_in_one_job_and_a_new_schema_or_source_goes_the_general_way(
     spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path, one_job_writes: list[bool]
@@ -113,25 +142,8 @@ def test_a_table_another_tool_changed_between_micro_batches_is_written_the_gener
 ) -> None:
     from pyiceberg.types import StringType
 
-    source = tmp_path / "in"
-    write_batches(source, [[_users(0, 0, 1, "a"), _users(0, 1, 2, "b")]])
-    events = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).json(str(source))
-    query = icesink.stream(
-        events,
-        tables=icesink.debezium("app"),
-        checkpoint_location=str(tmp_path / "ckpt"),
-        trigger={"processingTime": "100 milliseconds"},
-        catalog=sqlite_catalog,
-    )
     caplog.set_level("INFO", logger="icesink.stream")
-    try:
-        query.processAllAvailable()
-
-        def next_batch(number: int, rows: list[Any]) -> None:
-            path = source / f"part-{number:05d}.json"
-            path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-            query.processAllAvailable()
-
+    with running_stream(spark, sqlite_catalog, tmp_path, [_users(0, 0, 1, "a"), _users(0, 1, 2, "b")]) as next_batch:
         next_batch(1, [_users(0, 2, 1, "a2")])  # one job
         table = open_catalog(sqlite_catalog).load_table("app.users")
         with table.update_schema() as update:  # another tool adds a column
@@ -142,8 +154,6 @@ def test_a_table_another_tool_changed_between_micro_batches_is_written_the_gener
             transaction.set_properties({"write.parquet.compression-codec": "snappy"})
         next_batch(4, [_users(0, 5, 4, "d")])  # written zstd by the job, then refused: the general way
         next_batch(5, [_users(0, 6, 5, "e")])  # one job, snappy
-    finally:
-        query.stop()
     # The second and the fourth were written by the job, then refused by the driver.
     assert one_job_writes == [True, True, True, True, True]
     refused = [r.getMessage() for r in caplog.records if "routed again" in r.getMessage()]
@@ -177,26 +187,9 @@ def test_a_table_another_tool_dropped_is_created_again_as_a_restarted_stream_wou
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The running stream used to fail (its message said to create the table first) where a restart created it."""
-    source = tmp_path / "in"
-    write_batches(source, [[_users(0, 0, 1, "a"), _items(0, 10, 1)]])
-    events = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).json(str(source))
-    query = icesink.stream(
-        events,
-        tables=icesink.debezium("app"),
-        checkpoint_location=str(tmp_path / "ckpt"),
-        trigger={"processingTime": "100 milliseconds"},
-        catalog=sqlite_catalog,
-    )
     caplog.set_level("WARNING", logger="icesink.debezium_events.route")
     catalog = open_catalog(sqlite_catalog)
-    try:
-        query.processAllAvailable()
-
-        def next_batch(number: int, rows: list[Any]) -> None:
-            path = source / f"part-{number:05d}.json"
-            path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-            query.processAllAvailable()
-
+    with running_stream(spark, sqlite_catalog, tmp_path, [_users(0, 0, 1, "a"), _items(0, 10, 1)]) as next_batch:
         next_batch(1, [_users(0, 1, 2, "b"), _items(1, 11, 2)])  # one job
         catalog.drop_table("app.items")
         next_batch(2, [_users(0, 2, 3, "c"), _items(2, 12, 3)])  # one job, then items created again
@@ -206,8 +199,6 @@ def test_a_table_another_tool_dropped_is_created_again_as_a_restarted_stream_wou
         )
         next_batch(3, [_users(0, 3, 4, "d"), _items(3, 13, 4), other])  # the general way (a new source)
         next_batch(4, [_users(0, 4, 5, "e"), _items(4, 14, 5)])
-    finally:
-        query.stop()
     assert one_job_writes == [True, True, False]  # the last: orders unknown to the job, then the general way
     dropped = [r.getMessage() for r in caplog.records if "dropped while this stream writes it" in r.getMessage()]
     assert [m.split(":")[0] for m in dropped] == ["table=app.items", "table=app.items"]
