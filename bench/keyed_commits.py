@@ -194,14 +194,14 @@ def side_by_side_off() -> Iterator[None]:
     import icesink.iceberg.catalog_commit as catalog_commit
 
     modules = (group, catalog_commit)
-    real = [m.on_object_store for m in modules]
+    real = [m.side_by_side for m in modules]
     for module in modules:
-        module.on_object_store = lambda table: False  # type: ignore[assignment]
+        module.side_by_side = lambda tables, catalog: False  # type: ignore[assignment]
     try:
         yield
     finally:
         for module, function in zip(modules, real, strict=True):
-            module.on_object_store = function  # type: ignore[assignment]
+            module.side_by_side = function  # type: ignore[assignment]
 
 
 def check(config: CatalogConfig, models: dict[str, dict[int, str]]) -> None:

@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Generic, TypeVar
 from urllib.parse import urlsplit
 
+from sqlalchemy.pool import SingletonThreadPool
+
 if TYPE_CHECKING:
     from pyiceberg.table import Table
+    from sqlalchemy import Engine
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -35,6 +38,12 @@ _pool_lock = threading.Lock()
 def on_object_store(table: Table) -> bool:
     """Whether the table's files are behind network requests (an ``s3://``, ``gs://``, ... location)."""
     return urlsplit(table.location()).scheme not in ("", "file")
+
+
+def side_by_side(tables: Iterable[Table], catalog: Engine) -> bool:
+    """Whether to work on ``tables`` side by side: all on an object store, and a catalog database every thread
+    sees (an in-memory SQLite database is one per thread)."""
+    return all(on_object_store(t) for t in tables) and not isinstance(catalog.pool, SingletonThreadPool)
 
 
 def _threads() -> ThreadPoolExecutor:
@@ -63,14 +72,18 @@ class SideBySide(Generic[T, R]):
 
     def __iter__(self) -> Iterator[R]:
         for index, item in enumerate(self._items):
+            # Counted as taken once in the caller's hands: one interrupted while waiting is still unused.
+            result = self._futures[index].result() if self._futures is not None else self._prepare(item)
             self._taken = index + 1
-            yield self._futures[index].result() if self._futures is not None else self._prepare(item)
+            yield result
 
     def unused(self) -> list[R]:
-        """What was prepared past the last item yielded (side by side only), once it is all done, without the
-        items that raised."""
+        """What was prepared past the last item taken (side by side only): those not started yet are cancelled,
+        the others waited for; without the items that raised."""
         if self._futures is None:
             return []
         left = self._futures[self._taken :]
+        for future in left:
+            future.cancel()
         wait(left)
-        return [f.result() for f in left if f.exception() is None]
+        return [f.result() for f in left if not f.cancelled() and f.exception() is None]

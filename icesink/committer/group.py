@@ -45,7 +45,7 @@ from icesink.errors import CommitConflictError, ConfigError, IcesinkError
 from icesink.iceberg.catalog_commit import TableSwap, commit_tables
 from icesink.iceberg.marker import CommittedMarker, KnownMarker, committed_marker
 from icesink.properties import COMMIT_ID_PROPERTY
-from icesink.side_by_side import SideBySide, on_object_store
+from icesink.side_by_side import SideBySide, side_by_side
 
 if TYPE_CHECKING:
     from pyiceberg.catalog.sql import SqlCatalog
@@ -196,7 +196,7 @@ class GroupCommitter:
                     tables[one[0]], one[0], job_id, one[1], properties, discarded.get(one[0], [])
                 ),
                 groups,
-                side_by_side=all(on_object_store(tables[identifier]) for identifier, _ in groups),
+                side_by_side(tables.values(), self._catalog.engine),
             )
             try:
                 try:
@@ -208,7 +208,7 @@ class GroupCommitter:
                         if len(one.rows) < len(group):  # a later checkpoint of this table cannot commit yet
                             break
                 finally:  # the tables after where the loop stopped, prepared side by side: no snapshot of theirs
-                    self._abandon([one for one in each.unused() if one is not None])
+                    self._abandon_quietly([one for one in each.unused() if one is not None])
             except CheckpointFailed as failed:
                 self._abandon(prepared)
                 self._record_failure(failed, job_id, by_table)
@@ -297,6 +297,17 @@ class GroupCommitter:
     def _abandon(self, prepared: Sequence[PreparedCommit]) -> None:
         for one in prepared:
             self._builder.abandon(one)
+
+    def _abandon_quietly(self, prepared: Sequence[PreparedCommit]) -> None:
+        """Best effort, beside an outcome that matters more (a table's error, a lower cut): what cannot be deleted
+        is said and left to gc."""
+        for one in prepared:
+            try:
+                self._builder.abandon(one)
+            except Exception as e:
+                log.warning(
+                    "table=%s: files written for a commit that will not happen are left to gc: %s", one.identifier, e
+                )
 
 
 def _table_of(row: CheckpointRow) -> str:

@@ -13,6 +13,7 @@ transaction rolls back and nothing of it is visible.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -27,7 +28,9 @@ from pyiceberg.table.update import TableRequirement, TableUpdate
 from icesink.failpoints import failpoint
 from icesink.iceberg.metadata_cache import remember
 from icesink.iceberg.pending_tables import PendingAwareCatalog, PendingTable, publish
-from icesink.side_by_side import SideBySide, on_object_store
+from icesink.side_by_side import SideBySide, side_by_side
+
+log = logging.getLogger(__name__)
 
 
 class MetadataChange(Protocol):
@@ -66,7 +69,7 @@ def commit_tables(
     each = SideBySide(
         lambda new: _written(catalog, new),
         [new for _, new in staged],
-        side_by_side=all(on_object_store(new) for _, new in staged),
+        side_by_side([new for _, new in staged], catalog.engine),
     )
     try:
         for new in each:
@@ -153,7 +156,11 @@ def _swap_pointer(connection: sa.Connection, catalog_name: str, current: Table, 
 
 
 def _delete_quietly(written: Sequence[tuple[Table, str]]) -> None:
+    """Best effort, beside the error that ends the commit (which must not be hidden): gc takes what is left."""
     from icesink.iceberg.references import delete_quietly
 
     for table, location in written:
-        delete_quietly(table.io, [location])
+        try:
+            delete_quietly(table.io, [location])
+        except OSError as e:
+            log.warning("table=%s: %s of a commit that did not happen is left to gc: %s", table.name(), location, e)
