@@ -8,7 +8,35 @@ import time
 
 import pytest
 
-from icesink.side_by_side import COMMIT_THREADS, SideBySide
+from icesink.side_by_side import COMMIT_THREADS, SideBySide, on_object_store
+
+
+class _Located:
+    """A table as on_object_store sees it: its location."""
+
+    def __init__(self, location: str) -> None:
+        self._location = location
+
+    def location(self) -> str:
+        return self._location
+
+
+@pytest.mark.parametrize(
+    ("location", "remote"),
+    [
+        ("s3://bucket/wh/db/t", True),
+        ("s3a://bucket/wh/db/t", True),
+        ("gs://bucket/wh/db/t", True),
+        ("abfss://container@account.dfs.core.windows.net/wh/t", True),
+        ("/data/wh/db/t", False),
+        ("file:///data/wh/db/t", False),
+        ("file:/data/wh/db/t", False),  # Hadoop's spelling
+        ("C:\\data\\wh\\t", False),  # a Windows path: its drive letter is no scheme
+        ("c:/data/wh/t", False),
+    ],
+)
+def test_only_tables_behind_network_requests_count_as_on_an_object_store(location: str, remote: bool) -> None:
+    assert on_object_store(_Located(location)) is remote  # type: ignore[arg-type]
 
 
 def test_results_come_in_order_and_an_error_at_its_place() -> None:

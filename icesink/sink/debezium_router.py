@@ -171,7 +171,7 @@ class DebeziumRouter:
             write.let_go()
             raise
 
-        def taken(prepared: Sequence[PreparedWrite], phases: Phases) -> list[list[WriteResult]]:
+        def take_written(prepared: Sequence[PreparedWrite], phases: Phases) -> list[list[WriteResult]]:
             results = write.take(prepared, phases)
             self._say_rejected(write.rejected)
             return results
@@ -183,7 +183,7 @@ class DebeziumRouter:
         return Routed(
             targets,
             write.let_go,
-            taken,
+            take_written,
             general,
             write.check,
             self._routes.refitted,
