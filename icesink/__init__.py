@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from icesink.reader import read
     from icesink.readiness import wait_for_partition, watermark
     from icesink.sink.options import Target
+    from icesink.sink.query_errors import error_of
     from icesink.sink.stream import stream
 
 __version__ = "0.1.0"
@@ -88,6 +89,7 @@ __all__ = [
     "changes_of_tables",
     "checks",
     "debezium",
+    "error_of",
     "read",
     "read_stream",
     "read_tables",
@@ -123,6 +125,10 @@ def __getattr__(name: str) -> Any:
         from icesink import cut
 
         return getattr(cut, name)
+    if name == "error_of":
+        from icesink.sink.query_errors import error_of
+
+        return error_of
     if name == "Target":
         from icesink.sink.options import Target
 

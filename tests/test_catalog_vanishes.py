@@ -22,6 +22,7 @@ import icesink
 from icesink.catalog import database
 from icesink.catalog.config import CatalogConfig, sqlite_path
 from icesink.catalog.loader import open_catalog
+from icesink.errors import TableNotFoundError
 from tests.helpers.outcomes import check_outcome, read_with_duckdb
 from tests.helpers.streams import add_input_files, input_stream
 from tests.helpers.support import create_orders_table, orders, stage_rows, table_ids, wait_for
@@ -96,9 +97,18 @@ def test_a_table_dropped_under_a_running_stream_stops_it_saying_so_and_a_restart
     # Not the advice for a table never created ("create it first"), which create_table=True already asks for.
     assert f"table {TABLE}, checkpoint 1: the table is gone from the catalog" in str(raised.value)
     assert "Restart the stream to go on" in str(raised.value)
+    # Spark's exception keeps only text; the error itself, with its fields, is kept for the caller.
+    error = icesink.error_of(raised.value)
+    assert isinstance(error, TableNotFoundError)
+    assert (error.table, error.checkpoint_id, error.job_id) == (TABLE, 1, str(query.id))
+    assert error.table is not None and not error.transient
+    assert icesink.error_of(query) is error
     assert not (tmp_path / "ckpt" / "commits" / "1").exists()
     rerun = icesink.stream(input_stream(spark, tmp_path / "in"), trigger={"availableNow": True}, **options)
     rerun.awaitTermination()
+    assert rerun.id == query.id  # the same query, restarted: its run did not fail
+    assert icesink.error_of(rerun) is None
+    assert icesink.error_of(raised.value) is error  # the exception names the run that did
     table = open_catalog(sqlite_catalog).load_table(TABLE)
     (rows,) = read_with_duckdb(table.metadata_location)
     assert sorted(r["id"] for r in rows) == list(range(10, 20))  # the rows of the checkpoint it could not write

@@ -1,5 +1,6 @@
 """Errors carry the table, checkpoint and job they are about as fields, for the committer's health report, its
-command-line output and callers (driven without Spark)."""
+command-line output and callers, and the error that stopped a query is given back as itself (driven without
+Spark)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import datetime
 import json
 import pickle
 import urllib.request
+import uuid
 from pathlib import Path
 from shlex import quote
 
@@ -18,6 +20,7 @@ from icesink.committer.commit import TableCommitter
 from icesink.committer.daemon import CommitterDaemon
 from icesink.committer.observability import StatusServer
 from icesink.errors import ConfigError, ManifestError, SchemaMismatchError
+from icesink.sink.query_errors import QUERY_ID_PROPERTY, RUN_ID_PROPERTY, error_of, record_raised
 from tests.helpers.support import create_orders_table, orders, stage_group, stage_rows, staged_in_manifests
 from tests.test_cli import invoke
 
@@ -111,3 +114,65 @@ def test_tables_failing_each_on_its_own_with_the_same_message_are_not_said_to_ho
     down = "the catalog database cannot be reached"
     errors = {t: CatalogUnavailableError(down).located(t).fields() for t in (TABLE, LINES)}
     assert _failures(errors) == [f"table {TABLE}: {down}", f"table {LINES}: {down}"]
+
+
+class _Context:
+    """The local properties a micro-batch's thread has, as Spark sets them."""
+
+    def __init__(self, query_id: str | None, run_id: str | None) -> None:
+        self._properties = {QUERY_ID_PROPERTY: query_id, RUN_ID_PROPERTY: run_id}
+
+    def getLocalProperty(self, name: str) -> str | None:  # Spark's name
+        return self._properties.get(name)
+
+
+class _Query:
+    def __init__(self, query_id: str, run_id: str) -> None:
+        self.id, self.runId = query_id, run_id
+
+
+def _spark_text(query_id: str, run_id: str, error: Exception) -> Exception:
+    """What Spark raises for a failed micro-batch: text only (its first line, and the traceback's last)."""
+    return RuntimeError(
+        f"[STREAM_FAILED] Query [id = {query_id}, runId = {run_id}] terminated with exception: ...\\n"
+        f"{type(error).__module__}.{type(error).__name__}: {error}"
+    )
+
+
+def test_the_error_that_stopped_a_query_is_given_back_for_its_run_only() -> None:
+    query_id, first_run, second_run, other = (str(uuid.uuid4()) for _ in range(4))
+    error = SchemaMismatchError("table shop.orders ü: column 'n' ...").located(TABLE, 3, "job ü")
+    record_raised(_Context(query_id, first_run), error)  # type: ignore[arg-type]
+
+    assert error_of(_spark_text(query_id, first_run, error)) is error
+    assert error_of(_Query(query_id, first_run)) is error
+    assert error_of(_Query(query_id, second_run)) is None  # restarted since: that run did not fail
+    assert error_of(_spark_text(other, first_run, error)) is None  # another query
+    assert error_of(RuntimeError("no query named")) is None
+    assert error_of("not an exception") is None
+
+    later = ConfigError("table shop.orders ü: ...").located(TABLE, 9, "job ü")
+    record_raised(_Context(query_id, second_run), later)  # type: ignore[arg-type]
+    assert error_of(_Query(query_id, second_run)) is later
+    assert error_of(_spark_text(query_id, first_run, error)) is None  # only the last run's error is kept
+
+    record_raised(_Context(None, None), later)  # type: ignore[arg-type]  # not in a query: nothing kept, no error
+
+
+def test_an_icesink_error_or_one_it_caused_is_its_own_error() -> None:
+    error = ManifestError("table shop.orders ü: ...").located(TABLE, 1, "job ü")
+    assert error_of(error) is error
+    try:
+        try:
+            raise error
+        except ManifestError as inner:
+            raise RuntimeError("wrapped") from inner
+    except RuntimeError as outer:
+        assert error_of(outer) is error
+
+
+def test_error_of_is_public() -> None:
+    import icesink
+
+    assert icesink.error_of is error_of
+    assert "error_of" in icesink.__all__

@@ -44,6 +44,7 @@ from icesink.sink.dead_letter import LATE_ROWS_SCHEMA
 from icesink.sink.executor_errors import executor_errors
 from icesink.sink.known_routes import Mispredicted
 from icesink.sink.phases import Phases
+from icesink.sink.query_errors import QUERY_ID_PROPERTY, record_raised
 from icesink.sink.routing import Routed, RoutedTarget, Router, StaticRouter, recreation
 from icesink.sink.sink_settings import SinkSettings
 from icesink.sink.stream_watermark import StreamWatermark, TableTimes
@@ -61,8 +62,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("icesink.stream")
 # A transient commit failure of the inline committer: retried within the micro-batch.
 COMMIT_BACKOFF = Backoff(first=0.2, cap=10.0)
-
-QUERY_ID_PROPERTY = "sql.streaming.queryId"
 
 
 class MicroBatchHandler:
@@ -172,6 +171,7 @@ class MicroBatchHandler:
         except IcesinkError as e:
             # Where it happened, as fields: the checkpoint and job always; the table when the stream has one.
             e.located(self._single_table, int(batch_id), job_id)
+            record_raised(batch_df.sparkSession.sparkContext, e)  # for icesink.error_of
             raise
 
     def _handle(self, batch_df: DataFrame, job_id: str, checkpoint_id: int) -> None:

@@ -1,0 +1,95 @@
+"""The icesink error that stopped a streaming query, as the error it is.
+
+Spark hands a failure inside ``foreachBatch`` to the caller as a ``StreamingQueryException`` that keeps only
+text: the error's class, table, checkpoint, job and whether retrying can help are gone. The micro-batch handler
+runs in the driver's Python process, so it keeps the last error it raised for each query, with the run it
+happened in; :func:`error_of` gives it back for the query, or for the exception Spark raised.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from icesink.errors import IcesinkError
+
+if TYPE_CHECKING:
+    from pyspark import SparkContext
+
+QUERY_ID_PROPERTY = "sql.streaming.queryId"  # persisted in the checkpoint location: stable across restarts
+# Spark runs a query's micro-batches in a job group named by the run's id.
+RUN_ID_PROPERTY = "spark.jobGroup.id"
+# The queries whose last error is kept: one entry a query of the process, so a handful; bounded all the same.
+KEPT_QUERIES = 256
+# How Spark names the query in the text of its StreamingQueryException.
+_QUERY = re.compile(r"\[id = ([0-9a-f-]{36}), runId = ([0-9a-f-]{36})\]")
+
+_raised: OrderedDict[str, tuple[str | None, IcesinkError]] = OrderedDict()
+_lock = threading.Lock()
+
+
+def record_raised(context: SparkContext, error: IcesinkError) -> None:
+    """A micro-batch of the query running in ``context``'s thread raised ``error`` (nothing is kept outside a
+    query)."""
+    try:
+        query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
+        run_id = context.getLocalProperty(RUN_ID_PROPERTY)
+    except Exception:  # a driver whose JVM is going: the error being raised matters more
+        return
+    if not query_id:
+        return
+    with _lock:
+        _raised.pop(query_id, None)
+        _raised[query_id] = (run_id or None, error)
+        while len(_raised) > KEPT_QUERIES:
+            _raised.popitem(last=False)
+
+
+def error_of(failure: Any) -> IcesinkError | None:
+    """The :class:`~icesink.errors.IcesinkError` that stopped a stream, with its class and fields.
+
+    ``failure`` is the ``StreamingQueryException`` that ``awaitTermination()`` or ``processAllAvailable()``
+    raised, or the ``StreamingQuery`` itself (which :func:`icesink.stream` returned), or any exception: one that
+    is, or was caused by, an ``IcesinkError`` gives that error. ::
+
+        try:
+            query.awaitTermination()
+        except StreamingQueryException as e:
+            error = icesink.error_of(e)
+            if error is not None and error.transient:
+                ...  # start the stream again
+
+    None when the query did not stop on an error of icesink's (Spark's own failure, a bug), or did not run in this
+    Python process: the error is kept by the process whose driver ran the micro-batch. A query restarted since
+    gives the error of the run the exception names, or None once a later run of it failed otherwise.
+    """
+
+    if _is_query(failure):
+        return _kept(str(failure.id), str(failure.runId))
+    if not isinstance(failure, BaseException):
+        return None
+    seen: set[int] = set()
+    cause: BaseException | None = failure
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, IcesinkError):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    named = _QUERY.search(str(failure))
+    return _kept(named.group(1), named.group(2)) if named else None
+
+
+def _is_query(failure: Any) -> bool:
+    """A ``StreamingQuery`` (told apart without importing pyspark: an exception has no ``runId``)."""
+    return not isinstance(failure, BaseException) and hasattr(failure, "runId") and hasattr(failure, "id")
+
+
+def _kept(query_id: str, run_id: str) -> IcesinkError | None:
+    with _lock:
+        kept = _raised.get(query_id)
+    if kept is None:
+        return None
+    recorded_run, error = kept
+    return error if recorded_run in (None, run_id) else None
