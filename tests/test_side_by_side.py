@@ -62,19 +62,25 @@ def test_results_come_in_order_and_an_error_at_its_place() -> None:
 def test_stopping_early_cancels_what_has_not_started_and_hands_back_what_has() -> None:
     started: list[int] = []
     lock = threading.Lock()
+    release = threading.Event()
 
     def prepare(n: int) -> int:
         with lock:
             started.append(n)
-        time.sleep(0.05)
+        if n != 0:  # every thread but the first item's stays busy until unused() has cancelled the queue
+            release.wait(30)
         return n
 
     items = list(range(4 * COMMIT_THREADS))
     each = SideBySide(prepare, items, True)
     assert next(iter(each)) == 0
+    # Item 0's thread took the next item and waits too: no thread is free, so the rest are still queued.
+    timer = threading.Timer(1.0, release.set)  # unused() cancels at once, then waits for the busy ones
+    timer.start()
     unused = each.unused()
-    assert len(started) < len(items)  # the queued ones never ran
-    assert sorted(unused) == sorted(n for n in started if n != 0)
+    timer.join()
+    assert sorted(started) == list(range(COMMIT_THREADS + 1))  # the queued ones never ran
+    assert sorted(unused) == list(range(1, COMMIT_THREADS + 1))
 
 
 def test_one_after_another_prepares_nothing_past_where_the_caller_stopped() -> None:
