@@ -9,7 +9,14 @@ kind and stops a table's queue on the second.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Self
+
+# Spark hands the driver a task's failure as text (see ``icesink.sink.executor_errors``): a task names its error's
+# table in a note, which Python prints on the line after the error's, for the driver to rebuild the error with it.
+TABLE_NOTE = "icesink table: "
 
 
 class IcesinkError(Exception):
@@ -53,6 +60,18 @@ class IcesinkError(Exception):
             "transient": self.transient,
             "message": str(self),
         }
+
+
+@contextmanager
+def naming_table(table: str) -> Iterator[None]:
+    """On an executor: an icesink error raised inside is about ``table``, as its field and as a note of its text."""
+    try:
+        yield
+    except IcesinkError as e:
+        e.located(table)
+        if not any(note.startswith(TABLE_NOTE) for note in getattr(e, "__notes__", ())):
+            e.add_note(TABLE_NOTE + json.dumps(e.table))
+        raise
 
 
 class TransientError(IcesinkError):

@@ -354,8 +354,10 @@ def test_what_would_mix_rows_stops_the_stream_and_stages_nothing(
         ]
         message = r"table app.users: its events are keyed by \(id, tenant\), but the table is keyed by \(id\)"
     write_batches(tmp_path / "in", batches)
-    with pytest.raises(Exception, match=message):
+    with pytest.raises(Exception, match=message) as raised:
         run_stream(spark, sqlite_catalog, tmp_path, icesink.debezium("app"))
+    error = icesink.error_of(raised.value)
+    assert error is not None and error.table == "app.users"
     from icesink.catalog.ledger import Ledger
 
     staged = [r.checkpoint_id for r in Ledger(sqlite_catalog).for_table("app.users")]

@@ -17,6 +17,7 @@ import icesink
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
+from icesink.errors import BadRowError
 from tests.helpers.debezium_fixture import record, run_stream, write_batches
 from tests.helpers.outcomes import read_many_with_iceberg_java, read_with_duckdb, read_with_iceberg_rust
 
@@ -202,8 +203,11 @@ def test_a_value_without_a_schema_is_typed_by_its_column_exactly_or_set_aside(
     with pytest.raises(
         Exception,
         match=rf"table app.notes, checkpoint 0: the record at topic db.public.notes, partition 1, ({first}|{second})",
-    ):
+    ) as raised:
         run_stream(spark, sqlite_catalog, tmp_path, icesink.debezium("app"))
+    error = icesink.error_of(raised.value)  # raised in a write task of the one Spark job for every table
+    assert isinstance(error, BadRowError)
+    assert (error.table, error.checkpoint_id) == ("app.notes", 0)
     assert Ledger(sqlite_catalog).for_table("app.notes") == []
     run_stream(spark, sqlite_catalog, tmp_path, icesink.debezium("app", dead_letter="ops.rejected"))
     rows = sorted(icesink.read("app.notes", catalog=sqlite_catalog).to_pylist(), key=lambda r: r["id"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import json
 import pickle
+import traceback
 import urllib.request
 import uuid
 from pathlib import Path
@@ -19,7 +20,8 @@ from icesink.catalog.ledger import Ledger
 from icesink.committer.commit import TableCommitter
 from icesink.committer.daemon import CommitterDaemon
 from icesink.committer.observability import StatusServer
-from icesink.errors import ConfigError, ManifestError, SchemaMismatchError
+from icesink.errors import BadRowError, ConfigError, ManifestError, SchemaMismatchError, naming_table
+from icesink.sink.executor_errors import icesink_error_in
 from icesink.sink.query_errors import QUERY_ID_PROPERTY, RUN_ID_PROPERTY, error_of, record_raised
 from tests.helpers.support import create_orders_table, orders, stage_group, stage_rows, staged_in_manifests
 from tests.test_cli import invoke
@@ -154,9 +156,46 @@ def test_the_error_that_stopped_a_query_is_given_back_for_its_run_only() -> None
     later = ConfigError("table shop.orders ü: ...").located(TABLE, 9, "job ü")
     record_raised(_Context(query_id, second_run), later)  # type: ignore[arg-type]
     assert error_of(_Query(query_id, second_run)) is later
-    assert error_of(_spark_text(query_id, first_run, error)) is None  # only the last run's error is kept
+    assert error_of(_spark_text(query_id, first_run, error)) is error  # each run keeps its own
 
     record_raised(_Context(None, None), later)  # type: ignore[arg-type]  # not in a query: nothing kept, no error
+
+
+def test_a_wrapped_streaming_exception_gives_the_error_of_the_run_it_names() -> None:
+    query_id, run_id = str(uuid.uuid4()), str(uuid.uuid4())
+    error = BadRowError("table shop.orders ü, checkpoint 2: ...").located(TABLE, 2, "job ü")
+    record_raised(_Context(query_id, run_id), error)  # type: ignore[arg-type]
+    spark_failure = _spark_text(query_id, run_id, error)
+    try:
+        try:
+            raise spark_failure
+        except RuntimeError as inner:
+            raise ValueError("the stream failed, giving up") from inner  # a supervisor's own exception
+    except ValueError as outer:
+        assert error_of(outer) is error
+
+
+@pytest.mark.parametrize("table", [TABLE, 'shop."a", b\nc', "shop.日本 %2F x"])
+def test_a_task_names_its_errors_table_through_the_text_spark_hands_the_driver(table: str) -> None:
+    try:
+        with naming_table(table):
+            raise BadRowError(f"table {table}, checkpoint 4, task 1: equality field 'id' is null")
+    except BadRowError as raised:
+        assert raised.table == table
+        message = str(raised)
+        text = "".join(traceback.format_exception(raised))  # what the Python worker hands Spark
+    failure = RuntimeError(f"Job aborted: org.apache.spark.api.python.PythonException: {text}\n\tat org.apache...")
+    rebuilt = icesink_error_in(failure)
+    assert isinstance(rebuilt, BadRowError)
+    assert rebuilt.table == table
+    assert str(rebuilt) == message
+
+
+def test_a_task_error_without_a_table_note_is_rebuilt_without_a_table() -> None:
+    text = 'icesink.errors.BadRowError: Kafka topic t, partition 0, offset 5: not JSON\nicesink table: "unclosed'
+    rebuilt = icesink_error_in(RuntimeError(text))
+    assert isinstance(rebuilt, BadRowError)
+    assert rebuilt.table is None
 
 
 def test_an_icesink_error_or_one_it_caused_is_its_own_error() -> None:

@@ -13,7 +13,7 @@ import icesink
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.ledger import Ledger
 from icesink.catalog.loader import open_catalog
-from icesink.errors import ConfigError
+from icesink.errors import BadRowError, ConfigError
 from icesink.iceberg.marker import committed_marker
 from icesink.properties import COMMIT_ID_PROPERTY
 from tests.helpers.outcomes import read_many_with_iceberg_java, read_with_duckdb, read_with_iceberg_rust
@@ -123,6 +123,22 @@ def test_one_stream_commits_every_table_of_a_checkpoint_together(
     assert sorted((r["id"], r["qty"]) for r in duck_lines) == [(10, 3), (11, 1), (12, None), (13, 7)]
     rust = read_with_iceberg_rust(config, AUDIT, "id")
     assert sorted(rust.column("id").to_pylist()) == [1, 1, 2, 2, 10, 11, 12, 13]
+
+
+def test_a_bad_row_of_one_table_stops_the_stream_and_its_error_names_that_table(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    write_events(tmp_path / "in", 0, BATCHES[0])
+    write_events(tmp_path / "in", 1, [{"kind": "line", "id": 20, "qty": 2}, {"kind": "order", "id": None, "op": "c"}])
+    with pytest.raises(Exception) as raised:
+        run(spark, sqlite_catalog, tmp_path)
+    # Raised in a write task: Spark hands the driver text, and the error is rebuilt with the table it is about.
+    error = icesink.error_of(raised.value)
+    assert isinstance(error, BadRowError)
+    assert (error.table, error.checkpoint_id) == (ORDERS, 1)
+    assert "equality field 'id' is null" in str(error)
+    assert f"{icesink.errors.TABLE_NOTE}" not in str(error)
+    assert rows(sqlite_catalog, LINES, "id", "qty") == [(10, 3)]  # nothing of checkpoint 1, in any table
 
 
 def test_a_daemon_commits_a_many_table_stream_as_one_group(

@@ -197,11 +197,12 @@ def route(
         if len(one.keys) != 1:
             raise SchemaMismatchError(
                 f"{where}: the micro-batch's events carry different keys ({' and '.join(sorted(one.keys))}); icesink "
-                "keys a table by one primary key"
+                "keys a table by one primary key",
+                table=identifier,
             )
         key_names = tuple(json.loads(next(iter(one.keys))))
         schema, origins = _schema(identifier, where, one, known, infer)
-        _refuse_ambiguous_names(where, schema)
+        _refuse_ambiguous_names(identifier, where, schema)
         routed.append(
             RoutedTable(identifier, one.source, _with_change_columns(schema), key_names, one.records, origins)
         )
@@ -227,12 +228,13 @@ def refuse_shared_targets(spec: Debezium, sources: Sequence[SourceTable]) -> Non
         if identifier == spec.dead_letter:
             raise ConfigError(
                 f"table {spec.dead_letter}: it is the dead_letter table, and source table {source} goes there too; "
-                "nothing of the micro-batch was written. Name another dead_letter table, or map the source elsewhere"
+                "nothing of the micro-batch was written. Name another dead_letter table, or map the source elsewhere",
+                table=spec.dead_letter,
             )
         by_target.setdefault(identifier, []).append(source)
     for identifier, shared in sorted(by_target.items()):
         if len(shared) > 1:
-            raise ConfigError(shared_target_message(spec, identifier, shared))
+            raise ConfigError(shared_target_message(spec, identifier, shared), table=identifier)
 
 
 def shared_target_message(spec: Debezium, identifier: str, sources: Sequence[SourceTable]) -> str:
@@ -254,17 +256,21 @@ def _separating_name(source: SourceTable, others: Sequence[SourceTable]) -> str:
     return next((n for n in reversed(source.names) if n not in taken), source.names[0])
 
 
-def _refuse_ambiguous_names(where: str, schema: StructType) -> None:
+def _refuse_ambiguous_names(identifier: str, where: str, schema: StructType) -> None:
     """Spark resolves column names case-insensitively: ``Col`` and ``col`` cannot both be columns of a stream."""
     seen: dict[str, str] = {}
     for name in schema.names:
         if name in (OP_COLUMN, POSITION_COLUMN):
-            raise SchemaMismatchError(f"{where}: a source column is named {name}, which icesink uses itself")
+            raise SchemaMismatchError(
+                f"{where}: a source column is named {name}, which icesink uses itself", table=identifier, column=name
+            )
         other = seen.setdefault(name.lower(), name)
         if other != name:
             raise SchemaMismatchError(
                 f"{where}: the source has columns {other!r} and {name!r}, which differ only in case; Spark cannot "
-                "tell them apart. Rename one at the source (or with a Debezium column.rename transform)"
+                "tell them apart. Rename one at the source (or with a Debezium column.rename transform)",
+                table=identifier,
+                column=name,
             )
 
 

@@ -33,6 +33,8 @@ def explainer(table: RoutedTable) -> Callable[[SchemaMismatchError, int | None],
             "table (a mapping in icesink.debezium(tables=...)), or change the column back at the source",
             column=error.column,
             table_type=error.table_type,
+            table=table.identifier,
+            checkpoint_id=checkpoint_id,
         )
 
     return explain
@@ -48,12 +50,14 @@ def taken(
             f"table {table.identifier}: it records {recorded!r} as its source table ({SOURCE_PROPERTY}), which is "
             f"not a source icesink recorded; source table {table.source} would go there. Nothing of the "
             "micro-batch was written. Map the source to another table, or remove the property if the table is "
-            "the source's"
+            "the source's",
+            table=table.identifier,
         )
     return ConfigError(
         f"{shared_target_message(spec, table.identifier, [owner, table.source])} The table belongs to source "
         f"table {owner.describe()} ({why}). If that source table was only renamed (its connector, database or "
-        f"schema), remove the table property {SOURCE_PROPERTY} from the table and the stream records the new name"
+        f"schema), remove the table property {SOURCE_PROPERTY} from the table and the stream records the new name",
+        table=table.identifier,
     )
 
 
@@ -61,7 +65,8 @@ def keyed_dead_letter(identifier: str, keys: tuple[str, ...], outcome: str) -> S
     return SchemaMismatchError(
         f"table {identifier}: it is the stream's dead_letter table, which takes every rejected record as a row of "
         f"its own, but it is keyed by ({', '.join(keys)}), so records would replace each other. {outcome}. Name "
-        "a new table as dead_letter (icesink creates it), or drop the table's identifier fields"
+        "a new table as dead_letter (icesink creates it), or drop the table's identifier fields",
+        table=identifier,
     )
 
 
@@ -70,5 +75,6 @@ def key_changed(table: RoutedTable, before: tuple[str, ...]) -> SchemaMismatchEr
         f"table {table.identifier}: its events are keyed by ({', '.join(table.keys)}), but the table is keyed by "
         f"({', '.join(before)}); the source's primary key changed. Nothing of the micro-batch was written. "
         "Keying rows by another key would merge or split them: write the table anew under a new name (a "
-        "mapping in icesink.debezium(tables=...)), or change its identifier fields first"
+        "mapping in icesink.debezium(tables=...)), or change its identifier fields first",
+        table=table.identifier,
     )

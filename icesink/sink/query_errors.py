@@ -21,12 +21,12 @@ if TYPE_CHECKING:
 QUERY_ID_PROPERTY = "sql.streaming.queryId"  # persisted in the checkpoint location: stable across restarts
 # Spark runs a query's micro-batches in a job group named by the run's id.
 RUN_ID_PROPERTY = "spark.jobGroup.id"
-# The queries whose last error is kept: one entry a query of the process, so a handful; bounded all the same.
-KEPT_QUERIES = 256
+# Runs whose error is kept: a run ends at its error, so one a restart of a query; bounded all the same.
+KEPT_RUNS = 256
 # How Spark names the query in the text of its StreamingQueryException.
 _QUERY = re.compile(r"\[id = ([0-9a-f-]{36}), runId = ([0-9a-f-]{36})\]")
 
-_raised: OrderedDict[str, tuple[str | None, IcesinkError]] = OrderedDict()
+_raised: OrderedDict[tuple[str, str | None], IcesinkError] = OrderedDict()  # by query id and run id
 _lock = threading.Lock()
 
 
@@ -41,9 +41,8 @@ def record_raised(context: SparkContext, error: IcesinkError) -> None:
     if not query_id:
         return
     with _lock:
-        _raised.pop(query_id, None)
-        _raised[query_id] = (run_id or None, error)
-        while len(_raised) > KEPT_QUERIES:
+        _raised[(query_id, run_id or None)] = error
+        while len(_raised) > KEPT_RUNS:
             _raised.popitem(last=False)
 
 
@@ -52,7 +51,8 @@ def error_of(failure: Any) -> IcesinkError | None:
 
     ``failure`` is the ``StreamingQueryException`` that ``awaitTermination()`` or ``processAllAvailable()``
     raised, or the ``StreamingQuery`` itself (which :func:`icesink.stream` returned), or any exception: one that
-    is, or was caused by, an ``IcesinkError`` gives that error. ::
+    is an ``IcesinkError``, or was raised from one or from such a ``StreamingQueryException`` (a wrapper's
+    ``raise ... from``), gives that error. ::
 
         try:
             query.awaitTermination()
@@ -62,8 +62,9 @@ def error_of(failure: Any) -> IcesinkError | None:
                 ...  # start the stream again
 
     None when the query did not stop on an error of icesink's (Spark's own failure, a bug), or did not run in this
-    Python process: the error is kept by the process whose driver ran the micro-batch. A query restarted since
-    gives the error of the run the exception names, or None once a later run of it failed otherwise.
+    Python process: the error is kept by the process whose driver ran the micro-batch. Each run of a query (a
+    restart from the same checkpoint location is a new run) keeps its own: a query object gives its latest run's,
+    an exception the run it names.
     """
 
     if _is_query(failure):
@@ -75,10 +76,12 @@ def error_of(failure: Any) -> IcesinkError | None:
     while cause is not None and id(cause) not in seen:
         if isinstance(cause, IcesinkError):
             return cause
+        named = _QUERY.search(str(cause))
+        if named is not None:
+            return _kept(named.group(1), named.group(2))
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
-    named = _QUERY.search(str(failure))
-    return _kept(named.group(1), named.group(2)) if named else None
+    return None
 
 
 def _is_query(failure: Any) -> bool:
@@ -88,8 +91,5 @@ def _is_query(failure: Any) -> bool:
 
 def _kept(query_id: str, run_id: str) -> IcesinkError | None:
     with _lock:
-        kept = _raised.get(query_id)
-    if kept is None:
-        return None
-    recorded_run, error = kept
-    return error if recorded_run in (None, run_id) else None
+        kept = _raised.get((query_id, run_id))
+        return kept if kept is not None else _raised.get((query_id, None))  # a run Spark did not name

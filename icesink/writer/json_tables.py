@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from icesink import fast_json
-from icesink.errors import BadRowError
+from icesink.errors import BadRowError, naming_table
 from icesink.results import WriteResult, encode_write_result
 from icesink.writer.files import delete_files
 from icesink.writer.json_rows import JsonNames, RefusedValue, rows_to_arrow
@@ -161,6 +161,10 @@ class _Task:
         return target, written, rejected, len(records), routes
 
     def _written_of(self, target: int, records: list[dict[str, Any]]) -> tuple[bytes | None, int]:
+        with naming_table(self._tables[target].spec.table_name):
+            return self._written_of_table(target, records)
+
+    def _written_of_table(self, target: int, records: list[dict[str, Any]]) -> tuple[bytes | None, int]:
         table = self._tables[target]
         if table.dead_letter:
             rows = [_rejected_row(r) for r in records] + self._rejected

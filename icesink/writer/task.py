@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
+from icesink.errors import naming_table
 from icesink.results import FileContent, FileRecord, PartitionValue, WriteResult, encode_write_result
 from icesink.writer.collapse import check_keys, collapse
 from icesink.writer.conform import conform
@@ -206,10 +207,11 @@ def run_task(spec: WriterSpec, batches: Iterable[pa.RecordBatch]) -> WriteResult
     attempt = context.attemptNumber() if context else 0
     writer = TaskWriter(spec, task_id, attempt)
     try:
-        for batch in batches:
-            if batch.num_rows:
-                writer.write(batch)
-        return writer.complete()
+        with naming_table(spec.table_name):
+            for batch in batches:
+                if batch.num_rows:
+                    writer.write(batch)
+            return writer.complete()
     except BaseException:
         # A failed attempt leaves no files behind; the retry writes its own.
         writer.abort()
