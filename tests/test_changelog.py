@@ -401,6 +401,71 @@ def test_a_key_moved_to_another_partition_is_one_net_update_in_the_stream_tasks_
     ]
 
 
+def _overwrite_as_one_snapshot(table: Any, partition: str, rows: pa.Table) -> None:
+    """One copy-on-write snapshot, as Spark's MERGE makes it: a partition's files replaced, and new files (of any
+    partition) added, in one overwrite (pyiceberg's own overwrite commits a delete and an append apart)."""
+    from pyiceberg.expressions import EqualTo
+    from pyiceberg.io.pyarrow import _dataframe_to_data_files
+
+    replaced = [task.file for task in table.scan(row_filter=EqualTo("v", partition)).plan_files()]
+    with table.transaction() as transaction:
+        added = _dataframe_to_data_files(table_metadata=transaction.table_metadata, df=rows, io=table.io)
+        with transaction.update_snapshot().overwrite() as overwrite:
+            for file in replaced:
+                overwrite.delete_data_file(file)
+            for file in added:
+                overwrite.append_data_file(file)
+
+
+def test_a_key_moved_to_another_partition_by_one_snapshot_is_one_update_in_every_read(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    """Another engine's copy-on-write snapshot moves keys 1 and 4 out of partition p1 (to a partition sorting
+    before it and one after) and inserts key 20 elsewhere: two updates and an insert, in ``icesink.changes`` and
+    in the change stream's tasks alike. Read per partition, each move was a delete and an insert of the same
+    ordinal, which a table fed by the changelog applied in partition order: key 1 was lost there."""
+    from icesink.changelog.plan import Planner
+    from icesink.changelog.tasks import ChangeTask, group_parts, keys_stay_in_partitions, task_changes
+
+    table = create(sqlite_catalog, partition_by=("v",))
+    schema = table.schema().as_arrow()
+    table.append(pa.Table.from_pylist([{"id": k, "v": f"p{k % 3}"} for k in range(6)], schema=schema))
+    start = snapshots(sqlite_catalog)[-1].snapshot_id
+    moved = [{"id": 1, "v": "p0"}, {"id": 4, "v": "p7"}, {"id": 20, "v": "p2"}]
+    _overwrite_as_one_snapshot(table, "p1", pa.Table.from_pylist(moved, schema=schema))
+    table = open_catalog(sqlite_catalog).load_table(TABLE)
+    assert len(table.snapshots()) == 2  # one snapshot made every change
+
+    def kinds(changes: pa.Table) -> list[tuple[str, int, str]]:
+        return sorted(zip(*(changes.column(c).to_pylist() for c in ("_change_type", "id", "v")), strict=True))
+
+    expected = [
+        ("insert", 20, "p2"),
+        ("update_after", 1, "p0"),
+        ("update_after", 4, "p7"),
+        ("update_before", 1, "p1"),
+        ("update_before", 4, "p1"),
+    ]
+    changes = icesink.changes(TABLE, start, catalog=sqlite_catalog)
+    assert kinds(changes) == expected
+    assert kinds(icesink.changes(TABLE, start, net_changes=True, catalog=sqlite_catalog)) == expected
+    ordered = list(zip(changes.column("_change_type").to_pylist(), changes.column("id").to_pylist(), strict=True))
+    for key in (1, 4):  # what a table fed by the changelog applies: the update_after last
+        assert [kind for kind, k in ordered if k == key] == ["update_before", "update_after"]
+
+    planner = Planner(table)
+    parts = [p for s in planner.snapshots(start, table.current_snapshot().snapshot_id) for p in planner.changes(s)]
+    assert len(parts) == 4  # the snapshot's partitions p0, p1, p2 and p7
+    assert not keys_stay_in_partitions(table)
+    groups = group_parts(parts, False, tasks=4, keys_stay=False)
+    assert groups == [parts]  # the snapshot removes rows: its partitions are read by one task
+    assert len(group_parts(parts, False, tasks=4, keys_stay=True)) > 1
+    task = ChangeTask(
+        table.metadata_location, tuple(table.io.properties.items()), table.schema(), tuple(parts), "changelog", False
+    )
+    assert kinds(pa.concat_tables(task_changes(task))) == expected
+
+
 def test_tasks_follow_the_distinct_rows_read_not_the_snapshots() -> None:
     """Twenty upsert snapshots changing the same 1,000,000 rows make as many tasks as cores, not twenty; twenty
     appends of 200,000 rows each make tasks of about ROWS_PER_TASK rows; the order of the parts is kept."""

@@ -33,6 +33,7 @@ from icesink.changelog.change_columns import (
     KeyPaths,
 )
 from icesink.changelog.net import net, without_passing_rows
+from icesink.changelog.plan import by_snapshot
 from icesink.changelog.reach import unreached
 from icesink.changelog.same_rows import joinable, same_rows
 from icesink.iceberg.deletes import EqualityDeletes, PartitionKey, comparable_keys
@@ -362,17 +363,26 @@ def change_pieces(
     def marked(rows: pa.Table, part: SnapshotChanges) -> pa.Table:
         return _watermarked(rows, part) if with_watermark else rows
 
-    for part in parts:
-        if mode == "append" and not part.added:
+    for snapshot in by_snapshot(parts):
+        if keys and mode != "append" and len(snapshot) > 1 and any(p.removes_rows for p in snapshot):
+            # A key moved from one partition to another: its delete and its insert are one update. Pairs are
+            # made across the snapshot's partitions (a key that stays in its partition pairs the same way).
+            read = [deleted_and_inserted(reader, part) for part in snapshot]
+            deleted = pa.concat_tables([d for d, _ in read], promote_options="permissive")
+            inserted = pa.concat_tables([i for _, i in read], promote_options="permissive")
+            yield marked(changelog(deleted, inserted, keys, snapshot[0], paths), snapshot[0])
             continue
-        if not part.equality_after and (mode == "append" or not (part.changed or part.equality_before)):
-            for added in part.added:
-                for batch in [] if reader.all_deleted(added) else reader.new_rows(added):
-                    rows = pa.Table.from_batches([batch]).select(reader.columns)
-                    yield marked(rows if mode == "append" else _labelled(rows, INSERT, part), part)
-            continue
-        deleted, inserted = deleted_and_inserted(reader, part)
-        yield marked(inserted if mode == "append" else changelog(deleted, inserted, keys, part, paths), part)
+        for part in snapshot:
+            if mode == "append" and not part.added:
+                continue
+            if not part.equality_after and (mode == "append" or not part.removes_rows):
+                for added in part.added:
+                    for batch in [] if reader.all_deleted(added) else reader.new_rows(added):
+                        rows = pa.Table.from_batches([batch]).select(reader.columns)
+                        yield marked(rows if mode == "append" else _labelled(rows, INSERT, part), part)
+                continue
+            deleted, inserted = deleted_and_inserted(reader, part)
+            yield marked(inserted if mode == "append" else changelog(deleted, inserted, keys, part, paths), part)
 
 
 def _key_paths(schema: Schema, keys: list[str]) -> KeyPaths:

@@ -9,6 +9,7 @@ catalog, no database on executors).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -69,6 +70,11 @@ class SnapshotChanges:
     @property
     def files(self) -> int:
         return len(self.changed) + len(self.added)
+
+    @property
+    def removes_rows(self) -> bool:
+        """Whether the part may delete rows (it changes files, or equality deletes apply to it)."""
+        return bool(self.changed or self.equality_before or self.equality_after)
 
     @property
     def rows(self) -> int:
@@ -225,3 +231,15 @@ class Planner:
     def _equality(self, files: PlannedScan, scope: PartitionKey) -> tuple[PlannedDelete, ...]:
         """The equality deletes that can reach a partition: its own and the unpartitioned ones."""
         return tuple(e for e in files.equality_deletes if partition_scope(self.table, e.file) in (GLOBAL, scope))
+
+
+def by_snapshot(parts: Sequence[SnapshotChanges]) -> Iterator[list[SnapshotChanges]]:
+    """The parts in runs of one snapshot each (the planner gives a snapshot's partitions one after another)."""
+    run: list[SnapshotChanges] = []
+    for part in parts:
+        if run and part.commit.snapshot_id != run[0].commit.snapshot_id:
+            yield run
+            run = []
+        run.append(part)
+    if run:
+        yield run

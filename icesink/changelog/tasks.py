@@ -51,7 +51,8 @@ def group_parts(
 
     Net changes need every change of a key in one task: each partition's in one task when ``keys_stay`` in their
     partitions (:func:`keys_stay_in_partitions`), all in one task when a key may move from one to another (its
-    delete in one partition and its insert in another are one update).
+    delete in one partition and its insert in another are one update). For the same reason a snapshot that
+    removes rows of a table whose keys may move is read whole by one task.
 
     Snapshots of a keyed table change rows of the same files over and over, and a task reads each file it
     touches once (a worker keeps the row groups it decoded), so the number of tasks follows the distinct rows
@@ -71,17 +72,33 @@ def group_parts(
     distinct: dict[str, int] = {}
     for part in parts:
         distinct.update(part.data_files)
+    units = _units(parts, keys_stay)
     wanted = max(tasks if tasks is not None else os.cpu_count() or 1, -(-sum(distinct.values()) // ROWS_PER_TASK))
-    count = min(wanted, len(parts))
+    count = min(wanted, len(units))
     total = sum(part.rows for part in parts)
     groups: list[list[SnapshotChanges]] = [[] for _ in range(count)]
     done = 0
-    for index, part in enumerate(parts):
-        # The group whose share of the rows (or of the parts, when none has rows) the part's middle falls in.
-        share = (done + part.rows / 2) / total if total else (index + 0.5) / len(parts)
-        groups[min(count - 1, int(share * count))].append(part)
-        done += part.rows
+    for index, unit in enumerate(units):
+        # The group whose share of the rows (or of the units, when none has rows) the unit's middle falls in.
+        rows = sum(part.rows for part in unit)
+        share = (done + rows / 2) / total if total else (index + 0.5) / len(units)
+        groups[min(count - 1, int(share * count))].extend(unit)
+        done += rows
     return [group for group in groups if group]
+
+
+def _units(parts: list[SnapshotChanges], keys_stay: bool) -> list[list[SnapshotChanges]]:
+    """The parts that must be read in one task: a snapshot's partitions together where it removes rows and a key
+    may have moved between them (its delete in one and its insert in another are one update), else each alone."""
+    from icesink.changelog.plan import by_snapshot
+
+    units: list[list[SnapshotChanges]] = []
+    for snapshot in by_snapshot(parts):
+        if not keys_stay and any(part.removes_rows for part in snapshot):
+            units.append(snapshot)
+        else:
+            units.extend([part] for part in snapshot)
+    return units
 
 
 def task_changes(task: ChangeTask) -> Iterator[pa.Table]:
