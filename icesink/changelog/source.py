@@ -45,6 +45,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from icesink.changelog.offsets import offset, offset_snapshot
+from icesink.changelog.stream_schema import refuse_later_schemas
 from icesink.changelog.tasks import ChangeTask, conformed, group_parts, keys_stay_in_partitions, task_changes
 from icesink.errors import ConfigError
 from icesink.iceberg.expired_history import history_cut
@@ -328,6 +329,7 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return []
         table = self._refresh()
         snapshots = self._planner.snapshots(None if first == BEFORE_FIRST else first, last)
+        refuse_later_schemas(self._options.table, self._schema, table, snapshots)
         parts: list[SnapshotChanges] = []
         if first == BEFORE_FIRST and snapshots:
             parts += self._planner.state(snapshots[0])  # from the oldest snapshot kept: its rows, as inserts

@@ -23,6 +23,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from icesink.changelog.source import BEFORE_FIRST
+from icesink.changelog.stream_schema import refuse_later_schemas
 from icesink.changelog.tasks import ChangeTask, conformed, group_parts, keys_stay_in_partitions, task_changes
 from icesink.errors import ConfigError, StartingSnapshotExpiredError
 
@@ -222,6 +223,7 @@ class TablesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             planner = self._planner(name, table)
             snapshots = planner.snapshots(None if begin == BEFORE_FIRST else begin, stop)
+            refuse_later_schemas(name, self._schemas[name], table, snapshots)
             parts = []
             if begin == BEFORE_FIRST and snapshots:
                 parts += planner.state(snapshots[0])  # from the oldest snapshot kept: its rows, as inserts

@@ -285,3 +285,20 @@ def schema_changes(table: Table, base_snapshot_id: int | None, snapshot_id: int,
         elif new.required:
             problems.append(f"column {name!r} was added as a required column")
     return problems
+
+
+def columns_beyond(started: Schema, later: Schema) -> list[str]:
+    """What ``later`` holds that a reader fixed to ``started`` would lose: columns (at any depth) it lacks, and
+    columns whose type was promoted since (their values may not fit the old type)."""
+    from pyiceberg.schema import index_by_id, index_name_by_id
+
+    known, names = index_by_id(started), index_name_by_id(later)
+    beyond = []
+    for field_id, field in index_by_id(later).items():
+        before = known.get(field_id)
+        name = names.get(field_id, field.name)
+        if before is None:
+            beyond.append(f"column {name!r} was added")
+        elif field.field_type.is_primitive and before.field_type.is_primitive and field.field_type != before.field_type:
+            beyond.append(f"column {name!r} changed type from {before.field_type} to {field.field_type}")
+    return beyond
