@@ -122,6 +122,12 @@ def test_a_restart_after_the_last_read_snapshot_expired_stops_with_the_reason(
         collect(spark, sqlite_catalog, tmp_path / "ckpt")
     message = str(raised.value)
     assert f"snapshot {read_up_to}" in message and "history.expire.max-snapshot-age-ms" in message
+    # Raised in Spark's Python process for the source, not in the driver's: rebuilt from Spark's text.
+    from icesink.errors import StartingSnapshotExpiredError
+
+    error = icesink.error_of(raised.value)
+    assert isinstance(error, StartingSnapshotExpiredError)
+    assert f"snapshot {read_up_to}" in str(error)
 
 
 def first_offset(config: CatalogConfig, table: str, moment: datetime.datetime) -> int:

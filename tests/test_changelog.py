@@ -223,6 +223,14 @@ def test_bad_ranges_and_options_are_named(sqlite_catalog: CatalogConfig) -> None
     history(sqlite_catalog, 2, seed=1)
     with pytest.raises(SnapshotNotFoundError, match="has no snapshot 12345"):
         icesink.changes(TABLE, 12345, catalog=sqlite_catalog)
+    first = snapshots(sqlite_catalog)[0].snapshot_id  # as text, as `icesink snapshots list` shows it
+    by_text = icesink.changes(
+        TABLE, f" {first}", str(snapshots(sqlite_catalog)[-1].snapshot_id), catalog=sqlite_catalog
+    )
+    assert by_text.equals(icesink.changes(TABLE, first, catalog=sqlite_catalog))
+    for wrong in (1.5, True, "first"):
+        with pytest.raises(ConfigError, match=f"start_snapshot={wrong!r} is not a snapshot id"):
+            icesink.changes(TABLE, wrong, catalog=sqlite_catalog)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="mode must be one of"):
         icesink.changes(TABLE, None, mode="diff", catalog=sqlite_catalog)
     catalog = open_catalog(sqlite_catalog)

@@ -129,14 +129,17 @@ class _Context:
 
 
 class _Query:
-    def __init__(self, query_id: str, run_id: str) -> None:
-        self.id, self.runId = query_id, run_id
+    def __init__(self, query_id: str, run_id: str, failure: Exception | None = None) -> None:
+        self.id, self.runId, self._failure = query_id, run_id, failure
+
+    def exception(self) -> Exception | None:  # Spark's: what stopped the query, None while it runs
+        return self._failure
 
 
 def _spark_text(query_id: str, run_id: str, error: Exception) -> Exception:
     """What Spark raises for a failed micro-batch: text only (its first line, and the traceback's last)."""
     return RuntimeError(
-        f"[STREAM_FAILED] Query [id = {query_id}, runId = {run_id}] terminated with exception: ...\\n"
+        f"[STREAM_FAILED] Query [id = {query_id}, runId = {run_id}] terminated with exception: ...\n"
         f"{type(error).__module__}.{type(error).__name__}: {error}"
     )
 
@@ -149,9 +152,17 @@ def test_the_error_that_stopped_a_query_is_given_back_for_its_run_only() -> None
     assert error_of(_spark_text(query_id, first_run, error)) is error
     assert error_of(_Query(query_id, first_run)) is error
     assert error_of(_Query(query_id, second_run)) is None  # restarted since: that run did not fail
-    assert error_of(_spark_text(other, first_run, error)) is None  # another query
     assert error_of(RuntimeError("no query named")) is None
     assert error_of("not an exception") is None
+    spark_failure = RuntimeError(f"[STREAM_FAILED] Query [id = {query_id}, runId = {second_run}] terminated: ...")
+    assert error_of(_Query(query_id, second_run, spark_failure)) is None  # Spark's own failure, not icesink's
+
+    # Raised in another process (a change stream's planning runs in Spark's Python worker): rebuilt from the text.
+    elsewhere = error_of(_spark_text(other, first_run, error))
+    assert isinstance(elsewhere, SchemaMismatchError) and elsewhere is not error
+    assert (str(elsewhere), elsewhere.checkpoint_id) == (str(error), None)
+    rebuilt = error_of(_Query(other, first_run, _spark_text(other, first_run, error)))
+    assert isinstance(rebuilt, SchemaMismatchError) and str(rebuilt) == str(error)
 
     later = ConfigError("table shop.orders ü: ...").located(TABLE, 9, "job ü")
     record_raised(_Context(query_id, second_run), later)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from icesink.changelog.modes import check_mode
+from icesink.errors import ConfigError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -52,6 +53,8 @@ def changes(
     identifier = ".".join(table.name())
     check_mode(identifier, mode, net_changes, table)
     metadata = table.metadata
+    start_snapshot = _snapshot_id(identifier, "start_snapshot", start_snapshot)
+    end_snapshot = _snapshot_id(identifier, "end_snapshot", end_snapshot)
     for name, snapshot_id in (("start", start_snapshot), ("end", end_snapshot)):
         if snapshot_id is not None and metadata.snapshot_by_id(snapshot_id) is None:
             raise SnapshotNotFoundError(
@@ -74,10 +77,20 @@ def changes(
     return changed
 
 
+def _snapshot_id(identifier: str, name: str, value: object) -> int | None:
+    """A snapshot id as given: an int, or its digits as text (as ``read_stream``'s ``starting`` takes them)."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    raise ConfigError(
+        f"table {identifier}: {name}={value!r} is not a snapshot id (an int; `icesink snapshots list {identifier}` "
+        "lists them)"
+    )
+
+
 def _head_id(table: Table, identifier: str, branch: str | None) -> int | None:
     """The head of ``branch`` (main's current snapshot without one); a clear error for a branch the table lacks."""
-    from icesink.errors import ConfigError
-
     metadata = table.metadata
     head = metadata.current_snapshot() if branch is None else metadata.snapshot_by_name(branch)
     if branch is not None and (head is None or branch not in metadata.refs):

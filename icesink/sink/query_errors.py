@@ -14,6 +14,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from icesink.errors import IcesinkError
+from icesink.sink.executor_errors import icesink_error_in
 
 if TYPE_CHECKING:
     from pyspark import SparkContext
@@ -61,14 +62,17 @@ def error_of(failure: Any) -> IcesinkError | None:
             if error is not None and error.transient:
                 ...  # start the stream again
 
-    None when the query did not stop on an error of icesink's (Spark's own failure, a bug), or did not run in this
-    Python process: the error is kept by the process whose driver ran the micro-batch. Each run of a query (a
-    restart from the same checkpoint location is a new run) keeps its own: a query object gives its latest run's,
-    an exception the run it names.
+    Each run of a query (a restart from the same checkpoint location is a new run) keeps its own: a query object
+    gives its latest run's, an exception the run it names. An error raised outside the driver's own Python
+    process (a change stream's source planning in Spark's Python worker, say) is rebuilt from Spark's text: its
+    class and message, with ``table`` where a task named it and no checkpoint or job. None when the query did
+    not stop on an error of icesink's (Spark's own failure, a bug).
     """
 
     if _is_query(failure):
-        return _kept(str(failure.id), str(failure.runId))
+        kept = _kept(str(failure.id), str(failure.runId))
+        stopped = failure.exception() if kept is None else None
+        return kept if stopped is None else icesink_error_in(stopped)
     if not isinstance(failure, BaseException):
         return None
     seen: set[int] = set()
@@ -78,7 +82,7 @@ def error_of(failure: Any) -> IcesinkError | None:
             return cause
         named = _QUERY.search(str(cause))
         if named is not None:
-            return _kept(named.group(1), named.group(2))
+            return _kept(named.group(1), named.group(2)) or icesink_error_in(cause)
         seen.add(id(cause))
         cause = cause.__cause__ or cause.__context__
     return None
