@@ -201,6 +201,39 @@ def test_a_running_change_stream_stops_at_a_schema_its_columns_cannot_hold_and_a
     assert [(r["id"], r["n"], r.get("note ü")) for r in rows] == [(2, row["n"], row.get("note ü"))]
 
 
+def test_a_change_stream_started_after_a_column_was_dropped_or_widened_reads_the_older_snapshots(
+    sqlite_catalog: CatalogConfig,
+) -> None:
+    """Snapshots written before the stream started, with a column dropped since or a type narrower than now, are
+    no schema the stream cannot hold: read from the start, they read as the columns are now."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import IntegerType, NestedField
+
+    from icesink.changelog.source import ChangelogStreamReader, ReadOptions, spark_schema
+
+    catalog = open_catalog(sqlite_catalog)
+    catalog.create_namespace_if_not_exists("shop")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "n", IntegerType()),
+        NestedField(3, "gone", StringType()),
+    )
+    table = catalog.create_table("shop.older", schema)
+    table.append(pa.Table.from_pylist([{"id": 1, "n": 1, "gone": "x"}], schema=table.schema().as_arrow()))
+    with table.update_schema() as update:
+        update.delete_column("gone")
+        update.update_column("n", LongType())
+    table = catalog.load_table("shop.older")
+    table.append(pa.Table.from_pylist([{"id": 2, "n": 2**40}], schema=table.schema().as_arrow()))
+    where = {"catalog.name": sqlite_catalog.name, "catalog.uri": sqlite_catalog.uri}
+    options = ReadOptions.of({**where, "catalog.warehouse": sqlite_catalog.warehouse, "table": "shop.older"})
+    reader = ChangelogStreamReader(options, spark_schema(options.load().schema(), options.mode))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    rows = [r for task in reader.partitions(start, end) for batch in reader.read(task) for r in batch.to_pylist()]
+    assert sorted((r["id"], r["n"], "gone" in r) for r in rows) == [(1, 1, False), (2, 2**40, False)]
+
+
 def test_a_start_time_older_than_the_kept_history_is_refused_not_read_as_inserts(sqlite_catalog: CatalogConfig) -> None:
     """Snapshots expired: a time before the oldest one kept cannot tell what changed since (its rows were there
     before or came after?); the reader stops with the times it could start at, before Spark logs an offset."""

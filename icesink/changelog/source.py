@@ -45,7 +45,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from icesink.changelog.offsets import offset, offset_snapshot
-from icesink.changelog.stream_schema import refuse_later_schemas
+from icesink.changelog.stream_schema import StartedColumns, refuse_later_schemas
 from icesink.changelog.tasks import ChangeTask, conformed, group_parts, keys_stay_in_partitions, task_changes
 from icesink.errors import ConfigError
 from icesink.iceberg.expired_history import history_cut
@@ -173,7 +173,8 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._declared = schema
         self._ceiling: int | None = None  # AvailableNow: no offset past the head as of the query's start
         self._state: tuple[Table, Planner] | None = None
-        self._schema = self._table.schema()  # the one the declared columns come from
+        self._started = StartedColumns.of(self._table)
+        self._schema = self._started.schema  # the one the declared columns come from
 
     def __getstate__(self) -> dict[str, Any]:
         # Spark ships the reader to executors for read(): the catalog (and its database engine) stays here.
@@ -329,7 +330,7 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             return []
         table = self._refresh()
         snapshots = self._planner.snapshots(None if first == BEFORE_FIRST else first, last)
-        refuse_later_schemas(self._options.table, self._schema, table, snapshots)
+        refuse_later_schemas(self._options.table, self._started, table, snapshots)
         parts: list[SnapshotChanges] = []
         if first == BEFORE_FIRST and snapshots:
             parts += self._planner.state(snapshots[0])  # from the oldest snapshot kept: its rows, as inserts

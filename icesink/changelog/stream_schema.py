@@ -10,6 +10,7 @@ and a restart reads it, from the same offsets, with the table's new schema.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from icesink.errors import SchemaMismatchError
@@ -21,15 +22,27 @@ if TYPE_CHECKING:
     from pyiceberg.table.snapshots import Snapshot
 
 
-def refuse_later_schemas(identifier: str, started: Schema, table: Table, snapshots: Sequence[Snapshot]) -> None:
+@dataclass(frozen=True)
+class StartedColumns:
+    """The columns a stream started with: the table's schema then, and the highest column id it had assigned."""
+
+    schema: Schema
+    last_column_id: int
+
+    @classmethod
+    def of(cls, table: Table) -> StartedColumns:
+        return cls(table.schema(), table.metadata.last_column_id)
+
+
+def refuse_later_schemas(identifier: str, started: StartedColumns, table: Table, snapshots: Sequence[Snapshot]) -> None:
     """Raise when a snapshot of the micro-batch was written with a schema the stream's columns cannot hold."""
-    judged = {started.schema_id}
+    judged = {started.schema.schema_id}
     for snapshot in snapshots:
         if snapshot.schema_id is None or snapshot.schema_id in judged:
             continue
         judged.add(snapshot.schema_id)
         later = schema_by_id(table, snapshot.schema_id)
-        beyond = columns_beyond(started, later) if later is not None else []
+        beyond = columns_beyond(started.schema, started.last_column_id, later) if later is not None else []
         if beyond:
             raise SchemaMismatchError(
                 f"table {identifier}: snapshot {snapshot.snapshot_id} was written after this stream started, with "

@@ -23,7 +23,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from icesink.changelog.source import BEFORE_FIRST
-from icesink.changelog.stream_schema import refuse_later_schemas
+from icesink.changelog.stream_schema import StartedColumns, refuse_later_schemas
 from icesink.changelog.tasks import ChangeTask, conformed, group_parts, keys_stay_in_partitions, task_changes
 from icesink.errors import ConfigError, StartingSnapshotExpiredError
 
@@ -156,7 +156,8 @@ class TablesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._handle: SqlCatalog | None = None
         self._uuids: dict[str, str] = {}  # each table's uuid as the query started: checked on every cut
         at_start = self._cut()
-        self._schemas = {name: table.schema() for name, table in at_start.items()}
+        self._started = {name: StartedColumns.of(table) for name, table in at_start.items()}
+        self._schemas = {name: started.schema for name, started in self._started.items()}
         self._uuids = {name: str(table.metadata.table_uuid) for name, table in at_start.items()}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -223,7 +224,7 @@ class TablesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             planner = self._planner(name, table)
             snapshots = planner.snapshots(None if begin == BEFORE_FIRST else begin, stop)
-            refuse_later_schemas(name, self._schemas[name], table, snapshots)
+            refuse_later_schemas(name, self._started[name], table, snapshots)
             parts = []
             if begin == BEFORE_FIRST and snapshots:
                 parts += planner.state(snapshots[0])  # from the oldest snapshot kept: its rows, as inserts

@@ -287,9 +287,10 @@ def schema_changes(table: Table, base_snapshot_id: int | None, snapshot_id: int,
     return problems
 
 
-def columns_beyond(started: Schema, later: Schema) -> list[str]:
-    """What ``later`` holds that a reader fixed to ``started`` would lose: columns (at any depth) it lacks, and
-    columns whose type was promoted since (their values may not fit the old type)."""
+def columns_beyond(started: Schema, last_column_id: int, later: Schema) -> list[str]:
+    """What ``later`` holds that a reader fixed to ``started`` would lose: columns (at any depth) added since (an
+    id past ``last_column_id``, the table's when ``started`` was current), and columns whose type was promoted
+    since (their values may not fit the old type). Columns dropped before, in older schemas, are none of these."""
     from pyiceberg.schema import index_by_id, index_name_by_id
 
     known, names = index_by_id(started), index_name_by_id(later)
@@ -297,8 +298,8 @@ def columns_beyond(started: Schema, later: Schema) -> list[str]:
     for field_id, field in index_by_id(later).items():
         before = known.get(field_id)
         name = names.get(field_id, field.name)
-        if before is None:
+        if field_id > last_column_id:
             beyond.append(f"column {name!r} was added")
-        elif field.field_type.is_primitive and before.field_type.is_primitive and field.field_type != before.field_type:
+        elif before is not None and can_promote(before.field_type, field.field_type):
             beyond.append(f"column {name!r} changed type from {before.field_type} to {field.field_type}")
     return beyond
