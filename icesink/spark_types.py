@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 from icesink.errors import UnsupportedTableError
 
 if TYPE_CHECKING:
+    from pyiceberg.schema import Schema
     from pyiceberg.types import IcebergType
-    from pyspark.sql.types import DataType
+    from pyspark.sql.types import DataType, StructField
 
 
 class FieldIds:
@@ -113,3 +114,10 @@ def spark_type_of(iceberg: IcebergType) -> DataType:
         it.FixedType: st.BinaryType(),
     }
     return mapping[type(iceberg)]
+
+
+def spark_columns(schema: Schema) -> list[StructField]:
+    """A table's columns as a DataFrame of it declares them (a required column is not nullable)."""
+    from pyspark.sql.types import StructField
+
+    return [StructField(f.name, spark_type_of(f.field_type), not f.required) for f in schema.fields]

@@ -145,17 +145,19 @@ def first_offset(config: CatalogConfig, table: str, moment: datetime.datetime) -
     [
         (lambda schema: schema.add_column("note ü", StringType()), "column 'note ü' was added"),
         (lambda schema: schema.update_column("n", LongType()), "column 'n' changed type from int to long"),
+        (lambda schema: schema.make_column_optional("k"), "column 'k' was made optional"),
     ],
-    ids=["column added", "type promoted"],
+    ids=["column added", "type promoted", "made optional"],
 )
 @pytest.mark.parametrize("several", [False, True], ids=["one table", "several tables"])
-def test_a_running_change_stream_stops_at_a_schema_its_columns_cannot_hold_and_a_restart_reads_it(
+def test_a_running_change_stream_stops_at_a_schema_its_columns_cannot_hold_and_a_new_dataframe_reads_it(
     sqlite_catalog: CatalogConfig, change: Any, said: str, several: bool
 ) -> None:
-    """Another tool adds a column (or widens one) while the stream runs: read into the columns Spark fixed at the
-    start, the new values would be left out until a restart, which reads only later changes (and a promoted
-    column's values failed inside pyiceberg). The micro-batch stops before anything is read; a restart, from the
-    same offsets, reads it whole. Driven as Spark drives the readers, planning on the driver."""
+    """Another tool adds a column (widens one, makes one optional) while the stream runs: read into the columns
+    Spark fixed when the DataFrame was made, the new values would be left out until a restart, which reads only
+    later changes (a promoted column's values failed inside pyiceberg; a null reached a column declared not
+    nullable). The micro-batch stops before anything is read, and again when the query is restarted from the same
+    DataFrame; one made anew reads it whole, from the same offsets. Driven as Spark drives the readers."""
     from pyiceberg.schema import Schema
     from pyiceberg.types import IntegerType, NestedField
 
@@ -166,39 +168,55 @@ def test_a_running_change_stream_stops_at_a_schema_its_columns_cannot_hold_and_a
     identifier = "shop.evolving %ü"
     catalog = open_catalog(sqlite_catalog)
     catalog.create_namespace_if_not_exists("shop")
-    schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "n", IntegerType()))
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "n", IntegerType()),
+        NestedField(3, "k", LongType(), required=True),
+    )
     table = catalog.create_table(identifier, schema)
-    table.append(pa.Table.from_pylist([{"id": 1, "n": 1}], schema=table.schema().as_arrow()))
+    table.append(pa.Table.from_pylist([{"id": 1, "n": 1, "k": 1}], schema=table.schema().as_arrow()))
     where = {"catalog.name": sqlite_catalog.name, "catalog.uri": sqlite_catalog.uri}
     where["catalog.warehouse"] = sqlite_catalog.warehouse
 
-    def reader() -> Any:
+    def dataframe() -> tuple[Any, Any]:
+        """The options and columns icesink.read_stream gives a DataFrame made now."""
         if several:
             many = TablesReadOptions.of({**where, "tables": json.dumps([identifier])})
-            return TablesStreamReader(many, tables_schema(many))
+            return many, tables_schema(many)
         one = ReadOptions.of({**where, "table": identifier})
-        return ChangelogStreamReader(one, spark_schema(one.load().schema(), one.mode))
+        return one, spark_schema(one.load().schema(), one.mode)
 
-    running = reader()
+    def reader(made: tuple[Any, Any]) -> Any:  # what Spark makes at each start of the query
+        return TablesStreamReader(*made) if several else ChangelogStreamReader(*made)
+
+    made_before = dataframe()
+    running = reader(made_before)
     start = running.initialOffset()
     first = running.latestOffset(start, running.getDefaultReadLimit())
     assert running.partitions(start, first)  # the rows from before the change
     with table.update_schema() as update:
         change(update)
     table = catalog.load_table(identifier)
-    row = {"id": 2, "n": 2**40 if "long" in said else 2, **({"note ü": "x"} if "added" in said else {})}
-    table.append(pa.Table.from_pylist([row], schema=table.schema().as_arrow()))
+    row = {"id": 2, "n": 2**40 if "long" in said else 2, "k": None if "optional" in said else 2}
+    table.append(
+        pa.Table.from_pylist(
+            [{**row, **({"note ü": "x"} if "added" in said else {})}], schema=table.schema().as_arrow()
+        )
+    )
     second = running.latestOffset(first, running.getDefaultReadLimit())
-    with pytest.raises(SchemaMismatchError) as raised:
-        running.partitions(first, second)
-    assert raised.value.table == identifier
-    assert said in str(raised.value) and "start the stream again" in str(raised.value)
-    again = reader()  # a restart: the same offsets, the table's schema now
+    for stopped in (running, reader(made_before)):  # running, then restarted from the same DataFrame
+        with pytest.raises(SchemaMismatchError) as raised:
+            stopped.partitions(first, second)
+        assert raised.value.table == identifier
+        assert said in str(raised.value) and "a DataFrame made anew with icesink.read_stream" in str(raised.value)
+    again = reader(dataframe())  # a DataFrame made anew: the same offsets, the table's schema now
     tasks = again.partitions(first, second)
     rows = [r for task in tasks for batch in again.read(task) for r in batch.to_pylist()]
     if several:
         rows = [r[identifier] for r in rows]
-    assert [(r["id"], r["n"], r.get("note ü")) for r in rows] == [(2, row["n"], row.get("note ü"))]
+    assert [(r["id"], r["n"], r["k"], r.get("note ü")) for r in rows] == [
+        (2, row["n"], row["k"], "x" if "added" in said else None)
+    ]
 
 
 def test_a_change_stream_started_after_a_column_was_dropped_or_widened_reads_the_older_snapshots(

@@ -228,7 +228,8 @@ def test_bad_ranges_and_options_are_named(sqlite_catalog: CatalogConfig) -> None
         TABLE, f" {first}", str(snapshots(sqlite_catalog)[-1].snapshot_id), catalog=sqlite_catalog
     )
     assert by_text.equals(icesink.changes(TABLE, first, catalog=sqlite_catalog))
-    for wrong in (1.5, True, "first"):
+    assert icesink.changes(TABLE, np.int64(first), catalog=sqlite_catalog).equals(by_text)  # a changelog's value
+    for wrong in (1.5, True, "first", "²", "--5"):
         with pytest.raises(ConfigError, match=f"start_snapshot={wrong!r} is not a snapshot id"):
             icesink.changes(TABLE, wrong, catalog=sqlite_catalog)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="mode must be one of"):
@@ -433,7 +434,13 @@ def test_a_key_moved_to_another_partition_by_one_snapshot_is_one_update_in_every
     in the change stream's tasks alike. Read per partition, each move was a delete and an insert of the same
     ordinal, which a table fed by the changelog applied in partition order: key 1 was lost there."""
     from icesink.changelog.plan import Planner
-    from icesink.changelog.tasks import ChangeTask, group_parts, keys_stay_in_partitions, task_changes
+    from icesink.changelog.tasks import (
+        ChangeTask,
+        group_parts,
+        keys_stay_in_partitions,
+        pairs_across_partitions,
+        task_changes,
+    )
 
     table = create(sqlite_catalog, partition_by=("v",))
     schema = table.schema().as_arrow()
@@ -465,9 +472,12 @@ def test_a_key_moved_to_another_partition_by_one_snapshot_is_one_update_in_every
     parts = [p for s in planner.snapshots(start, table.current_snapshot().snapshot_id) for p in planner.changes(s)]
     assert len(parts) == 4  # the snapshot's partitions p0, p1, p2 and p7
     assert not keys_stay_in_partitions(table)
-    groups = group_parts(parts, False, tasks=4, keys_stay=False)
-    assert groups == [parts]  # the snapshot removes rows: its partitions are read by one task
-    assert len(group_parts(parts, False, tasks=4, keys_stay=True)) > 1
+    assert pairs_across_partitions(table, "changelog") and not pairs_across_partitions(table, "append")
+    groups = group_parts(parts, False, tasks=4, pair_across=True)
+    assert groups == [parts]  # the snapshot deletes rows: its partitions are read by one task
+    assert len(group_parts(parts, False, tasks=4)) > 1  # appends, or keys that stay: a task per share, as before
+    initial = planner.state(table.current_snapshot())  # a read from the start: the state, deleting nothing
+    assert len(initial) > 1 and len(group_parts(initial, False, tasks=4, pair_across=True)) > 1
     task = ChangeTask(
         table.metadata_location, tuple(table.io.properties.items()), table.schema(), tuple(parts), "changelog", False
     )

@@ -364,7 +364,7 @@ def change_pieces(
         return _watermarked(rows, part) if with_watermark else rows
 
     for snapshot in by_snapshot(parts):
-        if keys and mode != "append" and len(snapshot) > 1 and any(p.removes_rows for p in snapshot):
+        if keys and mode != "append" and len(snapshot) > 1 and any(p.deletes_rows for p in snapshot):
             # A key moved from one partition to another: its delete and its insert are one update. Pairs are
             # made across the snapshot's partitions (a key that stays in its partition pairs the same way).
             read = [deleted_and_inserted(reader, part) for part in snapshot]
@@ -375,7 +375,7 @@ def change_pieces(
         for part in snapshot:
             if mode == "append" and not part.added:
                 continue
-            if not part.equality_after and (mode == "append" or not part.removes_rows):
+            if not part.equality_after and (mode == "append" or not (part.changed or part.equality_before)):
                 for added in part.added:
                     for batch in [] if reader.all_deleted(added) else reader.new_rows(added):
                         rows = pa.Table.from_batches([batch]).select(reader.columns)

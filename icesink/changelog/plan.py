@@ -72,9 +72,10 @@ class SnapshotChanges:
         return len(self.changed) + len(self.added)
 
     @property
-    def removes_rows(self) -> bool:
-        """Whether the part may delete rows (it changes files, or equality deletes apply to it)."""
-        return bool(self.changed or self.equality_before or self.equality_after)
+    def deletes_rows(self) -> bool:
+        """Whether the snapshot deleted rows here: files it removed, or whose rows its position or equality deletes
+        reach (a part of a table's state, read from its oldest snapshot kept, deletes none)."""
+        return bool(self.changed)
 
     @property
     def rows(self) -> int:

@@ -46,7 +46,14 @@ from pyspark.sql.streaming.datasource import (
 
 from icesink.changelog.offsets import offset, offset_snapshot
 from icesink.changelog.stream_schema import StartedColumns, refuse_later_schemas
-from icesink.changelog.tasks import ChangeTask, conformed, group_parts, keys_stay_in_partitions, task_changes
+from icesink.changelog.tasks import (
+    ChangeTask,
+    conformed,
+    group_parts,
+    keys_stay_in_partitions,
+    pairs_across_partitions,
+    task_changes,
+)
 from icesink.errors import ConfigError
 from icesink.iceberg.expired_history import history_cut
 
@@ -146,13 +153,18 @@ def _flag(table: str, options: Mapping[str, str], name: str) -> bool:
     return value == "true"
 
 
+def _extra(options: ReadOptions) -> int:
+    """How many columns a change stream declares after the table's own (see :func:`spark_schema`)."""
+    return (4 if options.mode == "changelog" else 0) + (1 if options.with_watermark else 0)
+
+
 def spark_schema(schema: Schema, mode: str, with_watermark: bool = False) -> StructType:
     """The DataFrame schema of a change stream: the table's columns, then the change columns, the watermark's."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-    from icesink.spark_types import spark_type_of
+    from icesink.spark_types import spark_columns
 
-    fields = [StructField(f.name, spark_type_of(f.field_type), not f.required) for f in schema.fields]
+    fields = spark_columns(schema)
     if mode == "changelog":
         fields += [
             StructField("_change_type", StringType(), False),
@@ -173,7 +185,8 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self._declared = schema
         self._ceiling: int | None = None  # AvailableNow: no offset past the head as of the query's start
         self._state: tuple[Table, Planner] | None = None
-        self._started = StartedColumns.of(self._table)
+        # The columns of the DataFrame, made before the query started: the table's then, maybe not its now.
+        self._started = StartedColumns.declared(self._table, schema.fields[: len(schema.fields) - _extra(options)])
         self._schema = self._started.schema  # the one the declared columns come from
 
     def __getstate__(self) -> dict[str, Any]:
@@ -337,7 +350,12 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             snapshots = snapshots[1:]
         for snapshot in snapshots:
             parts += self._planner.changes(snapshot)
-        groups = group_parts(parts, self._options.net_changes, keys_stay=keys_stay_in_partitions(table))
+        groups = group_parts(
+            parts,
+            self._options.net_changes,
+            keys_stay=keys_stay_in_partitions(table),
+            pair_across=pairs_across_partitions(table, self._options.mode),
+        )
         return [InputPartition(self._task(table, group)) for group in groups]
 
     def _task(self, table: Table, parts: list[SnapshotChanges]) -> ChangeTask:

@@ -13,41 +13,53 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from icesink.errors import SchemaMismatchError
-from icesink.iceberg.schemas import columns_beyond, schema_by_id
+from icesink.errors import SchemaMismatchError, naming_table
+from icesink.iceberg.schemas import columns_beyond, field_ids, schema_by_id
+from icesink.spark_types import spark_columns
 
 if TYPE_CHECKING:
     from pyiceberg.schema import Schema
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
+    from pyspark.sql.types import StructField
 
 
 @dataclass(frozen=True)
 class StartedColumns:
-    """The columns a stream started with: the table's schema then, and the highest column id it had assigned."""
+    """The columns a stream's DataFrame was made with: the table's schema then, and every field id the table had
+    used by then (a column dropped before is no new one when an older snapshot holds it)."""
 
     schema: Schema
-    last_column_id: int
+    known_ids: frozenset[int]
 
     @classmethod
-    def of(cls, table: Table) -> StartedColumns:
-        return cls(table.schema(), table.metadata.last_column_id)
+    def declared(cls, table: Table, columns: Sequence[StructField]) -> StartedColumns:
+        """The table's newest schema whose columns are ``columns`` (its current one when none is)."""
+        schemas = sorted(table.metadata.schemas, key=lambda s: s.schema_id)
+        wanted = list(columns)
+        schema = next((s for s in reversed(schemas) if spark_columns(s) == wanted), table.schema())
+        known = frozenset(i for s in schemas if s.schema_id <= schema.schema_id for i in field_ids(s))
+        return cls(schema, known | field_ids(schema))
 
 
 def refuse_later_schemas(identifier: str, started: StartedColumns, table: Table, snapshots: Sequence[Snapshot]) -> None:
     """Raise when a snapshot of the micro-batch was written with a schema the stream's columns cannot hold."""
     judged = {started.schema.schema_id}
     for snapshot in snapshots:
-        if snapshot.schema_id is None or snapshot.schema_id in judged:
+        # A snapshot without a schema id (format 1, older writers) was written with the table's current schema.
+        schema_id = snapshot.schema_id if snapshot.schema_id is not None else table.metadata.current_schema_id
+        if schema_id in judged:
             continue
-        judged.add(snapshot.schema_id)
-        later = schema_by_id(table, snapshot.schema_id)
-        beyond = columns_beyond(started.schema, started.last_column_id, later) if later is not None else []
+        judged.add(schema_id)
+        later = schema_by_id(table, schema_id)
+        beyond = columns_beyond(started.schema, started.known_ids, later) if later is not None else []
         if beyond:
-            raise SchemaMismatchError(
-                f"table {identifier}: snapshot {snapshot.snapshot_id} was written after this stream started, with "
-                f"a schema its columns cannot hold ({'; '.join(beyond)}). A running stream keeps the columns it "
-                "started with. Nothing of this micro-batch was read: start the stream again (same checkpoint "
-                "location), and it reads this micro-batch with the table's new schema",
-                table=identifier,
-            )
+            with naming_table(identifier):  # for the driver, which sees this planning error as Spark's text
+                raise SchemaMismatchError(
+                    f"table {identifier}: snapshot {snapshot.snapshot_id} was written after this stream's DataFrame "
+                    f"was made, with a schema its columns cannot hold ({'; '.join(beyond)}). A DataFrame keeps the "
+                    "columns the table had when it was made. Nothing of this micro-batch was read: start the stream "
+                    "again (same checkpoint location) from a DataFrame made anew with icesink.read_stream, and it "
+                    "reads this micro-batch with the table's new schema",
+                    table=identifier,
+                )

@@ -24,7 +24,14 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from icesink.changelog.source import BEFORE_FIRST
 from icesink.changelog.stream_schema import StartedColumns, refuse_later_schemas
-from icesink.changelog.tasks import ChangeTask, conformed, group_parts, keys_stay_in_partitions, task_changes
+from icesink.changelog.tasks import (
+    ChangeTask,
+    conformed,
+    group_parts,
+    keys_stay_in_partitions,
+    pairs_across_partitions,
+    task_changes,
+)
 from icesink.errors import ConfigError, StartingSnapshotExpiredError
 
 if TYPE_CHECKING:
@@ -156,7 +163,9 @@ class TablesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._handle: SqlCatalog | None = None
         self._uuids: dict[str, str] = {}  # each table's uuid as the query started: checked on every cut
         at_start = self._cut()
-        self._started = {name: StartedColumns.of(table) for name, table in at_start.items()}
+        # Each table's columns as the DataFrame, made before the query started, declares them.
+        own = {f.name: getattr(f.dataType, "fields", []) for f in schema.fields if f.name in at_start}
+        self._started = {name: StartedColumns.declared(table, own.get(name, [])) for name, table in at_start.items()}
         self._schemas = {name: started.schema for name, started in self._started.items()}
         self._uuids = {name: str(table.metadata.table_uuid) for name, table in at_start.items()}
 
@@ -231,7 +240,12 @@ class TablesStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 snapshots = snapshots[1:]
             for snapshot in snapshots:
                 parts += planner.changes(snapshot)
-            for group in group_parts(parts, self._options.net_changes, keys_stay=keys_stay_in_partitions(table)):
+            for group in group_parts(
+                parts,
+                self._options.net_changes,
+                keys_stay=keys_stay_in_partitions(table),
+                pair_across=pairs_across_partitions(table, self._options.mode),
+            ):
                 task = ChangeTask(
                     metadata_location=table.metadata_location,
                     io_properties=tuple(sorted((k, str(v)) for k, v in table.io.properties.items())),

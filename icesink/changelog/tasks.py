@@ -35,6 +35,13 @@ class ChangeTask:
     with_watermark: bool = False
 
 
+def pairs_across_partitions(table: Table, mode: str) -> bool:
+    """Whether a snapshot's deletes and inserts must be paired across its partitions: a changelog of a keyed table
+    whose keys may move from one partition to another (see :func:`keys_stay_in_partitions`)."""
+    keyed = bool(table.metadata.schema().identifier_field_ids)
+    return mode != "append" and keyed and not keys_stay_in_partitions(table)
+
+
 def keys_stay_in_partitions(table: Table) -> bool:
     """Whether a key's rows are always in one partition: the table only ever had one partition spec, and it
     derives the partition from identifier fields alone (or there is none). Otherwise an update may move a key."""
@@ -45,14 +52,18 @@ def keys_stay_in_partitions(table: Table) -> bool:
 
 
 def group_parts(
-    parts: list[SnapshotChanges], net_changes: bool, tasks: int | None = None, keys_stay: bool = False
+    parts: list[SnapshotChanges],
+    net_changes: bool,
+    tasks: int | None = None,
+    keys_stay: bool = False,
+    pair_across: bool = False,
 ) -> list[list[SnapshotChanges]]:
     """The parts of one table's changes, in order, grouped into Spark tasks.
 
     Net changes need every change of a key in one task: each partition's in one task when ``keys_stay`` in their
     partitions (:func:`keys_stay_in_partitions`), all in one task when a key may move from one to another (its
-    delete in one partition and its insert in another are one update). For the same reason a snapshot that
-    removes rows of a table whose keys may move is read whole by one task.
+    delete in one partition and its insert in another are one update). For the same reason, with ``pair_across``
+    (:func:`pairs_across_partitions`), a snapshot that deletes rows is read whole by one task.
 
     Snapshots of a keyed table change rows of the same files over and over, and a task reads each file it
     touches once (a worker keeps the row groups it decoded), so the number of tasks follows the distinct rows
@@ -72,7 +83,7 @@ def group_parts(
     distinct: dict[str, int] = {}
     for part in parts:
         distinct.update(part.data_files)
-    units = _units(parts, keys_stay)
+    units = _units(parts, pair_across)
     wanted = max(tasks if tasks is not None else os.cpu_count() or 1, -(-sum(distinct.values()) // ROWS_PER_TASK))
     count = min(wanted, len(units))
     total = sum(part.rows for part in parts)
@@ -87,14 +98,14 @@ def group_parts(
     return [group for group in groups if group]
 
 
-def _units(parts: list[SnapshotChanges], keys_stay: bool) -> list[list[SnapshotChanges]]:
-    """The parts that must be read in one task: a snapshot's partitions together where it removes rows and a key
-    may have moved between them (its delete in one and its insert in another are one update), else each alone."""
+def _units(parts: list[SnapshotChanges], pair_across: bool) -> list[list[SnapshotChanges]]:
+    """The parts that must be read in one task: a snapshot's partitions together where it deletes rows and its
+    pairs are made across them (a key's delete in one and its insert in another are one update), else each alone."""
     from icesink.changelog.plan import by_snapshot
 
     units: list[list[SnapshotChanges]] = []
     for snapshot in by_snapshot(parts):
-        if not keys_stay and any(part.removes_rows for part in snapshot):
+        if pair_across and len(snapshot) > 1 and any(part.deletes_rows for part in snapshot):
             units.append(snapshot)
         else:
             units.extend([part] for part in snapshot)

@@ -287,19 +287,31 @@ def schema_changes(table: Table, base_snapshot_id: int | None, snapshot_id: int,
     return problems
 
 
-def columns_beyond(started: Schema, last_column_id: int, later: Schema) -> list[str]:
-    """What ``later`` holds that a reader fixed to ``started`` would lose: columns (at any depth) added since (an
-    id past ``last_column_id``, the table's when ``started`` was current), and columns whose type was promoted
-    since (their values may not fit the old type). Columns dropped before, in older schemas, are none of these."""
+def field_ids(schema: Schema) -> frozenset[int]:
+    """Every field id of ``schema``, nested ones included."""
+    from pyiceberg.schema import index_by_id
+
+    return frozenset(index_by_id(schema))
+
+
+def columns_beyond(started: Schema, known_ids: frozenset[int], later: Schema) -> list[str]:
+    """What ``later`` holds that a reader fixed to ``started`` would lose or misread: columns (at any depth) added
+    since (an id none of ``known_ids``), columns whose type was promoted since (their values may not fit the old
+    type), and required columns made optional (nulls a reader of ``started`` takes for impossible). Columns
+    dropped since, or in an older schema only, are none of these."""
     from pyiceberg.schema import index_by_id, index_name_by_id
 
-    known, names = index_by_id(started), index_name_by_id(later)
+    before_by_id, names = index_by_id(started), index_name_by_id(later)
     beyond = []
     for field_id, field in index_by_id(later).items():
-        before = known.get(field_id)
+        before = before_by_id.get(field_id)
         name = names.get(field_id, field.name)
-        if field_id > last_column_id:
+        if field_id not in known_ids:
             beyond.append(f"column {name!r} was added")
-        elif before is not None and can_promote(before.field_type, field.field_type):
+        elif before is None:
+            continue
+        elif can_promote(before.field_type, field.field_type):
             beyond.append(f"column {name!r} changed type from {before.field_type} to {field.field_type}")
+        elif before.required and not field.required:
+            beyond.append(f"column {name!r} was made optional")
     return beyond
