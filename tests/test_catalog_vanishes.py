@@ -102,13 +102,13 @@ def test_a_table_dropped_under_a_running_stream_stops_it_saying_so_and_a_restart
     assert isinstance(error, TableNotFoundError)
     assert (error.table, error.checkpoint_id, error.job_id) == (TABLE, 1, str(query.id))
     assert error.table is not None and not error.transient
-    assert icesink.error_of(query) is error
+    assert icesink.error_of(query).fields() == error.fields()  # type: ignore[union-attr]
     assert not (tmp_path / "ckpt" / "commits" / "1").exists()
     rerun = icesink.stream(input_stream(spark, tmp_path / "in"), trigger={"availableNow": True}, **options)
     rerun.awaitTermination()
     assert rerun.id == query.id  # the same query, restarted: its run did not fail
     assert icesink.error_of(rerun) is None
-    assert icesink.error_of(raised.value) is error  # the exception names the run that did
+    assert icesink.error_of(raised.value).fields() == error.fields()  # type: ignore[union-attr]  # that run's
     table = open_catalog(sqlite_catalog).load_table(TABLE)
     (rows,) = read_with_duckdb(table.metadata_location)
     assert sorted(r["id"] for r in rows) == list(range(10, 20))  # the rows of the checkpoint it could not write

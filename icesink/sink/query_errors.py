@@ -8,6 +8,7 @@ happened in; :func:`error_of` gives it back for the query, or for the exception 
 
 from __future__ import annotations
 
+import copy
 import re
 import threading
 from collections import OrderedDict
@@ -41,8 +42,13 @@ def record_raised(context: SparkContext, error: IcesinkError) -> None:
         return
     if not query_id:
         return
+    try:
+        kept = copy.copy(error)  # without the frames and exceptions it holds: the handler, the micro-batch, py4j's
+    except Exception:  # an error that cannot be made again from its arguments: the one being raised matters more
+        return
+    kept.__traceback__, kept.__cause__, kept.__context__ = None, None, None
     with _lock:
-        _raised[(query_id, run_id or None)] = error
+        _raised[(query_id, run_id or None)] = kept
         while len(_raised) > KEPT_RUNS:
             _raised.popitem(last=False)
 
@@ -69,6 +75,7 @@ def error_of(failure: Any) -> IcesinkError | None:
     not stop on an error of icesink's (Spark's own failure, a bug).
     """
 
+    # What the handler raised is kept as a copy: the same class and fields, not the same object.
     if _is_query(failure):
         kept = _kept(str(failure.id), str(failure.runId))
         stopped = failure.exception() if kept is None else None
