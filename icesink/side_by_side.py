@@ -18,10 +18,9 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Generic, TypeVar
+from urllib.parse import urlsplit
 
 from sqlalchemy.pool import SingletonThreadPool
-
-from icesink import paths
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -37,9 +36,10 @@ _pool_lock = threading.Lock()
 
 
 def on_object_store(table: Table) -> bool:
-    """Whether the table's files are behind network requests (an ``s3://``, ``gs://``, ... location; a plain path,
-    ``C:\\`` included, and ``file:`` in either spelling are local)."""
-    return not paths.parse(table.location()).is_local
+    """Whether the table's files are behind network requests (an ``s3://``, ``gs://``, ``hdfs:/``, ... location; a
+    plain path, ``C:\\`` included, and ``file:`` in either spelling are local)."""
+    scheme = urlsplit(table.location()).scheme.lower()
+    return scheme not in ("", "file") and len(scheme) > 1  # one letter: a Windows drive
 
 
 def side_by_side(tables: Iterable[Table], catalog: Engine) -> bool:

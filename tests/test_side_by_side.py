@@ -28,6 +28,7 @@ class _Located:
         ("s3a://bucket/wh/db/t", True),
         ("gs://bucket/wh/db/t", True),
         ("abfss://container@account.dfs.core.windows.net/wh/t", True),
+        ("hdfs:/warehouse/db/t", True),  # Hadoop's spelling of hdfs:///warehouse
         ("/data/wh/db/t", False),
         ("file:///data/wh/db/t", False),
         ("file:/data/wh/db/t", False),  # Hadoop's spelling

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import operator
+import re
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, SupportsIndex
 
 from icesink.changelog.modes import check_mode
 from icesink.errors import ConfigError
@@ -79,10 +81,12 @@ def changes(
 
 def _snapshot_id(identifier: str, name: str, value: object) -> int | None:
     """A snapshot id as given: an int, or its digits as text (as ``read_stream``'s ``starting`` takes them)."""
-    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
-        return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if value is None:
+        return None
+    if isinstance(value, str) and re.fullmatch(r"-?[0-9]+", value.strip()):
         return int(value)
+    if isinstance(value, SupportsIndex) and not isinstance(value, bool):
+        return operator.index(value)  # an int, numpy's included (a value of a changelog's column)
     raise ConfigError(
         f"table {identifier}: {name}={value!r} is not a snapshot id (an int; `icesink snapshots list {identifier}` "
         "lists them)"
