@@ -154,8 +154,10 @@ def _flag(table: str, options: Mapping[str, str], name: str) -> bool:
 
 
 def _extra(options: ReadOptions) -> int:
-    """How many columns a change stream declares after the table's own (see :func:`spark_schema`)."""
-    return (4 if options.mode == "changelog" else 0) + (1 if options.with_watermark else 0)
+    """How many columns a change stream declares after the table's own: those of a table without any."""
+    from pyiceberg.schema import Schema
+
+    return len(spark_schema(Schema(), options.mode, options.with_watermark).fields)
 
 
 def spark_schema(schema: Schema, mode: str, with_watermark: bool = False) -> StructType:

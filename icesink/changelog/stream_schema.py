@@ -1,10 +1,12 @@
-"""A running change stream keeps the columns it started with.
+"""A change stream keeps the columns its DataFrame was made with.
 
-Spark fixes a streaming source's schema when the query starts. A snapshot committed later with a column the
-stream does not have, or a column's type promoted (``int`` to ``long``), cannot be read into those columns: read
-anyway, the new column's values would be left out of every micro-batch until a restart, which then reads only the
-changes after it. So the micro-batch that reaches such a snapshot stops the stream before anything of it is read,
-and a restart reads it, from the same offsets, with the table's new schema.
+Spark fixes a streaming source's columns when ``icesink.read_stream`` makes the DataFrame, and keeps them across
+every start of a query made from it. A snapshot committed later with a column those columns lack, a column's type
+promoted (``int`` to ``long``) or a required column made optional cannot be read into them: read anyway, the new
+column's values would be left out of every micro-batch (and lost for good: a DataFrame made anew reads only the
+changes after), a promoted value would not fit, a null would reach a column declared not nullable. So the
+micro-batch that reaches such a snapshot stops the stream before anything of it is read; a DataFrame made anew
+reads it, from the same offsets, with the table's new schema.
 """
 
 from __future__ import annotations
