@@ -23,7 +23,8 @@ from icesink.catalog.loader import open_catalog
 from icesink.committer.commit import TableCommitter
 from icesink.committer.daemon import CommitterDaemon
 from icesink.committer.staging import stage_checkpoint
-from icesink.errors import JobIdConflictError
+from icesink.errors import ConfigError, JobIdConflictError
+from icesink.sink.checkpoint_targets import Targets, record_targets, refuse_other_targets
 from icesink.table_ref import TableRef
 from tests.helpers.outcomes import check_outcome
 from tests.helpers.streams import add_input_files, input_stream, run_available
@@ -300,3 +301,70 @@ def test_the_protocol_answers_each_case_of_a_checkpoint_once(sqlite_catalog: Cat
     assert sorted(i for i in on_branch if i < 1000) == list(range(15))  # every checkpoint once, on its branch
     if branch != "main":  # main holds the other tool's rows alone: the stream never moved it
         assert table_ids(sqlite_catalog, TABLE) == [1000, 1001]
+
+
+@pytest.mark.spark
+def test_a_checkpoint_location_is_never_handed_to_another_table(
+    spark: Any, sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    """Spark would resume the location's offsets for any sink: the other table would miss every earlier row."""
+    location = str(tmp_path / "ckpt")
+    add_input_files(tmp_path / "in", [(0, 10), (10, 10)])
+    run_available(input_stream(spark, tmp_path / "in"), checkpoint_location=location, **stream_options(sqlite_catalog))
+    add_input_files(tmp_path / "in", [(20, 5)])
+    with pytest.raises(ConfigError) as raised:
+        run_available(
+            input_stream(spark, tmp_path / "in"),
+            checkpoint_location=location,
+            **stream_options(sqlite_catalog, table="shop.other"),
+        )
+    message = str(raised.value)
+    assert message.startswith("table shop.other: checkpoint location ")
+    assert "a stream into table shop.orders, which Spark ran to micro-batch 1" in message
+    assert "a checkpoint location of its own" in message and "targets.json" in message
+    assert not open_catalog(sqlite_catalog, pending_tables=True).table_exists("shop.other")  # nothing created
+    assert sorted(p.name for p in (tmp_path / "ckpt" / "commits").glob("[0-9]*")) == ["0", "1"]
+    # The same table renamed is the same table: the stream carries on into it with every row once.
+    open_catalog(sqlite_catalog).rename_table(TABLE, "shop.orders_v2")
+    run_available(
+        input_stream(spark, tmp_path / "in"),
+        checkpoint_location=location,
+        **stream_options(sqlite_catalog, table="shop.orders_v2"),
+    )
+    check_outcome("checkpoint location kept across a rename", sqlite_catalog, "shop.orders_v2", rows_of([(0, 25)]))
+    # A stream of several tables may gain one; the new table starts at the next micro-batch.
+    add_input_files(tmp_path / "in", [(25, 5)])
+    run_available(
+        input_stream(spark, tmp_path / "in"),
+        checkpoint_location=location,
+        tables={
+            "shop.orders_v2": icesink.Target(),
+            "shop.big": icesink.Target(lambda df: df.where("id >= 27"), create_table=True),
+        },
+        catalog=sqlite_catalog,
+    )
+    assert table_ids(sqlite_catalog, "shop.orders_v2") == rows_of([(0, 30)])
+    assert table_ids(sqlite_catalog, "shop.big") == [27, 28, 29]
+
+
+def test_what_a_checkpoint_location_records_decides_which_starts_are_refused(
+    sqlite_catalog: CatalogConfig, tmp_path: Path
+) -> None:
+    location = str(tmp_path / "ckpt")
+    record_targets(location, Targets({"shop.a": None}))
+    # No micro-batch done there yet (a first start that failed): another table may take the location.
+    refuse_other_targets(location, Targets({"shop.b": None}), sqlite_catalog)
+    (tmp_path / "ckpt" / "commits").mkdir()
+    (tmp_path / "ckpt" / "commits" / "4").write_text("v1\n{}")
+    refuse_other_targets(location, Targets({"shop.a": None}), sqlite_catalog)
+    refuse_other_targets(location, Targets({"shop.a": None, "shop.c": None}), sqlite_catalog)
+    for others in (Targets({"shop.b": None}), Targets({"shop.b": None, "shop.c": None}), Targets({}, "inventory")):
+        with pytest.raises(ConfigError, match=r"which Spark ran to micro-batch 4; .* would begin at micro-batch 5"):
+            refuse_other_targets(location, others, sqlite_catalog)
+    record_targets(location, Targets({}, "inventory"))
+    refuse_other_targets(location, Targets({}, "inventory"), None)
+    with pytest.raises(ConfigError, match="the Debezium stream into namespace inventory"):
+        refuse_other_targets(location, Targets({"shop.a": None}), sqlite_catalog)
+    # An unreadable record is written anew rather than stopping every start.
+    (tmp_path / "ckpt" / "icesink" / "targets.json").write_text("{not json")
+    refuse_other_targets(location, Targets({"shop.b": None}), sqlite_catalog)

@@ -20,6 +20,7 @@ from icesink.iceberg.pending_tables import PendingAwareCatalog
 from icesink.settings import check_environment
 from icesink.sink.batch import MicroBatchHandler
 from icesink.sink.checkpoint_location import checkpoint_location, clear_unfinished_first_offset
+from icesink.sink.checkpoint_targets import Targets, record_targets, refuse_other_targets, table_uuids
 from icesink.sink.dead_letter import check_dead_letter, dead_letter_settings, sets_late_rows_aside
 from icesink.sink.debezium_router import DebeziumRouter
 from icesink.sink.options import Committer, StreamOptions, StreamWideOptions, Target, args_doc
@@ -145,6 +146,7 @@ def _stream(
     dead_letter: tuple[SinkSettings, bool] | None = None
     try:
         options = own.joined(table, per_table, checkpoint_location=location)
+        refuse_other_targets(location, Targets({table: None}), resolve_catalog(options.catalog))
         check_dead_letter(own.dead_letter, [options], f"table {table}")
         # Before the table: a dead-letter table that cannot take late rows refuses the stream before it creates any.
         dead_letter = dead_letter_settings(df, options) if sets_late_rows_aside([options]) else None
@@ -193,6 +195,7 @@ def _stream_tables(
     check_dead_letter(own.dead_letter, [options for options, _, _ in planned], f"tables {named}")
     check_environment()
     config = resolve_catalog(own.catalog)
+    refuse_other_targets(location, Targets(dict.fromkeys(tables)), config)
     # Without a location the first preflight refuses the stream before it creates anything.
     existing = (
         _existing_tables(config, [options.table for options, _, _ in planned]) if own.checkpoint_location else set()
@@ -233,6 +236,7 @@ def _stream_debezium_checked(df: DataFrame, tables: Debezium, own: StreamWideOpt
     _refuse_split_by_alone(own, [tables.table_options], f"tables {named}")
     _check_streaming(df, named)
     location = checkpoint_location(df, own.checkpoint_location, own.query_name, f"debezium-{tables.namespace}")
+    refuse_other_targets(location, Targets({}, tables.namespace), None)
     return _stream_debezium(df, tables, replace(own, checkpoint_location=location))
 
 
@@ -333,7 +337,8 @@ def _stream_debezium(df: DataFrame, spec: Debezium, own: StreamWideOptions) -> S
     catalog = open_catalog(config, pending_tables=True)
     stream_settings = SinkSettings.of(options, config)
     router = DebeziumRouter(spec, own, catalog, config)
-    return _start_query(df, options, MicroBatchHandler(stream_settings, router, catalog, atomic=options.atomic))
+    handler = MicroBatchHandler(stream_settings, router, catalog, atomic=options.atomic)
+    return _start_query(df, options, handler, Targets({}, spec.namespace))
 
 
 def _check_streaming(df: DataFrame, table: str) -> None:
@@ -359,11 +364,15 @@ def start(
     # A table's rows on time and its late rows are committed together, or neither.
     atomic = options.atomic and (len(targets) > 1 or dead_letter is not None)
     router = StaticRouter(targets, read_twice=dead_letter is not None)
-    return _start_query(df, options, MicroBatchHandler(targets[0].settings, router, catalog, atomic, dead_letter))
+    handler = MicroBatchHandler(targets[0].settings, router, catalog, atomic, dead_letter)
+    names = [t.settings.table for t in targets]
+    return _start_query(df, options, handler, Targets(table_uuids(targets[0].settings.catalog, names, catalog)))
 
 
-def _start_query(df: DataFrame, options: StreamOptions, handler: Any) -> StreamingQuery:
+def _start_query(df: DataFrame, options: StreamOptions, handler: Any, targets: Targets) -> StreamingQuery:
     clear_unfinished_first_offset(options.checkpoint_location)
+    # Before Spark runs a micro-batch here: a later start with other tables is refused (``checkpoint_targets``).
+    record_targets(options.checkpoint_location, targets)
     stream_writer = df.writeStream.foreachBatch(handler).option("checkpointLocation", options.checkpoint_location)
     if options.trigger:
         stream_writer = stream_writer.trigger(**options.trigger)
