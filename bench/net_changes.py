@@ -78,7 +78,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import icesink
-    from icesink.changelog import compute
+    from icesink.changelog import snapshot_reads
 
     root = Path(tempfile.mkdtemp(prefix="icesink-net-"))
     try:
@@ -100,13 +100,13 @@ def main() -> None:
 
         opened: list[str] = []
         for method in ("rows", "rows_at"):  # the data files a read opens, whole or at some positions
-            original = getattr(compute._Reader, method)
+            original = getattr(snapshot_reads.SnapshotReader, method)
 
             def counted(self: Any, live: Any, *rest: Any, _original: Any = original) -> Any:
                 opened.append(live.path)
                 return _original(self, live, *rest)
 
-            setattr(compute._Reader, method, counted)
+            setattr(snapshot_reads.SnapshotReader, method, counted)
 
         report: dict[str, Any] = {**vars(args)}
         for kind, net in (("net", True), ("changelog", False)) * args.repeat:

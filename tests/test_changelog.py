@@ -139,7 +139,7 @@ def test_net_changes_of_every_range_are_the_difference_of_its_two_states(
 ) -> None:
     """Across upserts, deletes of rows written in the same range, and a compaction in the middle; the rows that
     only passed through a range are not read (position deletes)."""
-    from icesink.changelog import compute
+    from icesink.changelog import snapshot_reads
 
     rng = random.Random(seed)
     create(sqlite_catalog, properties)
@@ -166,9 +166,9 @@ def test_net_changes_of_every_range_are_the_difference_of_its_two_states(
 
     reads: list[str] = []  # the data files read, whole or at some positions
     for method in ("rows", "rows_at"):
-        original = getattr(compute._Reader, method)
+        original = getattr(snapshot_reads.SnapshotReader, method)
         monkeypatch.setattr(
-            compute._Reader,
+            snapshot_reads.SnapshotReader,
             method,
             lambda self, live, *rest, _original=original: reads.append(live.path) or _original(self, live, *rest),
         )
@@ -577,6 +577,15 @@ def test_a_regenerated_file_added_again_at_the_same_location_is_read_for_what_it
     table.add_files([f"file://{path}"])
     table = delete_first_two(catalog.load_table("exports.daily"))
     assert deleted_values(table) == [(0, "b-0000"), (1, "b-0001")]
+    # Both files in one read (one reader, which keeps each file's read plan): each read for what it held.
+    history = [s.snapshot_id for s in table.snapshots()]
+    whole = icesink.changes(table, history[0], history[-1]).to_pylist()
+    assert sorted((r["id"], r["v"]) for r in whole if r["_change_type"] == "delete" and r["id"] < 2) == [
+        (0, "a-0000"),
+        (0, "b-0000"),
+        (1, "a-0001"),
+        (1, "b-0001"),
+    ]
     catalog.purge_table("exports.daily")
     assert export("c", "w") == first_size
     renamed = Schema(
@@ -667,7 +676,7 @@ def test_a_snapshot_of_equality_deletes_reads_only_the_files_its_keys_may_be_in(
 ) -> None:
     """Equality deletes kept as they are: an older file whose key bounds hold none of the deleted keys keeps its
     rows, and is not read to find that out."""
-    from icesink.changelog import compute
+    from icesink.changelog import snapshot_reads
     from icesink.iceberg.scan import live_files
 
     create(sqlite_catalog, KEEP)
@@ -679,8 +688,10 @@ def test_a_snapshot_of_equality_deletes_reads_only_the_files_its_keys_may_be_in(
     (keys_0_to_99,) = {f.path for f in live_files(table, first).data}
     (keys_100_to_199,) = {f.path for f in live_files(table, second).data} - {keys_0_to_99}
     read: list[str] = []
-    original = compute._Reader.rows
-    monkeypatch.setattr(compute._Reader, "rows", lambda self, live: read.append(live.path) or original(self, live))
+    original = snapshot_reads.SnapshotReader.rows
+    monkeypatch.setattr(
+        snapshot_reads.SnapshotReader, "rows", lambda self, live: read.append(live.path) or original(self, live)
+    )
     changes = icesink.changes(TABLE, second, third, catalog=sqlite_catalog)
     assert sorted((c["_change_type"], c["id"], c["v"]) for c in changes.to_pylist()) == [
         ("delete", 199, "b199"),

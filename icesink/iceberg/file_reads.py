@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -84,6 +85,38 @@ def project_batch(
     return pa.RecordBatch.from_struct_array(struct_array)
 
 
+@dataclass(frozen=True)
+class FilePlan:
+    """How one data file is read into a requested schema with a row filter: worked out once per file for a
+    caller that reads the same file again and again (a change reader, snapshot after snapshot)."""
+
+    layout: Layout
+    missing: dict[int, Any]
+    arrow_filter: Any
+    columns: list[str]
+    in_order: bool  # the projection is the file's own columns, in order: batches are only renamed
+
+
+def _plan(
+    metadata: TableMetadata, requested: Schema, data_file: DataFile, row_filter: BooleanExpression, footer: Footer
+) -> FilePlan:
+    from pyiceberg.expressions.visitors import extract_field_ids
+    from pyiceberg.io.pyarrow import _get_column_projection_values
+
+    wanted = frozenset(
+        {i for i in requested.field_ids if not isinstance(requested.find_type(i), (MapType, ListType))}
+        | extract_field_ids(row_filter)
+    )
+    layout = _layout(metadata, requested, footer, wanted)
+    file_schema, file_projection = layout.file_schema, layout.projection
+    missing = _get_column_projection_values(
+        data_file, requested, metadata.schema(), metadata.specs().get(data_file.spec_id), file_schema.field_ids
+    )
+    in_order = not missing and [f.field_id for f in file_projection.fields] == [f.field_id for f in requested.fields]
+    columns = [column.name for column in file_projection.columns]
+    return FilePlan(layout, missing, _arrow_filter(row_filter, file_schema, missing), columns, in_order)
+
+
 def read_data_file(
     metadata: TableMetadata,
     io: FileIO,
@@ -93,6 +126,7 @@ def read_data_file(
     positions: list[pa.ChunkedArray] | None,
     only_at: np.ndarray | None = None,
     kept_as: tuple[object, ...] | None = None,
+    plans: dict[tuple[object, ...], FilePlan] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Rows of one data file, its deleted positions left out, filtered, as rows of ``requested``.
 
@@ -102,46 +136,40 @@ def read_data_file(
     ``kept_as`` names the file for the process's footer and row-group caches (``read_caches``); without it
     the file is read as it is now. A location alone does not name a file's contents: ``add_files`` can attach a
     regenerated file at a location an earlier one had, so the name must tell those apart (the table's uuid and
-    the file's data sequence number do).
+    the file's data sequence number do). ``plans``: the caller's plans by file (``kept_as``, else its location),
+    kept across its reads of one ``requested`` schema and ``row_filter`` of one table version (a file read at a
+    few positions in every snapshot costs its plan once, not per read).
     """
     import pyarrow.dataset as ds
-    from pyiceberg.expressions.visitors import extract_field_ids
-    from pyiceberg.io.pyarrow import _get_column_projection_values
 
     with _File(io, data_file, kept_as) as file:
-        wanted = frozenset(
-            {i for i in requested.field_ids if not isinstance(requested.find_type(i), (MapType, ListType))}
-            | extract_field_ids(row_filter)
-        )
-        layout = _layout(metadata, requested, file.footer().physical, wanted)
-        file_schema, file_projection = layout.file_schema, layout.projection
-        missing = _get_column_projection_values(
-            data_file, requested, metadata.schema(), metadata.specs().get(data_file.spec_id), file_schema.field_ids
-        )
-        arrow_filter = _arrow_filter(row_filter, file_schema, missing)
-        columns = [column.name for column in file_projection.columns]
+        # By the file's name for the caches where it has one: a location alone may be reused by another file.
+        name = kept_as if kept_as is not None else (file.path,)
+        plan = plans.get(name) if plans is not None else None
+        if plan is None:
+            plan = _plan(metadata, requested, data_file, row_filter, file.footer())
+            if plans is not None:
+                plans[name] = plan
         if only_at is not None:
-            kept_batches = _rows_at(file, columns, only_at)
+            kept_batches = _rows_at(file, plan.columns, only_at)
         else:
             scanner = ds.Scanner.from_fragment(
                 fragment=file.fragment(),
                 schema=file.footer().physical,
                 # Deleted positions count rows of the whole file: filter only after they are left out.
-                filter=arrow_filter if not positions else None,
-                columns=columns,
+                filter=plan.arrow_filter if not positions else None,
+                columns=plan.columns,
             )
             deleted = _sorted_positions(positions) if positions else None
-            kept_batches = _kept(scanner.to_batches(), deleted, arrow_filter)
-        in_order = not missing and [f.field_id for f in file_projection.fields] == [
-            f.field_id for f in requested.fields
-        ]
+            kept_batches = _kept(scanner.to_batches(), deleted, plan.arrow_filter)
+        projection = plan.layout.projection
         for kept in kept_batches:
-            if in_order:
+            if plan.in_order:
                 yield LAYOUT_CACHE.project(
-                    layout, kept, lambda batch: project_batch(requested, file_projection, batch, missing)
+                    plan.layout, kept, lambda batch: project_batch(requested, projection, batch, plan.missing)
                 )
             else:
-                yield project_batch(requested, file_projection, kept, missing)
+                yield project_batch(requested, projection, kept, plan.missing)
 
 
 def _arrow_filter(row_filter: BooleanExpression, file_schema: Schema, missing: dict[int, Any]) -> Any:
@@ -186,20 +214,20 @@ class _File:
             metadata = fragment.metadata
             counts = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
             starts = tuple(int(s) for s in np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]))
-            self._footer = Footer(fragment.physical_schema, starts)
+            self._footer = Footer.of(fragment.physical_schema, starts)
             if self.kept_as is not None:
                 FOOTER_CACHE.put(self.kept_as, self._footer)
         return self._footer
 
 
-def _layout(metadata: TableMetadata, requested: Schema, physical: pa.Schema, wanted: frozenset[int]) -> Layout:
+def _layout(metadata: TableMetadata, requested: Schema, footer: Footer, wanted: frozenset[int]) -> Layout:
     """The file's schema as pyiceberg converts it, and the part of it read: once per layout, not per file."""
     from pyiceberg.io.pyarrow import pyarrow_to_schema
     from pyiceberg.schema import prune_columns
 
     mapping = metadata.properties.get("schema.name-mapping.default")
-    # The physical schema's bytes hold its field ids (pyarrow's schema equality ignores them).
-    key = (physical.serialize().to_pybytes(), mapping, metadata.format_version, wanted, str(requested))
+    physical = footer.physical
+    key = (footer.schema_bytes, mapping, metadata.format_version, wanted, str(requested))
 
     def make() -> tuple[Schema, Schema]:
         file_schema = pyarrow_to_schema(
@@ -229,7 +257,11 @@ def _rows_at(file: _File, columns: list[str], only_at: np.ndarray) -> Iterator[p
     import pyarrow.dataset as ds
 
     starts = np.asarray(file.footer().starts, dtype=np.int64)
-    groups = np.unique(np.searchsorted(starts, only_at, side="right") - 1)
+    if len(starts) == 2:  # one row group, as most files a stream writes have
+        groups: Any = (0,) if len(only_at) else ()
+    else:
+        at = np.searchsorted(starts, only_at, side="right") - 1
+        groups = at[np.concatenate(([True], at[1:] != at[:-1]))] if len(at) else ()  # ``only_at`` is sorted
     for group in (int(g) for g in groups if 0 <= g < len(starts) - 1):
         key = None if file.kept_as is None else (*file.kept_as, group, tuple(columns))
         batches = ROW_GROUP_CACHE.get(key) if key is not None else None

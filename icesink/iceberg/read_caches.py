@@ -41,6 +41,12 @@ class Footer:
 
     physical: pa.Schema
     starts: tuple[int, ...]
+    # The schema serialized: it names the file's layout with its field ids (pyarrow's equality ignores them).
+    schema_bytes: bytes
+
+    @classmethod
+    def of(cls, physical: pa.Schema, starts: tuple[int, ...]) -> Footer:
+        return cls(physical, starts, physical.serialize().to_pybytes())
 
 
 @dataclass(frozen=True)
