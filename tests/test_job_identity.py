@@ -24,7 +24,7 @@ from icesink.committer.commit import TableCommitter
 from icesink.committer.daemon import CommitterDaemon
 from icesink.committer.staging import stage_checkpoint
 from icesink.errors import ConfigError, JobIdConflictError
-from icesink.sink.checkpoint_targets import Targets, record_targets, refuse_other_targets
+from icesink.sink.checkpoint_targets import Targets, record_targets, refuse_in, table_uuids
 from icesink.table_ref import TableRef
 from tests.helpers.outcomes import check_outcome
 from tests.helpers.streams import add_input_files, input_stream, run_available
@@ -312,10 +312,10 @@ def test_a_checkpoint_location_is_never_handed_to_another_table(
     add_input_files(tmp_path / "in", [(0, 10), (10, 10)])
     run_available(input_stream(spark, tmp_path / "in"), checkpoint_location=location, **stream_options(sqlite_catalog))
     add_input_files(tmp_path / "in", [(20, 5)])
-    with pytest.raises(ConfigError) as raised:
+    with pytest.raises(ConfigError) as raised:  # the same location, spelled as Spark resolves it
         run_available(
             input_stream(spark, tmp_path / "in"),
-            checkpoint_location=location,
+            checkpoint_location=f"file://{location}/",
             **stream_options(sqlite_catalog, table="shop.other"),
         )
     message = str(raised.value)
@@ -350,21 +350,43 @@ def test_a_checkpoint_location_is_never_handed_to_another_table(
 def test_what_a_checkpoint_location_records_decides_which_starts_are_refused(
     sqlite_catalog: CatalogConfig, tmp_path: Path
 ) -> None:
-    location = str(tmp_path / "ckpt")
-    record_targets(location, Targets({"shop.a": None}))
+    location, directory = "ckpt", tmp_path / "ckpt"
+    catalog = open_catalog(sqlite_catalog)
+    catalog.create_namespace("shop")
+    for name in ("shop.a", "shop.b", "shop.c"):
+        catalog.create_table(name, pa.schema([("id", pa.int64())]))
+    uuids = table_uuids(sqlite_catalog, ["shop.a", "shop.b"])
+    record_targets(directory, Targets({"shop.a": uuids["shop.a"]}))
     # No micro-batch done there yet (a first start that failed): another table may take the location.
-    refuse_other_targets(location, Targets({"shop.b": None}), sqlite_catalog)
-    (tmp_path / "ckpt" / "commits").mkdir()
-    (tmp_path / "ckpt" / "commits" / "4").write_text("v1\n{}")
-    refuse_other_targets(location, Targets({"shop.a": None}), sqlite_catalog)
-    refuse_other_targets(location, Targets({"shop.a": None, "shop.c": None}), sqlite_catalog)
+    refuse_in(directory, location, Targets({"shop.b": None}), sqlite_catalog)
+    (directory / "commits").mkdir()
+    (directory / "commits" / "4").write_text("v1\n{}")
+    refuse_in(directory, location, Targets({"shop.a": None}), sqlite_catalog)
+    refuse_in(directory, location, Targets({"shop.a": None, "shop.c": None}), sqlite_catalog)
     for others in (Targets({"shop.b": None}), Targets({"shop.b": None, "shop.c": None}), Targets({}, "inventory")):
         with pytest.raises(ConfigError, match=r"which Spark ran to micro-batch 4; .* would begin at micro-batch 5"):
-            refuse_other_targets(location, others, sqlite_catalog)
-    record_targets(location, Targets({}, "inventory"))
-    refuse_other_targets(location, Targets({}, "inventory"), None)
-    with pytest.raises(ConfigError, match="the Debezium stream into namespace inventory"):
-        refuse_other_targets(location, Targets({"shop.a": None}), sqlite_catalog)
-    # An unreadable record is written anew rather than stopping every start.
-    (tmp_path / "ckpt" / "icesink" / "targets.json").write_text("{not json")
-    refuse_other_targets(location, Targets({"shop.b": None}), sqlite_catalog)
+            refuse_in(directory, location, others, sqlite_catalog)
+    # The name is not enough: shop.a dropped and created again is another table; renamed, it is the same one.
+    catalog.drop_table("shop.a")
+    catalog.create_table("shop.a", pa.schema([("id", pa.int64())]))
+    with pytest.raises(ConfigError, match=r"a stream into table shop\.a, which Spark ran"):
+        refuse_in(directory, location, Targets({"shop.a": None}), sqlite_catalog)
+    record_targets(directory, Targets({"shop.b": uuids["shop.b"]}))
+    catalog.rename_table("shop.b", "shop.b_v2")
+    refuse_in(directory, location, Targets({"shop.b_v2": None}), sqlite_catalog)
+    catalog.create_table("shop.b", pa.schema([("id", pa.int64())]))  # a new table under the old name
+    with pytest.raises(ConfigError, match=r"a stream into table shop\.b, which Spark ran"):
+        refuse_in(directory, location, Targets({"shop.b": None}), sqlite_catalog)
+    record_targets(directory, Targets({}, "inventory"))
+    refuse_in(directory, location, Targets({}, "inventory"), None)
+    with pytest.raises(ConfigError, match="holds the progress of the Debezium stream into namespace inventory, which"):
+        refuse_in(directory, location, Targets({"shop.a": None}), sqlite_catalog)
+    # A record that cannot be read stops the start, saying what to do, rather than skipping the check.
+    for damaged in ("{not json", "", '{"tables": []}'):
+        (directory / "icesink" / "targets.json").write_text(damaged)
+        with pytest.raises(ConfigError, match=r"targets.json\) is unreadable .* Remove the record to start"):
+            refuse_in(directory, location, Targets({"shop.a": None}), sqlite_catalog)
+    (directory / "icesink" / "targets.json").unlink()
+    (directory / "icesink" / "targets.json").mkdir()
+    with pytest.raises(ConfigError, match="is unreadable"):
+        refuse_in(directory, location, Targets({"shop.a": None}), sqlite_catalog)

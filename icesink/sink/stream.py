@@ -20,7 +20,13 @@ from icesink.iceberg.pending_tables import PendingAwareCatalog
 from icesink.settings import check_environment
 from icesink.sink.batch import MicroBatchHandler
 from icesink.sink.checkpoint_location import checkpoint_location, clear_unfinished_first_offset
-from icesink.sink.checkpoint_targets import Targets, record_targets, refuse_other_targets, table_uuids
+from icesink.sink.checkpoint_targets import (
+    RecordingTargets,
+    Targets,
+    checkpoint_directory,
+    refuse_other_targets,
+    table_uuids,
+)
 from icesink.sink.dead_letter import check_dead_letter, dead_letter_settings, sets_late_rows_aside
 from icesink.sink.debezium_router import DebeziumRouter
 from icesink.sink.options import Committer, StreamOptions, StreamWideOptions, Target, args_doc
@@ -146,7 +152,7 @@ def _stream(
     dead_letter: tuple[SinkSettings, bool] | None = None
     try:
         options = own.joined(table, per_table, checkpoint_location=location)
-        refuse_other_targets(location, Targets({table: None}), resolve_catalog(options.catalog))
+        refuse_other_targets(df, location, Targets({table: None}), resolve_catalog(options.catalog))
         check_dead_letter(own.dead_letter, [options], f"table {table}")
         # Before the table: a dead-letter table that cannot take late rows refuses the stream before it creates any.
         dead_letter = dead_letter_settings(df, options) if sets_late_rows_aside([options]) else None
@@ -195,7 +201,7 @@ def _stream_tables(
     check_dead_letter(own.dead_letter, [options for options, _, _ in planned], f"tables {named}")
     check_environment()
     config = resolve_catalog(own.catalog)
-    refuse_other_targets(location, Targets(dict.fromkeys(tables)), config)
+    refuse_other_targets(df, location, Targets(dict.fromkeys(tables)), config)
     # Without a location the first preflight refuses the stream before it creates anything.
     existing = (
         _existing_tables(config, [options.table for options, _, _ in planned]) if own.checkpoint_location else set()
@@ -236,7 +242,7 @@ def _stream_debezium_checked(df: DataFrame, tables: Debezium, own: StreamWideOpt
     _refuse_split_by_alone(own, [tables.table_options], f"tables {named}")
     _check_streaming(df, named)
     location = checkpoint_location(df, own.checkpoint_location, own.query_name, f"debezium-{tables.namespace}")
-    refuse_other_targets(location, Targets({}, tables.namespace), None)
+    refuse_other_targets(df, location, Targets({}, tables.namespace), None)
     return _stream_debezium(df, tables, replace(own, checkpoint_location=location))
 
 
@@ -371,8 +377,9 @@ def start(
 
 def _start_query(df: DataFrame, options: StreamOptions, handler: Any, targets: Targets) -> StreamingQuery:
     clear_unfinished_first_offset(options.checkpoint_location)
-    # Before Spark runs a micro-batch here: a later start with other tables is refused (``checkpoint_targets``).
-    record_targets(options.checkpoint_location, targets)
+    directory = checkpoint_directory(df.sparkSession, options.checkpoint_location)
+    if directory is not None:  # a later start into other tables is refused (``checkpoint_targets``)
+        handler = RecordingTargets(handler, directory, targets)
     stream_writer = df.writeStream.foreachBatch(handler).option("checkpointLocation", options.checkpoint_location)
     if options.trigger:
         stream_writer = stream_writer.trigger(**options.trigger)
