@@ -23,12 +23,13 @@ import logging
 import os
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from icesink.catalog.config import CatalogConfig
 from icesink.catalog.loader import open_catalog
+from icesink.catalog.pointers import every_pointer
 from icesink.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ class Targets:
 
     tables: Mapping[str, str | None]
     debezium_namespace: str | None = None
+    locations: Mapping[str, str] = field(default_factory=dict)  # each table's location, to find it renamed
 
     def describe(self) -> str:
         """What the stream writes, as a refusal names it."""
@@ -64,8 +66,21 @@ class Targets:
 
     def encode(self) -> str:
         return json.dumps(
-            {"format": FORMAT, "tables": dict(self.tables), "debezium_namespace": self.debezium_namespace},
+            {
+                "format": FORMAT,
+                "tables": dict(self.tables),
+                "locations": dict(self.locations),
+                "debezium_namespace": self.debezium_namespace,
+            },
             sort_keys=True,
+        )
+
+    @classmethod
+    def of(cls, found: Mapping[str, tuple[str, str] | None]) -> Targets:
+        """The targets of these tables, as :func:`table_identities` found them."""
+        return cls(
+            {name: (f[0] if f else None) for name, f in found.items()},
+            locations={name: f[1] for name, f in found.items() if f},
         )
 
 
@@ -110,9 +125,16 @@ def recorded_targets(directory: Path, location: str) -> Targets | None:
     try:
         values = json.loads(text)
         tables, namespace = values["tables"], values.get("debezium_namespace")
-        if not isinstance(tables, dict) or not (namespace is None or isinstance(namespace, str)):
+        locations = values.get("locations") or {}
+        if not isinstance(tables, dict) or not isinstance(locations, dict):
             raise ValueError("not the shape icesink writes")
-        return Targets({str(k): (str(v) if v else None) for k, v in tables.items()}, namespace)
+        if not (namespace is None or isinstance(namespace, str)):
+            raise ValueError("not the shape icesink writes")
+        return Targets(
+            {str(k): (str(v) if v else None) for k, v in tables.items()},
+            namespace,
+            {str(k): str(v) for k, v in locations.items()},
+        )
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise _unreadable(location, record, e) from None
 
@@ -143,23 +165,29 @@ def refuse_in(directory: Path, location: str, targets: Targets, config: CatalogC
     """:func:`refuse_other_targets` in the checkpoint's ``directory`` on this machine."""
     last = last_committed_batch(directory)
     recorded = recorded_targets(directory, location) if last is not None else None
-    if recorded is not None and last is not None and not _continues(recorded, targets, config, location, last):
+    moved: dict[str, str] = {}
+    if recorded is not None and last is not None and not _continues(recorded, targets, config, location, last, moved):
+        renamed = "".join(f" (table {old} is named {new} now)" for old, new in sorted(moved.items()))
         raise ConfigError(
             f"{targets.describe()}: checkpoint location {location} holds the progress of "
-            f"{recorded.stream()}, which Spark ran to micro-batch {last}; started here, this stream would begin at "
-            f"micro-batch {last + 1}, and the rows before it would never reach {targets.describe()}. Give this "
-            f"stream a checkpoint location of its own (a new directory); to move that stream on purpose, remove "
+            f"{recorded.stream()}{renamed}, which Spark ran to micro-batch {last}; started here, this stream would "
+            f"begin at micro-batch {last + 1}, and the rows before it would never reach {targets.describe()}. Give "
+            f"this stream a checkpoint location of its own (a new directory); to move that stream on purpose, remove "
             f"{directory / RECORD} and start again"
         )
     _check_writable(directory, location)
 
 
-def _continues(recorded: Targets, targets: Targets, config: CatalogConfig | None, location: str, last: int) -> bool:
-    """Whether ``targets`` go on from where ``recorded`` left the location."""
+def _continues(
+    recorded: Targets, targets: Targets, config: CatalogConfig | None, location: str, last: int, moved: dict[str, str]
+) -> bool:
+    """Whether ``targets`` go on from where ``recorded`` left the location (``moved``: filled with the recorded
+    tables found under another name)."""
     if recorded.debezium_namespace is not None or targets.debezium_namespace is not None:
         return recorded.debezium_namespace == targets.debezium_namespace
-    kept = _kept_tables(recorded, targets, config)
-    if not kept or (len(targets.tables) == 1 and kept != set(targets.tables)):
+    kept, renamed = _kept_tables(recorded, targets, config)
+    moved.update(renamed)
+    if not kept or (len(targets.tables) == 1 and kept != set(targets.tables)) or moved:
         return False
     added = sorted(set(targets.tables) - kept)
     if added:
@@ -174,51 +202,76 @@ def _continues(recorded: Targets, targets: Targets, config: CatalogConfig | None
     return True
 
 
-def _kept_tables(recorded: Targets, targets: Targets, config: CatalogConfig | None) -> set[str]:
-    """The stream's tables that were recorded here: the same table (by uuid, where one was recorded: renamed
-    since, or not), or by name where no uuid was known."""
+def _kept_tables(recorded: Targets, targets: Targets, config: CatalogConfig | None) -> tuple[set[str], dict[str, str]]:
+    """The stream's tables that were recorded here, and the recorded tables now under another name (old → new).
+
+    A table is the recorded one by its uuid (renamed since, or not), or by name where no uuid was known. A
+    recorded name that is another table now, or none, was dropped (its rows went with it; a restart creates it
+    again, as after any drop), unless the recorded table lives on under another name: then the earlier
+    micro-batches' rows are there, and this is not the table to go on with.
+    """
     uuids = {u for u in recorded.tables.values() if u}
-    now = table_uuids(config, list(targets.tables)) if uuids and config is not None else {}
-    kept = set()
+    now = table_identities(config, list(targets.tables)) if uuids and config is not None else {}
+    kept: set[str] = set()
+    moved: dict[str, str] = {}
     for name in targets.tables:
-        known = recorded.tables.get(name)
-        if now.get(name) is not None and now[name] in uuids:
-            kept.add(name)  # the same table, under this name or another
-        elif name in recorded.tables and (known is None or config is None):
-            kept.add(name)  # recorded by name alone
-    return kept
+        found = now.get(name)
+        if found is not None and found[0] in uuids:
+            kept.add(name)
+        elif name in recorded.tables:
+            elsewhere = _renamed_to(config, name, recorded.locations.get(name))
+            if elsewhere is None:
+                kept.add(name)
+            else:
+                moved[name] = elsewhere
+    return kept, moved
 
 
-def table_uuids(
+def _renamed_to(config: CatalogConfig | None, name: str, location: str | None) -> str | None:
+    """The table that another identifier than ``name`` names at ``location`` (the recorded table, renamed)."""
+    if config is None or not location:
+        return None
+    metadata = location.rstrip("/") + "/metadata/"
+    for identifier, pointer in sorted(every_pointer(config).items()):
+        if identifier != name and pointer.startswith(metadata):
+            return identifier
+    return None
+
+
+def table_identities(
     config: CatalogConfig | None, identifiers: Sequence[str], catalog: Catalog | None = None
-) -> dict[str, str | None]:
-    """Each table's uuid, None where the catalog has no such table (yet)."""
+) -> dict[str, tuple[str, str] | None]:
+    """Each table's uuid and location, None where the catalog has no such table (yet)."""
     if catalog is None:
         if config is None:
             return dict.fromkeys(identifiers)
         catalog = open_catalog(config, pending_tables=True)
-    found: dict[str, str | None] = {}
+    found: dict[str, tuple[str, str] | None] = {}
     for identifier in identifiers:
         try:
-            found[identifier] = str(catalog.load_table(identifier).metadata.table_uuid)
+            table = catalog.load_table(identifier)
+            found[identifier] = (str(table.metadata.table_uuid), table.location())
         except Exception:  # absent, or not loadable: the name alone is recorded
             found[identifier] = None
     return found
 
 
 def _check_writable(directory: Path, location: str) -> None:
-    """The record can be written when the first micro-batch comes (refused now, before the query starts)."""
-    try:
-        (directory / RECORD).parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
+    """The record can be written when the first micro-batch comes: refused now, before the query starts, where
+    it could not (nothing is created yet: a start refused later leaves no directory behind)."""
+    folder = directory / RECORD.parent
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
         raise ConfigError(
-            f"checkpoint location {location}: cannot create {directory / RECORD.parent} ({e}); Spark needs the "
-            "location writable too: check its permissions"
-        ) from None
-    if not os.access(directory / RECORD.parent, os.W_OK):
+            f"checkpoint location {location}: {existing} is a file, where icesink keeps the record of the "
+            f"location's tables ({folder}); move it away"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(
-            f"checkpoint location {location}: {directory / RECORD.parent} is not writable; make the checkpoint "
-            "location writable by the driver"
+            f"checkpoint location {location}: {existing} is not writable, and icesink records the location's "
+            f"tables in {folder}; make the checkpoint location writable by the driver"
         )
 
 

@@ -25,7 +25,7 @@ from icesink.sink.checkpoint_targets import (
     Targets,
     checkpoint_directory,
     refuse_other_targets,
-    table_uuids,
+    table_identities,
 )
 from icesink.sink.dead_letter import check_dead_letter, dead_letter_settings, sets_late_rows_aside
 from icesink.sink.debezium_router import DebeziumRouter
@@ -372,7 +372,7 @@ def start(
     router = StaticRouter(targets, read_twice=dead_letter is not None)
     handler = MicroBatchHandler(targets[0].settings, router, catalog, atomic, dead_letter)
     names = [t.settings.table for t in targets]
-    return _start_query(df, options, handler, Targets(table_uuids(targets[0].settings.catalog, names, catalog)))
+    return _start_query(df, options, handler, Targets.of(table_identities(targets[0].settings.catalog, names, catalog)))
 
 
 def _start_query(df: DataFrame, options: StreamOptions, handler: Any, targets: Targets) -> StreamingQuery:
