@@ -355,13 +355,17 @@ def test_what_a_checkpoint_location_records_decides_which_starts_are_refused(
     catalog.create_namespace("shop")
     for name in ("shop.a", "shop.c"):
         catalog.create_table(name, pa.schema([("id", pa.int64())]))
-    record_targets(directory, Targets.of(table_identities(sqlite_catalog, ["shop.a"])))
+    record_targets(directory, Targets.of(table_identities(sqlite_catalog, ["shop.a"]), sqlite_catalog))
     # No micro-batch done there yet (a first start that failed): another table may take the location.
     refuse_in(directory, location, Targets({"shop.b": None}), sqlite_catalog)
     (directory / "commits").mkdir()
     (directory / "commits" / "4").write_text("v1\n{}")
     refuse_in(directory, location, Targets({"shop.a": None}), sqlite_catalog)
     refuse_in(directory, location, Targets({"shop.a": None, "shop.c": None}), sqlite_catalog)
+    # The same name in another catalog is another table.
+    elsewhere = Targets({"shop.a": None}, catalog="catalog 'other' at sqlite:////elsewhere.db")
+    with pytest.raises(ConfigError, match=r"shop\.a in catalog '.*' at sqlite.* \(this stream's: catalog 'other'"):
+        refuse_in(directory, location, elsewhere, sqlite_catalog)
     for others in (Targets({"shop.b": None}), Targets({"shop.b": None, "shop.c": None}), Targets({}, "inventory")):
         with pytest.raises(ConfigError, match=r"which Spark ran to micro-batch 4; .* would begin at micro-batch 5"):
             refuse_in(directory, location, others, sqlite_catalog)

@@ -50,6 +50,7 @@ class Targets:
     tables: Mapping[str, str | None]
     debezium_namespace: str | None = None
     locations: Mapping[str, str] = field(default_factory=dict)  # each table's location, to find it renamed
+    catalog: str | None = None  # CatalogConfig.describe(): the same names in another catalog are other tables
 
     def describe(self) -> str:
         """What the stream writes, as a refusal names it."""
@@ -71,16 +72,18 @@ class Targets:
                 "tables": dict(self.tables),
                 "locations": dict(self.locations),
                 "debezium_namespace": self.debezium_namespace,
+                "catalog": self.catalog,
             },
             sort_keys=True,
         )
 
     @classmethod
-    def of(cls, found: Mapping[str, tuple[str, str] | None]) -> Targets:
-        """The targets of these tables, as :func:`table_identities` found them."""
+    def of(cls, found: Mapping[str, tuple[str, str] | None], catalog: CatalogConfig) -> Targets:
+        """The targets of these tables of ``catalog``, as :func:`table_identities` found them."""
         return cls(
             {name: (f[0] if f else None) for name, f in found.items()},
             locations={name: f[1] for name, f in found.items() if f},
+            catalog=catalog.describe(),
         )
 
 
@@ -91,7 +94,8 @@ def checkpoint_directory(spark: SparkSession, location: str | None) -> Path | No
         return None
     try:
         jvm: Any = spark._jvm
-        hadoop = spark._jsc.hadoopConfiguration()
+        # The session's own Hadoop settings over the context's, as a streaming query resolves its checkpoint.
+        hadoop = spark._jsparkSession.sessionState().newHadoopConf()
         path = jvm.org.apache.hadoop.fs.Path(location)
         qualified = path.getFileSystem(hadoop).makeQualified(path).toUri()
     except Exception as e:  # Spark Connect, or a location Hadoop cannot resolve (Spark will say so itself)
@@ -125,15 +129,16 @@ def recorded_targets(directory: Path, location: str) -> Targets | None:
     try:
         values = json.loads(text)
         tables, namespace = values["tables"], values.get("debezium_namespace")
-        locations = values.get("locations") or {}
+        locations, catalog = values.get("locations") or {}, values.get("catalog")
         if not isinstance(tables, dict) or not isinstance(locations, dict):
             raise ValueError("not the shape icesink writes")
-        if not (namespace is None or isinstance(namespace, str)):
+        if not all(v is None or isinstance(v, str) for v in (namespace, catalog)):
             raise ValueError("not the shape icesink writes")
         return Targets(
             {str(k): (str(v) if v else None) for k, v in tables.items()},
             namespace,
             {str(k): str(v) for k, v in locations.items()},
+            catalog,
         )
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise _unreadable(location, record, e) from None
@@ -149,16 +154,12 @@ def last_committed_batch(directory: Path) -> int | None:
     return max(done, default=None)
 
 
-def refuse_other_targets(
-    df: DataFrame, location: str | None, targets: Targets, config: CatalogConfig | None
-) -> Path | None:
+def refuse_other_targets(df: DataFrame, location: str | None, targets: Targets, config: CatalogConfig | None) -> None:
     """Refused: a start whose ``targets`` would take over the progress another stream's tables made in
-    ``location``. Returns the checkpoint's directory on this machine (None: not checked), checked writable."""
+    ``location``, or that could not record its own there (a location not on this machine is not checked)."""
     directory = checkpoint_directory(df.sparkSession, location)
-    if directory is None or location is None:
-        return None
-    refuse_in(directory, location, targets, config)
-    return directory
+    if directory is not None and location is not None:
+        refuse_in(directory, location, targets, config)
 
 
 def refuse_in(directory: Path, location: str, targets: Targets, config: CatalogConfig | None) -> None:
@@ -168,6 +169,8 @@ def refuse_in(directory: Path, location: str, targets: Targets, config: CatalogC
     moved: dict[str, str] = {}
     if recorded is not None and last is not None and not _continues(recorded, targets, config, location, last, moved):
         renamed = "".join(f" (table {old} is named {new} now)" for old, new in sorted(moved.items()))
+        if _other_catalog(recorded, targets):
+            renamed += f" in {recorded.catalog} (this stream's: {targets.catalog})"
         raise ConfigError(
             f"{targets.describe()}: checkpoint location {location} holds the progress of "
             f"{recorded.stream()}{renamed}, which Spark ran to micro-batch {last}; started here, this stream would "
@@ -183,6 +186,8 @@ def _continues(
 ) -> bool:
     """Whether ``targets`` go on from where ``recorded`` left the location (``moved``: filled with the recorded
     tables found under another name)."""
+    if _other_catalog(recorded, targets):
+        return False
     if recorded.debezium_namespace is not None or targets.debezium_namespace is not None:
         return recorded.debezium_namespace == targets.debezium_namespace
     kept, renamed = _kept_tables(recorded, targets, config)
@@ -200,6 +205,10 @@ def _continues(
             ", ".join(sorted(recorded.tables)),
         )
     return True
+
+
+def _other_catalog(recorded: Targets, targets: Targets) -> bool:
+    return recorded.catalog is not None and targets.catalog is not None and recorded.catalog != targets.catalog
 
 
 def _kept_tables(recorded: Targets, targets: Targets, config: CatalogConfig | None) -> tuple[set[str], dict[str, str]]:
@@ -287,6 +296,11 @@ def record_targets(directory: Path, targets: Targets) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, record)
+        directory_handle = os.open(record.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory_handle)  # the rename itself, durable
+        finally:
+            os.close(directory_handle)
     finally:
         temporary.unlink(missing_ok=True)
 
@@ -309,3 +323,10 @@ class RecordingTargets:
                 log.warning("checkpoint location %s: cannot record its tables (%s)", self._directory, e)
             self._recorded = True
         self._handler(batch_df, batch_id)
+
+
+def recording_targets(handler: Any, df: DataFrame, location: str | None, targets: Targets) -> Any:
+    """``handler``, recording ``targets`` in the checkpoint location at its first micro-batch of the run (where the
+    location is on this machine's disk)."""
+    directory = checkpoint_directory(df.sparkSession, location)
+    return handler if directory is None else RecordingTargets(handler, directory, targets)

@@ -21,9 +21,8 @@ from icesink.settings import check_environment
 from icesink.sink.batch import MicroBatchHandler
 from icesink.sink.checkpoint_location import checkpoint_location, clear_unfinished_first_offset
 from icesink.sink.checkpoint_targets import (
-    RecordingTargets,
     Targets,
-    checkpoint_directory,
+    recording_targets,
     refuse_other_targets,
     table_identities,
 )
@@ -152,7 +151,8 @@ def _stream(
     dead_letter: tuple[SinkSettings, bool] | None = None
     try:
         options = own.joined(table, per_table, checkpoint_location=location)
-        refuse_other_targets(df, location, Targets({table: None}), resolve_catalog(options.catalog))
+        config = resolve_catalog(options.catalog)
+        refuse_other_targets(df, location, Targets({table: None}, catalog=config.describe()), config)
         check_dead_letter(own.dead_letter, [options], f"table {table}")
         # Before the table: a dead-letter table that cannot take late rows refuses the stream before it creates any.
         dead_letter = dead_letter_settings(df, options) if sets_late_rows_aside([options]) else None
@@ -201,7 +201,7 @@ def _stream_tables(
     check_dead_letter(own.dead_letter, [options for options, _, _ in planned], f"tables {named}")
     check_environment()
     config = resolve_catalog(own.catalog)
-    refuse_other_targets(df, location, Targets(dict.fromkeys(tables)), config)
+    refuse_other_targets(df, location, Targets(dict.fromkeys(tables), catalog=config.describe()), config)
     # Without a location the first preflight refuses the stream before it creates anything.
     existing = (
         _existing_tables(config, [options.table for options, _, _ in planned]) if own.checkpoint_location else set()
@@ -242,7 +242,8 @@ def _stream_debezium_checked(df: DataFrame, tables: Debezium, own: StreamWideOpt
     _refuse_split_by_alone(own, [tables.table_options], f"tables {named}")
     _check_streaming(df, named)
     location = checkpoint_location(df, own.checkpoint_location, own.query_name, f"debezium-{tables.namespace}")
-    refuse_other_targets(df, location, Targets({}, tables.namespace), None)
+    config = resolve_catalog(own.catalog)
+    refuse_other_targets(df, location, Targets({}, tables.namespace, catalog=config.describe()), config)
     return _stream_debezium(df, tables, replace(own, checkpoint_location=location))
 
 
@@ -344,7 +345,7 @@ def _stream_debezium(df: DataFrame, spec: Debezium, own: StreamWideOptions) -> S
     stream_settings = SinkSettings.of(options, config)
     router = DebeziumRouter(spec, own, catalog, config)
     handler = MicroBatchHandler(stream_settings, router, catalog, atomic=options.atomic)
-    return _start_query(df, options, handler, Targets({}, spec.namespace))
+    return _start_query(df, options, handler, Targets({}, spec.namespace, catalog=config.describe()))
 
 
 def _check_streaming(df: DataFrame, table: str) -> None:
@@ -372,14 +373,17 @@ def start(
     router = StaticRouter(targets, read_twice=dead_letter is not None)
     handler = MicroBatchHandler(targets[0].settings, router, catalog, atomic, dead_letter)
     names = [t.settings.table for t in targets]
-    return _start_query(df, options, handler, Targets.of(table_identities(targets[0].settings.catalog, names, catalog)))
+    return _start_query(
+        df,
+        options,
+        handler,
+        Targets.of(table_identities(targets[0].settings.catalog, names, catalog), targets[0].settings.catalog),
+    )
 
 
 def _start_query(df: DataFrame, options: StreamOptions, handler: Any, targets: Targets) -> StreamingQuery:
     clear_unfinished_first_offset(options.checkpoint_location)
-    directory = checkpoint_directory(df.sparkSession, options.checkpoint_location)
-    if directory is not None:  # a later start into other tables is refused (``checkpoint_targets``)
-        handler = RecordingTargets(handler, directory, targets)
+    handler = recording_targets(handler, df, options.checkpoint_location, targets)  # see ``checkpoint_targets``
     stream_writer = df.writeStream.foreachBatch(handler).option("checkpointLocation", options.checkpoint_location)
     if options.trigger:
         stream_writer = stream_writer.trigger(**options.trigger)
