@@ -375,6 +375,8 @@ def test_what_a_checkpoint_location_records_decides_which_starts_are_refused(
     catalog.create_table("shop.a", pa.schema([("id", pa.int64())]))
     with pytest.raises(ConfigError, match=r"table shop\.a \(table shop\.a is named shop\.a_v2 now\), which Spark"):
         refuse_in(directory, location, Targets({"shop.a": None}), sqlite_catalog)
+    with pytest.raises(ConfigError, match=r"tables shop\.a, shop\.c: .* \(table shop\.a is named shop\.a_v2 now\)"):
+        refuse_in(directory, location, Targets({"shop.a": None, "shop.c": None}), sqlite_catalog)  # one of several
     # Dropped, its rows went with it: created again, it goes on from the next micro-batch, as after any drop.
     catalog.drop_table("shop.a_v2")
     refuse_in(directory, location, Targets({"shop.a": None}), sqlite_catalog)
